@@ -1,0 +1,1 @@
+"""nnabla-torus: 2D-torus all-reduce and batch-size planning for nnabla."""
