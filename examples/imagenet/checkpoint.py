@@ -1,0 +1,98 @@
+"""Checkpoints that survive crashes: atomic writes, a checksum, and fallback to an older one.
+
+A checkpoint is one file ``ckpt-<step>.npz.chk``: an ``.npz`` archive (named numpy arrays plus
+a JSON ``meta`` entry) followed by a trailer, ``MAGIC`` + SHA-256 of the archive. It is written
+to a temporary file in the same folder, flushed to disk and renamed, so a reader sees either
+the old set of files or the complete new one, never half a file. Example::
+
+    save_checkpoint("runs/x", step=100, arrays={"conv/W": w}, meta={"epoch": 1.5})
+    arrays, meta, path = load_latest_checkpoint("runs/x")   # skips corrupt files, says so
+"""
+import glob
+import hashlib
+import io
+import json
+import os
+import re
+
+import numpy as np
+
+MAGIC = b"NNTCKPT1"
+TRAILER_BYTES = len(MAGIC) + 32          # magic + SHA-256 digest
+NAME = re.compile(r"ckpt-(\d+)\.npz\.chk$")
+
+
+class CheckpointError(RuntimeError):
+    """No intact checkpoint could be read."""
+
+
+def checkpoint_path(directory, step):
+    """The file name of the checkpoint at optimizer step ``step``."""
+    return os.path.join(directory, f"ckpt-{step:09d}.npz.chk")
+
+
+def save_checkpoint(directory, step, arrays, meta, keep=3):
+    """Write arrays (name -> ndarray) and meta (JSON-able dict) atomically; keep the newest ``keep``.
+
+    Returns the path written.
+    """
+    os.makedirs(directory, exist_ok=True)
+    buffer = io.BytesIO()
+    np.savez(buffer, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+    payload = buffer.getvalue()
+    path = checkpoint_path(directory, step)
+    temp = f"{path}.tmp{os.getpid()}"
+    with open(temp, "wb") as f:
+        f.write(payload)
+        f.write(MAGIC + hashlib.sha256(payload).digest())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)                # atomic on POSIX within one file system
+    for old in list_checkpoints(directory)[:-keep]:
+        os.remove(old)
+    return path
+
+
+def list_checkpoints(directory):
+    """Checkpoint files in ``directory``, oldest first (by step)."""
+    found = [p for p in glob.glob(os.path.join(directory, "ckpt-*.npz.chk")) if NAME.search(p)]
+    return sorted(found, key=lambda p: int(NAME.search(p).group(1)))
+
+
+def read_checkpoint(path):
+    """Return (arrays, meta) of one file; raise CheckpointError if truncated or corrupt."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    payload, trailer = blob[:-TRAILER_BYTES], blob[-TRAILER_BYTES:]
+    if len(blob) < TRAILER_BYTES or not trailer.startswith(MAGIC):
+        raise CheckpointError(f"{path} is truncated (no checksum trailer)")
+    if hashlib.sha256(payload).digest() != trailer[len(MAGIC):]:
+        raise CheckpointError(f"{path} is corrupt (SHA-256 mismatch)")
+    with np.load(io.BytesIO(payload)) as archive:
+        arrays = {name: archive[name] for name in archive.files if name != "__meta__"}
+        meta = json.loads(archive["__meta__"].tobytes().decode())
+    return arrays, meta
+
+
+def load_latest_checkpoint(directory, log=print):
+    """Return (arrays, meta, path) of the newest intact checkpoint in ``directory``.
+
+    Corrupt or truncated files are reported through ``log`` and skipped in favour of the
+    previous one; raises CheckpointError naming every file tried when none is intact, and
+    FileNotFoundError when there is none at all.
+    """
+    candidates = list_checkpoints(directory)
+    if not candidates:
+        raise FileNotFoundError(f"--resume: no checkpoint (ckpt-*.npz.chk) in {directory}; "
+                                f"start without --resume or point --output-dir at the run")
+    problems = []
+    for path in reversed(candidates):
+        try:
+            arrays, meta = read_checkpoint(path)
+        except CheckpointError as e:
+            problems.append(str(e))
+            log(f"checkpoint: {e}; trying the previous one")
+            continue
+        return arrays, meta, path
+    raise CheckpointError(f"no intact checkpoint in {directory}: " + "; ".join(problems) +
+                          ". Delete them and start without --resume")

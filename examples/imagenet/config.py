@@ -1,0 +1,202 @@
+"""One typed configuration for examples/imagenet/train.py: defaults, recipe file, env, CLI.
+
+Every field of ``TrainConfig`` is a CLI flag (``--base-lr``), an environment variable
+(``NNABLA_TORUS_BASE_LR``) and a recipe key (``base_lr``). Precedence, highest first:
+command line > recipe file (``-C``) > environment > the default written below. Example::
+
+    cfg = parse_config(["-C", "sony-224s", "--epochs", "2"])
+    cfg.batch_schedule        # "0:34816,5:69632" from the recipe
+    cfg.source["epochs"]      # "cli"
+"""
+import argparse
+import dataclasses
+import os
+
+import yaml
+
+from nnabla_torus.knobs import add_knob, env_value
+
+RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
+DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is given
+DEFAULT_DATA_RECIPE = "resnet50-90ep"  # used with --data-dir and no -C
+
+CHOICES = {
+    "optimizer": ("momentum", "lars"),
+    "lr_decay": ("cosine", "step", "poly", "none"),
+    "lr_scaling": ("linear", "sqrt", "none"),
+    "type_config": ("float", "half"),
+    "context": ("cpu", "cudnn"),
+}
+
+
+def knob(default, help):
+    """A dataclass field with its help text (shown by --help and in the config log)."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """All knobs of one training run; units in the comments."""
+    # data and model
+    data_dir: str = knob("", "root of an ImageNet layout (train/, val/, train.txt, val.txt); "
+                                  "empty = the embedded digits data")
+    output_dir: str = knob("runs/imagenet", "folder for monitors, the plot and checkpoints")
+    arch: str = knob("resnet50", "network: resnet18 | resnet34 | resnet50")
+    width: float = knob(1.0, "channel width multiplier")
+    image_size: int = knob(224, "training crop and validation centre crop, pixels")
+    train_images: int = knob(0, "use only the first N training images of each epoch (0 = all)")
+    # global batch and its control
+    batch_schedule: str = knob("0:256", "global batch per epoch range, epoch:images,... (images per step)")
+    local_batch: int = knob(32, "at most this many images per rank per forward/backward")
+    adaptive_batch: bool = knob(False, "follow the measured gradient noise scale instead of the schedule")
+    min_batch: int = knob(0, "adaptive mode: lower bound of the global batch (0 = controller default)")
+    max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = controller default)")
+    # optimisation
+    epochs: float = knob(90.0, "passes over the training data (fractions allowed)")
+    optimizer: str = knob("momentum", "momentum SGD or LARS: momentum | lars")
+    base_lr: float = knob(0.1, "learning rate at reference_batch images per step")
+    reference_batch: int = knob(256, "the batch base_lr is meant for; lr follows lr_scaling from it")
+    lr_scaling: str = knob("linear", "lr scaling with the global batch: linear | sqrt | none")
+    warmup_epochs: float = knob(5.0, "linear warm-up from 0 to the scaled lr")
+    lr_decay: str = knob("step", "lr decay after warm-up: cosine | step | poly | none")
+    milestones: str = knob("30,60,80", "step decay epochs")
+    gamma: float = knob(0.1, "step decay factor per milestone")
+    power: float = knob(2.0, "poly decay exponent")
+    momentum: float = knob(0.9, "momentum coefficient")
+    weight_decay: float = knob(1e-4, "L2 weight decay; not applied to batch-norm parameters and biases")
+    lars_coefficient: float = knob(0.001, "LARS trust coefficient (eta)")
+    label_smoothing: float = knob(0.0, "epsilon: target = (1 - eps) * one_hot + eps / classes")
+    # numerics and device
+    context: str = knob("cpu", "nnabla extension: cpu | cudnn")
+    type_config: str = knob("float", "float | half (half = FP16 with dynamic loss scaling; CUDA only)")
+    loss_scale: float = knob(8.0, "initial dynamic loss scale (half only)")
+    seed: int = knob(313, "random seed of model init and data order")
+    # communication
+    overlap: bool = knob(True, "all-reduce gradient buckets during backward")
+    bucket_mib: float = knob(25.0, "bucket size for overlap, MiB")
+    # bookkeeping
+    checkpoint_every: int = knob(0, "optimizer steps between checkpoints (0 = only at the end)")
+    resume: bool = knob(False, "continue from the newest good checkpoint in output_dir")
+    max_steps: int = knob(0, "stop after this many optimizer steps (0 = run all epochs); for tests")
+    progress: bool = knob(True, "tqdm progress bar on rank 0")
+    # filled by parse_config: where each value came from (cli | recipe | env | default)
+    recipe: str = ""
+    source: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def describe(self):
+        """Return one line per knob: ``name = value  (source)``, for the rank-0 log."""
+        lines = []
+        for field in knob_fields():
+            lines.append(f"  {field.name:<17} = {getattr(self, field.name)!r:<24} "
+                         f"({self.source.get(field.name, 'default')})")
+        return f"config (recipe {self.recipe or '-'}):\n" + "\n".join(lines)
+
+
+def knob_fields():
+    """The dataclass fields that are knobs (everything but the bookkeeping of parse_config)."""
+    return [f for f in dataclasses.fields(TrainConfig) if f.name not in ("recipe", "source")]
+
+
+def flag_of(name):
+    """``base_lr`` -> ``--base-lr``."""
+    return "--" + name.replace("_", "-")
+
+
+def env_of(name):
+    """``base_lr`` -> ``NNABLA_TORUS_BASE_LR``."""
+    return "NNABLA_TORUS_" + name.upper()
+
+
+def build_parser():
+    """The argparse parser: ``-C/--recipe`` plus one knob per TrainConfig field."""
+    parser = argparse.ArgumentParser(
+        description="Data-parallel ImageNet training with nnabla-torus "
+                    "(no arguments: a small ResNet on the embedded digits data).")
+    parser.add_argument(
+        "-C", "--recipe", default=env_value("NNABLA_TORUS_RECIPE", ""),
+        help=f"recipe name in {RECIPE_DIR} (e.g. sony-224s) or a YAML path; "
+                  f"empty = {DEFAULT_RECIPE} without --data-dir, {DEFAULT_DATA_RECIPE} with it "
+             f"(env: NNABLA_TORUS_RECIPE, default: '')")
+    defaults = TrainConfig()
+    for field in knob_fields():
+        help_text = field.metadata["help"]
+        choices = CHOICES.get(field.name)
+        add_knob(parser, flag_of(field.name), env=env_of(field.name),
+                 default=getattr(defaults, field.name), type=field.type, help=help_text,
+                 choices=choices, dest=field.name)
+    return parser
+
+
+def load_recipe(name):
+    """Read a recipe (name in recipes/ or a path) into a dict; reject unknown keys by name."""
+    path = name if os.path.sep in name or name.endswith((".yaml", ".yml")) else \
+        os.path.join(RECIPE_DIR, name + ".yaml")
+    if not os.path.isfile(path):
+        known = sorted(f[:-5] for f in os.listdir(RECIPE_DIR) if f.endswith(".yaml"))
+        raise ValueError(f"recipe {name!r} not found (looked for {path}); "
+                         f"use one of {known} or a path to a YAML file")
+    with open(path) as f:
+        values = yaml.safe_load(f) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"recipe {path} must be a mapping of knob: value, got {type(values).__name__}")
+    valid = {f.name: f for f in knob_fields()}
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        raise ValueError(f"recipe {path}: unknown key(s) {unknown}; valid keys are {sorted(valid)}")
+    return {key: coerce(key, valid[key].type, value, path) for key, value in values.items()}
+
+
+def coerce(key, type_, value, where):
+    """Convert a YAML value to the field's type (int -> float, list -> "a,b"), or raise."""
+    if type_ is str and isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    ok = (type_ is float and isinstance(value, (int, float)) and not isinstance(value, bool)) or \
+         (type_ is int and isinstance(value, int) and not isinstance(value, bool)) or \
+         (type_ is bool and isinstance(value, bool)) or (type_ is str and isinstance(value, str))
+    if not ok:
+        raise ValueError(f"{where}: {key} = {value!r} must be a {type_.__name__}")
+    return type_(value)
+
+
+def parse_config(argv=None):
+    """Parse ``argv`` (default: sys.argv) into a validated TrainConfig with ``source`` filled."""
+    parser = build_parser()
+    with_env = parser.parse_args(argv)            # CLI over environment over default
+    names = [f.name for f in knob_fields()]
+    parser.set_defaults(**{name: None for name in names})
+    only_cli = parser.parse_args(argv)            # None wherever the CLI said nothing
+    recipe_name = with_env.recipe or (DEFAULT_DATA_RECIPE if with_env.data_dir else DEFAULT_RECIPE)
+    recipe = load_recipe(recipe_name)
+    values, source = {}, {}
+    for name in names:
+        if getattr(only_cli, name) is not None:
+            values[name], source[name] = getattr(only_cli, name), "cli"
+        elif name in recipe:
+            values[name], source[name] = recipe[name], "recipe"
+        else:
+            values[name] = getattr(with_env, name)
+            source[name] = "env" if os.environ.get(env_of(name), "") != "" else "default"
+    cfg = TrainConfig(**values, recipe=recipe_name, source=source)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg):
+    """Raise ValueError naming the knob, its value, the allowed range and the fix."""
+    for name, allowed in CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            raise ValueError(f"{name} = {getattr(cfg, name)!r} is not one of {allowed}; "
+                             f"set {flag_of(name)} or the recipe key {name}")
+    positive = ("width", "image_size", "local_batch", "epochs", "base_lr", "reference_batch",
+                "bucket_mib", "loss_scale")
+    non_negative = ("warmup_epochs", "weight_decay", "momentum", "train_images", "min_batch",
+                    "max_batch", "checkpoint_every", "max_steps", "lars_coefficient")
+    for name in positive:
+        if not getattr(cfg, name) > 0:
+            raise ValueError(f"{name} = {getattr(cfg, name)!r} must be > 0 ({flag_of(name)})")
+    for name in non_negative:
+        if getattr(cfg, name) < 0:
+            raise ValueError(f"{name} = {getattr(cfg, name)!r} must be >= 0 ({flag_of(name)})")
+    if not 0 <= cfg.label_smoothing < 1:
+        raise ValueError(f"label_smoothing = {cfg.label_smoothing} must be in [0, 1) "
+                         f"(--label-smoothing)")

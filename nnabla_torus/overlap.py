@@ -1,0 +1,110 @@
+"""All-reduce gradients in buckets while backward is still running.
+
+nnabla's ``backward(communicator_callbacks=...)`` accepts only its own C++ communicators, so
+this uses ``function_post_hook``: after each function's backward, the hook counts down the
+uses of every parameter among that function's inputs; when every parameter of a bucket has
+received all its gradient contributions, the bucket is all-reduced (averaged over ranks)
+while backward continues with earlier layers. Buckets follow reverse forward order, the order
+in which backward finishes gradients. Parameters are matched by their underlying variable
+(``hash``/``==`` of ``nn.Variable``), not with ``is``: the hook sees fresh Python wrappers.
+
+The result equals ``comm.all_reduce(all_grads, division=True)`` after backward. Example::
+
+    reducer = BucketedAllReduce(comm, loss, nn.get_parameters(), bucket_mib=25)
+    solver.zero_grad()
+    loss.forward(clear_no_need_grad=True)
+    reducer.backward(loss, clear_buffer=True)   # gradients are averaged over ranks on return
+    solver.update()
+
+With gradient accumulation, only the last micro-batch's backward should go through
+``reducer.backward``; earlier ones call ``loss.backward`` and just accumulate.
+"""
+MIB = 1 << 20
+
+
+class BucketedAllReduce:
+    """Average the gradients of ``params`` over ranks in buckets of ``bucket_mib`` MiB."""
+
+    def __init__(self, comm, loss, params, bucket_mib=25.0, division=True):
+        """``loss``: the graph's output (used once to count how often each parameter is used)."""
+        if bucket_mib <= 0:
+            raise ValueError(f"bucket_mib = {bucket_mib} must be > 0 (e.g. 25)")
+        self.comm = comm
+        self.division = division
+        params = list(params.values()) if hasattr(params, "values") else list(params)
+        uses, order = count_uses(loss, params)
+        self.uses = uses                       # variable -> number of functions that read it
+        # Parameters the graph never reads keep a zero gradient but are still averaged (in
+        # the last bucket, at flush) so that every rank issues the same collectives.
+        unused = [v for v in params if v not in uses]
+        self.buckets = make_buckets(order, bucket_mib * MIB) + ([unused] if unused else [])
+        self.bucket_of = {v: i for i, bucket in enumerate(self.buckets) for v in bucket}
+        self.reset()
+
+    def reset(self):
+        """Forget progress; called at the start of every backward."""
+        self.remaining_uses = dict(self.uses)
+        self.remaining_params = [len(bucket) for bucket in self.buckets]
+        self.done = [False] * len(self.buckets)
+
+    def hook(self, func):
+        """function_post_hook: count down uses; all-reduce each bucket as soon as it is final."""
+        for var in func.inputs:
+            left = self.remaining_uses.get(var)
+            if left is None:
+                continue
+            self.remaining_uses[var] = left - 1
+            if left == 1:
+                index = self.bucket_of[var]
+                self.remaining_params[index] -= 1
+                if self.remaining_params[index] == 0:
+                    self.reduce(index)
+
+    def reduce(self, index):
+        """All-reduce bucket ``index`` (once per backward)."""
+        if not self.done[index]:
+            self.done[index] = True
+            grads = [v.grad for v in self.buckets[index]]
+            self.comm.all_reduce(grads, division=self.division, inplace=False)
+
+    def flush(self):
+        """All-reduce the buckets backward did not finish (e.g. parameters it never reached)."""
+        for index in range(len(self.buckets)):
+            self.reduce(index)
+
+    def backward(self, loss, **backward_kwargs):
+        """``loss.backward(**backward_kwargs)`` with bucketed all-reduce, then flush."""
+        self.reset()
+        loss.backward(function_post_hook=self.hook, **backward_kwargs)
+        self.flush()
+
+
+def count_uses(loss, params):
+    """Return ({param: number of functions reading it}, params in order of first use)."""
+    wanted = set(params)
+    uses, order = {}, []
+
+    def visit(func):
+        for var in func.inputs:
+            if var in wanted:
+                if var not in uses:
+                    uses[var] = 0
+                    order.append(var)
+                uses[var] += 1
+    loss.visit(visit)
+    return uses, order
+
+
+def make_buckets(order, bucket_bytes):
+    """Split parameters, last used first, into lists of at most ``bucket_bytes`` (>= 1 each)."""
+    buckets, current, size = [], [], 0
+    for var in reversed(order):
+        nbytes = var.size * 4                  # gradients are all-reduced as float32 (fp16: less)
+        if current and size + nbytes > bucket_bytes:
+            buckets.append(current)
+            current, size = [], 0
+        current.append(var)
+        size += nbytes
+    if current:
+        buckets.append(current)
+    return buckets
