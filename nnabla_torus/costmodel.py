@@ -1,0 +1,272 @@
+"""Cost model: predicted time of each all-reduce algorithm and of a data-parallel training step.
+
+Pure numpy and vectorised: every function takes scalars or arrays for ranks, bytes, grid rows
+and batches, and broadcasts them. Units: seconds, bytes, bytes per second, samples.
+
+Network (two link levels, a reduction cost, ranks placed host by host)::
+
+    rank r runs on host r // gpus_per_host (mpirun --map-by slot)
+    one hop of m bytes over a link:   latency_s + m / bandwidth_Bps
+    adding m received bytes:          m * reduce_s_per_byte
+
+A ring phase of k members on a buffer of m bytes per member takes k - 1 steps of m/k bytes
+each; all rings of a phase run at once and a phase is paced by its slowest link (*derived*)::
+
+    step = max(intra hop, inter hop if the phase crosses hosts) + reduce + step_overhead
+    intra hop = (intra.latency_s + (m/k) / intra.bandwidth_Bps) / share
+    inter hop = inter.latency_s + (m/k) * flows / inter.bandwidth_Bps
+    reduce    = (m/k) * reduce_s_per_byte / share          (reduce-scatter steps only)
+    share     = min(1, slots_per_host / ranks on a host)   (ranks sharing CPU cores or copy engines)
+    flows     = ring edges leaving the busiest host at once (they share the host's NICs)
+
+so with one link level (one host, share 1, no overhead) a reduce-scatter plus all-gather
+ring costs 2(p-1)(a + n/(pB)) + (p-1)/p n c: bandwidth term 2(p-1)/p * n/B (NOTES section 2).
+
+Algorithms (grid X x Y: Y rows of X consecutive ranks, p = X*Y, see topology.Grid):
+
+- ``ring``: reduce-scatter then all-gather over all p ranks (= torus2d on p x 1 or 1 x p).
+- ``torus2d``: row reduce-scatter (X members, n bytes), column reduce-scatter + all-gather
+  (Y members, n/X bytes each), row all-gather. Rows cross hosts only when X > gpus_per_host;
+  each host sends min(X, gpus_per_host) column flows at once.
+- ``hierarchical``: torus2d with X = gpus_per_host whose column all-reduce is the MPI
+  library's own (``native`` on n/X bytes), as our communicator implements it.
+- ``native``: the library's algorithm, modelled as Open MPI's fixed decision (coll/tuned) and
+  NCCL do it: recursive doubling (ceil-free: floor(lg p) steps of n bytes, plus 2 steps when p
+  is not a power of two) below ``native_switch_bytes``, ring above.
+
+Example::
+
+    >>> net = Network(Link(5e-6, 150e9), Link(5e-6, 25e9), 0.0, 4, 4, 10000, {})
+    >>> float(allreduce_time(net, "ring", 8, 1 << 20)) > 0
+    True
+"""
+from collections import namedtuple
+
+import numpy as np
+
+ALGORITHMS = ("ring", "torus2d", "hierarchical", "native")
+
+Link = namedtuple("Link", [
+    "latency_s",       # a: seconds per hop, whatever its size
+    "bandwidth_Bps",   # B: bytes per second; a hop of m bytes costs a + m / B
+])
+
+Network = namedtuple("Network", [
+    "intra",                # Link between ranks of one host (NVLink, shared memory)
+    "inter",                # Link between hosts; bandwidth = the host's total NIC bandwidth
+    "reduce_s_per_byte",    # c: seconds to add one received byte into the local buffer
+    "gpus_per_host",        # g: ranks per host; rank r lives on host r // g
+    "slots_per_host",       # ranks of a host that move/add data at full speed at once (cores)
+    "native_switch_bytes",  # native: recursive doubling below this size, ring at or above
+    "step_overhead_s",      # {algorithm: seconds of software overhead per ring/doubling step}
+])
+
+Compute = namedtuple("Compute", [
+    "a_s",                # fixed time of one forward+backward+update, seconds
+    "b_s",                # seconds per sample: T_c(b) = a_s + b_s * b
+    "gamma",              # overlap exponent: T = (T_c^gamma + T_n^gamma)^(1/gamma); 1 = none
+    "max_local_batch",    # largest per-GPU batch that fits in memory (samples)
+    "grad_bytes",         # bytes all-reduced per step (parameters x bytes per element)
+    "slots_per_host",     # ranks of a host that compute at full speed at once (0: no sharing)
+])
+
+
+def rank_share(ranks, gpus_per_host, slots_per_host):
+    """Fraction of full speed each rank gets: min(1, slots / ranks on its host); 1 if slots = 0."""
+    on_host = np.minimum(np.asarray(ranks, float), gpus_per_host)
+    if not slots_per_host:
+        return np.ones_like(on_host)
+    return np.minimum(1.0, slots_per_host / np.maximum(on_host, 1.0))
+
+
+def ring_links(groups, host_of_rank):
+    """Return (crosses hosts, flows out of the busiest host) for rings run at once.
+
+    ``groups``: int array (rings, members), each row a ring in order; ``host_of_rank``: host id
+    per rank. Reference implementation for any rank->host mapping (the vectorised model uses
+    its closed form for the block mapping).
+
+    >>> ring_links(np.arange(8).reshape(1, 8), np.arange(8) // 4)
+    (True, 1)
+    """
+    groups = np.asarray(groups)
+    hosts = np.asarray(host_of_rank)[groups]
+    leaving = hosts != np.roll(hosts, -1, axis=1)
+    if not leaving.any():
+        return False, 0
+    return True, int(np.bincount(hosts[leaving]).max())
+
+
+def _explicit_links(x, y, g, rows):
+    """ring_links of the rows (or columns) of an x-by-y grid under the block mapping."""
+    grid = np.arange(x * y).reshape(y, x)
+    return ring_links(grid if rows else grid.T, np.arange(x * y) // g)
+
+
+def grid_links(x, y, g, rows):
+    """Vectorised (crosses, flows) of the row or column phase of X x Y grids, block mapping.
+
+    Closed form when X divides g or g divides X (rows: cross iff X > g, one flow; columns:
+    cross iff p > g, min(X, g) flows); other grids fall back to :func:`ring_links`.
+    """
+    shape = np.broadcast(np.asarray(x), np.asarray(y)).shape
+    x, y = (np.broadcast_to(v, shape).astype(int).ravel() for v in (x, y))
+    p = x * y
+    if rows:
+        crosses, flows = (x > g), np.ones_like(x)
+    else:
+        crosses, flows = (p > g) & (y > 1), np.minimum(x, g)
+    odd = (p > g) & (x % g != 0) & (g % x != 0)
+    for i in np.flatnonzero(odd):
+        crosses[i], flows[i] = _explicit_links(int(x[i]), int(y[i]), g, rows)
+    return crosses.reshape(shape), flows.reshape(shape)
+
+
+def ring_phase(net, members, nbytes, crosses, flows, share, reduce, overhead):
+    """Seconds of one ring reduce-scatter (``reduce``) or all-gather phase; see module doc."""
+    k = np.asarray(members, float)
+    chunk = np.asarray(nbytes, float) / np.maximum(k, 1.0)
+    intra = (net.intra.latency_s + chunk / net.intra.bandwidth_Bps) / share
+    inter = net.inter.latency_s + chunk * np.maximum(flows, 1) / net.inter.bandwidth_Bps
+    hop = np.where(crosses, np.maximum(intra, inter), intra)
+    add = chunk * net.reduce_s_per_byte / share if reduce else 0.0
+    return (k - 1) * (hop + add + overhead)
+
+
+def doubling_phase(net, ranks, nbytes, share, overhead, per_host, flows):
+    """Seconds of recursive doubling: floor(lg p) exchanges of n bytes (+2 if p not 2^k).
+
+    Exchange j pairs members 2^j apart: inside a host while 2^j < ``per_host`` (members of
+    the group per host), else across hosts with ``flows`` ranks of a host sending at once.
+    """
+    p = np.maximum(np.asarray(ranks, float), 1.0)
+    n = np.asarray(nbytes, float)
+    levels = np.floor(np.log2(p))
+    extra = np.where(2.0 ** levels < p, 2.0, 0.0)
+    local = np.minimum(levels, np.floor(np.log2(np.maximum(per_host, 1))))
+    intra = (net.intra.latency_s + n / net.intra.bandwidth_Bps) / share
+    inter = np.maximum(intra, net.inter.latency_s + n * flows / net.inter.bandwidth_Bps)
+    extra_hop = np.where(p > per_host, inter, intra)
+    add = n * net.reduce_s_per_byte / share
+    return (local * intra + (levels - local) * inter + extra * extra_hop
+            + (levels + extra) * (add + overhead))
+
+
+def _overhead(net, algorithm):
+    return float((net.step_overhead_s or {}).get(algorithm, 0.0))
+
+
+def _native_terms(net, ranks, nbytes, crosses, flows, share, overhead, per_host, pair_flows):
+    """native: {recursive_doubling, reduce_scatter, all_gather}, zeros where unused.
+
+    ``flows``: ring flows per host; ``per_host``, ``pair_flows``: see :func:`doubling_phase`.
+    """
+    small = np.asarray(nbytes) < net.native_switch_bytes
+    doubling = doubling_phase(net, ranks, nbytes, share, overhead, per_host, pair_flows)
+    rs = ring_phase(net, ranks, nbytes, crosses, flows, share, True, overhead)
+    ag = ring_phase(net, ranks, nbytes, crosses, flows, share, False, overhead)
+    return {"recursive_doubling": np.where(small, doubling, 0.0),
+            "reduce_scatter": np.where(small, 0.0, rs),
+            "all_gather": np.where(small, 0.0, ag)}
+
+
+def allreduce_terms(net, algorithm, ranks, nbytes, grid_x=None):
+    """Seconds per phase of one all-reduce of ``nbytes`` over ``ranks``: {phase: array}.
+
+    ``grid_x``: row length X for torus2d (default: gpus_per_host if it divides p, else p);
+    ignored by ring and native, fixed to gpus_per_host by hierarchical. Raises ValueError for
+    an unknown algorithm or an X that does not divide p.
+
+    >>> net = Network(Link(1e-6, 1e9), Link(1e-6, 1e9), 0.0, 8, 8, 0, {})
+    >>> t = allreduce_terms(net, "ring", 4, 4e6)   # 2 phases of 3 steps of (1us + 1ms)
+    >>> round(float(sum(t.values())), 6)
+    0.006006
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; choose one of {ALGORITHMS}")
+    p = np.asarray(ranks, int)
+    g = net.gpus_per_host
+    share = rank_share(p, g, net.slots_per_host)
+    overhead = _overhead(net, algorithm)
+    if algorithm in ("ring", "native"):
+        crosses, flows = p > g, np.ones_like(p)
+        if algorithm == "native":
+            return _native_terms(net, p, nbytes, crosses, flows, share, overhead, g, g)
+        return {"reduce_scatter": ring_phase(net, p, nbytes, crosses, flows, share, True, overhead),
+                "all_gather": ring_phase(net, p, nbytes, crosses, flows, share, False, overhead)}
+    if algorithm == "hierarchical":
+        x = np.minimum(p, g)
+    elif grid_x is None:
+        x = np.where(p % g == 0, np.minimum(p, g), p)
+    else:
+        x = np.asarray(grid_x, int)
+    if np.any((x < 1) | (p % np.maximum(x, 1) != 0)):
+        raise ValueError(f"grid row length X={grid_x} must divide the rank count {ranks}; "
+                         f"pick X from the divisors of the rank count")
+    y = p // x
+    shard = np.asarray(nbytes, float) / x
+    row_c, row_f = grid_links(x, y, g, rows=True)
+    col_c, col_f = grid_links(x, y, g, rows=False)
+    terms = {"row_reduce_scatter": ring_phase(net, x, nbytes, row_c, row_f, share, True, overhead)}
+    if algorithm == "hierarchical":
+        col = _native_terms(net, y, shard, col_c, col_f, share, _overhead(net, "native"),
+                            np.where(col_c, 1, y), col_f)
+        col["recursive_doubling"] = np.where(y > 1, col["recursive_doubling"], 0.0)
+        terms.update({"column_native_" + k: v for k, v in col.items()})
+    else:
+        terms["column_reduce_scatter"] = ring_phase(net, y, shard, col_c, col_f, share, True,
+                                                    overhead)
+        terms["column_all_gather"] = ring_phase(net, y, shard, col_c, col_f, share, False,
+                                                overhead)
+    terms["row_all_gather"] = ring_phase(net, x, nbytes, row_c, row_f, share, False, overhead)
+    return terms
+
+
+def allreduce_time(net, algorithm, ranks, nbytes, grid_x=None):
+    """Seconds of one all-reduce: the sum of :func:`allreduce_terms`."""
+    return sum(allreduce_terms(net, algorithm, ranks, nbytes, grid_x).values())
+
+
+def compute_time(comp, ranks, local_batch, gpus_per_host):
+    """Seconds of forward+backward+update on ``local_batch`` samples: (a + b*batch) / share."""
+    share = rank_share(ranks, gpus_per_host, comp.slots_per_host)
+    return (comp.a_s + comp.b_s * np.asarray(local_batch, float)) / share
+
+
+def overlap(t_compute, t_comm, gamma):
+    """Pollux overlap: (T_c^gamma + T_n^gamma)^(1/gamma); gamma=1 sums, gamma->inf is the max."""
+    t_c, t_n = np.asarray(t_compute, float), np.asarray(t_comm, float)
+    top = np.maximum(np.maximum(t_c, t_n), 1e-30)
+    return top * ((t_c / top) ** gamma + (t_n / top) ** gamma) ** (1.0 / gamma)
+
+
+def step_terms(net, comp, algorithm, ranks, local_batch, accum_steps=1, grid_x=None):
+    """Seconds of one optimizer step, by term: compute, each all-reduce phase, total.
+
+    With s accumulation micro-batches only the last overlaps the all-reduce:
+    total = (s-1) T_c + (T_c^gamma + T_n^gamma)^(1/gamma); one rank does no all-reduce.
+    Raises ValueError if ``local_batch`` exceeds the memory limit ``max_local_batch``.
+    """
+    local_batch = np.asarray(local_batch)
+    if np.any(local_batch > comp.max_local_batch) or np.any(local_batch < 1):
+        raise ValueError(f"local batch {local_batch.max()} outside 1..{comp.max_local_batch} "
+                         f"(memory limit); use gradient accumulation for larger batches")
+    p = np.asarray(ranks, int)
+    t_c = compute_time(comp, p, local_batch, net.gpus_per_host)
+    comm = allreduce_terms(net, algorithm, p, comp.grad_bytes, grid_x)
+    comm = {k: np.where(p > 1, v, 0.0) for k, v in comm.items()}
+    t_n = sum(comm.values())
+    s = np.asarray(accum_steps, float)
+    total = (s - 1) * t_c + overlap(t_c, t_n, comp.gamma)
+    return dict(compute=t_c, **comm, allreduce=t_n, total=total)
+
+
+def step_time(net, comp, algorithm, ranks, local_batch, accum_steps=1, grid_x=None):
+    """Seconds of one optimizer step (see :func:`step_terms`)."""
+    return step_terms(net, comp, algorithm, ranks, local_batch, accum_steps, grid_x)["total"]
+
+
+def scaling_efficiency(net, comp, algorithm, ranks, local_batch, accum_steps=1, grid_x=None):
+    """Weak-scaling efficiency: per-GPU throughput at p ranks over that of one GPU, in (0, 1]."""
+    one = step_time(net, comp, algorithm, 1, local_batch, accum_steps)
+    return one / step_time(net, comp, algorithm, ranks, local_batch, accum_steps, grid_x)

@@ -1,0 +1,150 @@
+"""Cluster profiles: hosts, links and per-model compute coefficients for the cost model.
+
+A profile is a YAML (or JSON) file; shipped ones live in ``nnabla_torus/profiles/`` and are
+named without their extension (``abci``, ``cpu-2core``). Format (units in the key names)::
+
+    name: abci
+    description: free text
+    hosts: 1088                 # hosts available
+    gpus_per_host: 4            # ranks per host; rank r runs on host r // gpus_per_host
+    slots_per_host: 4           # ranks of a host that move/add data at full speed (cores)
+    links:
+      intra: {latency_us: 5.0, bandwidth_GBps: 50.0}   # inside a host, per rank pair
+      inter: {latency_us: 6.0, bandwidth_GBps: 25.0}   # between hosts, per host (all NICs)
+    reduce_ns_per_byte: 0.0033  # time to add one received byte
+    native_switch_bytes: 10000  # library all-reduce: recursive doubling below, ring above
+    step_overhead_us: {ring: 0.0, torus2d: 0.0, hierarchical: 0.0, native: 0.0}
+    models:
+      resnet50: {a_ms: 5.0, b_ms: 0.8138, gamma: 1.0, max_local_batch: 256,
+                 grad_bytes: 51114064, slots_per_host: 0}
+    calibration: {...}          # optional: what calibrate.py measured and pinned (free form)
+
+Unknown keys are rejected by name. Example::
+
+    >>> prof = load_profile("abci")
+    >>> prof.network.gpus_per_host, sorted(prof.models)
+    (4, ['resnet50'])
+"""
+import json
+import os
+from collections import namedtuple
+
+import yaml
+
+from .costmodel import ALGORITHMS, Compute, Link, Network
+
+PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
+
+Profile = namedtuple("Profile", ["name", "description", "hosts", "network", "models", "extra"])
+
+_TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", "links",
+             "reduce_ns_per_byte", "native_switch_bytes", "step_overhead_us", "models",
+             "calibration"}
+_LINK_KEYS = {"latency_us", "bandwidth_GBps"}
+_MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host"}
+
+
+def list_profiles():
+    """Names of the shipped profiles."""
+    return sorted(os.path.splitext(f)[0] for f in os.listdir(PROFILE_DIR)
+                  if f.endswith((".yaml", ".yml", ".json")))
+
+
+def _check_keys(where, got, allowed, required=()):
+    unknown = set(got) - set(allowed)
+    if unknown:
+        raise ValueError(f"profile {where}: unknown key(s) {sorted(unknown)}; "
+                         f"allowed: {sorted(allowed)}")
+    missing = set(required) - set(got)
+    if missing:
+        raise ValueError(f"profile {where}: missing key(s) {sorted(missing)}")
+
+
+def _link(where, raw):
+    _check_keys(where, raw, _LINK_KEYS, _LINK_KEYS)
+    if raw["bandwidth_GBps"] <= 0 or raw["latency_us"] < 0:
+        raise ValueError(f"profile {where}: need latency_us >= 0 and bandwidth_GBps > 0, "
+                         f"got {raw}")
+    return Link(raw["latency_us"] * 1e-6, raw["bandwidth_GBps"] * 1e9)
+
+
+def _compute(name, raw):
+    _check_keys(f"models.{name}", raw, _MODEL_KEYS, _MODEL_KEYS - {"slots_per_host"})
+    if raw["gamma"] < 1:
+        raise ValueError(f"profile models.{name}.gamma={raw['gamma']} must be >= 1 "
+                         f"(1: no overlap of compute and all-reduce)")
+    return Compute(raw["a_ms"] * 1e-3, raw["b_ms"] * 1e-3, float(raw["gamma"]),
+                   int(raw["max_local_batch"]), int(raw["grad_bytes"]),
+                   int(raw.get("slots_per_host", 0)))
+
+
+def profile_from_dict(raw):
+    """Build a Profile from the parsed file; raise ValueError naming any bad key or value."""
+    required = _TOP_KEYS - {"description", "calibration", "step_overhead_us"}
+    _check_keys("top level", raw, _TOP_KEYS, required)
+    _check_keys("links", raw["links"], {"intra", "inter"}, {"intra", "inter"})
+    overhead_us = raw.get("step_overhead_us") or {}
+    _check_keys("step_overhead_us", overhead_us, ALGORITHMS)
+    network = Network(_link("links.intra", raw["links"]["intra"]),
+                      _link("links.inter", raw["links"]["inter"]),
+                      raw["reduce_ns_per_byte"] * 1e-9, int(raw["gpus_per_host"]),
+                      int(raw["slots_per_host"]), int(raw["native_switch_bytes"]),
+                      {k: v * 1e-6 for k, v in overhead_us.items()})
+    models = {name: _compute(name, m) for name, m in raw["models"].items()}
+    return Profile(raw["name"], raw.get("description", ""), int(raw["hosts"]), network, models,
+                   {"calibration": raw.get("calibration")})
+
+
+def profile_to_dict(prof):
+    """The file form of ``prof`` (inverse of :func:`profile_from_dict`)."""
+    net = prof.network
+
+    def link(l):
+        return {"latency_us": l.latency_s * 1e6, "bandwidth_GBps": l.bandwidth_Bps * 1e-9}
+    out = {"name": prof.name, "description": prof.description, "hosts": prof.hosts,
+           "gpus_per_host": net.gpus_per_host, "slots_per_host": net.slots_per_host,
+           "links": {"intra": link(net.intra), "inter": link(net.inter)},
+           "reduce_ns_per_byte": net.reduce_s_per_byte * 1e9,
+           "native_switch_bytes": net.native_switch_bytes,
+           "step_overhead_us": {k: v * 1e6 for k, v in (net.step_overhead_s or {}).items()},
+           "models": {name: {"a_ms": m.a_s * 1e3, "b_ms": m.b_s * 1e3, "gamma": m.gamma,
+                             "max_local_batch": m.max_local_batch, "grad_bytes": m.grad_bytes,
+                             "slots_per_host": m.slots_per_host}
+                      for name, m in prof.models.items()}}
+    if (prof.extra or {}).get("calibration") is not None:
+        out["calibration"] = prof.extra["calibration"]
+    return out
+
+
+def load_profile(name_or_path):
+    """Load a shipped profile by name (``abci``) or any profile file by path."""
+    path = name_or_path
+    if not os.path.exists(path):
+        candidates = [os.path.join(PROFILE_DIR, name_or_path + ext)
+                      for ext in (".yaml", ".yml", ".json")]
+        path = next((c for c in candidates if os.path.exists(c)), None)
+        if path is None:
+            raise ValueError(f"no profile file or shipped profile {name_or_path!r}; "
+                             f"shipped: {list_profiles()}")
+    with open(path) as f:
+        raw = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+    try:
+        return profile_from_dict(raw)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def save_profile(prof, path, header=""):
+    """Write ``prof`` as YAML (``header`` lines are written first as comments)."""
+    with open(path, "w") as f:
+        for line in header.splitlines():
+            f.write(f"# {line}\n")
+        yaml.safe_dump(profile_to_dict(prof), f, sort_keys=False)
+
+
+def model_of(prof, model):
+    """The Compute coefficients of ``model`` in ``prof``; ValueError lists the known models."""
+    if model not in prof.models:
+        raise ValueError(f"profile {prof.name!r} has no model {model!r}; "
+                         f"it has {sorted(prof.models)} (calibrate one with tools/calibrate.py)")
+    return prof.models[model]

@@ -1,0 +1,160 @@
+"""Cost model invariants over seeded random parameters, and cases worked by hand."""
+import numpy as np
+import pytest
+
+from nnabla_torus import costmodel as cm
+from nnabla_torus.costmodel import Compute, Link, Network
+
+RNG = np.random.default_rng(1234)
+
+
+def random_network(rng, g=None, overhead=True):
+    g = int(g or rng.choice([1, 2, 4, 8]))
+    algos = cm.ALGORITHMS
+    return Network(Link(rng.uniform(1e-7, 1e-4), rng.uniform(1e8, 1e11)),
+                   Link(rng.uniform(1e-7, 1e-4), rng.uniform(1e8, 1e11)),
+                   rng.uniform(0, 1e-9), g, int(rng.choice([0, 1, g])),
+                   int(rng.choice([0, 10000, 1 << 20])),
+                   {a: rng.uniform(0, 1e-5) for a in algos} if overhead else {})
+
+
+def one_level(a, bandwidth, g=10 ** 6):
+    """Every rank on one host, no sharing, no reduction cost, no overhead."""
+    return Network(Link(a, bandwidth), Link(a, bandwidth), 0.0, g, 0, 0, {})
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("algorithm", cm.ALGORITHMS)
+def test_time_grows_with_bytes(seed, algorithm):
+    rng = np.random.default_rng(seed)
+    net = random_network(rng)
+    p = int(rng.integers(2, 65)) * net.gpus_per_host
+    sizes = np.sort(rng.uniform(1, 1e9, 50))
+    t = cm.allreduce_time(net, algorithm, p, sizes)
+    assert np.all(np.diff(t) >= 0) and np.all(t > 0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_torus_on_one_row_or_column_is_the_ring(seed):
+    rng = np.random.default_rng(seed)
+    net = random_network(rng)
+    net = net._replace(step_overhead_s={})   # per-algorithm overheads differ by design
+    p = int(rng.integers(1, 65)) * net.gpus_per_host
+    n = rng.uniform(1, 1e9, 10)
+    ring = cm.allreduce_time(net, "ring", p, n)
+    np.testing.assert_allclose(cm.allreduce_time(net, "torus2d", p, n, grid_x=p), ring)
+    np.testing.assert_allclose(cm.allreduce_time(net, "torus2d", p, n, grid_x=1), ring)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_one_level_bandwidth_term_is_the_optimum(seed):
+    """With one link level and zero latency every algorithm moves 2(p-1)/p * n bytes."""
+    rng = np.random.default_rng(seed)
+    bandwidth, n = rng.uniform(1e8, 1e11), rng.uniform(1e3, 1e9)
+    x, y = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    p = x * y
+    net = one_level(0.0, bandwidth)
+    expected = 2 * (p - 1) / p * n / bandwidth
+    for algorithm, grid_x in (("ring", None), ("torus2d", x)):
+        t = cm.allreduce_time(net, algorithm, p, n, grid_x)
+        assert t == pytest.approx(expected, rel=1e-12)
+
+
+def test_latency_steps_fall_from_2p_to_2x_plus_2y():
+    a = 1e-3
+    net = one_level(a, 1e30)
+    assert cm.allreduce_time(net, "ring", 64, 1.0) == pytest.approx(2 * 63 * a)
+    assert cm.allreduce_time(net, "torus2d", 64, 1.0, grid_x=8) == pytest.approx(2 * 14 * a)
+
+
+def test_hand_worked_two_hosts():
+    """8 ranks, 4 per host, 2x ring over hosts: 14 steps paced by the inter link.
+
+    n = 8 MB: chunk 1 MB; inter hop = 10 us + 1 MB / 1 GB/s = 1.01 ms; intra hop = 1 us +
+    1 MB/10 GB/s = 0.101 ms; 7 reduce-scatter + 7 all-gather steps of 1.01 ms, plus 7 adds of
+    1 MB at 0.1 ns/B = 0.1 ms each: 14.14 ms + 0.7 ms = 14.84 ms.
+    """
+    net = Network(Link(1e-6, 10e9), Link(10e-6, 1e9), 1e-10, 4, 4, 0, {})
+    assert cm.allreduce_time(net, "ring", 8, 8e6) == pytest.approx(14.84e-3)
+    # torus 4x2: rows inside hosts (3+3 steps of 2 MB intra: 1 us + 0.2 ms, adds 0.2 ms x 3),
+    # columns across hosts with 4 flows sharing 1 GB/s: 1+1 steps of 1 MB shards:
+    # 10 us + 4 ms each, add 0.1 ms once.
+    rows = 6 * (1e-6 + 2e6 / 10e9) + 3 * 2e6 * 1e-10
+    cols = 2 * (10e-6 + 1e6 * 4 / 1e9) + 1e6 * 1e-10
+    assert cm.allreduce_time(net, "torus2d", 8, 8e6, grid_x=4) == pytest.approx(rows + cols)
+    assert cm.allreduce_time(net, "hierarchical", 8, 8e6) == pytest.approx(rows + cols)
+
+
+def test_native_switches_to_recursive_doubling_for_small_messages():
+    net = one_level(1e-6, 1e9)._replace(native_switch_bytes=1000)
+    small = cm.allreduce_terms(net, "native", 8, 100)
+    assert small["reduce_scatter"] == 0 and small["recursive_doubling"] == pytest.approx(
+        3 * (1e-6 + 100 / 1e9))
+    # 6 ranks: 2 doubling levels plus 2 extra steps for the non-power of two
+    assert cm.allreduce_time(net, "native", 6, 100) == pytest.approx(4 * (1e-6 + 100 / 1e9))
+    large = cm.allreduce_terms(net, "native", 8, 1e6)
+    assert large["recursive_doubling"] == 0
+    assert sum(large.values()) == pytest.approx(cm.allreduce_time(net, "ring", 8, 1e6))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_closed_form_links_match_explicit_mapping(seed):
+    rng = np.random.default_rng(seed)
+    g = int(rng.choice([1, 2, 3, 4, 6, 8]))
+    x, y = int(rng.integers(1, 13)), int(rng.integers(1, 13))
+    for rows in (True, False):
+        crosses, flows = cm.grid_links(x, y, g, rows)
+        want_c, want_f = cm._explicit_links(x, y, g, rows)
+        assert bool(crosses) == want_c
+        if want_c:
+            assert int(flows) == want_f
+
+
+def test_ring_links_any_mapping():
+    # round-robin placement: every ring edge leaves its host
+    crosses, flows = cm.ring_links(np.arange(8)[None], np.arange(8) % 2)
+    assert crosses and flows == 4
+
+
+def test_bad_grid_and_algorithm_raise():
+    net = one_level(1e-6, 1e9)
+    with pytest.raises(ValueError, match="divide"):
+        cm.allreduce_time(net, "torus2d", 8, 1e6, grid_x=3)
+    with pytest.raises(ValueError, match="unknown"):
+        cm.allreduce_time(net, "tree", 8, 1e6)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_step_time_and_efficiency(seed):
+    rng = np.random.default_rng(seed)
+    net = random_network(rng)
+    comp = Compute(rng.uniform(0, 0.05), rng.uniform(1e-5, 1e-2), rng.uniform(1, 8), 256,
+                   int(rng.uniform(1e5, 1e9)), 0)
+    p = np.arange(1, 65) * net.gpus_per_host
+    batch = int(rng.integers(1, 257))
+    for algorithm in cm.ALGORITHMS:
+        eff = cm.scaling_efficiency(net, comp, algorithm, p, batch)
+        assert np.all(eff > 0) and np.all(eff <= 1 + 1e-12)
+        terms = cm.step_terms(net, comp, algorithm, p, batch)
+        # overlap lies between full overlap (max) and none (sum)
+        assert np.all(terms["total"] >= np.maximum(terms["compute"], terms["allreduce"]) - 1e-15)
+        assert np.all(terms["total"] <= terms["compute"] + terms["allreduce"] + 1e-15)
+    assert cm.scaling_efficiency(net, comp, "ring", 1, batch) == pytest.approx(1.0)
+
+
+def test_accumulation_and_memory_limit():
+    net = one_level(1e-6, 1e9)
+    comp = Compute(0.01, 0.001, 1.0, 32, 4_000_000, 0)
+    one = cm.step_terms(net, comp, "ring", 4, 32, accum_steps=1)
+    two = cm.step_terms(net, comp, "ring", 4, 32, accum_steps=2)
+    assert two["total"] == pytest.approx(one["total"] + one["compute"])
+    with pytest.raises(ValueError, match="memory limit"):
+        cm.step_time(net, comp, "ring", 4, 33)
+
+
+def test_cpu_sharing_slows_oversubscribed_ranks():
+    net = Network(Link(1e-6, 1e9), Link(1e-6, 1e9), 0.0, 64, 2, 0, {})
+    two, eight = (cm.allreduce_terms(net, "ring", p, 8e6)["all_gather"] for p in (2, 8))
+    # 8 ranks on 2 slots: each hop 4x slower; 7 steps of 1 MB vs 1 step of 4 MB
+    assert eight == pytest.approx(4 * 7 * (1e-6 + 1e6 / 1e9))
+    assert two == pytest.approx(1e-6 + 4e6 / 1e9)
