@@ -1,0 +1,87 @@
+"""Gradient noise scale B_simple = tr(S) / |G|^2, estimated online (McCandlish et al. 2018, App. A).
+
+Two gradient norms at two batch sizes give unbiased estimates, since E|G_b|^2 = |G|^2 + tr(S)/b::
+
+    |G|^2 ~ (B |G_B|^2 - b |G_b|^2) / (B - b)
+    tr(S) ~ (|G_b|^2 - |G_B|^2) / (1/b - 1/B)
+
+With data parallelism b is one rank's batch (|G_b|^2 averaged over the ranks, before the
+all-reduce) and B the global batch (after it): the communicator's ``pop_sqnorms()`` gives both
+for one extra float. Each estimate is noisy and |G|^2 can come out negative, so the numerator
+and the denominator are smoothed separately (bias-corrected EMA) and divided last.
+
+Example (data parallel)::
+
+    est = NoiseScaleEstimator(smoothing=0.95)
+    comm.track_sqnorms = True
+    ...  # every step, after the gradient all-reduce:
+    local_sqnorm, global_sqnorm = comm.pop_sqnorms()
+    est.update(local_sqnorm, local_batch, global_sqnorm, local_batch * comm.size)
+    est.b_simple   # None until both estimates are positive
+
+With one rank, call :meth:`update_successive` with each step's flattened gradient (two
+successive steps act as two ranks) or :meth:`update` with accumulation micro-batches (b = the
+micro-batch, B = the accumulated batch, local_sqnorm = mean of the micro-batch squared norms).
+"""
+import numpy as np
+
+
+class NoiseScaleEstimator:
+    """Online B_simple from pairs of (small-batch, large-batch) squared gradient norms."""
+
+    def __init__(self, smoothing=0.95):
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing={smoothing} must be in [0, 1) (0: no smoothing)")
+        self.smoothing = smoothing
+        self._sums = np.zeros(2)   # EMA of (|G|^2, tr(S)) estimates
+        self._weight = 0.0         # EMA of 1, for bias correction
+        self._previous = None      # last gradient in update_successive
+        self.updates = 0
+
+    def update(self, local_sqnorm, local_batch, global_sqnorm, global_batch):
+        """Add one observation: |G_b|^2 at batch ``local_batch``, |G_B|^2 at ``global_batch``."""
+        b, big_b = float(local_batch), float(global_batch)
+        if not 0 < b < big_b:
+            raise ValueError(f"need 0 < local_batch ({local_batch}) < global_batch "
+                             f"({global_batch}); with one rank use update_successive or "
+                             f"accumulation micro-batches")
+        grad_sq = (big_b * global_sqnorm - b * local_sqnorm) / (big_b - b)
+        trace = (local_sqnorm - global_sqnorm) / (1.0 / b - 1.0 / big_b)
+        m = self.smoothing
+        self._sums = m * self._sums + (1.0 - m) * np.array([grad_sq, trace])
+        self._weight = m * self._weight + (1.0 - m)
+        self.updates += 1
+
+    def update_successive(self, grad, batch):
+        """One-rank mode: pair this step's flattened gradient with the previous step's.
+
+        The two gradients (``batch`` samples each) act as two ranks: b = batch, B = 2*batch.
+        Keeps one copy of the gradient.
+        """
+        grad = np.asarray(grad, dtype=np.float64).ravel()
+        if self._previous is not None:
+            local = 0.5 * (grad @ grad + self._previous @ self._previous)
+            mean = 0.5 * (grad + self._previous)
+            self.update(local, batch, mean @ mean, 2 * batch)
+        self._previous = grad.copy()
+
+    def _estimate(self, i):
+        return None if self._weight == 0.0 else float(self._sums[i] / self._weight)
+
+    @property
+    def grad_sqnorm(self):
+        """Smoothed |G|^2 estimate (None before the first update)."""
+        return self._estimate(0)
+
+    @property
+    def trace_cov(self):
+        """Smoothed tr(S) estimate: per-sample gradient variance summed over parameters."""
+        return self._estimate(1)
+
+    @property
+    def b_simple(self):
+        """tr(S)/|G|^2 in samples, or None while either smoothed estimate is not positive."""
+        g2, tr = self.grad_sqnorm, self.trace_cov
+        if g2 is None or g2 <= 0 or tr <= 0:
+            return None
+        return tr / g2

@@ -1,0 +1,63 @@
+"""Batch-size controller: invariants, LR scaling, hysteresis, logging."""
+import logging
+
+import numpy as np
+import pytest
+
+from nnabla_torus.controller import BatchSizeController, split_batch
+from nnabla_torus.noise_scale import NoiseScaleEstimator
+from nnabla_torus.schedules import BatchSchedule
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_plan_invariant(seed):
+    rng = np.random.default_rng(seed)
+    world, max_local = int(rng.integers(1, 300)), int(rng.integers(1, 512))
+    batches = sorted(set(int(b) for b in rng.integers(1, 100000, 3)))
+    sched = BatchSchedule([(i * 3, b) for i, b in enumerate(batches)])
+    ctrl = BatchSizeController(world, max_local, schedule=sched, base_batch=256)
+    for epoch in np.linspace(0, 10, 23):
+        plan = ctrl.plan(float(epoch))
+        assert plan.global_batch == world * plan.local_batch * plan.accum_steps
+        assert 1 <= plan.local_batch <= max_local
+        assert plan.lr_factor == pytest.approx(plan.global_batch / 256)
+
+
+def test_paper_schedule_on_fixed_world(caplog):
+    sched = BatchSchedule.parse("0:34816,5:69632")
+    ctrl = BatchSizeController(1088, 32, schedule=sched, base_batch=256, lr_scaling="sqrt")
+    with caplog.at_level(logging.INFO, logger="nnabla_torus.controller"):
+        first, same, later = ctrl.plan(0), ctrl.plan(4.9), ctrl.plan(5.0)
+    assert (first.local_batch, first.accum_steps, first.changed) == (32, 1, True)
+    assert not same.changed
+    assert (later.global_batch, later.accum_steps, later.changed) == (69632, 2, True)
+    assert later.lr_factor == pytest.approx((69632 / 256) ** 0.5)
+    assert len(caplog.records) == 2 and "epoch 5.00" in caplog.records[1].message
+
+
+def test_noise_scale_driven_with_hysteresis():
+    est = NoiseScaleEstimator(smoothing=0.0)
+    ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=32, lr_scaling="none",
+                               min_batch=32, max_batch=4096, hysteresis=0.1)
+    assert ctrl.plan(0).global_batch == 32          # nothing measured yet
+    est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)    # B_simple = 200
+    plan = ctrl.plan(0.1)
+    assert plan.changed and plan.global_batch == 200 and plan.lr_factor == 1.0
+    est.update(2 + 420 / 8, 8, 2 + 420 / 64, 64)    # 210: within 10 %, keep
+    assert not ctrl.plan(0.2).changed
+    est.update(2 + 8000 / 8, 8, 2 + 8000 / 64, 64)  # 4000: 1000 per rank > 64 fits in memory
+    plan = ctrl.plan(0.3)                            # 16 micro-batches of round(62.5) = 62
+    assert (plan.local_batch, plan.accum_steps, plan.global_batch) == (62, 16, 3968)
+    est.update(2 + 80000 / 8, 8, 2 + 80000 / 64, 64)
+    assert not ctrl.plan(0.4).changed                # clipped at 4096: within 10 % of 3968
+    est.update(2 + 20 / 8, 8, 2 + 20 / 64, 64)      # B_simple = 10 -> min_batch 32
+    assert ctrl.plan(0.5).global_batch == 32
+
+
+def test_split_batch_and_errors():
+    assert split_batch(100, 3, 1000) == (33, 1)
+    assert split_batch(10, 64, 8) == (1, 1)
+    with pytest.raises(ValueError, match="exactly one"):
+        BatchSizeController(4, 8)
+    with pytest.raises(ValueError, match="lr_scaling"):
+        BatchSizeController(4, 8, schedule=BatchSchedule([(0, 8)]), lr_scaling="cube")

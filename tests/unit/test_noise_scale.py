@@ -1,0 +1,56 @@
+"""Noise-scale estimator on synthetic gradients with a known answer."""
+import numpy as np
+import pytest
+
+from nnabla_torus.noise_scale import NoiseScaleEstimator
+
+
+def sample_grads(rng, true_grad, sigma, batch, count):
+    """Mean of ``batch`` per-sample gradients G + N(0, sigma^2 I), ``count`` times."""
+    noise = rng.normal(0.0, sigma / np.sqrt(batch), (count, true_grad.size))
+    return true_grad + noise
+
+
+def test_exact_expectations_give_exact_answer():
+    # E|G_b|^2 = |G|^2 + tr(S)/b: with |G|^2 = 2, tr(S) = 400 -> B_simple = 200
+    est = NoiseScaleEstimator(smoothing=0.0)
+    est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)
+    assert est.grad_sqnorm == pytest.approx(2.0)
+    assert est.trace_cov == pytest.approx(400.0)
+    assert est.b_simple == pytest.approx(200.0)
+
+
+def test_data_parallel_estimate_within_15_percent():
+    rng = np.random.default_rng(0)
+    dim, sigma, ranks, b = 200, 3.0, 4, 16
+    true_grad = rng.normal(0, 0.2, dim)
+    truth = dim * sigma ** 2 / (true_grad @ true_grad)
+    est = NoiseScaleEstimator(smoothing=0.99)
+    for _ in range(2000):
+        local = sample_grads(rng, true_grad, sigma, b, ranks)
+        mean = local.mean(axis=0)
+        est.update(np.mean(np.sum(local ** 2, axis=1)), b, mean @ mean, b * ranks)
+    assert est.b_simple == pytest.approx(truth, rel=0.15)
+
+
+def test_single_rank_successive_steps_within_15_percent():
+    rng = np.random.default_rng(1)
+    dim, sigma, b = 100, 2.0, 8
+    true_grad = rng.normal(0, 0.3, dim)
+    truth = dim * sigma ** 2 / (true_grad @ true_grad)
+    est = NoiseScaleEstimator(smoothing=0.995)
+    for grad in sample_grads(rng, true_grad, sigma, b, 3000):
+        est.update_successive(grad, b)
+    assert est.updates == 2999
+    assert est.b_simple == pytest.approx(truth, rel=0.15)
+
+
+def test_none_until_positive_and_bad_input():
+    est = NoiseScaleEstimator()
+    assert est.b_simple is None and est.grad_sqnorm is None
+    est.update(1.0, 8, 2.0, 16)   # |G_B| > |G_b|: negative trace so far
+    assert est.b_simple is None
+    with pytest.raises(ValueError, match="local_batch"):
+        est.update(1.0, 16, 1.0, 16)
+    with pytest.raises(ValueError, match="smoothing"):
+        NoiseScaleEstimator(smoothing=1.0)
