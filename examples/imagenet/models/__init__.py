@@ -1,0 +1,11 @@
+"""Image classification models for the ImageNet example.
+
+Example::
+
+    from models import ARCHS, get_model, is_bn_or_bias
+    model = get_model("resnet50", num_classes=1000)          # logits = model(x, test=False)
+    decayed = {k: v for k, v in nn.get_parameters().items() if not is_bn_or_bias(k)}
+"""
+from .resnet import ARCHS, get_model, is_bn_or_bias
+
+__all__ = ["ARCHS", "get_model", "is_bn_or_bias"]
