@@ -1,0 +1,214 @@
+"""Planner: how many GPUs, which grid and all-reduce algorithm, which batch, now.
+
+Every candidate (GPU count p, algorithm, grid X x Y, per-GPU batch b, accumulation s) is scored
+with the cost model (:mod:`nnabla_torus.costmodel`), all at once in numpy::
+
+    global batch   B = p * b * s
+    throughput     B / step_time                                    (samples/s)
+    scaling eff.   step_time(1 GPU, b, s) / step_time(p, b, s)      (weak scaling, in (0, 1])
+    statistical    E(B) = (B_noise + B0) / (B_noise + max(B, B0))   (Pollux; 1 without B_noise)
+    goodput        throughput * E(B)          (samples/s of progress at the reference batch B0)
+    time to train  dataset_size * epochs / goodput
+
+Maximising goodput and minimising time to train rank candidates the same way; with
+``min_efficiency`` only candidates whose scaling efficiency reaches it are kept (minimum time
+under a minimum scaling efficiency). Among plans within ``tie`` (1 %) of the best, the one
+with the fewest GPUs wins. Candidate grids keep rows inside hosts or hosts inside rows
+(X divides gpus_per_host or the reverse); GPU counts are 1..g, then whole hosts.
+
+Example (the paper's first phase: 34,816 images at 32 per GPU)::
+
+    >>> from nnabla_torus.profile import load_profile
+    >>> best = plan(load_profile("abci"), "resnet50", target_batch=34816, local_batches=[32])
+    >>> best.best.gpus, best.best.global_batch
+    (1088, 34816)
+"""
+import math
+import time
+from collections import namedtuple
+
+import numpy as np
+
+from . import costmodel
+from .costmodel import ALGORITHMS
+from .profile import model_of
+
+Plan = namedtuple("Plan", [
+    "gpus", "grid", "algorithm", "local_batch", "accum_steps", "global_batch",
+    "step_time_s", "images_per_s", "scaling_efficiency", "statistical_efficiency",
+    "goodput", "time_to_train_s",
+])
+
+PlanResult = namedtuple("PlanResult", [
+    "best",        # Plan: the recommendation
+    "per_gpus",    # [Plan]: the best plan for each candidate GPU count, by GPU count
+    "candidates",  # {column: array}: every candidate scored (columns as in Plan)
+    "seconds",     # planning time, seconds
+])
+
+IMAGENET_TRAIN_IMAGES = 1281167
+
+
+def gpu_counts(max_gpus, gpus_per_host):
+    """Candidate GPU counts: 1..g (one host), then every whole number of hosts up to max."""
+    one_host = np.arange(1, min(gpus_per_host, max_gpus) + 1)
+    hosts = np.arange(2, max_gpus // gpus_per_host + 1) * gpus_per_host
+    return np.concatenate([one_host, hosts])
+
+
+def grids(p, algorithm, g):
+    """Row lengths X to try for ``algorithm`` on ``p`` GPUs with ``g`` per host."""
+    if algorithm in ("ring", "native"):
+        return [p]
+    if algorithm == "hierarchical":
+        return [g] if p > g and p % g == 0 else []
+    small = [x for x in range(2, int(math.isqrt(p)) + 1) if p % x == 0]
+    divisors = sorted(set(small + [p // x for x in small]))
+    return [x for x in divisors if g % x == 0 or x % g == 0]
+
+
+def _topology_columns(counts, algorithms, g):
+    """Arrays (p, algorithm index, X) of every (GPU count, algorithm, grid) candidate."""
+    rows = [(p, a, x) for p in counts.tolist() for a, name in enumerate(ALGORITHMS)
+            if name in algorithms for x in grids(p, name, g)]
+    return tuple(np.array(c, dtype=int) for c in zip(*rows))
+
+
+def _batch_columns(p, target_batch, local_batches, accum_steps, max_local):
+    """Pair each topology with batches: a fixed target, or every (b, s) combination."""
+    if target_batch is None:
+        b, s = np.meshgrid(local_batches, accum_steps)
+        b, s = b.ravel(), s.ravel()
+        k = len(b)
+        return np.repeat(np.arange(len(p)), k), np.tile(b, len(p)), np.tile(s, len(p))
+    rows = [(i, b, s) for i, pi in enumerate(p.tolist()) for b in local_batches
+            for s in accum_steps if pi * b * s == target_batch and b <= max_local]
+    if not rows:   # no exact split: fewest accumulation steps, rounded local batch
+        rows = []
+        for i, pi in enumerate(p.tolist()):
+            s = max(1, math.ceil(target_batch / (pi * max_local)))
+            rows.append((i, max(1, min(max_local, round(target_batch / (pi * s)))), s))
+    return tuple(np.array(c, dtype=int) for c in zip(*rows))
+
+
+def score(net, comp, p, algo, x, b, s, b_noise=None, base_batch=256,
+          dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90):
+    """Score candidate arrays; returns {column: array} with the columns of Plan."""
+    step = np.empty(len(p))
+    for a, name in enumerate(ALGORITHMS):
+        m = algo == a
+        if m.any():
+            step[m] = costmodel.step_time(net, comp, name, p[m], b[m], s[m], x[m])
+    single = s * costmodel.compute_time(comp, 1, b, net.gpus_per_host)  # one GPU: no all-reduce
+    global_batch = p * b * s
+    throughput = global_batch / step
+    stat = statistical_efficiency(global_batch, b_noise, base_batch)
+    goodput = throughput * stat
+    return {"gpus": p, "grid_x": x, "grid_y": p // x, "algorithm": algo, "local_batch": b,
+            "accum_steps": s, "global_batch": global_batch, "step_time_s": step,
+            "images_per_s": throughput, "scaling_efficiency": single / step,
+            "statistical_efficiency": stat, "goodput": goodput,
+            "time_to_train_s": dataset_size * epochs / goodput}
+
+
+def statistical_efficiency(global_batch, b_noise, base_batch):
+    """(B_noise + B0) / (B_noise + max(B, B0)), in (0, 1]; 1 when B_noise is None."""
+    batch = np.asarray(global_batch, float)
+    if b_noise is None:
+        return np.ones_like(batch)
+    return (b_noise + base_batch) / (b_noise + np.maximum(batch, base_batch))
+
+
+def _row(cols, i):
+    grid = f"{int(cols['grid_x'][i])}x{int(cols['grid_y'][i])}"
+    return Plan(int(cols["gpus"][i]), grid, ALGORITHMS[int(cols["algorithm"][i])],
+                int(cols["local_batch"][i]), int(cols["accum_steps"][i]),
+                int(cols["global_batch"][i]), float(cols["step_time_s"][i]),
+                float(cols["images_per_s"][i]), float(cols["scaling_efficiency"][i]),
+                float(cols["statistical_efficiency"][i]), float(cols["goodput"][i]),
+                float(cols["time_to_train_s"][i]))
+
+
+def best_index(cols, mask=None, tie=0.01):
+    """Index of the best candidate: highest goodput, fewest GPUs among those within ``tie``."""
+    goodput = np.where(mask if mask is not None else True, cols["goodput"], -np.inf)
+    if not np.isfinite(goodput.max()):
+        return None
+    near = goodput >= goodput.max() * (1.0 - tie)
+    fewest = np.where(near, cols["gpus"], np.iinfo(int).max)
+    return int(np.argmax(np.where(fewest == fewest.min(), goodput, -np.inf)))
+
+
+def best_per_gpus(cols, mask=None):
+    """Indices of the highest-goodput candidate for each GPU count, by GPU count.
+
+    Candidates must be sorted by GPU count (as :func:`plan` builds them).
+    """
+    goodput = np.where(mask if mask is not None else True, cols["goodput"], -np.inf)
+    counts, group = np.unique(cols["gpus"], return_inverse=True)
+    starts = np.flatnonzero(np.r_[True, np.diff(group) != 0])
+    top = np.maximum.reduceat(goodput, starts)
+    hits = np.flatnonzero((goodput == top[group]) & np.isfinite(goodput))
+    _, first = np.unique(group[hits], return_index=True)
+    return hits[first]
+
+
+def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_batch=None,
+         local_batches=None, accum_steps=(1, 2, 4, 8), b_noise=None, base_batch=256,
+         dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90, min_efficiency=0.0):
+    """Best plan for ``model`` on profile ``prof``; returns a PlanResult.
+
+    ``target_batch``: keep the global batch fixed (a schedule phase); else every per-GPU batch
+    in ``local_batches`` (default powers of two up to the memory limit) times ``accum_steps``
+    is tried and B_noise (``b_noise``, samples) trades throughput against statistical
+    efficiency. Raises ValueError when no candidate meets ``min_efficiency``.
+    """
+    start = time.perf_counter()
+    net, comp = prof.network, model_of(prof, model)
+    unknown = set(algorithms) - set(ALGORITHMS)
+    if unknown:
+        raise ValueError(f"unknown algorithm(s) {sorted(unknown)}; choose from {ALGORITHMS}")
+    max_gpus = max_gpus or prof.hosts * net.gpus_per_host
+    counts = np.asarray(counts if counts is not None else gpu_counts(max_gpus, net.gpus_per_host))
+    if local_batches is None:
+        local_batches = 2 ** np.arange(int(math.log2(comp.max_local_batch)) + 1)
+    p, algo, x = _topology_columns(counts, algorithms, net.gpus_per_host)
+    i, b, s = _batch_columns(p, target_batch, np.asarray(local_batches),
+                             np.asarray(accum_steps), comp.max_local_batch)
+    cols = score(net, comp, p[i], algo[i], x[i], b, s, b_noise, base_batch, dataset_size, epochs)
+    ok = cols["scaling_efficiency"] >= min_efficiency
+    best = best_index(cols, ok)
+    if best is None:
+        top = float(cols["scaling_efficiency"].max())
+        raise ValueError(f"no plan reaches scaling efficiency {min_efficiency}; the best "
+                         f"candidate reaches {top:.3f}: lower --min-efficiency")
+    per = [_row(cols, k) for k in best_per_gpus(cols, ok)]
+    return PlanResult(_row(cols, best), per, cols, time.perf_counter() - start)
+
+
+def should_switch(current, proposed, threshold=0.05):
+    """Hysteresis: switch only when ``proposed`` (a Plan) beats ``current`` goodput by > threshold.
+
+    AdaptDL fixed batch-size flapping with such a threshold (its issue #27: 5 %).
+    """
+    if current is None:
+        return True
+    return proposed.goodput > current.goodput * (1.0 + threshold)
+
+
+def plan_schedule(prof, model, schedule, local_batch, **kwargs):
+    """GPU count per phase of a BatchSchedule at ``local_batch`` images per GPU (no accumulation).
+
+    Returns [(start_epoch, Plan)]: the paper's 34,816 -> 69,632 at 32 per GPU gives 1,088 ->
+    2,176 GPUs. Raises ValueError when a phase's batch is not a multiple of ``local_batch``.
+    """
+    phases = []
+    for start, batch in schedule.phases:
+        if batch % local_batch:
+            raise ValueError(f"schedule batch {batch} at epoch {start:g} is not a multiple of "
+                             f"the per-GPU batch {local_batch}; pick batches that divide")
+        gpus = batch // local_batch
+        result = plan(prof, model, counts=[gpus], target_batch=batch,
+                      local_batches=[local_batch], accum_steps=[1], **kwargs)
+        phases.append((start, result.best))
+    return phases
