@@ -1,0 +1,293 @@
+"""Sharded DALI input for ImageNet-layout data: ``train/<wnid>/*.JPEG`` folders or ``path label`` lists.
+
+The layout is nnabla-examples' one: a training folder of class folders (label = index of the
+folder in sorted order) or any folder plus a list file whose lines are ``relative/path label``
+(paths relative to the folder), e.g. ``val/`` + ``val.txt`` with ``ILSVRC2012_val_00000001.JPEG 65``.
+
+Each epoch, rank ``r`` of ``size`` reads shard ``r`` of the (for training: seeded, reshuffled every
+epoch) image order; shards are disjoint and cover the data. Every rank runs the same number of
+steps, ``len(loader) = ceil(ceil(N / size) / batch)``, so collectives never wait for a rank that
+ran out: training pads a short shard with its own images again (a few duplicates per epoch),
+validation pads with label ``-1`` (mask those out). Training: decode + random-resized crop + flip
++ normalise; validation: resize the shorter side to ``image_size / 0.875`` + centre crop.
+Output: numpy float32 NCHW images, int32 labels of shape (batch, 1).
+
+Example::
+
+    import data
+    train_set = data.read_dataset("imagenet/train", "imagenet/train.txt")   # or class folders only
+    for epoch in range(epochs):
+        loader = data.make_loader(train_set, batch_size=32, rank=comm.rank, size=comm.size,
+                                  train=True, image_size=224, seed=0, epoch=epoch)
+        for images, labels in loader:        # len(loader) steps, identical on every rank
+            ...                              # images (32, 3, 224, 224) float32, labels (32, 1) int32
+    val = data.make_loader(data.read_dataset("imagenet/val", "imagenet/val.txt"), 50,
+                           comm.rank, comm.size, train=False, image_size=224)
+    for images, labels in val:
+        valid = labels[:, 0] >= 0            # padding rows carry label -1
+
+One loader is one DALI pipeline for (part of) one epoch of one rank; building it costs a few tens
+of milliseconds on CPU plus the prefetch of its first batches, so recreate it per epoch and to
+change the per-rank batch: ``make_loader(..., batch_size=new, epoch=e, start_image=loader.position)``
+continues the epoch where the old loader stopped. Resuming a run exactly (same images, same
+augmentation) rebuilds the loader from its ``state()`` (``make_loader(..., resume=state)``) and
+decodes and discards the batches already consumed: that replay costs the decoding time of those
+batches.
+"""
+import math
+import os
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
+# ImageNet channel statistics in 0-255 scale (RGB), as used by torchvision and nnabla-examples.
+PIXEL_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+PIXEL_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+VAL_RESIZE_RATIO = 0.875   # centre crop covers 87.5 % of the shorter side (224 of 256)
+PAD_LABEL = -1             # label of validation padding rows
+
+
+class Dataset:
+    """Absolute image paths and their int32 labels; ``num_classes`` = largest label + 1."""
+
+    def __init__(self, root, files, labels):
+        self.root = root
+        self.files = list(files)
+        self.labels = np.asarray(labels, dtype=np.int32)
+        self.num_classes = int(self.labels.max()) + 1 if len(self.labels) else 0
+
+    def __len__(self):
+        return len(self.files)
+
+
+def read_dataset(image_dir, list_file=None):
+    """Read an image folder: class folders when ``list_file`` is None, else a ``path label`` list.
+
+    Raises FileNotFoundError / ValueError naming the folder, file or line at fault.
+    """
+    image_dir = os.path.abspath(os.path.expanduser(image_dir))
+    if not os.path.isdir(image_dir):
+        raise FileNotFoundError(
+            f"image folder {image_dir} does not exist; pass a folder holding <class>/*.JPEG "
+            f"(or images named in a list file), or leave the data flags unset to use the "
+            f"embedded digits dataset")
+    if list_file is None:
+        files, labels = scan_class_folders(image_dir)
+    else:
+        files, labels = read_list(list_file, image_dir)
+    return Dataset(image_dir, files, labels)
+
+
+def scan_class_folders(image_dir):
+    """Return (absolute paths, labels) of ``image_dir/<class>/*.JPEG``, classes in sorted order."""
+    classes = sorted(e.name for e in os.scandir(image_dir) if e.is_dir())
+    if not classes:
+        raise FileNotFoundError(
+            f"no class folders in {image_dir}; expected {image_dir}/<class>/*.JPEG, or pass a "
+            f"'path label' list file for a flat folder (tools/make_imagenet_lists.py writes one)")
+    files, labels = [], []
+    for label, name in enumerate(classes):
+        folder = os.path.join(image_dir, name)
+        images = sorted(e.name for e in os.scandir(folder)
+                        if e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS))
+        if not images:
+            raise FileNotFoundError(
+                f"class folder {folder} holds no images ({', '.join(IMAGE_EXTENSIONS)}); "
+                f"remove it or add its images")
+        files += [os.path.join(folder, f) for f in images]
+        labels += [label] * len(images)
+    return files, labels
+
+
+def read_list(list_file, image_dir):
+    """Parse a ``relative/path label`` list; every named image must exist under ``image_dir``."""
+    list_file = os.path.abspath(os.path.expanduser(list_file))
+    if not os.path.isfile(list_file):
+        raise FileNotFoundError(f"list file {list_file} does not exist; write it with "
+                                f"tools/make_imagenet_lists.py")
+    files, labels = [], []
+    with open(list_file) as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 2 or not fields[1].isdigit():
+                raise ValueError(f"{list_file}:{number}: expected 'relative/path.JPEG label' with "
+                                 f"a label >= 0, got {line.rstrip()!r}")
+            files.append(os.path.join(image_dir, fields[0]))
+            labels.append(int(fields[1]))
+    if not files:
+        raise ValueError(f"list file {list_file} names no images")
+    _check_files_exist(files, list_file)
+    return files, labels
+
+
+def _check_files_exist(files, list_file):
+    # One directory listing per folder instead of one stat per image: ImageNet's 1.28M images
+    # sit in 1,000 folders, so this takes seconds, not minutes, on network file systems.
+    listings = {}
+    missing = []
+    for path in files:
+        folder, name = os.path.split(path)
+        if folder not in listings:
+            listings[folder] = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+        if name not in listings[folder]:
+            missing.append(path)
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} image(s) named in {list_file} do not exist, "
+                                f"first: {missing[0]}; fix the list or the image folder")
+
+
+def write_list(path, entries):
+    """Write ``(relative path, label)`` pairs as a ``path label`` list file."""
+    with open(path, "w") as f:
+        f.writelines(f"{name} {label}\n" for name, label in entries)
+
+
+def shard_plan(num_images, batch_size, rank, size, train, seed=0, epoch=0, start_image=0):
+    """Return (indices, real) of the images rank ``rank`` reads this epoch, from ``start_image`` on.
+
+    ``indices`` has ``steps * batch_size`` entries with ``steps = ceil((ceil(N/size) - start_image)
+    / batch_size)`` on every rank; the first ``real`` entries are this rank's shard (contiguous
+    block of the epoch order, which for training is a permutation seeded by (seed, epoch)), the
+    rest pad it (training: the shard again; validation: entries to mask out).
+    """
+    _check_shard_args(num_images, batch_size, rank, size, start_image)
+    order = (np.random.default_rng([seed, epoch]).permutation(num_images) if train
+             else np.arange(num_images))
+    shard = order[num_images * rank // size: num_images * (rank + 1) // size]
+    remaining = shard[start_image:]
+    steps = math.ceil((math.ceil(num_images / size) - start_image) / batch_size)
+    return np.resize(remaining if len(remaining) else shard, steps * batch_size), len(remaining)
+
+
+def _check_shard_args(num_images, batch_size, rank, size, start_image):
+    if num_images < size:
+        raise ValueError(f"{num_images} images cannot be sharded over {size} ranks; use at "
+                         f"most {num_images} ranks or more data")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not 0 <= rank < size:
+        raise ValueError(f"rank must be in [0, {size}), got {rank}")
+    if not 0 <= start_image <= math.ceil(num_images / size):
+        raise ValueError(f"start_image must be in [0, {math.ceil(num_images / size)}] (images "
+                         f"per rank per epoch), got {start_image}")
+
+
+class Loader:
+    """Iterator over one rank's batches of one epoch (see the module docstring)."""
+
+    def __init__(self, dataset, batch_size, rank, size, train, image_size, seed, epoch,
+                 start_image, device_id, num_threads, prefetch, crop_scale, flip):
+        self.batch_size, self.train, self.epoch = batch_size, train, epoch
+        self.start_image = self.position = start_image
+        self.images_per_epoch = len(dataset)
+        self.num_classes = dataset.num_classes
+        indices, self.shard_size = shard_plan(len(dataset), batch_size, rank, size, train, seed,
+                                              epoch, start_image)
+        self.steps = len(indices) // batch_size
+        self._per_rank = math.ceil(len(dataset) / size)
+        self._step = 0
+        self._pipe = None
+        if self.steps:
+            files = [dataset.files[i] for i in indices]
+            pipe_seed = int(np.random.SeedSequence([seed, rank, epoch, start_image, batch_size])
+                            .generate_state(1)[0] & 0x7FFFFFFF)
+            self._pipe = _build_pipeline(files, dataset.labels[indices].tolist(), batch_size,
+                                         train, image_size, pipe_seed, device_id, num_threads,
+                                         prefetch, crop_scale, flip)
+
+    def __len__(self):
+        return self.steps
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._step >= self.steps:
+            raise StopIteration
+        images, labels = (_to_numpy(t) for t in self._pipe.run())
+        labels = labels.reshape(self.batch_size, 1).astype(np.int32)
+        first = self._step * self.batch_size
+        if not self.train:
+            labels[max(0, self.shard_size - first):] = PAD_LABEL
+        self._step += 1
+        # Counted in whole batches (not real images) so that it is the same on every rank.
+        self.position = min(self.start_image + self._step * self.batch_size, self._per_rank)
+        return images, labels
+
+    def state(self):
+        """Return what ``make_loader(..., resume=state)`` needs to continue exactly here."""
+        return {"epoch": self.epoch, "start_image": self.start_image,
+                "batch_size": self.batch_size, "consumed_steps": self._step}
+
+
+def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, seed=0,
+                device_id=None, list_file=None, epoch=0, start_image=0, resume=None,
+                num_threads=1, prefetch=2, crop_scale=(0.08, 1.0), flip=True):
+    """Return a ``Loader`` over rank ``rank``'s batches of epoch ``epoch``.
+
+    source: a ``Dataset`` or an image folder (read with ``read_dataset(source, list_file)``).
+    batch_size: images per rank per step. image_size: output side in pixels.
+    device_id: None decodes on CPU; a GPU id decodes with nvJPEG ("mixed") and augments on it.
+    start_image: images per rank already consumed this epoch, as ``loader.position`` counts them
+    (same value on every rank); used to continue an epoch after a batch change.
+    resume: a ``Loader.state()`` dict; replaces epoch/start_image/batch_size and replays the
+    consumed steps so that images and augmentation continue exactly.
+    num_threads, prefetch: DALI worker threads and batches prepared ahead (memory: prefetch
+    batches). crop_scale: area fraction range of the training random-resized crop. flip: random
+    horizontal flips in training.
+    """
+    dataset = source if isinstance(source, Dataset) else read_dataset(source, list_file)
+    replay = 0
+    if resume is not None:
+        epoch, start_image = resume["epoch"], resume["start_image"]
+        batch_size, replay = resume["batch_size"], resume["consumed_steps"]
+    loader = Loader(dataset, batch_size, rank, size, train, image_size, seed, epoch, start_image,
+                    device_id, num_threads, prefetch, tuple(crop_scale), flip)
+    for _ in range(replay):
+        next(loader)
+    return loader
+
+
+def _build_pipeline(files, labels, batch_size, train, image_size, seed, device_id, num_threads,
+                    prefetch, crop_scale, flip):
+    # DALI is imported here so that list tools and tests of the pure-Python parts run without it.
+    from nvidia.dali import Pipeline, fn, types
+
+    decoder = "cpu" if device_id is None else "mixed"
+    device = "cpu" if device_id is None else "gpu"
+    pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
+                    seed=seed, prefetch_queue_depth=prefetch)
+    with pipe:
+        # The files are already this rank's shard in this epoch's order: sharding and shuffling
+        # are done in shard_plan so that every rank runs the same number of steps and an epoch
+        # is an exact, seeded cover of the data.
+        jpegs, label = fn.readers.file(files=files, labels=labels, random_shuffle=False,
+                                       name="Reader")
+        if train:
+            # Decoding only the crop window saves most of the decode time on CPU.
+            images = fn.decoders.image_random_crop(jpegs, device=decoder,
+                                                   output_type=types.RGB,
+                                                   random_area=list(crop_scale),
+                                                   random_aspect_ratio=[3 / 4, 4 / 3])
+            images = fn.resize(images, device=device, resize_x=image_size, resize_y=image_size)
+            mirror = fn.random.coin_flip(probability=0.5) if flip else 0
+        else:
+            images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB)
+            images = fn.resize(images, device=device,
+                               resize_shorter=round(image_size / VAL_RESIZE_RATIO))
+            mirror = 0
+        images = fn.crop_mirror_normalize(images, device=device, dtype=types.FLOAT,
+                                          output_layout="CHW", crop=(image_size, image_size),
+                                          mean=list(PIXEL_MEAN), std=list(PIXEL_STD),
+                                          mirror=mirror)
+        pipe.set_outputs(images, label)
+    pipe.build()
+    return pipe
+
+
+def _to_numpy(tensor_list):
+    if hasattr(tensor_list, "as_cpu"):
+        tensor_list = tensor_list.as_cpu()
+    return tensor_list.as_array()

@@ -1,0 +1,176 @@
+"""DALI input of the ImageNet example: sharding, transforms, resume, batch changes, clear errors.
+
+The test images are solid colours whose label is their index, so a loader's labels say which
+files it read and its pixels have a known normalised value.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
+import data  # noqa: E402
+
+NUM_IMAGES = 23   # prime, so shards of 2 and 3 ranks differ in size
+
+
+def colour(index):
+    return np.array([(20 + 9 * index + 50 * k) % 256 for k in range(3)], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    """A flat folder of NUM_IMAGES 40x48 JPEGs plus a list giving image i the label i."""
+    root = tmp_path_factory.mktemp("indexed")
+    entries = []
+    for i in range(NUM_IMAGES):
+        name = f"img_{i:03d}.JPEG"
+        pixels = np.broadcast_to(colour(i).astype(np.uint8), (40, 48, 3))
+        Image.fromarray(np.ascontiguousarray(pixels)).save(root / name, quality=95)
+        entries.append((name, i))
+    data.write_list(root / "list.txt", entries)
+    return data.read_dataset(str(root), str(root / "list.txt"))
+
+
+def read_epoch(dataset, size, rank, train, batch_size=4, **kwargs):
+    """Return (labels of the images rank read in order, the loader)."""
+    loader = data.make_loader(dataset, batch_size, rank, size, train=train, image_size=8, **kwargs)
+    labels = np.concatenate([y[:, 0] for _, y in loader]) if len(loader) else np.zeros(0, int)
+    return labels, loader
+
+
+@pytest.mark.parametrize("num_images", [1000, 23, 7])
+@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("train", [True, False])
+def test_shard_plan_is_a_disjoint_cover_with_equal_steps(num_images, size, train):
+    plans = [data.shard_plan(num_images, 4, r, size, train, seed=1, epoch=2) for r in range(size)]
+    real = [indices[:count] for indices, count in plans]
+    assert sorted(np.concatenate(real).tolist()) == list(range(num_images))
+    assert len({len(indices) for indices, _ in plans}) == 1   # same number of steps everywhere
+
+
+def test_training_order_is_seeded_and_reshuffled_every_epoch():
+    def order(seed, epoch):
+        return data.shard_plan(100, 10, 0, 1, True, seed=seed, epoch=epoch)[0].tolist()
+    assert order(0, 0) == order(0, 0)
+    assert order(0, 0) != order(0, 1) and order(0, 0) != order(1, 0)
+    assert sorted(order(0, 1)) == list(range(100))
+    assert data.shard_plan(10, 4, 0, 1, False)[0].tolist() == list(range(10)) + [0, 1]
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_dali_training_shards_are_disjoint_and_cover_the_data(indexed, size):
+    seen = []
+    for rank in range(size):
+        labels, loader = read_epoch(indexed, size, rank, train=True, seed=5, epoch=1)
+        steps = -(-(-(-NUM_IMAGES // size)) // 4)               # ceil(ceil(23 / size) / 4)
+        assert len(loader) == steps and len(labels) == 4 * steps
+        seen.append(labels[:loader.shard_size])
+        assert set(labels[loader.shard_size:]) <= set(seen[-1])   # padding repeats the shard
+    assert sorted(np.concatenate(seen).tolist()) == list(range(NUM_IMAGES))
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_dali_validation_shards_cover_the_data_once_and_pad_with_minus_one(indexed, size):
+    seen = [read_epoch(indexed, size, rank, train=False)[0] for rank in range(size)]
+    labels = np.concatenate(seen)
+    assert sorted(labels[labels >= 0].tolist()) == list(range(NUM_IMAGES))
+    assert (labels[labels < 0] == data.PAD_LABEL).all()
+    assert np.array_equal(seen[0][:4], [0, 1, 2, 3])              # validation keeps file order
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_transforms_give_nchw_float32_normalised_in_0_255_scale(indexed, train):
+    loader = data.make_loader(indexed, 5, 0, 1, train=train, image_size=16)
+    images, labels = next(loader)
+    assert images.shape == (5, 3, 16, 16) and images.dtype == np.float32
+    assert labels.shape == (5, 1) and labels.dtype == np.int32
+    mean, std = np.array(data.PIXEL_MEAN), np.array(data.PIXEL_STD)
+    for image, label in zip(images, labels[:, 0]):
+        expected = (colour(label) - mean) / std           # a solid colour survives crop and flip
+        np.testing.assert_allclose(image.mean(axis=(1, 2)), expected, atol=0.05)
+        assert image.std(axis=(1, 2)).max() < 0.05
+
+
+def test_resume_replays_to_the_same_images_and_augmentation(indexed):
+    uninterrupted = data.make_loader(indexed, 3, 1, 2, True, image_size=8, seed=3, epoch=4)
+    first = next(uninterrupted)
+    state = uninterrupted.state()
+    rest = list(uninterrupted)
+    resumed = data.make_loader(indexed, 99, 1, 2, True, image_size=8, seed=3, resume=state)
+    for (x, y), (x2, y2) in zip(rest, resumed):
+        np.testing.assert_array_equal(x, x2)
+        np.testing.assert_array_equal(y, y2)
+    assert state["consumed_steps"] == 1 and len(first[0]) == 3
+
+
+def test_changing_the_batch_mid_epoch_still_covers_the_shard(indexed):
+    size, rank = 3, 2
+    small = data.make_loader(indexed, 2, rank, size, True, image_size=8, epoch=1)
+    labels = [next(small)[1][:, 0] for _ in range(2)]
+    big = data.make_loader(indexed, 3, rank, size, True, image_size=8, epoch=1,
+                           start_image=small.position)
+    labels += [y[:, 0] for _, y in big]
+    indices, count = data.shard_plan(NUM_IMAGES, 2, rank, size, True, epoch=1)
+    assert small.position == 4 and len(big) == 2                  # ceil((8 - 4) / 3)
+    assert np.array_equal(np.concatenate(labels)[:count], indices[:count])
+
+
+def test_class_folders_get_sorted_indices(tmp_path):
+    for name in ("n02", "n01"):
+        (tmp_path / name).mkdir()
+        Image.new("RGB", (4, 4)).save(tmp_path / name / "a.JPEG")
+    dataset = data.read_dataset(str(tmp_path))
+    assert [os.path.basename(os.path.dirname(f)) for f in dataset.files] == ["n01", "n02"]
+    assert dataset.labels.tolist() == [0, 1] and dataset.num_classes == 2
+
+
+def write_list(folder, text):
+    path = folder / "list.txt"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("layout, error, message", [
+    ("missing folder", FileNotFoundError, "does not exist"),
+    ("no class folders", FileNotFoundError, "no class folders"),
+    ("empty class folder", FileNotFoundError, "holds no images"),
+    ("missing list", FileNotFoundError, "list file .* does not exist"),
+    ("missing image", FileNotFoundError, "1 image.* do not exist, first: .*gone.JPEG"),
+    ("bad label", ValueError, r"list.txt:2: expected .* got 'b.JPEG cat'"),
+    ("negative label", ValueError, r"list.txt:1: .*'a.JPEG -1'"),
+    ("empty list", ValueError, "names no images"),
+])
+def test_missing_or_malformed_data_names_the_path(tmp_path, layout, error, message):
+    Image.new("RGB", (4, 4)).save(tmp_path / "a.JPEG")
+    Image.new("RGB", (4, 4)).save(tmp_path / "b.JPEG")
+    folder, list_file = str(tmp_path), None
+    if layout == "missing folder":
+        folder = str(tmp_path / "nowhere")
+    elif layout == "empty class folder":
+        (tmp_path / "n01").mkdir()
+    elif layout == "missing list":
+        list_file = str(tmp_path / "absent.txt")
+    elif layout != "no class folders":
+        list_file = write_list(tmp_path, {
+            "missing image": "a.JPEG 0\ngone.JPEG 1\n",
+            "bad label": "a.JPEG 0\nb.JPEG cat\n",
+            "negative label": "a.JPEG -1\n",
+            "empty list": "\n",
+        }[layout])
+    with pytest.raises(error, match=message):
+        data.make_loader(folder, 2, list_file=list_file)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(batch_size=0), "batch_size must be >= 1"),
+    (dict(rank=3, size=3), r"rank must be in \[0, 3\)"),
+    (dict(size=30), "cannot be sharded over 30 ranks"),
+    (dict(start_image=13), r"start_image must be in \[0, 12\]"),
+])
+def test_bad_shard_arguments_are_named(indexed, kwargs, message):
+    args = {**dict(batch_size=4, rank=0, size=2), **kwargs}
+    with pytest.raises(ValueError, match=message):
+        data.make_loader(indexed, **args)
