@@ -1,0 +1,59 @@
+"""All-reduce algorithms built from a backend's three primitives, and their registry.
+
+Every algorithm sums a 1-D buffer in place over the ranks of a ``Plan`` (which groups to use).
+A backend supplies ``reduce_scatter(group, buf)`` (returns our reduced chunk, a view),
+``all_reduce(group, buf)``, ``all_gather(group, buf)`` and ``library_all_reduce(group, buf)``.
+
+- ``ring``: reduce-scatter then all-gather over all p ranks: 2(p-1) steps, 2(p-1)/p * n bytes
+  sent per rank.
+- ``torus2d`` (Mikami et al. 2018), on an X x Y grid:
+    1. reduce-scatter along the row (X ranks): each rank holds 1/X of the row's sum;
+    2. all-reduce that shard along the column (Y ranks, ring);
+    3. all-gather along the row.
+  2(X-1) + 2(Y-1) steps instead of 2(p-1); the same bytes as the ring in total, but only
+  2(Y-1)/(XY) * n of them cross the column links. A torus on Nx1 or 1xN is the ring.
+- ``hierarchical``: the torus with rows = the ranks of one host and the column phase done by
+  the library's own all-reduce (Horovod's hierarchical all-reduce).
+- ``native``: the library's own all-reduce over the world (``MPI_Allreduce`` or NCCL's).
+"""
+from dataclasses import dataclass
+
+
+@dataclass
+class Plan:
+    """The groups one rank uses: ``world``, and its ``row`` and ``column`` of the grid."""
+    world: object
+    row: object
+    column: object
+
+
+def ring(backend, plan, buf):
+    backend.all_reduce(plan.world, buf, "ring all_reduce")
+
+
+def torus2d(backend, plan, buf):
+    shard = backend.reduce_scatter(plan.row, buf, "torus2d row reduce-scatter")
+    backend.all_reduce(plan.column, shard, "torus2d column all_reduce")
+    backend.all_gather(plan.row, buf, "torus2d row all-gather")
+
+
+def hierarchical(backend, plan, buf):
+    shard = backend.reduce_scatter(plan.row, buf, "hierarchical host reduce-scatter")
+    backend.library_all_reduce(plan.column, shard, "hierarchical cross-host all_reduce")
+    backend.all_gather(plan.row, buf, "hierarchical host all-gather")
+
+
+def native(backend, plan, buf):
+    backend.library_all_reduce(plan.world, buf, "native all_reduce")
+
+
+ALGORITHMS = {"torus2d": torus2d, "ring": ring, "hierarchical": hierarchical, "native": native}
+
+
+def get_algorithm(name):
+    """The all-reduce function registered as ``name``; ValueError lists the known ones."""
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(f"unknown all-reduce algorithm {name!r}; choose one of "
+                         f"{', '.join(ALGORITHMS)} (NNABLA_TORUS_ALGORITHM or algorithm=)") from None

@@ -1,0 +1,395 @@
+"""A drop-in for nnabla's ``MultiProcessDataParallelCommunicator`` with a 2D-torus all-reduce.
+
+Change one import line and keep the rest of an nnabla data-parallel script::
+
+    import nnabla_torus as C            # was: import nnabla.communicators as C
+    comm = C.MultiProcessDataParallelCommunicator(ctx)
+    comm.init()
+    ...
+    loss.backward(clear_buffer=True)
+    comm.all_reduce([p.grad for p in nn.get_parameters().values()], division=True)
+    solver.update()
+
+Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else environment):
+
+- ``algorithm`` / NNABLA_TORUS_ALGORITHM: torus2d | ring | hierarchical | native (default torus2d)
+- ``grid`` / NNABLA_TORUS_GRID: ``XxY`` for torus2d (default: X = ranks per host when that
+  divides the world, else the most square factorisation)
+- ``backend`` / NNABLA_TORUS_BACKEND: mpi | nccl | fake-nccl (default: nccl for a CUDA
+  context, else mpi)
+- ``timeout`` / NNABLA_TORUS_TIMEOUT: seconds a collective may wait for its peers before the
+  job is aborted with the names of the missing ranks (default 300)
+- ``wire_fp16`` / NNABLA_TORUS_WIRE_FP16: send float32 gradients as float16 in fused
+  all-reduces (half the bytes; each hop rounds the partial sum to float16, so expect a
+  relative error of about (p - 1) * 2**-11 and overflow above 65504) (default 0)
+- ``check`` / NNABLA_TORUS_CHECK: compare each call's shapes and dtypes across ranks
+  before moving data (two small messages per call) (default 1)
+- NNABLA_TORUS_RANKS_PER_HOST: treat each block of this many consecutive ranks as one host
+  (default: group ranks by host name)
+"""
+import logging
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from . import topology
+from .collectives import Plan, get_algorithm
+from .knobs import env_value
+from .rendezvous import CollectiveTimeout, check_same_call
+
+logger = logging.getLogger("nnabla_torus")
+
+DEFAULTS = dict(algorithm="torus2d", grid=None, backend=None, timeout=300.0, wire_fp16=False,
+                check=True)
+
+
+def _is_cuda(ctx):
+    return ctx is not None and any("cuda" in b for b in getattr(ctx, "backend", []))
+
+
+def make_backend(name, ctx, timeout):
+    """The backend called ``name`` (mpi | nccl | fake-nccl)."""
+    if name == "mpi":
+        from .backends.mpi import MPIBackend
+        return MPIBackend(timeout=timeout)
+    if name in ("nccl", "fake-nccl"):
+        from .backends.nccl import NCCLBackend
+        return NCCLBackend(ctx, timeout=timeout, fake=(name == "fake-nccl"))
+    raise ValueError(f"unknown backend {name!r}; choose mpi, nccl or fake-nccl "
+                     f"(NNABLA_TORUS_BACKEND or backend=)")
+
+
+class TorusCommunicator:
+    """nnabla's multi-process data-parallel communicator API over torus/ring/native all-reduce."""
+
+    def __init__(self, ctx=None, algorithm=None, grid=None, backend=None, timeout=None,
+                 wire_fp16=None, check=None):
+        self.ctx = ctx
+        self.algorithm = algorithm or env_value("NNABLA_TORUS_ALGORITHM", DEFAULTS["algorithm"])
+        get_algorithm(self.algorithm)  # fail early on a typo
+        self._grid_request = grid or env_value("NNABLA_TORUS_GRID")
+        self._backend_name = backend or env_value(
+            "NNABLA_TORUS_BACKEND", "nccl" if _is_cuda(ctx) else "mpi")
+        self.timeout = float(timeout if timeout is not None else env_value(
+            "NNABLA_TORUS_TIMEOUT", DEFAULTS["timeout"], float))
+        self.wire_fp16 = bool(wire_fp16 if wire_fp16 is not None else env_value(
+            "NNABLA_TORUS_WIRE_FP16", False, bool))
+        self.check = bool(check if check is not None else env_value("NNABLA_TORUS_CHECK", True, bool))
+        self.track_sqnorms = False
+        self._sqnorms = [0.0, 0.0]
+        self.backend = None
+        self._plans = {}
+        self._groups = {}
+        self._workspace = {}
+
+    # -- set-up -----------------------------------------------------------------------------
+    def init(self):
+        """Create the backend, find hosts, and build the groups of the chosen algorithm."""
+        if self.backend is not None:
+            return
+        self.backend = make_backend(self._backend_name, self.ctx, self.timeout)
+        names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
+        per_host = env_value("NNABLA_TORUS_RANKS_PER_HOST", 0, int)
+        if per_host:
+            if self.size % per_host:
+                raise ValueError(f"NNABLA_TORUS_RANKS_PER_HOST={per_host} does not divide the "
+                                 f"world size {self.size}")
+            names = [f"host{r // per_host}" for r in range(self.size)]
+        self.hosts = topology.HostLayout.from_names(names)
+        self._groups["world"] = list(range(self.size))
+        self.set_algorithm(self.algorithm, self._grid_request)
+
+    def set_algorithm(self, algorithm, grid=None):
+        """Switch the world all-reduce to ``algorithm`` (and ``grid``); collective on all ranks."""
+        get_algorithm(algorithm)
+        grid = self._grid_for(algorithm, grid)
+        key = (algorithm, str(grid))
+        if key not in self._plans:
+            self._plans[key] = self._make_plan(algorithm, grid)
+        self.algorithm, self.grid = algorithm, grid
+        self._plan = self._plans[key]
+
+    def _grid_for(self, algorithm, request):
+        if algorithm == "hierarchical":
+            per_host = self.hosts.ranks_per_host
+            if not per_host:
+                counts = [len(h) for h in self.hosts.hosts]
+                raise ValueError(f"hierarchical all-reduce needs the same number of ranks on "
+                                 f"every host; hosts hold {counts} ranks. Use torus2d with a grid.")
+            return topology.Grid(per_host, len(self.hosts.hosts))
+        if algorithm != "torus2d":
+            return topology.Grid(self.size, 1)
+        if request:
+            grid = request if isinstance(request, topology.Grid) else topology.parse_grid(request)
+            topology.check_grid(grid, self.size)
+            return grid
+        grid, note = topology.default_grid(self.size, self.hosts.ranks_per_host)
+        if note and self.rank == 0:
+            logger.warning(note)
+            print(f"nnabla_torus: {note}", file=sys.stderr, flush=True)
+        return grid
+
+    def _make_plan(self, algorithm, grid):
+        be, rank = self.backend, self.rank
+        world = be.world_group
+        if algorithm == "hierarchical":
+            host = self.hosts.host_of(rank)
+            local = host.index(rank)
+            column = [h[local] for h in self.hosts.hosts]
+            return Plan(world, be.group(host), be.group(column))
+        if algorithm == "torus2d":
+            return Plan(world, be.group(grid.row_of(rank)), be.group(grid.column_of(rank)))
+        return Plan(world, world, None)
+
+    # -- nnabla's properties ----------------------------------------------------------------
+    def _ready(self):
+        if self.backend is None:
+            raise RuntimeError("call comm.init() before using the communicator")
+        return self.backend
+
+    @property
+    def name(self):
+        return f"TorusCommunicator({self._backend_name}, {self.algorithm})"
+
+    @property
+    def size(self):
+        return MPI.COMM_WORLD.Get_size()
+
+    @property
+    def rank(self):
+        return MPI.COMM_WORLD.Get_rank()
+
+    @property
+    def local_rank(self):
+        self._ready()
+        return self.hosts.local_rank(self.rank)
+
+    @property
+    def local_size(self):
+        self._ready()
+        return len(self.hosts.host_of(self.rank))
+
+    def add_context_and_parameters(self, ctx_param_dict):
+        """Accepted for compatibility with nnabla's API; parameters are passed per call."""
+        self.ctx = ctx_param_dict[0] if isinstance(ctx_param_dict, tuple) else self.ctx
+
+    # -- groups -----------------------------------------------------------------------------
+    def new_group(self, name_ranks):
+        """Register group ``(name, ranks)``; members create its communicator. Returns ``name``."""
+        name, ranks = name_ranks
+        ranks = [int(r) for r in ranks]
+        if name in self._groups:
+            raise ValueError(f"group {name!r} exists already with ranks {self._groups[name]}")
+        bad = [r for r in ranks if not 0 <= r < self.size]
+        if bad or len(set(ranks)) != len(ranks) or not ranks:
+            raise ValueError(f"group {name!r}: ranks {ranks} must be distinct and in [0, {self.size})")
+        self._groups[name] = ranks
+        if self.rank in ranks:
+            self._ready().group(ranks)
+        return name
+
+    def list_groups(self):
+        return {name: list(ranks) for name, ranks in self._groups.items()}
+
+    def find_group(self, group):
+        try:
+            return list(self._groups[group])
+        except KeyError:
+            raise ValueError(f"unknown group {group!r}; known: {sorted(self._groups)}") from None
+
+    def _group(self, group):
+        """The backend group for ``group``, raising ValueError if this rank is not a member."""
+        be = self._ready()
+        ranks = self.find_group(group)
+        if self.rank not in ranks:
+            raise ValueError(f"rank {self.rank} is not a member of group {group!r} "
+                             f"(ranks {ranks}); only members may call its collectives")
+        return be.world_group if group == "world" else be.group(ranks)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _collective(self, group, signature, what, body):
+        """Check the call across ``group``, run ``body``; abort the job if a peer is missing."""
+        try:
+            if self.check:
+                check_same_call(group.control, group.ranks, signature, self.timeout, what)
+            return body()
+        except CollectiveTimeout as e:
+            print(f"nnabla_torus: {e}; aborting the job", file=sys.stderr, flush=True)
+            self.backend.abort(70)
+            raise
+
+    def _buffer(self, dtype, count):
+        """The fused workspace of ``dtype`` (allocated once, grown when a call needs more)."""
+        dtype = np.dtype(dtype)
+        buf = self._workspace.get(dtype)
+        if buf is None or len(buf) < count:
+            buf = self.backend.empty(dtype, max(count, 1))
+            self._workspace[dtype] = buf
+        return self.backend.sub(buf, 0, count)
+
+    def _pack(self, arrays, buf):
+        be, offset = self.backend, 0
+        for a in arrays:
+            be.copy(be.sub(buf, offset, offset + a.size), be.flat(a, write=False))
+            offset += a.size
+
+    def _unpack(self, buf, arrays):
+        be, offset = self.backend, 0
+        for a in arrays:
+            be.copy(be.flat(a, write=True), be.sub(buf, offset, offset + a.size))
+            offset += a.size
+
+    @staticmethod
+    def _as_list(data):
+        arrays = list(data) if isinstance(data, (list, tuple)) else [data]
+        for a in arrays:
+            if not hasattr(a, "get_data"):
+                raise TypeError(f"expected nnabla NdArray(s), got {type(a).__name__}")
+        return arrays
+
+    @staticmethod
+    def _signature(arrays):
+        return tuple((np.dtype(a.dtype).name, tuple(a.shape)) for a in arrays)
+
+    # -- collectives ------------------------------------------------------------------------
+    def all_reduce(self, data, division=False, inplace=False, group="world"):
+        """Sum (``division``: average) NdArray(s) over ``group``, in place.
+
+        ``inplace=False`` packs all arrays into one fused buffer and reduces it once (fast);
+        ``inplace=True`` reduces each array in its own storage.
+        """
+        arrays = self._as_list(data)
+        grp = self._group(group)
+        if group == "world":
+            run, plan = get_algorithm(self.algorithm), self._plan
+        else:
+            run, plan = get_algorithm("ring"), Plan(grp, grp, None)
+        what = f"all_reduce ({self.algorithm if group == 'world' else 'ring'}, group {group!r})"
+        sig = ("all_reduce", self._signature(arrays), bool(division), bool(inplace), self.track_sqnorms)
+        self._collective(grp, sig, what, lambda: self._all_reduce(
+            arrays, division, inplace, lambda buf: run(self.backend, plan, buf), grp.size))
+
+    def _all_reduce(self, arrays, division, inplace, run, p):
+        be = self.backend
+        track = self.track_sqnorms
+        if inplace:
+            local = sum(be.sqnorm(be.flat(a, write=False)) for a in arrays) if track else 0.0
+            for a in arrays:
+                view = be.flat(a)
+                run(view)
+                if track:
+                    self._sqnorms[1] += be.sqnorm(view) / p ** 2
+                if division:
+                    be.scale(view, 1.0 / p)
+            if track:
+                total = self._buffer(np.float32, 1)
+                total.fill(local)
+                run(total)
+                self._sqnorms[0] += be.read(total, 0) / p
+            return
+        for dtype in dict.fromkeys(np.dtype(a.dtype) for a in arrays):
+            same = [a for a in arrays if np.dtype(a.dtype) == dtype]
+            n = sum(a.size for a in same)
+            wire = np.float16 if self.wire_fp16 and dtype == np.float32 else dtype
+            buf = self._buffer(wire, be.padded_length(n + track))
+            self._pack(same, buf)
+            data = be.sub(buf, 0, n)
+            if track:
+                be.sub(buf, n, n + 1).fill(be.sqnorm(data))
+            run(buf)
+            if track:
+                self._sqnorms[0] += be.read(buf, n) / p
+                self._sqnorms[1] += be.sqnorm(data) / p ** 2
+            if division:
+                be.scale(data, 1.0 / p)
+            self._unpack(buf, same)
+
+    def pop_sqnorms(self):
+        """``(local_mean_sqnorm, global_sqnorm)`` summed over calls since the last pop.
+
+        local_mean_sqnorm = (1/p) sum_i |x_i|^2 and global_sqnorm = |(1/p) sum_i x_i|^2, where
+        x_i is rank i's input, whatever ``division`` was. Feed them to the noise-scale estimator.
+        """
+        values = tuple(self._sqnorms)
+        self._sqnorms = [0.0, 0.0]
+        return values
+
+    def allreduce_numpy(self, array):
+        """Sum a numpy array over the world in place (metrics, counters); returns it."""
+        import nnabla as nn
+        nd = nn.NdArray.from_numpy_array(np.ascontiguousarray(array))
+        self.all_reduce(nd, inplace=True)
+        array[...] = nd.data
+        return array
+
+    def bcast(self, data, src=0, inplace=False, group="world"):
+        """Copy NdArray(s) of world rank ``src`` to every member of ``group``."""
+        arrays = self._as_list(data)
+        grp = self._group(group)
+        if src not in grp.ranks:
+            raise ValueError(f"bcast source rank {src} is not in group {group!r} ({grp.ranks})")
+        root, be = grp.ranks.index(src), self.backend
+        sig = ("bcast", self._signature(arrays), src, bool(inplace))
+
+        def body():
+            if inplace:
+                for a in arrays:
+                    be.bcast(grp, be.flat(a), root, f"bcast from rank {src}")
+                return
+            for dtype in dict.fromkeys(np.dtype(a.dtype) for a in arrays):
+                same = [a for a in arrays if np.dtype(a.dtype) == dtype]
+                buf = self._buffer(dtype, sum(a.size for a in same))
+                if self.rank == src:
+                    self._pack(same, buf)
+                be.bcast(grp, buf, root, f"bcast from rank {src}")
+                if self.rank != src:
+                    self._unpack(buf, same)
+        self._collective(grp, sig, f"bcast (group {group!r})", body)
+
+    def all_gather(self, ndarray, ndarray_list, group="world"):
+        """``ndarray_list[i]`` receives member i's ``ndarray`` (group order)."""
+        grp = self._group(group)
+        outs = self._as_list(ndarray_list)
+        if len(outs) != grp.size or any(tuple(o.shape) != tuple(ndarray.shape) for o in outs):
+            raise ValueError(f"all_gather needs {grp.size} arrays of shape {tuple(ndarray.shape)} "
+                             f"in ndarray_list, got {[tuple(o.shape) for o in outs]}")
+        be, n = self.backend, ndarray.size
+        sig = ("all_gather", self._signature([ndarray]))
+
+        def body():
+            buf = self._buffer(ndarray.dtype, n * grp.size)
+            be.all_gather_into(grp, be.flat(ndarray, write=False), buf, f"all_gather ({group!r})")
+            self._unpack(buf, outs)
+        self._collective(grp, sig, f"all_gather (group {group!r})", body)
+
+    def reduce_scatter(self, ndarray_list, ndarray, division=False, group="world"):
+        """``ndarray`` receives the sum over members of their ``ndarray_list[my position]``."""
+        grp = self._group(group)
+        ins = self._as_list(ndarray_list)
+        if len(ins) != grp.size or any(tuple(i.shape) != tuple(ndarray.shape) for i in ins):
+            raise ValueError(f"reduce_scatter needs {grp.size} arrays of shape "
+                             f"{tuple(ndarray.shape)} in ndarray_list, got "
+                             f"{[tuple(i.shape) for i in ins]}")
+        be, n = self.backend, ndarray.size
+        sig = ("reduce_scatter", self._signature(ins), bool(division))
+
+        def body():
+            buf = self._buffer(ndarray.dtype, n * grp.size)
+            self._pack(ins, buf)
+            shard = be.reduce_scatter(grp, buf, f"reduce_scatter ({group!r})")
+            if division:
+                be.scale(shard, 1.0 / grp.size)
+            be.copy(be.flat(ndarray, write=True), shard)
+        self._collective(grp, sig, f"reduce_scatter (group {group!r})", body)
+
+    def barrier(self):
+        self._ready().barrier()
+
+    def abort(self):
+        self._ready().abort(1)
+
+
+def MultiProcessDataParallelCommunicator(ctx=None, **options):
+    """nnabla's factory name, returning a TorusCommunicator (see the module docstring)."""
+    return TorusCommunicator(ctx, **options)

@@ -1,0 +1,86 @@
+"""Rendezvous: every rank of a group arrives at the same collective with matching arguments.
+
+Before a collective each member sends a 64-bit hash of its call (operation, dtypes, shapes,
+flags) to the group's first member, which answers with a verdict. This costs two small
+messages per call and turns the two classic failure modes of data-parallel jobs into errors:
+
+- arguments that differ across ranks (a silent wrong sum or a deadlock in other libraries)
+  raise ``ValueError`` on every member, describing each rank's call;
+- a rank that never arrives makes the waiting ranks raise ``CollectiveTimeout`` after the
+  timeout, naming the ranks that did not arrive.
+"""
+import hashlib
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+CHECK_TAG = 7301
+VERDICT_TAG = 7302
+
+
+class CollectiveTimeout(RuntimeError):
+    """A peer did not take part in a collective within the timeout."""
+
+
+def wait_requests(requests, timeout, what, peers, rank, spin=2e-4, poll_sleep=5e-5):
+    """Complete mpi4py ``requests`` or raise CollectiveTimeout naming ``what`` and ``peers``.
+
+    Polls instead of blocking in ``MPI_Waitall`` so that (1) a hang becomes an error that names
+    the peers and (2) after ``spin`` seconds a waiting rank sleeps ``poll_sleep`` seconds
+    between polls, leaving the CPU to the ranks that still compute (oversubscribed nodes).
+    """
+    if MPI.Request.Testall(requests):
+        return
+    start = time.monotonic()
+    while not MPI.Request.Testall(requests):
+        waited = time.monotonic() - start
+        if waited > timeout:
+            raise CollectiveTimeout(
+                f"rank {rank}: {what} did not finish within {timeout:g} s; still waiting for "
+                f"rank(s) {sorted(set(peers))} (NNABLA_TORUS_TIMEOUT sets the limit)")
+        if waited > spin:
+            time.sleep(poll_sleep)
+
+
+def call_hash(signature):
+    """A 63-bit hash of a call signature (any repr-able value)."""
+    digest = hashlib.blake2b(repr(signature).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def check_same_call(control, ranks, signature, timeout, what):
+    """Raise on every member of the group unless all members call with ``signature``.
+
+    ``control`` is an mpi4py communicator over the group (position i is world rank
+    ``ranks[i]``) used for nothing else; ``signature`` is any repr-able description.
+    """
+    size, me = control.Get_size(), control.Get_rank()
+    if size == 1:
+        return
+    mine = np.array([call_hash(signature)], dtype=np.int64)
+    if me == 0:
+        hashes = np.zeros(size, dtype=np.int64)
+        hashes[0] = mine[0]
+        recvs = [control.Irecv(hashes[i:i + 1], source=i, tag=CHECK_TAG) for i in range(1, size)]
+        try:
+            wait_requests(recvs, timeout, what, [], ranks[0])
+        except CollectiveTimeout:
+            missing = [ranks[i + 1] for i, r in enumerate(recvs) if not r.Test()]
+            raise CollectiveTimeout(
+                f"rank {ranks[0]}: rank(s) {missing} did not arrive at {what} within "
+                f"{timeout:g} s (NNABLA_TORUS_TIMEOUT sets the limit)") from None
+        verdict = np.array([int(np.all(hashes == hashes[0]))], dtype=np.int64)
+        wait_requests([control.Isend(verdict, dest=i, tag=VERDICT_TAG) for i in range(1, size)],
+                      timeout, what, ranks[1:], ranks[0])
+    else:
+        verdict = np.zeros(1, dtype=np.int64)
+        wait_requests([control.Isend(mine, dest=0, tag=CHECK_TAG)], timeout, what, [ranks[0]],
+                      ranks[me])
+        wait_requests([control.Irecv(verdict, source=0, tag=VERDICT_TAG)], timeout,
+                      what + " (waiting for the argument check)", [ranks[0]], ranks[me])
+    if not verdict[0]:
+        calls = control.allgather(signature)  # everyone is here: safe to block
+        lines = "\n".join(f"  rank {ranks[i]}: {call}" for i, call in enumerate(calls))
+        raise ValueError(f"{what}: ranks called it with different arguments "
+                         f"(shapes, dtypes or flags must match on every rank):\n{lines}")
