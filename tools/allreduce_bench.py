@@ -1,0 +1,148 @@
+"""All-reduce benchmark in the spirit of nccl-tests: every algorithm side by side, checked.
+
+    mpirun -np 4 python tools/allreduce_bench.py
+    mpirun -np 8 python tools/allreduce_bench.py --sizes 102228128 --grids 2x4,4x2 --json r.json
+
+For each size the algorithms run interleaved (``--rounds`` rounds of ``--iters`` timed calls
+each, after ``--warmup`` untimed ones), through the communicator as a user calls it
+(``comm.all_reduce(ndarray, inplace=True)``, argument check included). A call's time is the
+slowest rank's; the table shows the median. algbw = bytes / time, busbw = algbw * 2(p-1)/p
+(nccl-tests' all-reduce convention), ratio = time / native time at the same size. Inputs are
+small integers, so every sum is exact and compared exactly (#wrong counts wrong elements).
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import nnabla as nn  # noqa: E402
+
+import nnabla_torus  # noqa: E402
+from nnabla_torus.knobs import add_knob  # noqa: E402
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text):
+    """'4K' -> 4096, '128M' -> 134217728, '102228128' -> 102228128 (bytes)."""
+    text = text.strip().upper().rstrip("B")
+    unit = text[-1] if text and text[-1] in UNITS else ""
+    number = text[:-1] if unit else text
+    try:
+        return int(float(number) * UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not a number with K/M/G suffix") from None
+
+
+def parse_list(text):
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_knob(p, "--sizes", "NNABLA_TORUS_BENCH_SIZES", "4K,64K,1M,16M,128M",
+             "message sizes in bytes, comma list with K/M/G suffixes")
+    add_knob(p, "--algorithms", "NNABLA_TORUS_BENCH_ALGORITHMS", "torus2d,ring,hierarchical,native",
+             "algorithms to compare (native is always run: it is the reference)")
+    add_knob(p, "--grids", "NNABLA_TORUS_BENCH_GRIDS", "",
+             "torus2d grids XxY, comma list (empty: the communicator's default grid)")
+    add_knob(p, "--dtype", "NNABLA_TORUS_BENCH_DTYPE", "float32", "float32 or float16")
+    add_knob(p, "--iters", "NNABLA_TORUS_BENCH_ITERS", 10, "timed calls per round", type=int)
+    add_knob(p, "--rounds", "NNABLA_TORUS_BENCH_ROUNDS", 1,
+             "rounds over all algorithms per size (interleaving evens out machine noise)", type=int)
+    add_knob(p, "--warmup", "NNABLA_TORUS_BENCH_WARMUP", 2, "untimed calls first", type=int)
+    add_knob(p, "--json", "NNABLA_TORUS_BENCH_JSON", "", "write the records to this JSON file")
+    return p
+
+
+def variants(comm, algorithms, grids):
+    """(algorithm, grid) pairs to run; torus2d once per requested grid."""
+    out = []
+    for name in dict.fromkeys(algorithms + ["native"]):
+        if name == "torus2d" and grids:
+            out += [(name, g) for g in grids]
+        else:
+            out.append((name, None))
+    return out
+
+
+def time_calls(comm, nd, source, count, world):
+    """Per-call times (s, slowest rank) of ``count`` all-reduces, input reset before each."""
+    times = []
+    for _ in range(count):
+        nd.data[...] = source
+        world.Barrier()
+        start = time.perf_counter()
+        comm.all_reduce(nd, inplace=True)
+        times.append(world.allreduce(time.perf_counter() - start, op=MPI.MAX))
+    return times
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    world = MPI.COMM_WORLD
+    comm = nnabla_torus.MultiProcessDataParallelCommunicator()
+    comm.init()
+    p, rank = comm.size, comm.rank
+    dtype = np.dtype(args.dtype)
+    sizes = [parse_size(s) for s in parse_list(args.sizes)]
+    runs = variants(comm, parse_list(args.algorithms), parse_list(args.grids))
+    hosts = world.gather(platform.node(), root=0)
+    if rank == 0:
+        print(f"# nnabla_torus {nnabla_torus.__version__} allreduce_bench: {p} ranks, "
+              f"dtype {dtype.name}, iters {args.iters} x rounds {args.rounds}, warmup {args.warmup}")
+        print(f"# {MPI.Get_library_version().splitlines()[0].strip()}")
+        print("# rank -> host: " + " ".join(f"{r}:{h}" for r, h in enumerate(hosts)))
+        print(f"# {'size(B)':>11} {'count':>10} {'type':>7} {'algorithm':>12} {'grid':>5} "
+              f"{'time(us)':>11} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'ratio':>6} {'#wrong':>6}")
+    records = []
+    for nbytes in sizes:
+        count = max(nbytes // dtype.itemsize, 0)
+        source = ((np.arange(count) % 7) + rank % 5).astype(dtype)
+        expected = sum(((np.arange(count) % 7) + r % 5) for r in range(p)).astype(dtype)
+        nd = nn.NdArray.from_numpy_array(source.copy())
+        times = {run: [] for run in runs}
+        wrong = {}
+        for _ in range(args.rounds):
+            for run in runs:
+                comm.set_algorithm(*run)
+                time_calls(comm, nd, source, args.warmup, world)
+                times[run] += time_calls(comm, nd, source, args.iters, world)
+                bad = int(np.count_nonzero(nd.data != expected))
+                wrong[run] = world.allreduce(bad, op=MPI.SUM) + wrong.get(run, 0)
+        native = float(np.median(times[("native", None)]))
+        for run in runs:
+            comm.set_algorithm(*run)
+            t = float(np.median(times[run]))
+            algbw = nbytes / t / 1e9 if t > 0 else 0.0
+            rec = dict(algorithm=run[0], grid=str(comm.grid) if run[0] != "native" else "-",
+                       ranks=p, bytes=nbytes, dtype=dtype.name, time_us=t * 1e6,
+                       algbw_GBps=algbw, busbw_GBps=algbw * 2 * (p - 1) / p,
+                       ratio_to_native=t / native if native > 0 else float("nan"),
+                       correct=wrong[run] == 0, wrong=wrong[run])
+            records.append(rec)
+            if rank == 0:
+                print(f"  {nbytes:>11} {count:>10} {dtype.name:>7} {rec['algorithm']:>12} "
+                      f"{rec['grid']:>5} {rec['time_us']:>11.1f} {algbw:>11.3f} "
+                      f"{rec['busbw_GBps']:>11.3f} {rec['ratio_to_native']:>6.2f} {wrong[run]:>6}",
+                      flush=True)
+    all_ok = all(r["correct"] for r in records)
+    if rank == 0:
+        print(f"# Out of bounds values : {sum(r['wrong'] for r in records)} "
+              f"{'OK' if all_ok else 'FAILED'}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(records, f, indent=1)
+            print(f"# wrote {len(records)} records to {args.json}")
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
