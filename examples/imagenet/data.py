@@ -229,6 +229,7 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
 
     source: a ``Dataset`` or an image folder (read with ``read_dataset(source, list_file)``).
     batch_size: images per rank per step. image_size: output side in pixels.
+    seed: must be the same on every rank (it orders the epoch; augmentation also mixes in rank).
     device_id: None decodes on CPU; a GPU id decodes with nvJPEG ("mixed") and augments on it.
     start_image: images per rank already consumed this epoch, as ``loader.position`` counts them
     (same value on every rank); used to continue an epoch after a batch change.

@@ -17,6 +17,7 @@ interrupted build is redone. Example::
     train_set = data.read_dataset(f"{root}/train", f"{root}/train.txt")
 """
 import fcntl
+import glob
 import os
 import shutil
 
@@ -57,8 +58,10 @@ def _is_complete(root):
 
 
 def _build(root):
+    # Under the lock, any temporary folder left here is from a build that was killed.
+    for stale in glob.glob(glob.escape(root) + ".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = f"{root}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     images, labels = _load_images()
     train_idx, val_idx = _split(labels)
     train_entries = [(f"digit{labels[i]}/digit_{i:04d}.JPEG", labels[i]) for i in train_idx]

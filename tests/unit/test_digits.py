@@ -44,6 +44,7 @@ def test_second_call_uses_the_cache(root):
 def test_interrupted_build_is_redone_identically(root, tmp_path):
     copy = str(tmp_path / "digits")
     os.makedirs(os.path.join(copy, "train"))                     # a build cut short: no VERSION
+    os.makedirs(copy + ".tmp-99999")                             # and a killed build's leftovers
     digits.ensure_digits_dataset(copy)
     for name in ("train.txt", "val.txt"):
         assert open(os.path.join(copy, name)).read() == open(os.path.join(root, name)).read()
