@@ -44,7 +44,7 @@ def add_cluster_knobs(parser):
     add_knob(parser, "--rate", env="NNABLA_TORUS_EMU_RATE", default="none",
              help="per-direction rate of each host link, tc syntax (1gbit, 100mbit) or none")
     add_knob(parser, "--burst", env="NNABLA_TORUS_EMU_BURST", default="auto",
-             help="token-bucket depth in bytes (64k, 4m); auto = 20 ms of rate, >= 64 KiB")
+             help="token-bucket depth in bytes (64k, 4m); auto = 2 ms of rate, >= 64 KiB")
     add_knob(parser, "--queue-ms", env="NNABLA_TORUS_EMU_QUEUE_MS", default=50.0, type=float,
              help="link queue in milliseconds of rate; beyond it packets are dropped")
     add_knob(parser, "--delay-ms", env="NNABLA_TORUS_EMU_DELAY_MS", default=0.0, type=float,
