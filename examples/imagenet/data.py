@@ -175,7 +175,12 @@ def _check_shard_args(num_images, batch_size, rank, size, start_image):
 
 
 class Loader:
-    """Iterator over one rank's batches of one epoch (see the module docstring)."""
+    """Iterator over one rank's batches of one epoch (see the module docstring).
+
+    Attributes: ``images_per_epoch`` (all ranks), ``shard_size`` (real images this rank reads
+    from ``start_image`` on), ``len()`` = steps (same on every rank), ``position`` (images per
+    rank consumed this epoch, counted in whole batches, same on every rank), ``epoch``.
+    """
 
     def __init__(self, dataset, batch_size, rank, size, train, image_size, seed, epoch,
                  start_image, device_id, num_threads, prefetch, crop_scale, flip):
