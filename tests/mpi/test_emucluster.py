@@ -1,0 +1,162 @@
+"""The emulated cluster (tools/emucluster): 2 hosts x 2 ranks, shaped links, a killed rank.
+
+The MPI tests need root, `ip netns` and `unshare`, and are skipped with the reason otherwise.
+Each run uses its own prefix and subnet (from the pid), a hard timeout, and checks afterwards
+that no namespace, link or process of the run is left.
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tools.emucluster import cli
+from tools.emucluster.layout import Layout
+from tools.emucluster.shaping import LinkSpec, parse_bytes, parse_rate
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PREFIX = f"nt{os.getpid() % 1000000}"
+SUBNET = f"10.213.{100 + os.getpid() % 150}.0/24"
+TAG = uuid.uuid4().hex  # in every launched process's environment, to find stragglers
+
+
+def emulation_unavailable():
+    """Why the emulated cluster cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, veth, tc)"
+    for tool in ("ip", "tc", "unshare"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` not installed"
+    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
+        return "`ip netns` does not work here"
+    if not os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpirun")) \
+            and shutil.which("mpirun") is None:
+        return "mpirun not found"
+    return None
+
+
+needs_emulation = pytest.mark.skipif(emulation_unavailable() is not None,
+                                     reason=str(emulation_unavailable()))
+
+
+def emucluster(args, timeout):
+    """Run ``python -m tools.emucluster ARGS`` with a hard timeout; return (exit code, output)."""
+    env = dict(os.environ, NNABLA_TORUS_EMU_TEST_TAG=TAG, NNABLA_TORUS_EMU_PREFIX=PREFIX,
+               NNABLA_TORUS_EMU_SUBNET=SUBNET)
+    proc = subprocess.Popen([sys.executable, "-m", "tools.emucluster"] + args, cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        subprocess.run([sys.executable, "-m", "tools.emucluster", "down"], cwd=REPO, env=env)
+        raise AssertionError(f"emucluster {' '.join(args)} hung for {timeout} s:\n{out}")
+    return proc.returncode, out
+
+
+def tagged_processes():
+    """PIDs of live processes started by this test module's runs."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if TAG.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def assert_nothing_left():
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert not re.search(rf"\b{PREFIX}-h\d+\b", netns), netns
+    assert f"{PREFIX}-" not in links, links
+    assert not os.path.exists(f"/run/nnabla-torus-emucluster/{PREFIX}")
+    deadline = time.monotonic() + 5  # killed processes may take a moment to be reaped
+    while tagged_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tagged_processes() == []
+
+
+def run_on_cluster(cluster_args, prog_args, timeout=150):
+    code, out = emucluster(["exec", "--hosts", "2", "--ranks-per-host", "2",
+                            "--timeout", str(timeout - 30)] + cluster_args
+                           + ["--", sys.executable] + prog_args, timeout=timeout)
+    assert_nothing_left()
+    return code, out
+
+
+# -- without root: names, addresses, link specs -------------------------------------------
+
+def test_layout_names_and_addresses():
+    lay = Layout("nntorus", 3, "10.213.0.0/24")
+    assert lay.host_names == ["nntorus-h0", "nntorus-h1", "nntorus-h2"]
+    assert (lay.bridge, lay.bridge_address, lay.host_address(2)) == ("nntorus-br", "10.213.0.1",
+                                                                     "10.213.0.4")
+    assert lay.owns_namespace("nntorus-h17") and not lay.owns_namespace("nntorus-h1x")
+    with pytest.raises(ValueError, match="hosts=300"):
+        Layout("nntorus", 300, "10.213.0.0/24")
+    with pytest.raises(ValueError, match="prefix"):
+        Layout("Bad-Prefix", 2, "10.213.0.0/24")
+
+
+def test_link_spec_rates_and_burst():
+    assert parse_rate("1gbit") == 1e9 and parse_rate("100mbit") == 1e8 and parse_rate("none") is None
+    assert parse_bytes("64k") == 65536 and parse_bytes("1500") == 1500
+    assert LinkSpec("1gbit").burst_bytes == 250000      # 2 ms of line rate
+    assert LinkSpec("100mbit").burst_bytes == 65536     # at least one GSO packet
+    with pytest.raises(ValueError, match="1gbit"):
+        LinkSpec("1 gigabit")
+
+
+def test_refuses_without_root(monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cli.main(["up"]) == 2
+    assert "needs root" in capsys.readouterr().err
+
+
+# -- on the emulated cluster ---------------------------------------------------------------
+
+@needs_emulation
+def test_allreduce_by_host_on_shaped_links():
+    code, out = run_on_cluster(["--rate", "1gbit", "--map", "by-host"],
+                               ["tests/mpi/progs/emu_allreduce.py", "--sizes", "4K,1M",
+                                "--iters", "2"])
+    assert code == 0, out
+    assert f"HOSTS 0:{PREFIX}-h0 1:{PREFIX}-h0 2:{PREFIX}-h1 3:{PREFIX}-h1" in out, out
+    assert "\nOK" in out, out
+
+
+@needs_emulation
+def test_allreduce_round_robin():
+    code, out = run_on_cluster(["--map", "round-robin"],
+                               ["tests/mpi/progs/emu_allreduce.py", "--sizes", "64K",
+                                "--iters", "2"])
+    assert code == 0, out
+    assert f"HOSTS 0:{PREFIX}-h0 1:{PREFIX}-h1 2:{PREFIX}-h0 3:{PREFIX}-h1" in out, out
+    assert "\nOK" in out, out
+
+
+@needs_emulation
+def test_killed_rank_stops_every_rank_promptly():
+    start = time.time()
+    code, out = run_on_cluster(["--rate", "1gbit"],
+                               ["tests/mpi/progs/emu_fault.py", "--api", "communicator",
+                                "--size", "1M", "--victim", "3", "--kill-at", "3"])
+    end = time.time()
+    killed = re.search(r"KILL 3 (\d+\.\d+)", out)
+    assert killed, out
+    assert code != 0 and "DONE" not in out, out
+    # Open MPI notices the closed TCP connection at once; the communicator's timeout
+    # (NNABLA_TORUS_TIMEOUT, 300 s) would be the backstop. Allow for a loaded machine.
+    assert end - float(killed.group(1)) < 30, out
+    assert "rank" in out and ("exited on" in out or "abort" in out), out
+    assert start < float(killed.group(1))
