@@ -154,14 +154,16 @@ def best_per_gpus(cols, mask=None):
 
 
 def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_batch=None,
-         local_batches=None, accum_steps=(1, 2, 4, 8), b_noise=None, base_batch=256,
+         local_batches=None, accum_steps=None, b_noise=None, base_batch=256,
          dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90, min_efficiency=0.0):
     """Best plan for ``model`` on profile ``prof``; returns a PlanResult.
 
     ``target_batch``: keep the global batch fixed (a schedule phase); else every per-GPU batch
     in ``local_batches`` (default powers of two up to the memory limit) times ``accum_steps``
     is tried and B_noise (``b_noise``, samples) trades throughput against statistical
-    efficiency. Raises ValueError when no candidate meets ``min_efficiency``.
+    efficiency. ``accum_steps`` defaults to (1, 2, 4, 8), or (1,) when neither a target nor
+    B_noise is given (a larger batch would then look free). Raises ValueError when no
+    candidate meets ``min_efficiency``.
     """
     start = time.perf_counter()
     net, comp = prof.network, model_of(prof, model)
@@ -170,6 +172,8 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
         raise ValueError(f"unknown algorithm(s) {sorted(unknown)}; choose from {ALGORITHMS}")
     max_gpus = max_gpus or prof.hosts * net.gpus_per_host
     counts = np.asarray(counts if counts is not None else gpu_counts(max_gpus, net.gpus_per_host))
+    if accum_steps is None:
+        accum_steps = (1,) if target_batch is None and b_noise is None else (1, 2, 4, 8)
     if local_batches is None:
         local_batches = 2 ** np.arange(int(math.log2(comp.max_local_batch)) + 1)
     p, algo, x = _topology_columns(counts, algorithms, net.gpus_per_host)

@@ -84,3 +84,18 @@ def test_grids_keep_hosts_whole():
     assert planner.grids(24, "hierarchical", 4) == [4]
     assert planner.grids(4, "hierarchical", 4) == []
     assert list(planner.gpu_counts(16, 4)) == [1, 2, 3, 4, 8, 12, 16]
+
+
+def test_cli_table_json_plot_and_env_twin(tmp_path, monkeypatch, capsys):
+    from nnabla_torus import plan_cli
+    out_json, out_png = tmp_path / "plan.json", tmp_path / "plan.png"
+    monkeypatch.setenv("NNABLA_TORUS_PLAN_GPUS", "1,4,8,16")
+    assert plan_cli.main(["--profile", "abci", "--noise-scale", "3000", "--explain",
+                          "--json", str(out_json), "--plot", str(out_png)]) == 0
+    text = capsys.readouterr().out
+    assert "recommendation:" in text and "reduce_scatter" in text
+    report = __import__("json").loads(out_json.read_text())
+    assert [row["gpus"] for row in report["per_gpus"]] == [1, 4, 8, 16]
+    assert out_png.stat().st_size > 1000
+    plan_cli.main(["--schedule", "0:34816,5:69632", "--local-batch", "32"])
+    assert "2176" in capsys.readouterr().out

@@ -1,0 +1,191 @@
+"""nnabla-torus-plan: how many GPUs, which grid, algorithm and batch, from a cluster profile.
+
+Examples::
+
+    nnabla-torus-plan --profile abci --model resnet50 --schedule 0:34816,5:69632 --local-batch 32
+    nnabla-torus-plan --profile abci --noise-scale 20000 --max-gpus 4096 --plot plan.png --explain
+    nnabla-torus-plan --profile cpu-2core --model resnet18-w0.25-32px --json -
+
+Prints one row per candidate GPU count (its best grid, algorithm and batch), then the
+recommendation. Every flag has an environment twin (NNABLA_TORUS_PLAN_*).
+"""
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from . import costmodel, planner
+from .costmodel import ALGORITHMS
+from .knobs import add_knob
+from .profile import list_profiles, load_profile, model_of
+from .schedules import BatchSchedule
+
+COLUMNS = [("gpus", "{:>6d}"), ("grid", "{:>8s}"), ("algorithm", "{:>12s}"),
+           ("local_batch", "{:>5d}"), ("accum_steps", "{:>3d}"), ("global_batch", "{:>7d}"),
+           ("step_time_s", "{:>9.4f}"), ("images_per_s", "{:>11.0f}"),
+           ("scaling_efficiency", "{:>6.1%}"), ("statistical_efficiency", "{:>6.1%}"),
+           ("time_to_train_s", "{:>10.1f}")]
+HEADER = ("  gpus     grid    algorithm local acc  global    step_s    images/s  scale"
+          "   stat  train_s")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="nnabla-torus-plan", description=__doc__.split("\n")[0])
+    add_knob(parser, "--profile", "NNABLA_TORUS_PROFILE", "abci",
+             f"cluster profile: shipped name ({', '.join(list_profiles())}) or a file path")
+    add_knob(parser, "--model", "NNABLA_TORUS_PLAN_MODEL", "resnet50", "model in the profile")
+    add_knob(parser, "--max-gpus", "NNABLA_TORUS_PLAN_MAX_GPUS", None,
+             "largest GPU count to consider (None: every GPU of the profile)", type=int)
+    add_knob(parser, "--gpus", "NNABLA_TORUS_PLAN_GPUS", None,
+             "comma-separated GPU counts to consider instead (e.g. 1,4,8)")
+    add_knob(parser, "--algorithms", "NNABLA_TORUS_PLAN_ALGORITHMS", ",".join(ALGORITHMS),
+             "comma-separated all-reduce algorithms to consider")
+    add_knob(parser, "--schedule", "NNABLA_TORUS_PLAN_SCHEDULE", None,
+             "global-batch schedule 'epoch:batch,...' turned into GPU counts at --local-batch")
+    add_knob(parser, "--batch", "NNABLA_TORUS_PLAN_BATCH", None,
+             "fixed global batch (None: choose it from the noise scale)", type=int)
+    add_knob(parser, "--local-batch", "NNABLA_TORUS_PLAN_LOCAL_BATCH", None,
+             "fixed per-GPU batch (None: try powers of two up to the memory limit)", type=int)
+    add_knob(parser, "--noise-scale", "NNABLA_TORUS_PLAN_NOISE_SCALE", None,
+             "gradient noise scale B_noise in samples (None: statistical efficiency 1)", type=float)
+    add_knob(parser, "--base-batch", "NNABLA_TORUS_PLAN_BASE_BATCH", 256,
+             "reference batch B0 of the statistical efficiency", type=int)
+    add_knob(parser, "--dataset-size", "NNABLA_TORUS_PLAN_DATASET_SIZE",
+             planner.IMAGENET_TRAIN_IMAGES, "training samples per epoch", type=int)
+    add_knob(parser, "--epochs", "NNABLA_TORUS_PLAN_EPOCHS", 90.0, "epochs to train", type=float)
+    add_knob(parser, "--min-efficiency", "NNABLA_TORUS_PLAN_MIN_EFFICIENCY", 0.0,
+             "minimum scaling efficiency of a plan (0..1)", type=float)
+    add_knob(parser, "--rows", "NNABLA_TORUS_PLAN_ROWS", "log",
+             "table rows: 'log' (powers of two and the recommendation) or 'all'",
+             choices=("log", "all"))
+    add_knob(parser, "--json", "NNABLA_TORUS_PLAN_JSON", None,
+             "write the table and recommendation as JSON to this path ('-': stdout)")
+    add_knob(parser, "--plot", "NNABLA_TORUS_PLAN_PLOT", None,
+             "write a PNG of step time and scaling efficiency versus GPU count per algorithm")
+    add_knob(parser, "--explain", "NNABLA_TORUS_PLAN_EXPLAIN", False,
+             "print the compute and all-reduce phase terms of the recommendation", type=bool,
+             nargs="?", const=True)
+    return parser
+
+
+def format_row(plan):
+    values = plan._asdict()
+    return " ".join(fmt.format(values[name]) for name, fmt in COLUMNS)
+
+
+def shown(per_gpus, best, rows):
+    """The table rows: all, or GPU counts that are powers of two plus the recommendation."""
+    if rows == "all":
+        return per_gpus
+    return [p for p in per_gpus if p.gpus & (p.gpus - 1) == 0 or p.gpus == best.gpus]
+
+
+def explain(prof, model, plan):
+    """Lines giving each term of ``plan``'s step time (seconds, milliseconds shown)."""
+    comp = model_of(prof, model)
+    grid_x = int(plan.grid.split("x")[0])
+    terms = costmodel.step_terms(prof.network, comp, plan.algorithm, plan.gpus,
+                                 plan.local_batch, plan.accum_steps, grid_x)
+    lines = [f"step time of {plan.gpus} GPUs, {plan.algorithm} on {plan.grid}, "
+             f"{plan.local_batch} x {plan.accum_steps} per GPU, "
+             f"{comp.grad_bytes / 1e6:.1f} MB of gradients, gamma={comp.gamma:g}:"]
+    for name, value in terms.items():
+        lines.append(f"  {name:<36s} {float(value) * 1e3:10.3f} ms")
+    return lines
+
+
+def plot(path, result):
+    """PNG: step time and scaling efficiency per GPU count, one line per algorithm.
+
+    Drawn at the recommendation's per-GPU batch and accumulation (best grid per GPU count).
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cols, best = result.candidates, result.best
+    same_batch = (cols["local_batch"] == best.local_batch) & (cols["accum_steps"] == best.accum_steps)
+    fig, (ax_time, ax_eff) = plt.subplots(1, 2, figsize=(11, 4))
+    fig.suptitle(f"{best.local_batch} per GPU x {best.accum_steps} accumulation", fontsize=10)
+    for a, name in enumerate(ALGORITHMS):
+        idx = planner.best_per_gpus(cols, same_batch & (cols["algorithm"] == a))
+        if len(idx) == 0:
+            continue
+        ax_time.plot(cols["gpus"][idx], cols["step_time_s"][idx] * 1e3, label=name)
+        ax_eff.plot(cols["gpus"][idx], cols["scaling_efficiency"][idx] * 100, label=name)
+    for ax, label in ((ax_time, "predicted step time (ms)"),
+                      (ax_eff, "predicted scaling efficiency (%)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(args, out=sys.stdout):
+    prof = load_profile(args.profile)
+    common = dict(algorithms=args.algorithms.split(","), b_noise=args.noise_scale,
+                  base_batch=args.base_batch, dataset_size=args.dataset_size,
+                  epochs=args.epochs, min_efficiency=args.min_efficiency)
+    report = {"profile": prof.name, "model": args.model}
+    if args.schedule:
+        if args.local_batch is None:
+            raise SystemExit("--schedule needs --local-batch (images per GPU in every phase)")
+        phases = planner.plan_schedule(prof, args.model, BatchSchedule.parse(args.schedule),
+                                       args.local_batch, **common)
+        print(f"# profile {prof.name}, model {args.model}: schedule {args.schedule} at "
+              f"{args.local_batch} per GPU", file=out)
+        print(" epoch " + HEADER, file=out)
+        for start, best in phases:
+            print(f"{start:6g} " + format_row(best), file=out)
+            if args.explain:
+                print("\n".join(explain(prof, args.model, best)), file=out)
+        report["phases"] = [dict(start_epoch=s, **p._asdict()) for s, p in phases]
+        return report
+    counts = [int(c) for c in args.gpus.split(",")] if args.gpus else None
+    result = planner.plan(prof, args.model, max_gpus=args.max_gpus, counts=counts,
+                          target_batch=args.batch,
+                          local_batches=[args.local_batch] if args.local_batch else None,
+                          **common)
+    best = result.best
+    print(f"# profile {prof.name}, model {args.model}, {len(result.candidates['gpus'])} "
+          f"candidates planned in {result.seconds:.3f} s", file=out)
+    print(HEADER, file=out)
+    for plan in shown(result.per_gpus, best, args.rows):
+        print(format_row(plan) + ("  <- recommended" if plan.gpus == best.gpus else ""),
+              file=out)
+    print(f"recommendation: {best.gpus} GPUs, {best.algorithm} on grid {best.grid}, "
+          f"{best.local_batch} per GPU x {best.accum_steps} accumulation = global batch "
+          f"{best.global_batch}; {best.images_per_s:.0f} images/s, scaling efficiency "
+          f"{best.scaling_efficiency:.1%}, predicted time to train {best.time_to_train_s:.1f} s",
+          file=out)
+    if args.explain:
+        print("\n".join(explain(prof, args.model, best)), file=out)
+    if args.plot:
+        plot(args.plot, result)
+    report.update(recommendation=best._asdict(), planning_seconds=result.seconds,
+                  per_gpus=[p._asdict() for p in result.per_gpus])
+    return report
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        report = run(args, out=sys.stderr if args.json == "-" else sys.stdout)
+    except ValueError as e:
+        raise SystemExit(f"nnabla-torus-plan: {e}")
+    if args.json:
+        text = json.dumps(report, indent=1, default=lambda v: np.asarray(v).tolist())
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

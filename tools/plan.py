@@ -1,0 +1,13 @@
+"""Plan GPU count, grid, algorithm and batch from a cluster profile (same as nnabla-torus-plan).
+
+    python tools/plan.py --profile abci --schedule 0:34816,5:69632 --local-batch 32 --explain
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from nnabla_torus.plan_cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
