@@ -230,7 +230,11 @@ class NCCLBackend:
     # -- buffers: DeviceSlice ranges of device NdArrays ---------------------------------------
     def flat(self, ndarray, write=True):
         """A DeviceSlice over all of ``ndarray``, moved to our device in its dtype (no copy)."""
-        ndarray.cast(ndarray.dtype, self.ctx)
+        try:
+            dtype = ndarray.dtype
+        except RuntimeError:  # new or zero()ed: no array yet; float32 is nnabla's default
+            dtype = np.float32
+        ndarray.cast(dtype, self.ctx)
         base = ndarray if ndarray.ndim == 1 else ndarray.view((ndarray.size,))
         return DeviceSlice(base, 0, ndarray.size, self.ctx)
 
@@ -267,8 +271,9 @@ class NCCLBackend:
         elif self._native(dst.dtype):
             import nnabla as nn
             import nnabla.functions as F
+            # Identity would give its output the input's dtype; MulScalar writes the context's.
             with nn.context_scope(self._ctx[dst.dtype]):
-                F.identity(s, outputs=[d])
+                F.mul_scalar(s, 1.0, outputs=[d])
         else:
             d.data[...] = s.data
 
