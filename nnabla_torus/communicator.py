@@ -375,7 +375,8 @@ class TorusCommunicator:
         sig = ("reduce_scatter", self._signature(ins), bool(division))
 
         def body():
-            buf = self._buffer(ndarray.dtype, n * grp.size)
+            # The inputs' dtype: an output made with nn.NdArray(shape) has none until written.
+            buf = self._buffer(ins[0].dtype, n * grp.size)
             self._pack(ins, buf)
             shard = be.reduce_scatter(grp, buf, f"reduce_scatter ({group!r})")
             if division:
