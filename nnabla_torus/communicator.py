@@ -283,27 +283,36 @@ class TorusCommunicator:
                 if division:
                     be.scale(view, 1.0 / p)
             if track:
-                total = self._buffer(np.float32, 1)
-                total.fill(local)
-                run(total)
-                self._sqnorms[0] += be.read(total, 0) / p
+                self._sqnorms[0] += self._sum_scalar(local, run) / p
             return
         for dtype in dict.fromkeys(np.dtype(a.dtype) for a in arrays):
             same = [a for a in arrays if np.dtype(a.dtype) == dtype]
             n = sum(a.size for a in same)
             wire = np.float16 if self.wire_fp16 and dtype == np.float32 else dtype
-            buf = self._buffer(wire, be.padded_length(n + track))
+            # A float16 slot would round the sqnorm to 11 bits and overflow above 65504.
+            inline = track and np.dtype(wire) != np.float16
+            buf = self._buffer(wire, be.padded_length(n + inline))
             self._pack(same, buf)
             data = be.sub(buf, 0, n)
             if track:
-                be.sub(buf, n, n + 1).fill(be.sqnorm(data))
+                local = be.sqnorm(data)
+                if inline:
+                    be.sub(buf, n, n + 1).fill(local)
             run(buf)
             if track:
-                self._sqnorms[0] += be.read(buf, n) / p
+                total = be.read(buf, n) if inline else self._sum_scalar(local, run)
+                self._sqnorms[0] += total / p
                 self._sqnorms[1] += be.sqnorm(data) / p ** 2
             if division:
                 be.scale(data, 1.0 / p)
             self._unpack(buf, same)
+
+    def _sum_scalar(self, value, run):
+        """Sum one float over the ranks with ``run`` in a float32 buffer; returns the sum."""
+        total = self._buffer(np.float32, 1)
+        total.fill(value)
+        run(total)
+        return self.backend.read(total, 0)
 
     def pop_sqnorms(self):
         """``(local_mean_sqnorm, global_sqnorm)`` summed over calls since the last pop.
