@@ -1,0 +1,44 @@
+"""The NCCL backend's mapping onto nnabla-ext-cuda's communicator: against the fake at 2, 4 and
+6 ranks, and against real NCCL when nnabla-ext-cuda and two GPUs are present (else skipped)."""
+import subprocess
+import sys
+
+import pytest
+
+from tests.mpirun import run_mpi
+
+MAPPING = "tests/mpi/progs/check_nccl_mapping.py"
+
+
+def test_fake_matches_nnabla_api():
+    out = run_mpi(4, ["tests/mpi/progs/check_fake_nccl.py"], timeout=90)
+    assert out.count("OK fake-nccl api") == 4, out
+
+
+@pytest.mark.parametrize("ranks, grids, ranks_per_host", [
+    (2, "2x1", 2), (4, "2x2", 2), (6, "3x2,2x3", 3)])
+def test_mapping_on_fake(ranks, grids, ranks_per_host):
+    env = {"NNABLA_TORUS_BACKEND": "fake-nccl", "NNABLA_TORUS_RANKS_PER_HOST": str(ranks_per_host)}
+    out = run_mpi(ranks, [MAPPING, "--grids", grids], timeout=120, env=env)
+    assert out.count("OK nccl mapping") == ranks, out
+
+
+def cuda_gpus():
+    """(GPUs nnabla-ext-cuda sees, why none), asked in a child so pytest keeps no CUDA state."""
+    probe = "from nnabla_ext.cuda.init import get_device_count; print(get_device_count())"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return 0, f"nnabla-ext-cuda is not importable ({last})"
+    return int(done.stdout.split()[-1]), "nnabla-ext-cuda sees fewer than 2 GPUs"
+
+
+def test_mapping_on_real_nccl():
+    gpus, why = cuda_gpus()
+    if gpus < 2:
+        pytest.skip(f"{why}: the NCCL mapping is tested against the fake only")
+    ranks, grids = (4, "2x2") if gpus >= 4 else (2, "2x1")
+    env = {"NNABLA_TORUS_BACKEND": "nccl", "NNABLA_TORUS_RANKS_PER_HOST": "2"}
+    out = run_mpi(ranks, [MAPPING, "--grids", grids, "--ext", "cudnn"], timeout=300, env=env)
+    assert out.count("OK nccl mapping") == ranks, out
