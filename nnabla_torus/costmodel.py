@@ -12,14 +12,16 @@ Network (two link levels, a reduction cost, ranks placed host by host)::
 A ring phase of k members on a buffer of m bytes per member takes k - 1 steps of m/k bytes
 each; all rings of a phase run at once and a phase is paced by its slowest link (*derived*)::
 
-    step = max(intra hop, inter hop if the phase crosses hosts) + reduce + step_overhead
+    step = max(intra hop, inter hop if the phase crosses hosts) + reduce + software + wait
     intra hop = (intra.latency_s + (m/k) / intra.bandwidth_Bps) / share
     inter hop = inter.latency_s + (m/k) * flows / inter.bandwidth_Bps
     reduce    = (m/k) * reduce_s_per_byte / share          (reduce-scatter steps only)
+    software  = (step_s + (m/k) * s_per_byte) / share      (the algorithm's implementation)
+    wait      = oversubscribed_step_s * (1/share - 1)       (peer descheduled: ranks > slots)
     share     = min(1, slots_per_host / ranks on a host)   (ranks sharing CPU cores or copy engines)
     flows     = ring edges leaving the busiest host at once (they share the host's NICs)
 
-so with one link level (one host, share 1, no overhead) a reduce-scatter plus all-gather
+so with one link level (one host, share 1, no software cost) a reduce-scatter plus all-gather
 ring costs 2(p-1)(a + n/(pB)) + (p-1)/p n c: bandwidth term 2(p-1)/p * n/B (NOTES section 2).
 
 Algorithms (grid X x Y: Y rows of X consecutive ranks, p = X*Y, see topology.Grid):
@@ -44,6 +46,8 @@ from collections import namedtuple
 
 import numpy as np
 
+from .topology import default_grid
+
 ALGORITHMS = ("ring", "torus2d", "hierarchical", "native")
 
 Link = namedtuple("Link", [
@@ -58,8 +62,15 @@ Network = namedtuple("Network", [
     "gpus_per_host",        # g: ranks per host; rank r lives on host r // g
     "slots_per_host",       # ranks of a host that move/add data at full speed at once (cores)
     "native_switch_bytes",  # native: recursive doubling below this size, ring at or above
-    "step_overhead_s",      # {algorithm: seconds of software overhead per ring/doubling step}
+    "software",             # {algorithm: Software}: implementation cost per step (default 0)
+    "oversubscribed_step_s",  # w: wait per step per extra rank per slot (default 0)
+], defaults=[0.0])
+
+Software = namedtuple("Software", [
+    "step_s",       # seconds per ring or doubling step (calls, Python, synchronisation)
+    "s_per_byte",   # seconds per byte sent in a step (copies, packing), on top of the link
 ])
+NO_SOFTWARE = Software(0.0, 0.0)
 
 Compute = namedtuple("Compute", [
     "a_s",                # fixed time of one forward+backward+update, seconds
@@ -122,7 +133,7 @@ def grid_links(x, y, g, rows):
     return crosses.reshape(shape), flows.reshape(shape)
 
 
-def ring_phase(net, members, nbytes, crosses, flows, share, reduce, overhead):
+def ring_phase(net, members, nbytes, crosses, flows, share, reduce, sw):
     """Seconds of one ring reduce-scatter (``reduce``) or all-gather phase; see module doc."""
     k = np.asarray(members, float)
     chunk = np.asarray(nbytes, float) / np.maximum(k, 1.0)
@@ -130,10 +141,16 @@ def ring_phase(net, members, nbytes, crosses, flows, share, reduce, overhead):
     inter = net.inter.latency_s + chunk * np.maximum(flows, 1) / net.inter.bandwidth_Bps
     hop = np.where(crosses, np.maximum(intra, inter), intra)
     add = chunk * net.reduce_s_per_byte / share if reduce else 0.0
-    return (k - 1) * (hop + add + overhead)
+    software = (sw.step_s + chunk * sw.s_per_byte) / share
+    return (k - 1) * (hop + add + software + step_wait(net, share))
 
 
-def doubling_phase(net, ranks, nbytes, share, overhead, per_host, flows):
+def step_wait(net, share):
+    """Seconds a step waits for descheduled peers: w * (ranks per slot - 1), 0 if not oversubscribed."""
+    return net.oversubscribed_step_s * (1.0 / share - 1.0)
+
+
+def doubling_phase(net, ranks, nbytes, share, sw, per_host, flows):
     """Seconds of recursive doubling: floor(lg p) exchanges of n bytes (+2 if p not 2^k).
 
     Exchange j pairs members 2^j apart: inside a host while 2^j < ``per_host`` (members of
@@ -149,31 +166,41 @@ def doubling_phase(net, ranks, nbytes, share, overhead, per_host, flows):
     extra_hop = np.where(p > per_host, inter, intra)
     add = n * net.reduce_s_per_byte / share
     return (local * intra + (levels - local) * inter + extra * extra_hop
-            + (levels + extra) * (add + overhead))
+            + (levels + extra) * (add + (sw.step_s + n * sw.s_per_byte) / share
+                                  + step_wait(net, share)))
 
 
-def _overhead(net, algorithm):
-    return float((net.step_overhead_s or {}).get(algorithm, 0.0))
+def software_of(net, algorithm):
+    """The Software cost of ``algorithm`` in ``net`` (zero when the profile gives none)."""
+    return (net.software or {}).get(algorithm, NO_SOFTWARE)
 
 
-def _native_terms(net, ranks, nbytes, crosses, flows, share, overhead, per_host, pair_flows):
+def _native_terms(net, ranks, nbytes, crosses, flows, share, sw, per_host, pair_flows):
     """native: {recursive_doubling, reduce_scatter, all_gather}, zeros where unused.
 
     ``flows``: ring flows per host; ``per_host``, ``pair_flows``: see :func:`doubling_phase`.
     """
     small = np.asarray(nbytes) < net.native_switch_bytes
-    doubling = doubling_phase(net, ranks, nbytes, share, overhead, per_host, pair_flows)
-    rs = ring_phase(net, ranks, nbytes, crosses, flows, share, True, overhead)
-    ag = ring_phase(net, ranks, nbytes, crosses, flows, share, False, overhead)
+    doubling = doubling_phase(net, ranks, nbytes, share, sw, per_host, pair_flows)
+    rs = ring_phase(net, ranks, nbytes, crosses, flows, share, True, sw)
+    ag = ring_phase(net, ranks, nbytes, crosses, flows, share, False, sw)
     return {"recursive_doubling": np.where(small, doubling, 0.0),
             "reduce_scatter": np.where(small, 0.0, rs),
             "all_gather": np.where(small, 0.0, ag)}
 
 
+def default_grid_x(ranks, gpus_per_host):
+    """Row length X of the communicator's default grid for each rank count (vectorised)."""
+    p = np.asarray(ranks, int)
+    unique, inverse = np.unique(p, return_inverse=True)
+    xs = np.array([default_grid(int(n), gpus_per_host)[0].x for n in unique])
+    return xs[inverse].reshape(p.shape)
+
+
 def allreduce_terms(net, algorithm, ranks, nbytes, grid_x=None):
     """Seconds per phase of one all-reduce of ``nbytes`` over ``ranks``: {phase: array}.
 
-    ``grid_x``: row length X for torus2d (default: gpus_per_host if it divides p, else p);
+    ``grid_x``: row length X for torus2d (default: the communicator's, topology.default_grid);
     ignored by ring and native, fixed to gpus_per_host by hierarchical. Raises ValueError for
     an unknown algorithm or an X that does not divide p.
 
@@ -187,17 +214,17 @@ def allreduce_terms(net, algorithm, ranks, nbytes, grid_x=None):
     p = np.asarray(ranks, int)
     g = net.gpus_per_host
     share = rank_share(p, g, net.slots_per_host)
-    overhead = _overhead(net, algorithm)
+    sw = software_of(net, algorithm)
     if algorithm in ("ring", "native"):
         crosses, flows = p > g, np.ones_like(p)
         if algorithm == "native":
-            return _native_terms(net, p, nbytes, crosses, flows, share, overhead, g, g)
-        return {"reduce_scatter": ring_phase(net, p, nbytes, crosses, flows, share, True, overhead),
-                "all_gather": ring_phase(net, p, nbytes, crosses, flows, share, False, overhead)}
+            return _native_terms(net, p, nbytes, crosses, flows, share, sw, g, g)
+        return {"reduce_scatter": ring_phase(net, p, nbytes, crosses, flows, share, True, sw),
+                "all_gather": ring_phase(net, p, nbytes, crosses, flows, share, False, sw)}
     if algorithm == "hierarchical":
         x = np.minimum(p, g)
     elif grid_x is None:
-        x = np.where(p % g == 0, np.minimum(p, g), p)
+        x = default_grid_x(p, g)
     else:
         x = np.asarray(grid_x, int)
     if np.any((x < 1) | (p % np.maximum(x, 1) != 0)):
@@ -207,18 +234,16 @@ def allreduce_terms(net, algorithm, ranks, nbytes, grid_x=None):
     shard = np.asarray(nbytes, float) / x
     row_c, row_f = grid_links(x, y, g, rows=True)
     col_c, col_f = grid_links(x, y, g, rows=False)
-    terms = {"row_reduce_scatter": ring_phase(net, x, nbytes, row_c, row_f, share, True, overhead)}
+    terms = {"row_reduce_scatter": ring_phase(net, x, nbytes, row_c, row_f, share, True, sw)}
     if algorithm == "hierarchical":
-        col = _native_terms(net, y, shard, col_c, col_f, share, _overhead(net, "native"),
+        col = _native_terms(net, y, shard, col_c, col_f, share, software_of(net, "native"),
                             np.where(col_c, 1, y), col_f)
         col["recursive_doubling"] = np.where(y > 1, col["recursive_doubling"], 0.0)
         terms.update({"column_native_" + k: v for k, v in col.items()})
     else:
-        terms["column_reduce_scatter"] = ring_phase(net, y, shard, col_c, col_f, share, True,
-                                                    overhead)
-        terms["column_all_gather"] = ring_phase(net, y, shard, col_c, col_f, share, False,
-                                                overhead)
-    terms["row_all_gather"] = ring_phase(net, x, nbytes, row_c, row_f, share, False, overhead)
+        terms["column_reduce_scatter"] = ring_phase(net, y, shard, col_c, col_f, share, True, sw)
+        terms["column_all_gather"] = ring_phase(net, y, shard, col_c, col_f, share, False, sw)
+    terms["row_all_gather"] = ring_phase(net, x, nbytes, row_c, row_f, share, False, sw)
     return terms
 
 

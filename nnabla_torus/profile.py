@@ -13,7 +13,9 @@ named without their extension (``abci``, ``cpu-2core``). Format (units in the ke
       inter: {latency_us: 6.0, bandwidth_GBps: 25.0}   # between hosts, per host (all NICs)
     reduce_ns_per_byte: 0.0033  # time to add one received byte
     native_switch_bytes: 10000  # library all-reduce: recursive doubling below, ring above
-    step_overhead_us: {ring: 0.0, torus2d: 0.0, hierarchical: 0.0, native: 0.0}
+    oversubscribed_step_us: 0   # wait per step per extra rank per slot (ranks > slots)
+    software:                   # implementation cost per step, per algorithm (default 0)
+      ring: {step_us: 40.0, ns_per_byte: 0.3}
     models:
       resnet50: {a_ms: 5.0, b_ms: 0.8138, gamma: 1.0, max_local_batch: 256,
                  grad_bytes: 51114064, slots_per_host: 0}
@@ -31,16 +33,17 @@ from collections import namedtuple
 
 import yaml
 
-from .costmodel import ALGORITHMS, Compute, Link, Network
+from .costmodel import ALGORITHMS, Compute, Link, Network, Software
 
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
 
 Profile = namedtuple("Profile", ["name", "description", "hosts", "network", "models", "extra"])
 
 _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", "links",
-             "reduce_ns_per_byte", "native_switch_bytes", "step_overhead_us", "models",
+             "reduce_ns_per_byte", "native_switch_bytes", "software", "models", "oversubscribed_step_us",
              "calibration"}
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
+_SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
 _MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host"}
 
 
@@ -80,16 +83,20 @@ def _compute(name, raw):
 
 def profile_from_dict(raw):
     """Build a Profile from the parsed file; raise ValueError naming any bad key or value."""
-    required = _TOP_KEYS - {"description", "calibration", "step_overhead_us"}
+    required = _TOP_KEYS - {"description", "calibration", "software", "oversubscribed_step_us"}
     _check_keys("top level", raw, _TOP_KEYS, required)
     _check_keys("links", raw["links"], {"intra", "inter"}, {"intra", "inter"})
-    overhead_us = raw.get("step_overhead_us") or {}
-    _check_keys("step_overhead_us", overhead_us, ALGORITHMS)
+    software = raw.get("software") or {}
+    _check_keys("software", software, ALGORITHMS)
+    for name, sw in software.items():
+        _check_keys(f"software.{name}", sw, _SOFTWARE_KEYS, _SOFTWARE_KEYS)
     network = Network(_link("links.intra", raw["links"]["intra"]),
                       _link("links.inter", raw["links"]["inter"]),
                       raw["reduce_ns_per_byte"] * 1e-9, int(raw["gpus_per_host"]),
                       int(raw["slots_per_host"]), int(raw["native_switch_bytes"]),
-                      {k: v * 1e-6 for k, v in overhead_us.items()})
+                      {k: Software(v["step_us"] * 1e-6, v["ns_per_byte"] * 1e-9)
+                       for k, v in software.items()},
+                      raw.get("oversubscribed_step_us", 0.0) * 1e-6)
     models = {name: _compute(name, m) for name, m in raw["models"].items()}
     return Profile(raw["name"], raw.get("description", ""), int(raw["hosts"]), network, models,
                    {"calibration": raw.get("calibration")})
@@ -106,7 +113,9 @@ def profile_to_dict(prof):
            "links": {"intra": link(net.intra), "inter": link(net.inter)},
            "reduce_ns_per_byte": net.reduce_s_per_byte * 1e9,
            "native_switch_bytes": net.native_switch_bytes,
-           "step_overhead_us": {k: v * 1e6 for k, v in (net.step_overhead_s or {}).items()},
+           "oversubscribed_step_us": net.oversubscribed_step_s * 1e6,
+           "software": {k: {"step_us": v.step_s * 1e6, "ns_per_byte": v.s_per_byte * 1e9}
+                        for k, v in (net.software or {}).items()},
            "models": {name: {"a_ms": m.a_s * 1e3, "b_ms": m.b_s * 1e3, "gamma": m.gamma,
                              "max_local_batch": m.max_local_batch, "grad_bytes": m.grad_bytes,
                              "slots_per_host": m.slots_per_host}

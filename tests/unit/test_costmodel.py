@@ -3,23 +3,23 @@ import numpy as np
 import pytest
 
 from nnabla_torus import costmodel as cm
-from nnabla_torus.costmodel import Compute, Link, Network
+from nnabla_torus.costmodel import Compute, Link, Network, Software
 
 RNG = np.random.default_rng(1234)
 
 
-def random_network(rng, g=None, overhead=True):
+def random_network(rng, g=None):
     g = int(g or rng.choice([1, 2, 4, 8]))
     algos = cm.ALGORITHMS
     return Network(Link(rng.uniform(1e-7, 1e-4), rng.uniform(1e8, 1e11)),
                    Link(rng.uniform(1e-7, 1e-4), rng.uniform(1e8, 1e11)),
                    rng.uniform(0, 1e-9), g, int(rng.choice([0, 1, g])),
                    int(rng.choice([0, 10000, 1 << 20])),
-                   {a: rng.uniform(0, 1e-5) for a in algos} if overhead else {})
+                   {a: Software(rng.uniform(0, 1e-5), rng.uniform(0, 1e-10)) for a in algos})
 
 
 def one_level(a, bandwidth, g=10 ** 6):
-    """Every rank on one host, no sharing, no reduction cost, no overhead."""
+    """Every rank on one host, no sharing, no reduction cost, no software cost."""
     return Network(Link(a, bandwidth), Link(a, bandwidth), 0.0, g, 0, 0, {})
 
 
@@ -38,7 +38,7 @@ def test_time_grows_with_bytes(seed, algorithm):
 def test_torus_on_one_row_or_column_is_the_ring(seed):
     rng = np.random.default_rng(seed)
     net = random_network(rng)
-    net = net._replace(step_overhead_s={})   # per-algorithm overheads differ by design
+    net = net._replace(software={})   # per-algorithm implementation costs differ by design
     p = int(rng.integers(1, 65)) * net.gpus_per_host
     n = rng.uniform(1, 1e9, 10)
     ring = cm.allreduce_time(net, "ring", p, n)

@@ -1,0 +1,328 @@
+"""Calibration: measure this machine, fit the cost model, write a cluster profile.
+
+1. ``tools/allreduce_bench.py --json`` under mpirun at several rank counts and sizes, every
+   algorithm (records: algorithm, grid, ranks, bytes, time_us).
+2. ``tools/train_bench.py --json`` at several rank counts and per-rank batches, without and
+   with overlap (records: ranks, local_batch, overlap, step_time_s).
+3. Fit by least squares on log time (scipy ``least_squares``, parameters in log space):
+   network: intra-host latency and bandwidth, the wait per step when ranks outnumber cores,
+   and each algorithm's software cost (seconds per step and per byte; native's per-step cost
+   is pinned at 0, its steps being the link's);
+   compute: a, b and the overlap exponent gamma, with the per-host compute slots chosen
+   among 1..cores by the best fit.
+   Pinned (the data cannot identify them) and reported: the reduction cost per byte (measured
+   by a numpy add micro-benchmark: on a ring it only ever appears next to 1/bandwidth), the
+   per-host slots for data movement (the CPU core count) and, on one host, the whole
+   inter-host level.
+4. Report the median absolute percentage error (MdAPE) of predicted versus measured times.
+
+Example::
+
+    python tools/calibrate.py --ranks 2,4,8 --batches 4,8,16 --out cpu-2core.yaml
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from . import costmodel
+from .costmodel import Compute, Link, Network, Software
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OURS = ("ring", "torus2d", "hierarchical")   # algorithms implemented in Python by us
+
+
+def mdape(predicted, measured):
+    """Median absolute percentage error, as a fraction (0.1 = 10 %)."""
+    predicted, measured = np.asarray(predicted, float), np.asarray(measured, float)
+    return float(np.median(np.abs(predicted - measured) / measured))
+
+
+def grid_x(record):
+    """Row length X of a benchmark record's grid ("XxY"; "-" for native: the world)."""
+    grid = str(record.get("grid", "-"))
+    return int(grid.split("x")[0]) if "x" in grid else int(record["ranks"])
+
+
+def _columns(records, *keys):
+    return [np.array([r[k] for r in records]) for k in keys]
+
+
+def predict_allreduce(net, records):
+    """Predicted seconds for each all-reduce benchmark record (one vectorised call per algorithm)."""
+    algorithm, ranks, nbytes = _columns(records, "algorithm", "ranks", "bytes")
+    x = np.array([grid_x(r) for r in records])
+    out = np.empty(len(records))
+    for name in set(algorithm.tolist()):
+        m = algorithm == name
+        out[m] = costmodel.allreduce_time(net, name, ranks[m], nbytes[m], x[m])
+    return out
+
+
+def _network_from(theta, base):
+    """Network from log parameters: latency, bandwidth, wait, native s/byte, (s/step, s/byte) x ours."""
+    lat, bw, wait, native_per_byte, *ours = np.exp(theta)
+    software = {"native": Software(0.0, native_per_byte)}
+    software.update({a: Software(*ours[2 * i:2 * i + 2]) for i, a in enumerate(OURS)})
+    return base._replace(intra=Link(lat, bw), software=software, oversubscribed_step_s=wait)
+
+
+def fit_network(records, base):
+    """Fit intra latency and bandwidth and the software costs to all-reduce records.
+
+    ``base`` supplies the pinned fields (inter level, reduce cost, hosts, slots, switch).
+    Returns (Network, report dict with the MdAPE and the fitted and pinned values).
+    """
+    from scipy.optimize import least_squares
+    records = [r for r in records if r.get("correct", True) and r["ranks"] > 1]
+    if not records:
+        raise ValueError("no correct multi-rank all-reduce records to fit; run the benchmark "
+                         "at 2 or more ranks")
+    measured = np.array([r["time_us"] * 1e-6 for r in records])
+
+    def residuals(theta):
+        return np.log(predict_allreduce(_network_from(theta, base), records)) - np.log(measured)
+
+    start = np.log([20e-6, 1e9, 1e-3, 1e-10] + [50e-6, 1e-10] * len(OURS))
+    fit = least_squares(residuals, start, bounds=(np.log(1e-15), np.log(1e12)))
+    net = _network_from(fit.x, base)
+    predicted = predict_allreduce(net, records)
+    per_algorithm = {a: mdape(predicted[m], measured[m]) for a in costmodel.ALGORITHMS
+                     for m in [np.array([r["algorithm"] == a for r in records])] if m.any()}
+    return net, {"allreduce_mdape": mdape(predicted, measured),
+                 "allreduce_mdape_by_algorithm": per_algorithm,
+                 "allreduce_records": len(records)}
+
+
+def _compute_from(theta, slots, base):
+    a, b, gamma_minus_one = np.exp(theta)
+    return base._replace(a_s=a, b_s=b, gamma=1.0 + gamma_minus_one, slots_per_host=slots)
+
+
+def predict_steps(net, comp, records, algorithm):
+    """Predicted step seconds per train-bench record (overlap 0 records: gamma = 1).
+
+    The grid is the communicator's default for the rank count (costmodel's default X).
+    """
+    ranks, batch = _columns(records, "ranks", "local_batch")
+    overlap = np.array([bool(r.get("overlap")) for r in records])
+    out = np.empty(len(records))
+    for flag in (False, True):
+        m = overlap == flag
+        if m.any():
+            c = comp if flag else comp._replace(gamma=1.0)
+            out[m] = costmodel.step_time(net, c, algorithm, ranks[m], batch[m])
+    return out
+
+
+def fit_compute(records, net, base, algorithm, max_slots):
+    """Fit a, b, gamma to train-bench records; slots per host chosen in 1..max_slots (0 = none).
+
+    Returns (Compute, report dict).
+    """
+    from scipy.optimize import least_squares
+    if not records:
+        raise ValueError("no training-step records to fit; run tools/train_bench.py")
+    measured = np.array([r["step_time_s"] for r in records])
+    best = None
+    for slots in range(1, max_slots + 1):
+        def residuals(theta):
+            comp = _compute_from(theta, slots, base)
+            return np.log(predict_steps(net, comp, records, algorithm)) - np.log(measured)
+        fit = least_squares(residuals, np.log([1e-2, 1e-3, 1.0]),
+                            bounds=(np.log([1e-7, 1e-8, 1e-3]), np.log([10.0, 10.0, 50.0])))
+        if best is None or fit.cost < best[0].cost:
+            best = (fit, slots)
+    comp = _compute_from(best[0].x, best[1], base)
+    predicted = predict_steps(net, comp, records, algorithm)
+    return comp, {"step_mdape": mdape(predicted, measured), "step_records": len(records),
+                  "compute_slots_chosen": best[1]}
+
+
+def reduce_cost_per_byte(nbytes=1 << 24, repeats=5):
+    """Seconds per byte of ``a += b`` on float32 arrays of ``nbytes`` (best of ``repeats``)."""
+    a = np.ones(nbytes // 4, np.float32)
+    b = np.ones_like(a)
+    best = np.inf
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        np.add(a, b, out=a)
+        best = min(best, time.perf_counter() - tic)
+    return best / nbytes
+
+
+def mpirun_argv(ranks, argv):
+    """mpirun command running ``python argv`` on ``ranks`` local ranks (root and oversubscribe ok)."""
+    local = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    cmd = [local if os.path.exists(local) else "mpirun", "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    return cmd + ["-np", str(ranks), sys.executable] + list(argv)
+
+
+def run_json_tool(ranks, tool, args, env=None, timeout=1800):
+    """Run ``tools/<tool> args --json TMP`` under mpirun; return its JSON records."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "out.json")
+        full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        full_env.update(env or {})
+        cmd = mpirun_argv(ranks, [os.path.join(REPO, "tools", tool)] + list(args) + ["--json", path])
+        done = subprocess.run(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        if done.returncode != 0 or not os.path.exists(path):
+            raise RuntimeError(f"{' '.join(cmd)} failed (exit {done.returncode}):\n"
+                               f"{done.stdout[-3000:]}")
+        with open(path) as f:
+            return json.load(f)
+
+
+def grids_for(ranks):
+    """torus2d grids to benchmark at ``ranks``: every XxY with X, Y >= 2."""
+    return [f"{ranks // y}x{y}" for y in range(2, ranks) if ranks % y == 0 and ranks // y >= 2]
+
+
+def measure_allreduce(ranks_list, sizes, iters, log=print):
+    records = []
+    for ranks in ranks_list:
+        args = ["--sizes", sizes, "--iters", str(iters), "--warmup", "1"]
+        if grids_for(ranks):
+            args += ["--grids", ",".join(grids_for(ranks))]
+        log(f"calibrate: all-reduce benchmark at {ranks} ranks ...")
+        records += run_json_tool(ranks, "allreduce_bench.py", args)
+    return records
+
+
+def measure_steps(ranks_list, batches, bench_args, algorithm, log=print):
+    records = []
+    for ranks in ranks_list:
+        for batch in batches:
+            log(f"calibrate: training steps at {ranks} ranks x batch {batch} ...")
+            records += run_json_tool(ranks, "train_bench.py",
+                                     list(bench_args) + ["--batch", str(batch)],
+                                     env={"NNABLA_TORUS_ALGORITHM": algorithm})
+    return records
+
+
+def model_grad_bytes(arch, width, classes, image_size):
+    """Bytes of float32 gradients of the example's model (built once, on CPU)."""
+    sys.path.insert(0, os.path.join(REPO, "examples", "imagenet"))
+    import nnabla as nn
+    import nnabla.functions as F  # noqa: F401  (registers the functions used by the model)
+    from models import get_model
+    nn.clear_parameters()
+    model = get_model(arch, classes, width)
+    model(nn.Variable((1, 3, image_size, image_size)), False)
+    count = sum(int(np.prod(v.shape)) for v in nn.get_parameters().values())
+    nn.clear_parameters()
+    return 4 * count
+
+
+def base_network(cores, ranks_per_host):
+    """The pinned part of a one-host network; intra link and software costs get fitted.
+
+    The inter-host level cannot be measured on one host: it is *assumed* 1 Gbit/s Ethernet
+    (50 us, 0.125 GB/s) so plans across hosts stay possible; replace it when you measure one.
+    """
+    return Network(Link(20e-6, 1e9), Link(50e-6, 0.125e9), reduce_cost_per_byte(), ranks_per_host,
+                   cores, 10000, {})
+
+
+def build_parser():
+    import argparse
+    from .knobs import add_knob
+    parser = argparse.ArgumentParser(prog="calibrate", description=__doc__.split("\n")[0])
+
+    def knob(flag, default, help, **kwargs):   # env twin: NNABLA_TORUS_CAL_<FLAG>
+        env = "NNABLA_TORUS_CAL_" + flag[2:].upper().replace("-", "_")
+        add_knob(parser, flag, env, default, help, **kwargs)
+    knob("--name", "cpu-2core", "profile name")
+    knob("--out", os.path.join(os.path.dirname(__file__), "profiles", "cpu-2core.yaml"),
+         "profile file to write")
+    knob("--ranks", "2,4,8", "rank counts for the all-reduce benchmark")
+    knob("--sizes", "4K,64K,1M,16M,128M", "all-reduce sizes (K/M/G suffixes)")
+    knob("--iters", 5, "timed calls per all-reduce size and algorithm", type=int)
+    knob("--train-ranks", "1,2,4", "rank counts for the training-step benchmark")
+    knob("--batches", "4,8,16,32", "per-rank batches for the training-step benchmark")
+    knob("--train-iters", 5, "timed training steps per setting", type=int)
+    knob("--arch", "resnet18", "model of the training-step benchmark")
+    knob("--width", 0.25, "width multiplier of the model", type=float)
+    knob("--image-size", 32, "image side, pixels", type=int)
+    knob("--classes", 1000, "classes of the model", type=int)
+    knob("--algorithm", "torus2d", "all-reduce algorithm during the training benchmark")
+    knob("--max-local-batch", 256, "per-rank batch limit to record in the profile", type=int)
+    knob("--allreduce-json", None, "fit these all-reduce records instead of measuring")
+    knob("--train-json", None, "fit these training-step records instead of measuring")
+    knob("--save-json", None, "directory to save the measured records in")
+    return parser
+
+
+def _ints(text):
+    return [int(t) for t in str(text).split(",") if t.strip()]
+
+
+def _load_or_measure(path, measure, save_dir, name):
+    if path:
+        with open(path) as f:
+            return json.load(f)
+    records = measure()
+    if save_dir:
+        os.makedirs(save_dir, exist_ok=True)
+        with open(os.path.join(save_dir, name), "w") as f:
+            json.dump(records, f, indent=1)
+    return records
+
+
+def calibrate(args, log=print):
+    """Measure (or load), fit and return (Profile, report)."""
+    from .profile import Profile
+    cores = os.cpu_count() or 1
+    ranks_per_host = max(_ints(args.ranks) + _ints(args.train_ranks))
+    base = base_network(cores, ranks_per_host)
+    allreduce = _load_or_measure(args.allreduce_json, lambda: measure_allreduce(
+        _ints(args.ranks), args.sizes, args.iters, log), args.save_json, "allreduce.json")
+    net, net_report = fit_network(allreduce, base)
+    bench_args = ["--arch", args.arch, "--width", str(args.width), "--image-size",
+                  str(args.image_size), "--classes", str(args.classes), "--iters",
+                  str(args.train_iters), "--warmup", "2"]
+    steps = _load_or_measure(args.train_json, lambda: measure_steps(
+        _ints(args.train_ranks), _ints(args.batches), bench_args, args.algorithm, log),
+        args.save_json, "train.json")
+    grad_bytes = model_grad_bytes(args.arch, args.width, args.classes, args.image_size)
+    start = Compute(1e-2, 1e-3, 1.0, args.max_local_batch, grad_bytes, 0)
+    comp, comp_report = fit_compute(steps, net, start, args.algorithm, cores)
+    model = f"{args.arch}-w{args.width:g}-{args.image_size}px"
+    report = dict(net_report, **comp_report)
+    report["pinned"] = {
+        "reduce_ns_per_byte": f"{base.reduce_s_per_byte * 1e9:.4f}: numpy add micro-benchmark",
+        "slots_per_host": f"{cores}: CPU cores (data movement shares them)",
+        "links.inter": "assumed 1 Gbit/s Ethernet: one host, no inter-host measurement",
+        "software.native.step_us": "0: native steps are the link's latency",
+        "gpus_per_host": f"{ranks_per_host}: the most ranks measured on this host"}
+    report["model"] = model
+    report["measured"] = {"allreduce_ranks": args.ranks, "sizes": args.sizes,
+                          "train_ranks": args.train_ranks, "batches": args.batches,
+                          "train_algorithm": args.algorithm}
+    prof = Profile(args.name, f"this machine ({cores} CPU cores), calibrated by "
+                   f"tools/calibrate.py on {time.strftime('%Y-%m-%d')}", 1, net,
+                   {model: comp}, {"calibration": report})
+    return prof, report
+
+
+def main(argv=None):
+    from .profile import save_profile
+    args = build_parser().parse_args(argv)
+    prof, report = calibrate(args)
+    save_profile(prof, args.out, header="nnabla-torus cluster profile written by "
+                 "tools/calibrate.py; see nnabla_torus/profile.py for the format.\n"
+                 "Fitted on this machine; the 'calibration' block says what was pinned.")
+    print(f"all-reduce MdAPE {report['allreduce_mdape']:.1%} over "
+          f"{report['allreduce_records']} records; by algorithm: "
+          + ", ".join(f"{a} {e:.1%}" for a, e in report["allreduce_mdape_by_algorithm"].items()))
+    print(f"training-step MdAPE {report['step_mdape']:.1%} over {report['step_records']} "
+          f"records (compute slots per host: {report['compute_slots_chosen']})")
+    print(f"wrote {args.out}")
+    return 0

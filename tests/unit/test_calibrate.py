@@ -1,0 +1,65 @@
+"""Calibration fitter on synthetic measurements from known parameters."""
+import numpy as np
+import pytest
+
+from nnabla_torus import calibrate, costmodel
+from nnabla_torus.costmodel import Compute, Link, Network, Software
+
+
+def true_network():
+    return Network(Link(30e-6, 2e9), Link(50e-6, 0.125e9), 0.2e-9, 8, 2, 10000,
+                   {"native": Software(0.0, 0.5e-9), "ring": Software(80e-6, 0.1e-9),
+                    "torus2d": Software(90e-6, 0.2e-9), "hierarchical": Software(100e-6, 0.3e-9)})
+
+
+def synthetic_allreduce(net, rng, noise=0.03):
+    records = []
+    for ranks, grids in ((2, ["2x1"]), (4, ["2x2"]), (8, ["2x4", "4x2"])):
+        for nbytes in (4096, 65536, 1 << 20, 1 << 24, 1 << 27):
+            runs = [("torus2d", g) for g in grids] + [("ring", f"{ranks}x1"),
+                                                       ("hierarchical", f"{ranks}x1"), ("native", "-")]
+            for algorithm, grid in runs:
+                r = {"algorithm": algorithm, "grid": grid, "ranks": ranks, "bytes": nbytes,
+                     "correct": True}
+                t = float(calibrate.predict_allreduce(net, [r])[0])
+                r["time_us"] = t * 1e6 * np.exp(rng.normal(0, noise))
+                records.append(r)
+    return records
+
+
+def test_fit_network_recovers_predictions():
+    rng = np.random.default_rng(0)
+    truth = true_network()
+    records = synthetic_allreduce(truth, rng)
+    base = truth._replace(intra=Link(1e-3, 1e8), software={})
+    net, report = calibrate.fit_network(records, base)
+    assert report["allreduce_mdape"] < 0.05
+    # the model it found predicts unseen sizes as the truth does
+    for algorithm in costmodel.ALGORITHMS:
+        want = costmodel.allreduce_time(truth, algorithm, 8, 3e6, 4)
+        got = costmodel.allreduce_time(net, algorithm, 8, 3e6, 4)
+        assert got == pytest.approx(want, rel=0.1)
+
+
+def test_fit_compute_recovers_coefficients():
+    rng = np.random.default_rng(1)
+    net = true_network()
+    truth = Compute(0.02, 0.004, 2.5, 64, 2_800_000, 2)
+    records = []
+    for ranks in (1, 2, 4):
+        for batch in (4, 8, 16, 32):
+            for overlap in (0, 1):
+                r = {"ranks": ranks, "local_batch": batch, "overlap": overlap}
+                t = calibrate.predict_steps(net, truth, [r], "torus2d")[0]
+                r["step_time_s"] = t * np.exp(rng.normal(0, 0.02))
+                records.append(r)
+    comp, report = calibrate.fit_compute(records, net, truth._replace(a_s=1, b_s=1, gamma=1),
+                                         "torus2d", max_slots=2)
+    assert report["compute_slots_chosen"] == 2 and report["step_mdape"] < 0.04
+    assert comp.a_s == pytest.approx(0.02, rel=0.2) and comp.b_s == pytest.approx(0.004, rel=0.1)
+
+
+def test_mdape_and_errors():
+    assert calibrate.mdape([1.1, 0.9, 2.0], [1.0, 1.0, 1.0]) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="no correct"):
+        calibrate.fit_network([], true_network())
