@@ -14,7 +14,9 @@ import os
 
 import yaml
 
+from nnabla_torus.controller import BatchSizeController
 from nnabla_torus.knobs import add_knob, env_value
+from nnabla_torus.schedules import BatchSchedule, LearningRateSchedule
 
 RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is given
@@ -44,6 +46,8 @@ class TrainConfig:
     arch: str = knob("resnet50", "network: resnet18 | resnet34 | resnet50")
     width: float = knob(1.0, "channel width multiplier")
     image_size: int = knob(224, "training crop and validation centre crop, pixels")
+    min_crop_area: float = knob(0.08, "smallest area fraction of the random-resized training crop")
+    flip: bool = knob(True, "random horizontal flips in training (off for digits and text)")
     train_images: int = knob(0, "use only the first N training images of each epoch (0 = all)")
     # global batch and its control
     batch_schedule: str = knob("0:256", "global batch per epoch range, epoch:images,... (images per step)")
@@ -187,6 +191,8 @@ def validate(cfg):
         if getattr(cfg, name) not in allowed:
             raise ValueError(f"{name} = {getattr(cfg, name)!r} is not one of {allowed}; "
                              f"set {flag_of(name)} or the recipe key {name}")
+    if not 0 < cfg.min_crop_area <= 1:
+        raise ValueError(f"min_crop_area = {cfg.min_crop_area} must be in (0, 1] (--min-crop-area)")
     positive = ("width", "image_size", "local_batch", "epochs", "base_lr", "reference_batch",
                 "bucket_mib", "loss_scale")
     non_negative = ("warmup_epochs", "weight_decay", "momentum", "train_images", "min_batch",
@@ -200,3 +206,23 @@ def validate(cfg):
     if not 0 <= cfg.label_smoothing < 1:
         raise ValueError(f"label_smoothing = {cfg.label_smoothing} must be in [0, 1) "
                          f"(--label-smoothing)")
+
+
+def build_schedules(cfg, world_size, noise_scale=None):
+    """Return (BatchSizeController, LearningRateSchedule) for ``cfg`` on ``world_size`` ranks.
+
+    The learning rate of a step at fractional epoch e is
+    ``lr_schedule.lr(e) * controller.plan(e).lr_factor``. With ``noise_scale`` (adaptive
+    batch) the run starts at the schedule's first batch unless ``min_batch`` is set.
+    """
+    schedule = BatchSchedule.parse(cfg.batch_schedule)
+    controller = BatchSizeController(
+        world_size, cfg.local_batch, schedule=None if noise_scale else schedule,
+        noise_scale=noise_scale, base_batch=cfg.reference_batch, lr_scaling=cfg.lr_scaling,
+        min_batch=cfg.min_batch or (schedule.batch(0) if noise_scale else None),
+        max_batch=cfg.max_batch or None)
+    lr_schedule = LearningRateSchedule(
+        cfg.base_lr, cfg.epochs, warmup_epochs=cfg.warmup_epochs, decay=cfg.lr_decay,
+        milestones=[float(m) for m in cfg.milestones.split(",") if m.strip()],
+        gamma=cfg.gamma, power=cfg.power)
+    return controller, lr_schedule

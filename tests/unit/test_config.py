@@ -1,7 +1,7 @@
 """Typed config: precedence CLI > recipe > env > default, recipes by value, clear errors."""
 import pytest
 
-from examples.imagenet.config import TrainConfig, load_recipe, parse_config
+from examples.imagenet.config import TrainConfig, build_schedules, load_recipe, parse_config
 
 
 def test_default_is_digits_recipe_and_data_dir_picks_resnet50(monkeypatch):
@@ -50,3 +50,39 @@ def test_bad_values_are_clear_errors(tmp_path):
         parse_config(["--local-batch", "0"])
     with pytest.raises(ValueError, match="label_smoothing"):
         parse_config(["--label-smoothing", "1.5"])
+
+
+def batch_and_lr(cfg, world_size, epoch):
+    controller, lr_schedule = build_schedules(cfg, world_size)
+    plan = controller.plan(epoch)
+    return plan.global_batch, plan.local_batch, plan.accum_steps, lr_schedule.lr(epoch) * plan.lr_factor
+
+
+def test_sony_recipe_batch_and_lr_per_epoch():
+    cfg = parse_config(["-C", "sony-224s"])
+    # 1,088 GPUs x 32 during the 5 warm-up epochs, then 2,176 x 32 (the paper doubles GPUs).
+    assert batch_and_lr(cfg, 1088, 0.0)[:3] == (34816, 32, 1)
+    assert batch_and_lr(cfg, 2176, 5.0)[:3] == (69632, 32, 1)
+    # On the warm-up's 1,088 GPUs the doubled batch is two accumulated micro-batches.
+    assert batch_and_lr(cfg, 1088, 5.0)[:3] == (69632, 32, 2)
+    # lr = 0.1 per 256 images, linear scaling, linear warm-up over 5 epochs, then poly(2).
+    expected = {0.0: 0.0, 2.5: 0.05 * 136, 4.99: 0.1 * 4.99 / 5 * 136, 5.0: 0.1 * 272,
+                47.5: 0.1 * 0.25 * 272, 90.0: 0.0}
+    for epoch, lr in expected.items():
+        assert batch_and_lr(cfg, 2176, epoch)[3] == pytest.approx(lr, rel=1e-9, abs=1e-12), epoch
+
+
+def test_resnet50_90ep_recipe_batch_and_lr_per_epoch():
+    cfg = parse_config(["-C", "resnet50-90ep"])
+    assert batch_and_lr(cfg, 8, 0.0)[:3] == (256, 32, 1)
+    assert batch_and_lr(cfg, 2, 10.0)[:3] == (256, 32, 4)       # 2 ranks accumulate 4 x 32
+    for epoch, lr in {0.0: 0.1, 29.9: 0.1, 30.0: 0.01, 60.0: 0.001, 85.0: 0.0001}.items():
+        assert batch_and_lr(cfg, 8, epoch)[3] == pytest.approx(lr), epoch
+
+
+def test_digits_recipe_batch_and_lr_per_epoch():
+    cfg = parse_config([])
+    first, later = batch_and_lr(cfg, 4, 0.5), batch_and_lr(cfg, 4, 1.0)
+    assert first[:3] == (64, 16, 1) and later[:3] == (128, 32, 1)
+    assert first[3] == pytest.approx(cfg.base_lr * 0.5)                   # half-way through warm-up
+    assert later[3] == pytest.approx(2 * cfg.base_lr)                      # x2 for batch 128

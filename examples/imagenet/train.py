@@ -1,0 +1,498 @@
+"""Data-parallel ImageNet training with nnabla and the nnabla-torus communicator.
+
+With no arguments it builds (once, cached) a small ImageNet-layout dataset from scikit-learn's
+handwritten digits and trains a small ResNet-18 on it with the ``digits-cpu`` recipe, through
+the same code path as ImageNet: DALI input sharded by rank, torus all-reduce overlapped with
+backward, the batch-size controller, checkpoints. Launch commands:
+
+    # any machine, no data: 4 ranks on the CPU (>= 95 % val top-1 in a few minutes)
+    mpirun -np 4 python examples/imagenet/train.py
+    # plain ResNet-50, 90 epochs, 8 GPUs (recipes/resnet50-90ep.yaml)
+    mpirun -np 8 python examples/imagenet/train.py --data-dir /data/imagenet --context cudnn
+    # Sony's 224-second recipe: batch 34K -> 68K, FP16, LARS (recipes/sony-224s.yaml)
+    mpirun -np 2176 python examples/imagenet/train.py -C sony-224s --data-dir /data/imagenet
+    # continue the run in --output-dir from its newest intact checkpoint
+    mpirun -np 4 python examples/imagenet/train.py --resume 1
+
+``--data-dir`` holds ``train/<wnid>/*.JPEG``, ``val/`` and the ``path label`` lists
+``train.txt`` / ``val.txt`` (nnabla-examples' layout). Every knob is a flag, an environment
+variable and a recipe key (``python train.py --help``; precedence CLI > recipe > env > default).
+The last line on rank 0 is a JSON summary (val_top1, val_top5, images_per_sec, wall_s, ...).
+"""
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import nnabla as nn
+import nnabla.functions as F
+import nnabla.solvers as S
+from nnabla.ext_utils import get_extension_context
+from nnabla.monitor import Monitor, MonitorSeries
+
+import nnabla_torus as C
+from nnabla_torus.controller import BatchPlan
+from nnabla_torus.noise_scale import NoiseScaleEstimator
+from nnabla_torus.overlap import BucketedAllReduce
+
+import data
+import digits
+from checkpoint import load_latest_checkpoint, save_checkpoint
+from config import build_schedules, parse_config
+from models import get_model, is_bn_or_bias
+
+SERIES = ("train_loss", "train_error", "lr", "global_batch", "images_per_sec", "val_top1",
+          "val_top5")
+EPOCH_SERIES = ("val_top1", "val_top5")     # indexed by epoch; the others by optimizer step
+
+
+# ----------------------------------------------------------------------------------------------
+# set-up: context, communicator, data, model, solvers
+
+def make_context_and_comm(cfg, log_all):
+    """Return (ctx, comm, type_config) with the device chosen by the rank's local index."""
+    type_config = cfg.type_config
+    if cfg.context == "cpu" and type_config == "half":
+        type_config = "float"          # nnabla's CPU extension has no FP16 kernels
+        log_all("type_config half needs a CUDA context; this CPU run trains in fp32")
+    ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
+    comm = C.MultiProcessDataParallelCommunicator(ctx)
+    comm.init()
+    ctx.device_id = str(comm.local_rank)
+    nn.set_default_context(ctx)
+    return ctx, comm, type_config
+
+
+def open_datasets(cfg):
+    """Return (train_set, val_set); the embedded digits data when no --data-dir is given."""
+    root = cfg.data_dir or digits.ensure_digits_dataset()
+    train_set = data.read_dataset(os.path.join(root, "train"), os.path.join(root, "train.txt"))
+    val_set = data.read_dataset(os.path.join(root, "val"), os.path.join(root, "val.txt"))
+    if cfg.train_images:
+        # A seeded subset mixes the classes (the list is ordered by class folder).
+        keep = np.sort(np.random.default_rng(cfg.seed).permutation(len(train_set))
+                       [:cfg.train_images])
+        train_set = data.Dataset(train_set.root, [train_set.files[i] for i in keep],
+                                 train_set.labels[keep])
+    return train_set, val_set
+
+
+class TrainStream:
+    """Endless per-rank training batches, epoch after epoch, at a changeable batch size.
+
+    ``epoch()`` is fractional: loader epoch + share of this rank's shard consumed, the same on
+    every rank. A new batch size continues the current epoch at ``loader.position``.
+    """
+
+    def __init__(self, train_set, cfg, comm, device_id, state=None):
+        self.make = lambda **kw: data.make_loader(
+            train_set, rank=comm.rank, size=comm.size, train=True, image_size=cfg.image_size,
+            seed=cfg.seed, device_id=device_id, crop_scale=(cfg.min_crop_area, 1.0),
+            flip=cfg.flip, **kw)
+        self.per_rank = math.ceil(len(train_set) / comm.size)
+        self.loader = self.make(batch_size=state["batch_size"], resume=state) if state else None
+
+    def epoch(self):
+        if self.loader is None:
+            return 0.0
+        return self.loader.epoch + self.loader.position / self.per_rank
+
+    def at_epoch_end(self):
+        return self.loader is not None and self.loader.position >= self.per_rank
+
+    def state(self):
+        """Data position for the checkpoint (at an epoch end: the start of the next one)."""
+        if self.loader is None:
+            return None
+        if self.at_epoch_end():
+            return {"epoch": self.loader.epoch + 1, "start_image": 0,
+                    "batch_size": self.loader.batch_size, "consumed_steps": 0}
+        return self.loader.state()
+
+    def next_batch(self, batch_size):
+        if self.loader is None:
+            self.loader = self.make(batch_size=batch_size, epoch=0)
+        elif self.at_epoch_end():
+            self.loader = self.make(batch_size=batch_size, epoch=self.loader.epoch + 1)
+        elif self.loader.batch_size != batch_size:
+            self.loader = self.make(batch_size=batch_size, epoch=self.loader.epoch,
+                                    start_image=self.loader.position)
+        return next(self.loader)
+
+
+def build_graph(model, batch_size, image_size, label_smoothing, accum_steps, test=False):
+    """Return (x, t, loss, objective, logits); objective = loss / accum_steps (what backward sees)."""
+    x = nn.Variable((batch_size, 3, image_size, image_size))
+    t = nn.Variable((batch_size, 1))
+    logits = model(x, test=test)
+    logits.persistent = True                 # read after forward(clear_no_need_grad=True)
+    # Label smoothing: (1 - eps) * cross-entropy + eps * mean over classes of -log p.
+    ce = F.softmax_cross_entropy(logits, t)
+    if label_smoothing > 0:
+        uniform = -F.mean(F.log_softmax(logits, axis=1), axis=1, keepdims=True)
+        ce = (1.0 - label_smoothing) * ce + label_smoothing * uniform
+    loss = F.mean(ce)
+    loss.persistent = True
+    objective = loss * (1.0 / accum_steps)   # accumulated micro-batch gradients average
+    return x, t, loss, objective, logits
+
+
+class SolverGroup:
+    """Two nnabla solvers as one: weight decay (and LARS) only for conv/affine weights.
+
+    BN parameters and biases get plain momentum and no decay (Jia et al. 2018). Duck-types
+    the solver methods that DynamicLossScalingUpdater and the loop call.
+    """
+
+    def __init__(self, cfg, params):
+        decayed = {k: v for k, v in params.items() if not is_bn_or_bias(k)}
+        plain = {k: v for k, v in params.items() if is_bn_or_bias(k)}
+        main = S.Lars(cfg.base_lr, cfg.momentum, cfg.lars_coefficient) \
+            if cfg.optimizer == "lars" else S.Momentum(cfg.base_lr, cfg.momentum)
+        main.set_parameters(decayed)
+        other = S.Momentum(cfg.base_lr, cfg.momentum)
+        other.set_parameters(plain)
+        self.solvers = {"decayed": main, "plain": other}
+
+    def _each(self, method, *args):
+        for solver in self.solvers.values():
+            getattr(solver, method)(*args)
+
+    def set_learning_rate(self, lr):
+        self._each("set_learning_rate", lr)
+
+    def zero_grad(self):
+        self._each("zero_grad")
+
+    def scale_grad(self, scale):
+        self._each("scale_grad", scale)
+
+    def update(self):
+        self._each("update")
+
+    def weight_decay(self, rate):
+        self.solvers["decayed"].weight_decay(rate)
+
+    def check_inf_or_nan_grad(self):
+        return any(s.check_inf_or_nan_grad() for s in self.solvers.values())
+
+    def state_arrays(self):
+        """Solver states as (name -> ndarray, name -> step count t)."""
+        arrays, steps = {}, {}
+        for group, solver in self.solvers.items():
+            for name, state in solver.get_states().items():
+                steps[f"{group}/{name}"] = state.t
+                for key, var in state.pstate.items():
+                    arrays[f"solver/{group}/{name}/{key}"] = var.d.copy()
+        return arrays, steps
+
+    def load_state_arrays(self, arrays, steps):
+        for group, solver in self.solvers.items():
+            states = solver.get_states()
+            for name, state in states.items():
+                state.t = steps[f"{group}/{name}"]
+                for key, var in state.pstate.items():
+                    var.d = arrays[f"solver/{group}/{name}/{key}"]
+            solver.set_states(states)
+
+
+class AveragingComm:
+    """Make DynamicLossScalingUpdater's summing all_reduce an average (our gradients are means)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def all_reduce(self, data, division=False, inplace=False):
+        self.comm.all_reduce(data, division=True, inplace=inplace)
+
+
+# ----------------------------------------------------------------------------------------------
+# the steps: train, validate, checkpoint
+
+def train_step(stream, graph, plan, solvers, comm, grads, reducer, updater):
+    """One optimizer step over plan.accum_steps micro-batches; returns (loss, error) means."""
+    x, t, loss, objective, logits = graph
+    losses, errors = [], []
+
+    def feed():
+        x.d, t.d = stream.next_batch(plan.local_batch)
+
+    if updater is not None:           # FP16 on CUDA: nnabla's dynamic loss scaling loop
+        updater.data_feeder = feed
+        updater.accum_grad = plan.accum_steps
+        updater.update()
+        return float(loss.d), float("nan")
+    solvers.zero_grad()
+    for micro in range(plan.accum_steps):
+        feed()
+        objective.forward(clear_no_need_grad=True)
+        losses.append(float(loss.d))
+        errors.append(float(np.mean(logits.d.argmax(axis=1) != t.d[:, 0])))
+        if reducer is not None and micro == plan.accum_steps - 1:
+            reducer.backward(objective, clear_buffer=True)   # all-reduce overlaps backward
+        else:
+            objective.backward(clear_buffer=True)              # accumulate locally
+    if reducer is None:
+        comm.all_reduce(grads, division=True, inplace=False)
+    return float(np.mean(losses)), float(np.mean(errors))
+
+
+def validate(val_set, model, cfg, comm, device_id):
+    """Return (top1, top5) accuracy over the whole validation set (all ranks' shards summed)."""
+    batch = min(cfg.local_batch, math.ceil(len(val_set) / comm.size))
+    x = nn.Variable((batch, 3, cfg.image_size, cfg.image_size))
+    logits = model(x, test=True)
+    counts = np.zeros(3, np.float32)              # correct top-1, correct top-5, images
+    for images, labels in data.make_loader(val_set, batch, comm.rank, comm.size, train=False,
+                                           image_size=cfg.image_size, device_id=device_id):
+        x.d = images
+        logits.forward(clear_buffer=True)
+        valid = labels[:, 0] >= 0
+        top5 = np.argsort(-logits.d, axis=1)[:, :5]
+        hits = top5 == labels
+        counts += [hits[valid, 0].sum(), hits[valid].any(axis=1).sum(), valid.sum()]
+    comm.allreduce_numpy(counts)
+    return counts[0] / counts[2], counts[1] / counts[2]
+
+
+def average_running_stats(comm):
+    """Average BN running mean/var over ranks so every rank evaluates and saves one model."""
+    trainable = set(nn.get_parameters().keys())
+    stats = [v.data for k, v in nn.get_parameters(grad_only=False).items() if k not in trainable]
+    if stats:
+        comm.all_reduce(stats, division=True, inplace=False)
+
+
+def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
+    """Save params, solver states, step, data position and controller state (rank 0 writes)."""
+    average_running_stats(comm)
+    if comm.rank != 0:
+        return
+    arrays = {f"param/{k}": v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
+    solver_arrays, solver_steps = solvers.state_arrays()
+    arrays.update(solver_arrays)
+    meta = dict(extra, step=step, solver_steps=solver_steps,
+                loader=stream.state(),
+                plan=list(ctrl.current) if ctrl.current else None,
+                noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                       for k, v in vars(noise).items()} if noise else None)
+    save_checkpoint(cfg.output_dir, step, arrays, meta)
+
+
+def restore_checkpoint(cfg, solvers, ctrl, noise, log):
+    """Load the newest intact checkpoint; return its meta (the loop continues from it)."""
+    arrays, meta, path = load_latest_checkpoint(cfg.output_dir, log=log)
+    params = nn.get_parameters(grad_only=False)
+    for name, var in params.items():
+        var.d = arrays[f"param/{name}"]
+    solvers.load_state_arrays(arrays, meta["solver_steps"])
+    if meta["plan"]:
+        ctrl.current = BatchPlan(*meta["plan"])
+    if noise and meta["noise"]:
+        for key, value in meta["noise"].items():
+            setattr(noise, key, np.array(value) if key == "_sums" else value)
+    log(f"resumed from {path}: step {meta['step']}, epoch {meta['epoch']:.3f}")
+    return meta
+
+
+# ----------------------------------------------------------------------------------------------
+# monitors and the final plot
+
+def make_monitors(cfg, rank, resumed_at=None):
+    """MonitorSeries per name (rank 0 only); on resume keep the rows up to the checkpoint.
+
+    ``resumed_at``: (step, epoch) of the checkpoint. MonitorSeries truncates its file when
+    created, so the kept rows are written back after it.
+    """
+    if rank != 0:
+        return None
+    kept = {}
+    for name in SERIES if resumed_at else ():
+        path = series_path(cfg.output_dir, name)
+        limit = resumed_at[1] if name in EPOCH_SERIES else resumed_at[0]
+        if os.path.exists(path):
+            kept[name] = [line for line in open(path) if float(line.split()[0]) <= limit + 1e-9]
+    monitor = Monitor(cfg.output_dir)
+    monitors = {name: MonitorSeries(name, monitor, interval=1, verbose=False) for name in SERIES}
+    for name, lines in kept.items():
+        with open(series_path(cfg.output_dir, name), "a") as f:
+            f.writelines(lines)
+    return monitors
+
+
+def series_path(output_dir, name):
+    return os.path.join(output_dir, f"{name}.series.txt")
+
+
+def plot_series(output_dir, path):
+    """Write a PNG of loss, accuracy and global batch from the monitor files in output_dir."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def read(name):
+        file = series_path(output_dir, name)
+        rows = np.loadtxt(file, ndmin=2) if os.path.exists(file) else np.zeros((0, 2))
+        return rows[:, 0], rows[:, 1]
+
+    fig, axes = plt.subplots(3, 1, figsize=(7, 8), sharex=False)
+    axes[0].plot(*read("train_loss"))
+    axes[0].set(ylabel="train loss", xlabel="step")
+    for name in ("val_top1", "val_top5"):
+        axes[1].plot(*read(name), marker="o", label=name)
+    axes[1].set(ylabel="accuracy", xlabel="epoch", ylim=(0, 1))
+    axes[1].legend()
+    axes[2].step(*read("global_batch"), where="post")
+    axes[2].set(ylabel="global batch (images)", xlabel="step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------
+# main
+
+def main(argv=None):
+    cfg = parse_config(argv)
+    t_start = time.time()
+    messages = []
+    ctx, comm, type_config = make_context_and_comm(cfg, messages.append)
+    rank0 = comm.rank == 0
+    bar = None
+
+    def log(text):
+        if rank0 and bar is not None:
+            bar.write(text)                 # keeps the progress bar intact
+        elif rank0:
+            print(text, flush=True)
+
+    for text in messages:
+        log(text)
+    log(cfg.describe())
+    device_id = None if cfg.context == "cpu" else comm.local_rank
+
+    train_set, val_set = open_datasets(cfg)
+    model = get_model(cfg.arch, train_set.num_classes, cfg.width)
+    nn.seed(cfg.seed)
+    build_graph(model, 1, cfg.image_size, 0.0, 1)               # create the parameters
+    params = nn.get_parameters()
+    comm.bcast([v.data for v in nn.get_parameters(grad_only=False).values()], src=0,
+               inplace=True)                                   # one initial model everywhere
+    grads = [v.grad for v in params.values()]
+    solvers = SolverGroup(cfg, params)
+    log(f"{cfg.arch} x{cfg.width}: {sum(v.size for v in params.values()):,} parameters, "
+        f"{len(train_set)} training / {len(val_set)} validation images, "
+        f"{train_set.num_classes} classes; {comm.size} ranks, algorithm {comm.algorithm}, "
+        f"grid {format_grid(comm.grid)}")
+
+    noise = NoiseScaleEstimator() if cfg.adaptive_batch else None
+    comm.track_sqnorms = noise is not None
+    ctrl, lr_schedule = build_schedules(cfg, comm.size, noise)
+
+    step, images_seen, train_time, history = 0, 0, 0.0, []
+    loader_state, resumed_at = None, None
+    if cfg.resume:
+        meta = restore_checkpoint(cfg, solvers, ctrl, noise, log)
+        step, images_seen, train_time = meta["step"], meta["images_seen"], meta["train_time"]
+        history, loader_state = meta["history"], meta["loader"]
+        resumed_at = (step, meta["epoch"])
+    stream = TrainStream(train_set, cfg, comm, device_id, loader_state)
+    monitors = make_monitors(cfg, comm.rank, resumed_at)
+    use_dlsu = type_config == "half"
+    if use_dlsu and cfg.overlap:
+        log("overlap off: with FP16, nnabla's DynamicLossScalingUpdater runs backward itself")
+
+    graph, graph_key, reducer, updater = None, None, None, None
+    top1 = top5 = float("nan")
+    if rank0 and cfg.progress:
+        from tqdm import tqdm
+        bar = tqdm(total=round(cfg.epochs * len(train_set)), initial=min(
+            images_seen, round(cfg.epochs * len(train_set))), unit="img", unit_scale=True,
+            dynamic_ncols=True, file=sys.stdout)
+
+    while stream.epoch() < cfg.epochs and not (cfg.max_steps and step >= cfg.max_steps):
+        epoch = stream.epoch()
+        plan = ctrl.plan(epoch)
+        if plan.changed:
+            log(f"step {step}: {plan.reason}")
+            history.append([round(epoch, 4), plan.global_batch])
+        if (plan.local_batch, plan.accum_steps) != graph_key:
+            graph_key = (plan.local_batch, plan.accum_steps)
+            graph = build_graph(model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
+                                plan.accum_steps)
+            if use_dlsu:
+                from nnabla.experimental.mixed_precision_training import \
+                    DynamicLossScalingUpdater
+                updater = DynamicLossScalingUpdater(
+                    solvers, graph[3], scale=cfg.loss_scale if updater is None else updater.scale,
+                    comm=AveragingComm(comm), grads=grads, weight_decay=cfg.weight_decay)
+            elif cfg.overlap:
+                reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=cfg.bucket_mib)
+        lr = lr_schedule.lr(epoch) * plan.lr_factor
+        solvers.set_learning_rate(lr)
+
+        if noise is not None:
+            comm.pop_sqnorms()          # drop what other all-reduces (BN statistics) added
+        tic = time.time()
+        loss, error = train_step(stream, graph, plan, solvers, comm, grads, reducer, updater)
+        if noise is not None:
+            local_sqnorm, global_sqnorm = comm.pop_sqnorms()
+            if comm.size > 1:
+                noise.update(local_sqnorm, plan.local_batch * plan.accum_steps, global_sqnorm,
+                             plan.global_batch)
+        if updater is None:
+            solvers.weight_decay(cfg.weight_decay)
+            solvers.update()
+        step += 1
+        step_time = time.time() - tic
+        train_time += step_time
+        images_seen += plan.global_batch
+
+        if monitors:
+            for name, value in (("train_loss", loss), ("train_error", error), ("lr", lr),
+                                ("global_batch", plan.global_batch),
+                                ("images_per_sec", plan.global_batch / step_time)):
+                monitors[name].add(step, value)
+        if bar is not None:
+            bar.update(plan.global_batch)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=plan.global_batch,
+                            refresh=False)
+
+        finished = stream.epoch() >= cfg.epochs or (cfg.max_steps and step >= cfg.max_steps)
+        if stream.at_epoch_end() or finished:
+            average_running_stats(comm)
+            top1, top5 = validate(val_set, model, cfg, comm, device_id)
+            if monitors:
+                monitors["val_top1"].add(stream.epoch(), top1)
+                monitors["val_top5"].add(stream.epoch(), top5)
+            log(f"epoch {stream.epoch():.2f} step {step}: train loss {loss:.4f}, val top-1 "
+                f"{top1:.4f} top-5 {top5:.4f}, {images_seen / train_time:.0f} images/s")
+        if finished or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, dict(
+                epoch=stream.epoch(), images_seen=images_seen, train_time=train_time,
+                history=history, seed=cfg.seed))
+
+    if bar is not None:
+        bar.close()
+        bar = None
+    wall = time.time() - t_start
+    if rank0:
+        plot_series(cfg.output_dir, os.path.join(cfg.output_dir, "training.png"))
+        print(json.dumps({
+            "val_top1": round(float(top1), 4), "val_top5": round(float(top5), 4),
+            "epochs": round(stream.epoch(), 3), "steps": step,
+            "images_per_sec": round(images_seen / max(train_time, 1e-9), 1),
+            "wall_s": round(wall, 1), "ranks": comm.size, "algorithm": comm.algorithm,
+            "grid": format_grid(comm.grid),
+            "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in history)}), flush=True)
+
+
+def format_grid(grid):
+    """Grid(x, y) -> "XxY" (None for algorithms without a grid)."""
+    return None if grid is None else str(grid)
+
+
+if __name__ == "__main__":
+    main()

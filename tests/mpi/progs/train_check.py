@@ -1,0 +1,34 @@
+"""Run examples/imagenet/train.py's main() under mpirun, then compare parameters across ranks.
+
+Usage: train_check.py [--save-params FILE.npz] <train.py arguments...>
+Rank 0 prints PARAMS_EQUAL (every parameter, batch-norm statistics included, bitwise identical
+on every rank) or PARAMS_DIFFER, and with --save-params writes them for the test to compare.
+"""
+import hashlib
+import os
+import sys
+
+import numpy as np
+import nnabla as nn
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "imagenet"))
+import train  # noqa: E402
+
+
+def main():
+    argv, save = sys.argv[1:], None
+    if argv[:1] == ["--save-params"]:
+        save, argv = argv[1], argv[2:]
+    train.main(argv)
+    params = {k: v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
+    digest = hashlib.sha256(b"".join(params[k].tobytes() for k in sorted(params))).hexdigest()
+    digests = MPI.COMM_WORLD.allgather(digest)
+    if MPI.COMM_WORLD.rank == 0:
+        print("PARAMS_EQUAL" if len(set(digests)) == 1 else f"PARAMS_DIFFER {digests}", flush=True)
+        if save:
+            np.savez(save, **params)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Training-step benchmark on synthetic input: images/s per rank, scaling, all-reduce share.
+
+Each rank trains the example's ResNet on one fixed random batch (no input pipeline), the step
+of examples/imagenet/train.py (forward, backward, gradient all-reduce, weight decay, update),
+first with the all-reduce after backward, then overlapped with it (buckets). Reports per
+setting: median step time, images/s per rank (mean +- 1.96 sigma over the steps of all ranks),
+the median time spent inside all-reduce calls and its share of the step. Usage:
+
+    mpirun -np 4 python tools/train_bench.py --arch resnet18 --width 0.25 --image-size 32 \\
+        --batch 8 --iters 10 --json out.json
+    python tools/train_bench.py --scaling 1,2,4 ...      # runs mpirun per rank count and adds
+                                                          # the scaling efficiency column
+
+JSON: a list of records {arch, width, image_size, ranks, local_batch, step_time_s (median),
+step_time_ci95_s (1.96 sigma of the step times), allreduce_s (median), allreduce_share,
+images_per_sec, images_per_sec_per_rank, images_per_sec_per_rank_ci95, overlap,
+scaling_efficiency (with --scaling: images/s / (ranks x images/s at the fewest ranks))}.
+With overlap the all-reduce time is time inside the calls during backward, not the time it
+adds to the step.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "examples", "imagenet"))
+
+from nnabla_torus.knobs import add_knob  # noqa: E402
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_knob(parser, "--arch", env="NNABLA_TORUS_BENCH_ARCH", default="resnet18",
+             help="network: resnet18 | resnet34 | resnet50")
+    add_knob(parser, "--width", env="NNABLA_TORUS_BENCH_WIDTH", default=0.25, type=float,
+             help="channel width multiplier")
+    add_knob(parser, "--image-size", env="NNABLA_TORUS_BENCH_IMAGE_SIZE", default=32, type=int,
+             help="input side, pixels")
+    add_knob(parser, "--classes", env="NNABLA_TORUS_BENCH_CLASSES", default=1000, type=int,
+             help="classifier outputs")
+    add_knob(parser, "--batch", env="NNABLA_TORUS_BENCH_BATCH", default=8, type=int,
+             help="images per rank per step")
+    add_knob(parser, "--iters", env="NNABLA_TORUS_BENCH_ITERS", default=10, type=int,
+             help="timed steps per setting (after --warmup untimed ones)")
+    add_knob(parser, "--warmup", env="NNABLA_TORUS_BENCH_WARMUP", default=2, type=int,
+             help="untimed steps before timing")
+    add_knob(parser, "--bucket-mib", env="NNABLA_TORUS_BUCKET_MIB", default=25.0, type=float,
+             help="bucket size for the overlapped all-reduce, MiB")
+    add_knob(parser, "--overlap", env="NNABLA_TORUS_BENCH_OVERLAP", default="both",
+             choices=("0", "1", "both"), help="without (0), with (1) or both")
+    add_knob(parser, "--json", env="NNABLA_TORUS_BENCH_JSON", default="",
+             help="append the records to this JSON file (a list)")
+    add_knob(parser, "--scaling", env="NNABLA_TORUS_BENCH_SCALING", default="",
+             help="comma-separated rank counts: launch mpirun for each and add efficiency")
+    return parser
+
+
+class TimedComm:
+    """Forward to ``comm``; add the seconds spent in all_reduce to ``seconds``."""
+
+    def __init__(self, comm):
+        self.comm, self.seconds = comm, 0.0
+
+    def all_reduce(self, data, **kwargs):
+        tic = time.perf_counter()
+        self.comm.all_reduce(data, **kwargs)
+        self.seconds += time.perf_counter() - tic
+
+
+class FixedBatch:
+    """A stream that always returns the same synthetic batch (no input pipeline cost)."""
+
+    def __init__(self, images, labels):
+        self.batch = images, labels
+
+    def next_batch(self, batch_size):
+        return self.batch
+
+
+def measure(args, comm, overlap):
+    """Return per-step (step seconds, all-reduce seconds) lists of this rank."""
+    import numpy as np
+    import nnabla as nn
+    import train
+    from config import TrainConfig
+    from models import get_model
+    from nnabla_torus.controller import BatchPlan
+    from nnabla_torus.overlap import BucketedAllReduce
+
+    nn.clear_parameters()
+    nn.seed(0)
+    model = get_model(args.arch, args.classes, args.width)
+    graph = train.build_graph(model, args.batch, args.image_size, 0.0, 1)
+    params = nn.get_parameters()
+    solvers = train.SolverGroup(TrainConfig(), params)
+    grads = [v.grad for v in params.values()]
+    timed = TimedComm(comm)
+    reducer = BucketedAllReduce(timed, graph[3], params, args.bucket_mib) if overlap else None
+    rng = np.random.RandomState(comm.rank)
+    stream = FixedBatch(rng.randn(args.batch, 3, args.image_size, args.image_size),
+                        rng.randint(0, args.classes, (args.batch, 1)))
+    plan = BatchPlan(args.batch * comm.size, args.batch, 1, 1.0, False, "bench")
+    steps, reduces = [], []
+    comm.barrier()
+    for i in range(args.warmup + args.iters):
+        timed.seconds = 0.0
+        tic = time.perf_counter()
+        train.train_step(stream, graph, plan, solvers, timed, grads, reducer, None)
+        solvers.weight_decay(1e-4)
+        solvers.update()
+        if i >= args.warmup:
+            steps.append(time.perf_counter() - tic)
+            reduces.append(timed.seconds)
+    return steps, reduces
+
+
+def record(args, ranks, overlap, steps, reduces):
+    """One JSON record from the step and all-reduce times of all ranks."""
+    import numpy as np
+    steps, reduces = np.asarray(steps), np.asarray(reduces)
+    median = float(np.median(steps))
+    per_rank = args.batch / steps
+    return {"arch": args.arch, "width": args.width, "image_size": args.image_size,
+            "ranks": ranks, "local_batch": args.batch, "overlap": overlap,
+            "step_time_s": median, "step_time_ci95_s": float(1.96 * steps.std()),
+            "allreduce_s": float(np.median(reduces)),
+            "allreduce_share": float(np.median(reduces) / median),
+            "images_per_sec": ranks * args.batch / median,
+            "images_per_sec_per_rank": float(per_rank.mean()),
+            "images_per_sec_per_rank_ci95": float(1.96 * per_rank.std())}
+
+
+def run_ranks(args):
+    """This process is one rank of an mpirun job: measure and (rank 0) report."""
+    import nnabla as nn
+    from mpi4py import MPI
+    from nnabla.ext_utils import get_extension_context
+    import nnabla_torus as C
+
+    ctx = get_extension_context("cpu")
+    nn.set_default_context(ctx)
+    comm = C.MultiProcessDataParallelCommunicator(ctx)
+    comm.init()
+    settings = {"0": [False], "1": [True], "both": [False, True]}[args.overlap]
+    records = []
+    for overlap in settings:
+        steps, reduces = measure(args, comm, overlap)
+        all_steps = sum(MPI.COMM_WORLD.allgather(steps), [])
+        all_reduces = sum(MPI.COMM_WORLD.allgather(reduces), [])
+        records.append(record(args, comm.size, overlap, all_steps, all_reduces))
+    if comm.rank == 0:
+        print(f"# train_bench: {args.arch} x{args.width}, {args.image_size} px, batch "
+              f"{args.batch}/rank, {args.iters} steps, {comm.size} ranks, algorithm "
+              f"{comm.algorithm}, grid {comm.grid}, bucket {args.bucket_mib} MiB")
+        print_table(records)
+        print("RECORDS " + json.dumps(records), flush=True)
+        if args.json:
+            append_json(args.json, records)
+
+
+def print_table(records):
+    print(f"# {'ranks':>5} {'overlap':>7} {'step_ms':>9} {'+-ms':>7} {'allred_ms':>9} "
+          f"{'share':>6} {'img/s':>8} {'img/s/rank':>16} {'effic':>6}")
+    for r in records:
+        eff = r.get("scaling_efficiency")
+        print(f"  {r['ranks']:>5} {str(r['overlap']):>7} {r['step_time_s'] * 1e3:9.1f} "
+              f"{r['step_time_ci95_s'] * 1e3:7.1f} {r['allreduce_s'] * 1e3:9.1f} "
+              f"{r['allreduce_share']:6.1%} {r['images_per_sec']:8.1f} "
+              f"{r['images_per_sec_per_rank']:7.1f} +- {r['images_per_sec_per_rank_ci95']:5.1f} "
+              f"{'' if eff is None else f'{eff:6.1%}'}")
+
+
+def append_json(path, records):
+    old = json.load(open(path)) if os.path.exists(path) else []
+    with open(path, "w") as f:
+        json.dump(old + records, f, indent=1)
+
+
+def run_scaling(args):
+    """Launch one mpirun per rank count; add scaling efficiency against the fewest ranks."""
+    from tests.mpirun import mpirun_command
+    counts = [int(n) for n in args.scaling.split(",")]
+    passed_on = ("arch", "width", "image_size", "classes", "batch", "iters", "warmup",
+                 "bucket_mib", "overlap")
+    inner = sum((["--" + name.replace("_", "-"), str(getattr(args, name))]
+                 for name in passed_on), [])
+    env = dict(os.environ, NNABLA_TORUS_BENCH_SCALING="", NNABLA_TORUS_BENCH_JSON="",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    records = []
+    for n in counts:
+        out = subprocess.run(mpirun_command(n, [os.path.abspath(__file__)] + inner), env=env,
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        lines = [line for line in out.stdout.splitlines() if line.startswith("RECORDS ")]
+        if out.returncode != 0 or not lines:
+            raise SystemExit(f"train_bench at {n} ranks failed (exit {out.returncode}):\n"
+                             f"{out.stdout[-3000:]}")
+        records += json.loads(lines[-1][len("RECORDS "):])
+    for r in records:
+        base = min((b for b in records if b["overlap"] == r["overlap"]),
+                   key=lambda b: b["ranks"])
+        r["scaling_efficiency"] = r["images_per_sec"] / (
+            r["ranks"] / base["ranks"] * base["images_per_sec"])
+    print(f"# train_bench scaling over {counts} ranks: {args.arch} x{args.width}, "
+          f"{args.image_size} px, batch {args.batch}/rank")
+    print_table(records)
+    if args.json:
+        append_json(args.json, records)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.scaling:
+        run_scaling(args)
+    else:
+        run_ranks(args)
+
+
+if __name__ == "__main__":
+    main()
