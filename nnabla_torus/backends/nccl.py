@@ -31,12 +31,25 @@ collective over the members (MPI_Comm_create_group, then ncclCommInitRank); ever
 its groups in the order the caller asks for them (the communicator asks for row, then column,
 on every rank), which keeps overlapping creations from deadlocking.
 
+Costs of going through nnabla's API (not measured): its reduce_scatter and all_gather take a
+list of arrays and copy them into a fresh buffer of the whole size on every call (one extra
+device copy of n elements and an allocation per phase), and every all_reduce first runs a
+1-element MPI_Allreduce (nnabla's check for arrays still zeroed on every rank).
+
 Timeouts: the control messages (argument check, barrier) time out after ``timeout`` seconds;
 inside an NCCL call only nnabla's watchdog can end a hang, so it is enabled with the same
 timeout (NNABLA_MPI_WATCH_DOG_ENABLE=1, NNABLA_MPI_WATCH_DOG_TIMEOUT, unless already set);
 it aborts the process, which ends the job.
 
 Not measured on GPUs: this mapping is tested against ``fake_nccl`` (numpy on CPU) only.
+
+Example (under ``mpirun -np 4``, one rank per GPU; the communicator normally drives this)::
+
+    be = NCCLBackend(get_extension_context("cudnn"), timeout=300)
+    row = be.group([0, 1] if be.rank < 2 else [2, 3])
+    buf = be.flat(grad_ndarray)
+    shard = be.reduce_scatter(row, buf)      # our half of the row's sum, a view of buf
+    be.all_gather(row, buf)                  # buf: the row's sum everywhere
 """
 import math
 import os
@@ -99,6 +112,10 @@ def _make_communicator(ctx, fake, timeout):
     if fake:
         from .fake_nccl import FakeMultiProcessDataParallelCommunicator
         return FakeMultiProcessDataParallelCommunicator(ctx, timeout=timeout)
+    if not ctx.backend[0].startswith(("cuda", "cudnn")):
+        raise ValueError(f"the nccl backend needs a CUDA context, e.g. get_extension_context("
+                         f"'cudnn'), got backends {list(ctx.backend)}; or use "
+                         f"NNABLA_TORUS_BACKEND=mpi (CPU) or fake-nccl (test)")
     try:
         import nnabla_ext.cuda  # noqa: F401  (registers the NCCL communicator)
     except ImportError as e:
