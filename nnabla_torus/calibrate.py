@@ -185,10 +185,10 @@ def grids_for(ranks):
     return [f"{ranks // y}x{y}" for y in range(2, ranks) if ranks % y == 0 and ranks // y >= 2]
 
 
-def measure_allreduce(ranks_list, sizes, iters, log=print):
+def measure_allreduce(ranks_list, sizes, iters, rounds, log=print):
     records = []
     for ranks in ranks_list:
-        args = ["--sizes", sizes, "--iters", str(iters), "--warmup", "1"]
+        args = ["--sizes", sizes, "--iters", str(iters), "--rounds", str(rounds), "--warmup", "1"]
         if grids_for(ranks):
             args += ["--grids", ",".join(grids_for(ranks))]
         log(f"calibrate: all-reduce benchmark at {ranks} ranks ...")
@@ -244,7 +244,9 @@ def build_parser():
          "profile file to write")
     knob("--ranks", "2,4,8", "rank counts for the all-reduce benchmark")
     knob("--sizes", "4K,64K,1M,16M,128M", "all-reduce sizes (K/M/G suffixes)")
-    knob("--iters", 5, "timed calls per all-reduce size and algorithm", type=int)
+    knob("--iters", 5, "timed calls per all-reduce size, algorithm and round", type=int)
+    knob("--rounds", 3, "interleaved rounds over the algorithms (evens out machine noise)",
+         type=int)
     knob("--train-ranks", "1,2,4", "rank counts for the training-step benchmark")
     knob("--batches", "4,8,16,32", "per-rank batches for the training-step benchmark")
     knob("--train-iters", 5, "timed training steps per setting", type=int)
@@ -283,7 +285,8 @@ def calibrate(args, log=print):
     ranks_per_host = max(_ints(args.ranks) + _ints(args.train_ranks))
     base = base_network(cores, ranks_per_host)
     allreduce = _load_or_measure(args.allreduce_json, lambda: measure_allreduce(
-        _ints(args.ranks), args.sizes, args.iters, log), args.save_json, "allreduce.json")
+        _ints(args.ranks), args.sizes, args.iters, args.rounds, log), args.save_json,
+        "allreduce.json")
     net, net_report = fit_network(allreduce, base)
     bench_args = ["--arch", args.arch, "--width", str(args.width), "--image-size",
                   str(args.image_size), "--classes", str(args.classes), "--iters",

@@ -32,9 +32,11 @@ Algorithms (grid X x Y: Y rows of X consecutive ranks, p = X*Y, see topology.Gri
   each host sends min(X, gpus_per_host) column flows at once.
 - ``hierarchical``: torus2d with X = gpus_per_host whose column all-reduce is the MPI
   library's own (``native`` on n/X bytes), as our communicator implements it.
-- ``native``: the library's algorithm, modelled as Open MPI's fixed decision (coll/tuned) and
-  NCCL do it: recursive doubling (ceil-free: floor(lg p) steps of n bytes, plus 2 steps when p
-  is not a power of two) below ``native_switch_bytes``, ring above.
+- ``native``: the library's algorithm, modelled on Open MPI's fixed decision (coll/tuned):
+  recursive doubling below ``native_switch_bytes`` (floor(lg p) exchanges of all n bytes, plus
+  2 when p is not a power of two), ring at and above it (as NCCL does for large messages).
+  Its real choice is more detailed (Rabenseifner, segmented ring); calibration absorbs the
+  difference in native's software cost per byte.
 
 Example::
 

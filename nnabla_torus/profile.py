@@ -107,16 +107,19 @@ def profile_to_dict(prof):
     net = prof.network
 
     def link(l):
-        return {"latency_us": l.latency_s * 1e6, "bandwidth_GBps": l.bandwidth_Bps * 1e-9}
+        return {"latency_us": float(l.latency_s * 1e6),
+                "bandwidth_GBps": float(l.bandwidth_Bps * 1e-9)}
     out = {"name": prof.name, "description": prof.description, "hosts": prof.hosts,
            "gpus_per_host": net.gpus_per_host, "slots_per_host": net.slots_per_host,
            "links": {"intra": link(net.intra), "inter": link(net.inter)},
-           "reduce_ns_per_byte": net.reduce_s_per_byte * 1e9,
+           "reduce_ns_per_byte": float(net.reduce_s_per_byte * 1e9),
            "native_switch_bytes": net.native_switch_bytes,
-           "oversubscribed_step_us": net.oversubscribed_step_s * 1e6,
-           "software": {k: {"step_us": v.step_s * 1e6, "ns_per_byte": v.s_per_byte * 1e9}
+           "oversubscribed_step_us": float(net.oversubscribed_step_s * 1e6),
+           "software": {k: {"step_us": float(v.step_s * 1e6),
+                            "ns_per_byte": float(v.s_per_byte * 1e9)}
                         for k, v in (net.software or {}).items()},
-           "models": {name: {"a_ms": m.a_s * 1e3, "b_ms": m.b_s * 1e3, "gamma": m.gamma,
+           "models": {name: {"a_ms": float(m.a_s * 1e3), "b_ms": float(m.b_s * 1e3),
+                             "gamma": float(m.gamma),
                              "max_local_batch": m.max_local_batch, "grad_bytes": m.grad_bytes,
                              "slots_per_host": m.slots_per_host}
                       for name, m in prof.models.items()}}
