@@ -33,20 +33,23 @@ def state_dir(prefix):
 
 def add_name_knobs(parser):
     add_knob(parser, "--prefix", env="NNABLA_TORUS_EMU_PREFIX", default="nntorus",
-             help="name prefix of the namespaces (PREFIX-hI, also their hostnames) and bridge (PREFIX-br)")
+             help="name prefix of the namespaces: hosts PREFIX-hI (also their hostnames), switch PREFIX-sw")
 
 
 def add_cluster_knobs(parser):
     add_knob(parser, "--hosts", env="NNABLA_TORUS_EMU_HOSTS", default=2, type=int,
              help="number of emulated hosts")
     add_knob(parser, "--subnet", env="NNABLA_TORUS_EMU_SUBNET", default="10.213.0.0/24",
-             help="IPv4 subnet the cluster creates and uses exclusively (bridge .1, hosts .2...)")
+             help="IPv4 subnet the cluster creates and uses exclusively (switch .1, hosts .2...)")
     add_knob(parser, "--rate", env="NNABLA_TORUS_EMU_RATE", default="none",
              help="per-direction rate of each host link, tc syntax (1gbit, 100mbit) or none")
     add_knob(parser, "--burst", env="NNABLA_TORUS_EMU_BURST", default="auto",
              help="token-bucket depth in bytes (64k, 4m); auto = 2 ms of rate, >= 64 KiB")
     add_knob(parser, "--queue-ms", env="NNABLA_TORUS_EMU_QUEUE_MS", default=50.0, type=float,
              help="link queue in milliseconds of rate; beyond it packets are dropped")
+    add_knob(parser, "--tcp-retries2", env="NNABLA_TORUS_EMU_TCP_RETRIES2", default=15, type=int,
+             help="net.ipv4.tcp_retries2 in every namespace: TCP gives up on a cut link after "
+                  "~0.2*(2**(N+1)-1) s capped at 120 s per retry (15 = Linux default, ~15 min)")
     add_knob(parser, "--delay-ms", env="NNABLA_TORUS_EMU_DELAY_MS", default=0.0, type=float,
              help="one-way delay per link direction in ms (needs netem; 0 = off)")
     add_knob(parser, "--loss-pct", env="NNABLA_TORUS_EMU_LOSS_PCT", default=0.0, type=float,
@@ -92,7 +95,7 @@ def cluster_up(args):
     """Create and shape the cluster described by ``args``; return its Layout."""
     layout = Layout(args.prefix, args.hosts, args.subnet)
     spec = shaping.LinkSpec(args.rate, args.burst, args.queue_ms, args.delay_ms, args.loss_pct)
-    net.create(layout)
+    net.create(layout, args.tcp_retries2)
     try:
         shaping.shape(layout, spec)
         launch.write_state_files(layout, state_dir(args.prefix))
@@ -102,9 +105,10 @@ def cluster_up(args):
     except BaseException:
         cluster_down(args.prefix)
         raise
-    netem = "present" if shaping.netem_available(layout.bridge_port(0)) else "absent (no delay/loss)"
+    netem = shaping.netem_available(layout.switch, layout.switch_port(0))
     print(f"emucluster: {layout.hosts} hosts {', '.join(layout.host_names)} on {layout.subnet} "
-          f"via {layout.bridge}; links: {spec.describe()}; netem {netem}", file=sys.stderr)
+          f"via switch {layout.switch}; links: {spec.describe()}; "
+          f"netem {'present' if netem else 'absent (no delay/loss)'}", file=sys.stderr)
     return layout
 
 
@@ -145,8 +149,8 @@ def run_job(layout, args):
     try:
         return launch.run_job(argv, timeout=args.timeout or None, env=env)
     finally:
-        for host in layout.host_names:
-            net.kill_namespace_processes(host)
+        for namespace in layout.namespaces:
+            net.kill_namespace_processes(namespace)
 
 
 def raise_interrupt(signum, frame):

@@ -4,12 +4,13 @@ Only these names and addresses are ever created, shaped or deleted. Example::
 
     lay = Layout("nntorus", hosts=2, subnet="10.213.0.0/24")
     lay.host_names     # ['nntorus-h0', 'nntorus-h1']  (namespace name == hostname)
-    lay.host_address(1)  # '10.213.0.3'; the bridge (where mpirun runs) is '10.213.0.1'
+    lay.switch         # 'nntorus-sw': namespace with the bridge, where mpirun runs
+    lay.host_address(1)  # '10.213.0.3'; the switch's own address is '10.213.0.1'
 """
 import ipaddress
 import re
 
-MAX_PREFIX = 9  # Linux interface names hold 15 characters: PREFIX + "-br" / "-h" + index
+MAX_PREFIX = 9  # keeps namespace names short: PREFIX + "-h" + index
 
 
 class Layout:
@@ -18,7 +19,7 @@ class Layout:
     def __init__(self, prefix, hosts, subnet):
         if not re.fullmatch(r"[a-z][a-z0-9]{0,%d}" % (MAX_PREFIX - 1), prefix):
             raise ValueError(f"prefix {prefix!r} must be 1-{MAX_PREFIX} lowercase letters/digits "
-                             "starting with a letter (interface names are limited to 15 chars)")
+                             "starting with a letter")
         self.prefix = prefix
         self.subnet = ipaddress.ip_network(subnet, strict=True)
         if self.subnet.version != 4:
@@ -30,14 +31,18 @@ class Layout:
         self.hosts = hosts
 
     @property
-    def bridge(self):
-        """The bridge's interface name in the root namespace."""
-        return f"{self.prefix}-br"
+    def switch(self):
+        """The namespace holding the bridge ``br0``; mpirun runs there, like on a login node."""
+        return f"{self.prefix}-sw"
 
     @property
-    def bridge_address(self):
-        """The root namespace's address on the bridge (mpirun's out-of-band channel)."""
+    def switch_address(self):
+        """The switch namespace's address on the bridge (mpirun's out-of-band channel)."""
         return str(self.subnet.network_address + 1)
+
+    @property
+    def namespaces(self):
+        return [self.switch] + self.host_names
 
     @property
     def host_names(self):
@@ -50,9 +55,9 @@ class Layout:
     def host_address(self, index):
         return str(self.subnet.network_address + 2 + index)
 
-    def bridge_port(self, index):
-        """The bridge-side end of host ``index``'s veth (its peer is ``eth0`` inside the host)."""
-        return f"{self.prefix}-h{index}"
+    def switch_port(self, index):
+        """The switch-side end of host ``index``'s veth (its peer is ``eth0`` inside the host)."""
+        return f"h{index}"
 
     def hosts_file_lines(self):
         """``/etc/hosts`` lines that resolve every emulated host name."""
@@ -60,4 +65,4 @@ class Layout:
 
     def owns_namespace(self, name):
         """Whether ``name`` is a namespace this prefix creates (for cleaning up leftovers)."""
-        return re.fullmatch(re.escape(self.prefix) + r"-h\d+", name) is not None
+        return re.fullmatch(re.escape(self.prefix) + r"-(h\d+|sw)", name) is not None

@@ -1,15 +1,14 @@
 """Create and delete the emulated hosts: network namespaces, veth links and a bridge.
 
-Each host ``PREFIX-hI`` is a network namespace whose ``eth0`` is one end of a veth pair; the
-other end (``PREFIX-hI`` in the root namespace) is a port of the bridge ``PREFIX-br``, which
-also carries the root namespace's address (mpirun's out-of-band channel). Example::
+Everything lives in namespaces of our own, so the machine's root namespace gains no interface,
+address or route. ``PREFIX-sw`` is the switch: it holds the bridge ``br0`` with the address
+``.1`` and runs mpirun (like a login node). Each host ``PREFIX-hI`` has an ``eth0`` whose
+veth peer ``hI`` is a port of ``br0``. Example::
 
     lay = Layout("nntorus", 2, "10.213.0.0/24")
-    create(lay)      # raises ClusterError (after undoing its work) when a step fails
-    destroy(lay)     # idempotent; also removes leftovers of a killed run
+    create(lay, tcp_retries2=15)   # raises ClusterError (after undoing its work) when a step fails
+    destroy(lay)                   # idempotent; also removes leftovers of a killed run
 """
-import ipaddress
-import json
 import os
 import shutil
 import signal
@@ -48,53 +47,44 @@ def namespaces():
     return [line.split()[0] for line in lines if line.strip()]
 
 
-def link_exists(name, namespace=None):
-    argv = ["ip"] + (["-n", namespace] if namespace else []) + ["link", "show", "dev", name]
-    return run(argv, check=False).returncode == 0
+def create(layout, tcp_retries2):
+    """Build switch, hosts and links for ``layout``; on any failure undo and re-raise.
 
-
-def check_subnet_free(layout):
-    """Refuse a subnet that overlaps an address or route this machine already has."""
-    ours = {layout.bridge}
-    for entry in json.loads(run(["ip", "-j", "-4", "addr"]).stdout or "[]"):
-        if entry.get("ifname") in ours:
-            continue
-        for info in entry.get("addr_info", []):
-            net = ipaddress.ip_interface(f"{info['local']}/{info['prefixlen']}").network
-            if net.overlaps(layout.subnet):
-                raise ClusterError(f"subnet {layout.subnet} overlaps {net} on {entry['ifname']}: "
-                                   "choose another with --subnet / NNABLA_TORUS_EMU_SUBNET")
-
-
-def create(layout):
-    """Build bridge, namespaces and links for ``layout``; on any failure undo and re-raise."""
-    check_subnet_free(layout)
-    taken = [name for name in layout.host_names if name in namespaces()]
-    if taken or link_exists(layout.bridge):
+    ``tcp_retries2`` is set in every namespace: how long TCP keeps retransmitting to a peer
+    behind a cut link before it reports an error (15, Linux's default, is ~15 minutes).
+    """
+    taken = [name for name in namespaces() if layout.owns_namespace(name)]
+    if taken:
         raise ClusterError(f"an emulated cluster with prefix {layout.prefix!r} already exists "
-                           f"({', '.join(taken) or layout.bridge}): run `down` first or "
-                           "use another --prefix")
+                           f"({', '.join(taken)}): run `down` first or use another --prefix")
     try:
-        _create_bridge(layout)
+        _create_switch(layout)
         for index in range(layout.hosts):
             _create_host(layout, index)
+        for namespace in layout.namespaces:
+            run(["ip", "netns", "exec", namespace, "sysctl", "-q",
+                 f"net.ipv4.tcp_retries2={tcp_retries2}"])
     except BaseException:
         destroy(layout)
         raise
 
 
-def _create_bridge(layout):
-    run(["ip", "link", "add", layout.bridge, "type", "bridge"])
-    run(["ip", "addr", "add", f"{layout.bridge_address}/{layout.subnet.prefixlen}",
-         "dev", layout.bridge])
-    run(["ip", "link", "set", layout.bridge, "up"])
+def _create_switch(layout):
+    sw = layout.switch
+    run(["ip", "netns", "add", sw])
+    run(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+    run(["ip", "-n", sw, "addr", "add", f"{layout.switch_address}/{layout.subnet.prefixlen}",
+         "dev", "br0"])
+    run(["ip", "-n", sw, "link", "set", "br0", "up"])
+    run(["ip", "-n", sw, "link", "set", "lo", "up"])
 
 
 def _create_host(layout, index):
-    host, port = layout.host_name(index), layout.bridge_port(index)
+    host, port, sw = layout.host_name(index), layout.switch_port(index), layout.switch
     run(["ip", "netns", "add", host])
-    run(["ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", host])
-    run(["ip", "link", "set", port, "master", layout.bridge, "up"])
+    run(["ip", "-n", sw, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+         "netns", host])
+    run(["ip", "-n", sw, "link", "set", port, "master", "br0", "up"])
     address = f"{layout.host_address(index)}/{layout.subnet.prefixlen}"
     run(["ip", "-n", host, "addr", "add", address, "dev", "eth0"])
     run(["ip", "-n", host, "link", "set", "eth0", "up"])
@@ -104,12 +94,12 @@ def _create_host(layout, index):
 def set_link(layout, index, up):
     """Bring host ``index``'s link up or down (both veth ends), e.g. to emulate a cable cut."""
     state = "up" if up else "down"
-    run(["ip", "link", "set", layout.bridge_port(index), state])
+    run(["ip", "-n", layout.switch, "link", "set", layout.switch_port(index), state])
     run(["ip", "-n", layout.host_name(index), "link", "set", "eth0", state])
 
 
 def namespace_pids(namespace):
-    """PIDs of the processes inside ``namespace`` (ranks, Open MPI daemons)."""
+    """PIDs of the processes inside ``namespace`` (mpirun, ranks, Open MPI daemons)."""
     out = run(["ip", "netns", "pids", namespace], check=False).stdout
     return [int(pid) for pid in out.split()]
 
@@ -130,27 +120,18 @@ def kill_namespace_processes(namespace, grace=2.0):
 
 
 def destroy(layout):
-    """Delete everything ``layout.prefix`` owns, including leftovers of any host count.
+    """Delete every namespace ``layout.prefix`` owns, whatever its host count.
 
     Idempotent: safe after a killed run, a half-built cluster or nothing at all. Processes
-    still inside a host namespace are killed first (a namespace with live processes would
-    otherwise outlive its name).
+    inside are killed first (a namespace with live processes would outlive its name); the
+    veths and the bridge vanish with their namespaces.
     """
     for namespace in namespaces():
         if layout.owns_namespace(namespace):
             kill_namespace_processes(namespace)
             run(["ip", "netns", "del", namespace], check=False)
-    for link in _owned_links(layout):
-        run(["ip", "link", "del", link], check=False)
-
-
-def _owned_links(layout):
-    """Root-namespace links named like ours: the bridge and any orphaned bridge port."""
-    names = [entry["ifname"] for entry in json.loads(run(["ip", "-j", "link"]).stdout or "[]")]
-    return [name for name in names
-            if name == layout.bridge or layout.owns_namespace(name.split("@")[0])]
 
 
 def leftovers(layout):
-    """What of ``layout.prefix`` still exists: namespace and link names (empty when clean)."""
-    return [ns for ns in namespaces() if layout.owns_namespace(ns)] + _owned_links(layout)
+    """Namespaces of ``layout.prefix`` that still exist (empty when clean)."""
+    return [ns for ns in namespaces() if layout.owns_namespace(ns)]

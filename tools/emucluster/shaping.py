@@ -1,6 +1,6 @@
 """Shape the emulated links with `tc`: a token-bucket rate limit on both ends of every veth.
 
-The bridge-side end limits traffic *to* a host, the in-namespace ``eth0`` traffic *from* it,
+The switch-side end limits traffic *to* a host, the in-namespace ``eth0`` traffic *from* it,
 so each host has a full-duplex link of ``rate`` in each direction, like a NIC on a switch.
 Delay and loss need the kernel's ``netem`` qdisc; where it is missing they are refused with a
 message (the rate limit works without it). Example::
@@ -78,22 +78,22 @@ class LinkSpec:
         return ", ".join(parts)
 
 
-def netem_available(device):
+def netem_available(namespace, device):
     """Whether the kernel has netem, probed on ``device`` (one of ours) and undone at once."""
-    probe = run(["tc", "qdisc", "add", "dev", device, "root", "netem", "delay", "0ms"], check=False)
-    if probe.returncode != 0:
+    tc = ["tc", "-n", namespace, "qdisc"]
+    if run(tc + ["add", "dev", device, "root", "netem", "delay", "0ms"], check=False).returncode:
         return False
-    run(["tc", "qdisc", "del", "dev", device, "root"], check=False)
+    run(tc + ["del", "dev", device, "root"], check=False)
     return True
 
 
 def shape(layout, spec):
     """Apply ``spec`` to both ends of every host link of ``layout``."""
-    if spec.needs_netem and not netem_available(layout.bridge_port(0)):
+    if spec.needs_netem and not netem_available(layout.switch, layout.switch_port(0)):
         raise ClusterError("delay/loss need the kernel's netem qdisc (sch_netem), which this "
                            "kernel lacks: drop --delay/--loss or use a kernel with CONFIG_NET_SCH_NETEM")
     for index in range(layout.hosts):
-        _shape_device(["tc"], layout.bridge_port(index), spec)
+        _shape_device(["tc", "-n", layout.switch], layout.switch_port(index), spec)
         _shape_device(["tc", "-n", layout.host_name(index)], "eth0", spec)
 
 
@@ -114,7 +114,7 @@ def qdisc_report(layout):
     """`tc -s qdisc` of every shaped device (sent bytes, drops, overlimits), for diagnosis."""
     lines = []
     for index in range(layout.hosts):
-        for tc, device in ((["tc"], layout.bridge_port(index)),
+        for tc, device in ((["tc", "-n", layout.switch], layout.switch_port(index)),
                            (["tc", "-n", layout.host_name(index)], "eth0")):
             out = run(tc + ["-s", "qdisc", "show", "dev", device], check=False).stdout.strip()
             lines.append(f"{layout.host_name(index)} {device}: {out}")
