@@ -461,7 +461,7 @@ def main(argv=None):
                             refresh=False)
 
         finished = stream.epoch() >= cfg.epochs or (cfg.max_steps and step >= cfg.max_steps)
-        if stream.at_epoch_end() or finished:
+        if math.floor(stream.epoch()) > math.floor(epoch) or finished:   # an epoch ended
             average_running_stats(comm)
             top1, top5 = validate(val_set, model, cfg, comm, device_id)
             if monitors:

@@ -58,3 +58,12 @@ def test_resume_continues_exactly(tmp_path):
 def test_data_parallel_step_equals_single_process_big_batch():
     out = run_mpi(2, ["tests/mpi/progs/check_dp_step.py"], timeout=180)
     assert "OK" in out
+
+
+def test_adaptive_batch_follows_noise_scale(tmp_path):
+    out = run_mpi(2, [PROG] + SMALL + ["--train-images", "256", "--epochs", "2",
+                                       "--adaptive-batch", "1", "--max-batch", "128",
+                                       "--output-dir", str(tmp_path)], timeout=180)
+    assert "PARAMS_EQUAL" in out, out
+    assert "noise scale B_simple=" in out                  # the controller used the estimate
+    assert summary_of(out)["batch_schedule"].startswith("0:32")
