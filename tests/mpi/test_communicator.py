@@ -1,0 +1,126 @@
+"""The torus communicator under mpirun: exact sums on 1-8 ranks, every grid and algorithm, bad input.
+
+Each launch runs many cases (``tests/mpi/progs/comm_cases.py``) because an mpirun costs seconds
+here; a failing case aborts its launch, and the assertion shows the case and its traceback.
+"""
+import re
+import time
+
+import pytest
+
+from nnabla_torus.topology import default_grid, factor_pairs
+from tests.mpirun import run_mpi
+
+PROG = "tests/mpi/progs/comm_cases.py"
+
+
+def cuda_devices():
+    """GPUs visible to nnabla-ext-cuda, or 0 when it is not importable."""
+    try:
+        from nnabla_ext.cuda import get_device_count
+    except ImportError:
+        return 0
+    return get_device_count()
+
+
+def backend_cases():
+    """(backend, ranks) pairs: MPI on 1-8 ranks; the fake NCCL on 3 and 4; real NCCL on GPUs."""
+    cases = [pytest.param("mpi", r, id=f"mpi-{r}") for r in range(1, 9)]
+    cases += [pytest.param("fake-nccl", r, id=f"fake-nccl-{r}") for r in (3, 4)]
+    gpus = cuda_devices()
+    for r in (2, 4, 8):
+        skip = pytest.mark.skipif(gpus < r, reason=f"nccl backend on {r} ranks needs {r} GPUs "
+                                  f"and nnabla-ext-cuda; {gpus} visible")
+        cases.append(pytest.param("nccl", r, id=f"nccl-{r}", marks=skip))
+    return cases
+
+
+@pytest.mark.parametrize("backend, ranks", backend_cases())
+def test_collectives_are_exact_on_every_grid_and_algorithm(backend, ranks):
+    env = {"NNABLA_TORUS_BACKEND": backend}
+    if backend == "fake-nccl":
+        env["SKIP_RESNET50"] = "1"            # already covered on MPI; costs ~30 s here
+    out = run_mpi(ranks, [PROG, "correctness"], timeout=240, env=env)
+    assert re.search(rf"^ALL OK \d+ cases on {ranks} ranks", out, re.M), out
+    ok = re.findall(r"^OK (.*) \(", out, re.M)
+    for grid in factor_pairs(ranks):   # the default grid's data cases run under "torus2d"
+        assert f"torus2d grid={grid}: layout" in ok, grid
+        assert (f"torus2d grid={grid}: fused and in-place lists" in ok
+                or grid == default_grid(ranks, ranks)[0]), grid
+    for algorithm in ("ring", "native", "hierarchical", "torus2d wire_fp16"):
+        assert f"{algorithm}: fused and in-place lists" in ok, algorithm
+    for per_host in (2, 4):
+        if ranks % per_host == 0 and ranks > per_host:
+            assert f"hierarchical hosts-of-{per_host}: fused and in-place lists" in ok
+            assert f"torus2d hosts-of-{per_host}: layout" in ok
+    if ranks in (4, 6) and "SKIP_RESNET50" not in env:
+        assert "torus2d: ResNet-50 161 gradients" in ok
+    assert "torus2d: loss_scaling" in ok and "torus2d: sqnorms" in ok
+    # A prime world of more than 3 ranks falls back to a ring and says so (rank 0 only).
+    prime = ranks in (5, 7)
+    assert (f"world size {ranks} is prime" in out) == prime, out
+
+
+def bad_input_lines(out, ranks, case):
+    """This case's error line of every rank, as {rank: text}."""
+    lines = dict(re.findall(rf"^rank (\d+): {case}: (.*)$", out, re.M))
+    assert sorted(map(int, lines)) == list(range(ranks)), f"{case}: not every rank reported\n{out}"
+    return {int(r): text for r, text in lines.items()}
+
+
+BAD_INPUT = {  # case: text every rank's error must contain
+    "shapes_differ": "ValueError: all_reduce (torus2d, group 'world'): ranks called it with "
+                     "different arguments",
+    "dtypes_differ": "different arguments",
+    "list_lengths_differ": "different arguments",
+    "flags_differ": "different arguments",
+    "operations_differ": "different arguments",
+    "grid_does_not_fit": "ValueError: grid 3x3 has 9 ranks but the world has 4; use X*Y == 4: "
+                         "one of 4x1, 2x2, 1x4",
+    "malformed_grid": "ValueError: grid '2by2' is not of the form XxY",
+    "unknown_algorithm": "ValueError: unknown all-reduce algorithm 'tree'; choose one of "
+                         "torus2d, ring, hierarchical, native",
+    "unknown_algorithm_env": "unknown all-reduce algorithm 'bogus'",
+    "not_a_member": "is not a member of group",
+    "unknown_group": "ValueError: unknown group 'nosuch'",
+}
+
+
+def test_bad_input_raises_on_every_rank_and_leaves_the_communicator_usable():
+    ranks = 4
+    out = run_mpi(ranks, [PROG, "bad-input"], timeout=120)
+    for case, text in BAD_INPUT.items():
+        for rank, line in bad_input_lines(out, ranks, case).items():
+            assert text in line, f"rank {rank}, {case}: {line}"
+    shapes = bad_input_lines(out, ranks, "shapes_differ")
+    assert all("rank 3: ('all_reduce', (('float32', (18,))" in line for line in shapes.values())
+    dtypes = bad_input_lines(out, ranks, "dtypes_differ")
+    assert all("rank 3: ('all_reduce', (('float16', (17,)),)" in line for line in dtypes.values())
+    members = bad_input_lines(out, ranks, "not_a_member")
+    assert all(f"rank {r} is not a member of group 'only{(r + 1) % ranks}'" in members[r]
+               for r in range(ranks))
+    assert out.count("still works") == ranks, out
+
+
+@pytest.mark.parametrize("check", ["1", "0"])
+def test_a_missing_rank_aborts_the_job_quickly_and_is_named(check):
+    """Rank 2 never calls all_reduce: the others give up after NNABLA_TORUS_TIMEOUT=3 s.
+
+    With the argument check (default) rank 0 names rank 2 as not arrived; without it, the ring
+    neighbours of rank 2 name it while waiting for data.
+    """
+    start = time.monotonic()
+    with pytest.raises(AssertionError) as failed:       # run_mpi raises on a non-zero exit
+        run_mpi(4, [PROG, "missing-rank"], timeout=60,
+                env={"NNABLA_TORUS_TIMEOUT": "3", "NNABLA_TORUS_CHECK": check, "MISSING_RANK": "2"})
+    elapsed = time.monotonic() - start
+    out = str(failed.value)
+    assert re.match(r"exit [1-9]\d*: ", out), out[:2000]  # not "timeout after": no hang
+    assert "all_reduce returned" not in out and "ALL OK" not in out, out
+    assert "MPI_ABORT was invoked" in out or "aborting the job" in out, out
+    if check == "1":
+        assert "rank(s) [2] did not arrive at all_reduce" in out, out
+    else:
+        assert re.search(r"still waiting for rank\(s\) \[2\]", out), out
+    assert "NNABLA_TORUS_TIMEOUT" in out, out
+    assert elapsed < 40, f"took {elapsed:.0f} s to abort"
