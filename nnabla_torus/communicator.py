@@ -249,8 +249,17 @@ class TorusCommunicator:
         return arrays
 
     @staticmethod
-    def _signature(arrays):
-        return tuple((np.dtype(a.dtype).name, tuple(a.shape)) for a in arrays)
+    def _dtype(ndarray):
+        """The NdArray's dtype; float32 (what nnabla allocates on the first write) when it has no
+        storage yet: ``nn.NdArray(shape)``, or the gradient of a parameter backward never reached."""
+        try:
+            return np.dtype(ndarray.dtype)
+        except RuntimeError:  # nnabla: "Array is not initialized"
+            return np.dtype(np.float32)
+
+    @classmethod
+    def _signature(cls, arrays):
+        return tuple((cls._dtype(a).name, tuple(a.shape)) for a in arrays)
 
     # -- collectives ------------------------------------------------------------------------
     def all_reduce(self, data, division=False, inplace=False, group="world"):
@@ -285,8 +294,8 @@ class TorusCommunicator:
             if track:
                 self._sqnorms[0] += self._sum_scalar(local, run) / p
             return
-        for dtype in dict.fromkeys(np.dtype(a.dtype) for a in arrays):
-            same = [a for a in arrays if np.dtype(a.dtype) == dtype]
+        for dtype in dict.fromkeys(self._dtype(a) for a in arrays):
+            same = [a for a in arrays if self._dtype(a) == dtype]
             n = sum(a.size for a in same)
             wire = np.float16 if self.wire_fp16 and dtype == np.float32 else dtype
             # A float16 slot would round the sqnorm to 11 bits and overflow above 65504.
@@ -346,8 +355,8 @@ class TorusCommunicator:
                 for a in arrays:
                     be.bcast(grp, be.flat(a), root, f"bcast from rank {src}")
                 return
-            for dtype in dict.fromkeys(np.dtype(a.dtype) for a in arrays):
-                same = [a for a in arrays if np.dtype(a.dtype) == dtype]
+            for dtype in dict.fromkeys(self._dtype(a) for a in arrays):
+                same = [a for a in arrays if self._dtype(a) == dtype]
                 buf = self._buffer(dtype, sum(a.size for a in same))
                 if self.rank == src:
                     self._pack(same, buf)
