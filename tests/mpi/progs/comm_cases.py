@@ -273,11 +273,24 @@ def case_resnet50(comm, config):
     check_reduced(arrays, shapes, range(P), True, "ResNet-50 gradients", config.wire_fp16)
 
 
+def case_lazily_zeroed(comm, config):
+    """A gradient backward never reached (zero() pending, no storage) sums as zeros."""
+    for inplace in (False, True):
+        zeroed = nn.NdArray((7,))
+        zeroed.zero()
+        arrays = ndarrays([(17,)], RANK) + [zeroed]
+        comm.all_reduce(arrays, division=True, inplace=inplace)
+        check_reduced(arrays[:1], [(17,)], range(P), True, f"inplace={inplace} next to a zeroed array")
+        check_close(zeroed.data, np.zeros(7), 0, f"inplace={inplace} zeroed array")
+
+
 def case_bcast(comm, config):
     shapes, dtypes = [(17,), (17, 17), (0,), (5,)], [np.float32, np.float32, np.float32, np.float16]
     for src in sorted({0, P - 1}):
         for inplace in (False, True):
             arrays = ndarrays(shapes, RANK, dtypes)
+            if RANK != src:           # receivers may pass new float32 arrays (no storage yet)
+                arrays[:2] = [nn.NdArray(s) for s in shapes[:2]]
             comm.bcast(arrays, src=src, inplace=inplace)
             for k, (a, s, d) in enumerate(zip(arrays, shapes, dtypes)):
                 check_close(a.data, values(s, k, src, d), 0, f"bcast src={src} inplace={inplace}")
@@ -439,7 +452,7 @@ def correctness_cases():
             cases.append((f"{name}: sqnorms of float16 data", on(config, case_sqnorms, np.float16)))
     first = configs_[0]
     cases += [(f"{config_name(first)}: {fn.__name__[5:]}", on(first, fn)) for fn in (
-        case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
+        case_lazily_zeroed, case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
         case_loss_scaling, case_groups)]
     # ResNet-50's 25.6 M values cost seconds per rank on 2 cores: a few rank counts only.
     # ResNet-50's 25.6 M values cost seconds per rank on 2 cores: two rank counts only
