@@ -47,9 +47,10 @@ def add_cluster_knobs(parser):
              help="token-bucket depth in bytes (64k, 4m); auto = 2 ms of rate, >= 64 KiB")
     add_knob(parser, "--queue-ms", env="NNABLA_TORUS_EMU_QUEUE_MS", default=50.0, type=float,
              help="link queue in milliseconds of rate; beyond it packets are dropped")
-    add_knob(parser, "--tcp-retries2", env="NNABLA_TORUS_EMU_TCP_RETRIES2", default=15, type=int,
-             help="net.ipv4.tcp_retries2 in every namespace: TCP gives up on a cut link after "
-                  "~0.2*(2**(N+1)-1) s capped at 120 s per retry (15 = Linux default, ~15 min)")
+    add_knob(parser, "--tcp-retries2", env="NNABLA_TORUS_EMU_TCP_RETRIES2", default=6, type=int,
+             help="net.ipv4.tcp_retries2 in every namespace: retransmissions before TCP gives up "
+                  "on a cut link (6: ~25 s; 15, Linux's default: ~15 min, during which mpirun "
+                  "cannot reach the cut host's daemon and hangs after the ranks have exited)")
     add_knob(parser, "--delay-ms", env="NNABLA_TORUS_EMU_DELAY_MS", default=0.0, type=float,
              help="one-way delay per link direction in ms (needs netem; 0 = off)")
     add_knob(parser, "--loss-pct", env="NNABLA_TORUS_EMU_LOSS_PCT", default=0.0, type=float,
