@@ -369,13 +369,15 @@ class TorusCommunicator:
         """``ndarray_list[i]`` receives member i's ``ndarray`` (group order)."""
         grp = self._group(group)
         outs = self._as_list(ndarray_list)
-        if len(outs) != grp.size or any(tuple(o.shape) != tuple(ndarray.shape) for o in outs):
-            raise ValueError(f"all_gather needs {grp.size} arrays of shape {tuple(ndarray.shape)} "
-                             f"in ndarray_list, got {[tuple(o.shape) for o in outs]}")
         be, n = self.backend, ndarray.size
-        sig = ("all_gather", self._signature([ndarray]))
+        # The list's shapes join the cross-rank check, so a wrong list fails on every rank.
+        sig = ("all_gather", self._signature([ndarray]), tuple(tuple(o.shape) for o in outs))
 
         def body():
+            if len(outs) != grp.size or any(tuple(o.shape) != tuple(ndarray.shape) for o in outs):
+                raise ValueError(f"all_gather needs {grp.size} arrays of shape "
+                                 f"{tuple(ndarray.shape)} in ndarray_list, got "
+                                 f"{[tuple(o.shape) for o in outs]}")
             buf = self._buffer(ndarray.dtype, n * grp.size)
             be.all_gather_into(grp, be.flat(ndarray, write=False), buf, f"all_gather ({group!r})")
             self._unpack(buf, outs)
@@ -385,14 +387,14 @@ class TorusCommunicator:
         """``ndarray`` receives the sum over members of their ``ndarray_list[my position]``."""
         grp = self._group(group)
         ins = self._as_list(ndarray_list)
-        if len(ins) != grp.size or any(tuple(i.shape) != tuple(ndarray.shape) for i in ins):
-            raise ValueError(f"reduce_scatter needs {grp.size} arrays of shape "
-                             f"{tuple(ndarray.shape)} in ndarray_list, got "
-                             f"{[tuple(i.shape) for i in ins]}")
         be, n = self.backend, ndarray.size
-        sig = ("reduce_scatter", self._signature(ins), bool(division))
+        sig = ("reduce_scatter", self._signature(ins), tuple(ndarray.shape), bool(division))
 
         def body():
+            if len(ins) != grp.size or any(tuple(i.shape) != tuple(ndarray.shape) for i in ins):
+                raise ValueError(f"reduce_scatter needs {grp.size} arrays of shape "
+                                 f"{tuple(ndarray.shape)} in ndarray_list, got "
+                                 f"{[tuple(i.shape) for i in ins]}")
             # The inputs' dtype: an output made with nn.NdArray(shape) has none until written.
             buf = self._buffer(ins[0].dtype, n * grp.size)
             self._pack(ins, buf)
