@@ -75,6 +75,11 @@ BAD_INPUT = {  # case: text every rank's error must contain
     "list_lengths_differ": "different arguments",
     "flags_differ": "different arguments",
     "operations_differ": "different arguments",
+    "all_gather_list_differs": "ValueError: all_gather (group 'world'): ranks called it with "
+                               "different arguments",
+    "all_gather_list_wrong_everywhere": "ValueError: all_gather needs 4 arrays of shape (5,) in "
+                                        "ndarray_list, got [(4,), (4,), (4,), (4,)]",
+    "reduce_scatter_list_differs": "different arguments",
     "grid_does_not_fit": "ValueError: grid 3x3 has 9 ranks but the world has 4; use X*Y == 4: "
                          "one of 4x1, 2x2, 1x4",
     "malformed_grid": "ValueError: grid '2by2' is not of the form XxY",

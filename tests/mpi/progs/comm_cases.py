@@ -493,6 +493,17 @@ def bad_input(comm):
         arrays = ndarrays([(17,)], RANK)
         comm.bcast(arrays) if RANK == last else comm.all_reduce(arrays)
 
+    def all_gather_list_differs():                 # one rank passes one output too many
+        [mine] = ndarrays([(5,)], RANK)
+        comm.all_gather(mine, [nn.NdArray((5,)) for _ in range(P + (RANK == last))])
+
+    def all_gather_list_wrong_everywhere():
+        [mine] = ndarrays([(5,)], RANK)
+        comm.all_gather(mine, [nn.NdArray((4,)) for _ in range(P)])
+
+    def reduce_scatter_list_differs():
+        comm.reduce_scatter(ndarrays([(5,)] * (P + (RANK == last)), RANK), nn.NdArray((5,)))
+
     def grid_does_not_fit():
         C.MultiProcessDataParallelCommunicator(grid="3x3").init()
 
@@ -518,7 +529,8 @@ def bad_input(comm):
     for r in range(P):
         comm.new_group((f"only{r}", [r]))
     cases = [shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
-             grid_does_not_fit, malformed_grid, unknown_algorithm, unknown_algorithm_env,
+             all_gather_list_differs, all_gather_list_wrong_everywhere,
+             reduce_scatter_list_differs, grid_does_not_fit, malformed_grid, unknown_algorithm, unknown_algorithm_env,
              not_a_member, unknown_group]
     for fn in cases:
         expect_error(fn.__name__, fn)
