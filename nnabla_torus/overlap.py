@@ -5,7 +5,10 @@ this uses ``function_post_hook``: after each function's backward, the hook count
 uses of every parameter among that function's inputs; when every parameter of a bucket has
 received all its gradient contributions, the bucket is all-reduced (averaged over ranks)
 while backward continues with earlier layers. Buckets follow reverse forward order, the order
-in which backward finishes gradients. Parameters are matched by their underlying variable
+in which backward finishes gradients. With ``threaded=True`` (the default) the all-reduce runs
+on a communication thread: nnabla releases the GIL in backward, so communication and the
+remaining backward really run at the same time; ``threaded=False`` all-reduces inside the
+hook (backward waits for each bucket). Either way ``flush`` returns when every bucket is done. Parameters are matched by their underlying variable
 (``hash``/``==`` of ``nn.Variable``), not with ``is``: the hook sees fresh Python wrappers.
 
 The result equals ``comm.all_reduce(all_grads, division=True)`` after backward. Example::
@@ -19,13 +22,16 @@ The result equals ``comm.all_reduce(all_grads, division=True)`` after backward. 
 With gradient accumulation, only the last micro-batch's backward should go through
 ``reducer.backward``; earlier ones call ``loss.backward`` and just accumulate.
 """
+import queue
+import threading
+
 MIB = 1 << 20
 
 
 class BucketedAllReduce:
     """Average the gradients of ``params`` over ranks in buckets of ``bucket_mib`` MiB."""
 
-    def __init__(self, comm, loss, params, bucket_mib=25.0, division=True):
+    def __init__(self, comm, loss, params, bucket_mib=25.0, division=True, threaded=True):
         """``loss``: the graph's output (used once to count how often each parameter is used)."""
         if bucket_mib <= 0:
             raise ValueError(f"bucket_mib = {bucket_mib} must be > 0 (e.g. 25)")
@@ -39,6 +45,10 @@ class BucketedAllReduce:
         unused = [v for v in params if v not in uses]
         self.buckets = make_buckets(order, bucket_mib * MIB) + ([unused] if unused else [])
         self.bucket_of = {v: i for i, bucket in enumerate(self.buckets) for v in bucket}
+        self.pending = queue.Queue() if threaded else None
+        self.error = None
+        if threaded:
+            threading.Thread(target=self._serve, name="bucketed-all-reduce", daemon=True).start()
         self.reset()
 
     def reset(self):
@@ -61,16 +71,41 @@ class BucketedAllReduce:
                     self.reduce(index)
 
     def reduce(self, index):
-        """All-reduce bucket ``index`` (once per backward)."""
-        if not self.done[index]:
-            self.done[index] = True
-            grads = [v.grad for v in self.buckets[index]]
-            self.comm.all_reduce(grads, division=self.division, inplace=False)
+        """All-reduce bucket ``index`` (once per backward), now or on the communication thread."""
+        if self.done[index]:
+            return
+        self.done[index] = True
+        if self.pending is None:
+            self._all_reduce(index)
+        else:
+            self.pending.put(index)
+
+    def _all_reduce(self, index):
+        grads = [v.grad for v in self.buckets[index]]
+        self.comm.all_reduce(grads, division=self.division, inplace=False)
+
+    def _serve(self):
+        # Buckets are reduced one at a time in the order backward finished them, the same
+        # order on every rank, so the collectives match across ranks.
+        while True:
+            index = self.pending.get()
+            try:
+                if self.error is None:
+                    self._all_reduce(index)
+            except BaseException as e:          # re-raised on the main thread by flush
+                self.error = e
+            finally:
+                self.pending.task_done()
 
     def flush(self):
-        """All-reduce the buckets backward did not finish (e.g. parameters it never reached)."""
+        """Reduce the buckets backward did not finish; return when every bucket is averaged."""
         for index in range(len(self.buckets)):
             self.reduce(index)
+        if self.pending is not None:
+            self.pending.join()
+            if self.error is not None:
+                error, self.error = self.error, None
+                raise RuntimeError(f"bucketed all-reduce failed: {error}") from error
 
     def backward(self, loss, **backward_kwargs):
         """``loss.backward(**backward_kwargs)`` with bucketed all-reduce, then flush."""

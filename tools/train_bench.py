@@ -2,9 +2,10 @@
 
 Each rank trains the example's ResNet on one fixed random batch (no input pipeline), the step
 of examples/imagenet/train.py (forward, backward, gradient all-reduce, weight decay, update),
-first with the all-reduce after backward, then overlapped with it (buckets). Reports per
-setting: median step time, images/s per rank (mean +- 1.96 sigma over the steps of all ranks),
-the median time spent inside all-reduce calls and its share of the step. Usage:
+with the all-reduce after backward and overlapped with it (buckets), alternating step by
+step. Reports per setting: median step time, images/s per rank (mean +- 1.96 sigma over the
+steps of all ranks), the median time spent inside all-reduce calls and its share of the
+step. Usage:
 
     mpirun -np 4 python tools/train_bench.py --arch resnet18 --width 0.25 --image-size 32 \\
         --batch 8 --iters 10 --json out.json
@@ -81,8 +82,12 @@ class FixedBatch:
         return self.batch
 
 
-def measure(args, comm, overlap):
-    """Return per-step (step seconds, all-reduce seconds) lists of this rank."""
+def measure(args, comm, settings):
+    """Return {overlap: (step seconds list, all-reduce seconds list)} of this rank.
+
+    The settings alternate step by step, so that load from other processes on the machine
+    hits them alike and their ratio stays meaningful.
+    """
     import numpy as np
     import nnabla as nn
     import train
@@ -99,23 +104,24 @@ def measure(args, comm, overlap):
     solvers = train.SolverGroup(TrainConfig(), params)
     grads = [v.grad for v in params.values()]
     timed = TimedComm(comm)
-    reducer = BucketedAllReduce(timed, graph[3], params, args.bucket_mib) if overlap else None
+    reducers = {False: None, True: BucketedAllReduce(timed, graph[3], params, args.bucket_mib)}
     rng = np.random.RandomState(comm.rank)
     stream = FixedBatch(rng.randn(args.batch, 3, args.image_size, args.image_size),
                         rng.randint(0, args.classes, (args.batch, 1)))
     plan = BatchPlan(args.batch * comm.size, args.batch, 1, 1.0, False, "bench")
-    steps, reduces = [], []
+    times = {overlap: ([], []) for overlap in settings}
     comm.barrier()
     for i in range(args.warmup + args.iters):
-        timed.seconds = 0.0
-        tic = time.perf_counter()
-        train.train_step(stream, graph, plan, solvers, timed, grads, reducer, None)
-        solvers.weight_decay(1e-4)
-        solvers.update()
-        if i >= args.warmup:
-            steps.append(time.perf_counter() - tic)
-            reduces.append(timed.seconds)
-    return steps, reduces
+        for overlap in settings:
+            timed.seconds = 0.0
+            tic = time.perf_counter()
+            train.train_step(stream, graph, plan, solvers, timed, grads, reducers[overlap], None)
+            solvers.weight_decay(1e-4)
+            solvers.update()
+            if i >= args.warmup:
+                times[overlap][0].append(time.perf_counter() - tic)
+                times[overlap][1].append(timed.seconds)
+    return times
 
 
 def record(args, ranks, overlap, steps, reduces):
@@ -147,8 +153,7 @@ def run_ranks(args):
     comm.init()
     settings = {"0": [False], "1": [True], "both": [False, True]}[args.overlap]
     records = []
-    for overlap in settings:
-        steps, reduces = measure(args, comm, overlap)
+    for overlap, (steps, reduces) in measure(args, comm, settings).items():
         all_steps = sum(MPI.COMM_WORLD.allgather(steps), [])
         all_reduces = sum(MPI.COMM_WORLD.allgather(reduces), [])
         records.append(record(args, comm.size, overlap, all_steps, all_reduces))

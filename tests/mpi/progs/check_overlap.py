@@ -2,7 +2,8 @@
 
 The network shares one weight between two layers (two uses: its bucket must wait for both),
 has a conv, an affine and a parameter the loss never reads; bucket sizes from tiny (one
-parameter per bucket) to huge (one bucket). Prints OK on rank 0.
+parameter per bucket) to huge (one bucket); all-reduce in the hook and on the communication
+thread. Prints OK on rank 0.
 """
 import numpy as np
 import nnabla as nn
@@ -44,7 +45,7 @@ def build(rank):
     return F.mean(y ** 2), nn.get_parameters()
 
 
-def gradients(comm, bucket_mib):
+def gradients(comm, bucket_mib, threaded=False):
     loss, params = build(comm.rank)
     for p in params.values():
         p.grad.zero()
@@ -54,10 +55,10 @@ def gradients(comm, bucket_mib):
         comm.all_reduce([p.grad for p in params.values()], division=True, inplace=False)
         return {k: p.g.copy() for k, p in params.items()}, None
     counting = CountingComm(comm)
-    reducer = BucketedAllReduce(counting, loss, params, bucket_mib=bucket_mib)
+    reducer = BucketedAllReduce(counting, loss, params, bucket_mib=bucket_mib, threaded=threaded)
     reducer.reset()
     loss.backward(function_post_hook=reducer.hook)
-    during = counting.calls                              # buckets reduced inside backward
+    during = sum(reducer.done)                           # buckets started inside backward
     reducer.flush()
     assert counting.calls == len(reducer.buckets), (counting.calls, len(reducer.buckets))
     return {k: p.g.copy() for k, p in params.items()}, (during, len(reducer.buckets))
@@ -70,15 +71,17 @@ def main():
     comm.init()
     reference, _ = gradients(comm, None)
     assert np.abs(reference["shared/affine/W"]).sum() > 0
-    for bucket_mib in (1e-6, 1e-3, 100.0):
-        grads, (during, total) = gradients(comm, bucket_mib)
+    for bucket_mib, threaded in [(1e-6, False), (1e-3, False), (100.0, False), (1e-6, True),
+                                 (1e-3, True)]:
+        grads, (during, total) = gradients(comm, bucket_mib, threaded)
         # every bucket but the one holding the never-read parameter is reduced during backward
         assert during == total - 1, (bucket_mib, during, total)
         for name in reference:
             np.testing.assert_allclose(grads[name], reference[name], rtol=1e-6, atol=1e-7,
                                        err_msg=f"{name} bucket_mib={bucket_mib}")
         if comm.rank == 0:
-            print(f"bucket_mib={bucket_mib}: {total} buckets, {during} during backward")
+            print(f"bucket_mib={bucket_mib} threaded={threaded}: {total} buckets, {during} "
+                  f"started during backward")
     if comm.rank == 0:
         print("OK")
 
