@@ -2,7 +2,8 @@
 
 A small network without batch norm (so the per-rank batch does not change the function), label
 smoothing, weight decay on weights only, momentum SGD and LARS, with and without overlapped
-all-reduce, one and two micro-batches. Two optimizer steps (the second uses momentum state)
+all-reduce and through nnabla's DynamicLossScalingUpdater (the FP16 path, run in fp32 here),
+one and two micro-batches. Two optimizer steps (the second uses momentum state)
 must match the single-process reference within 1e-5, and the parameters must be bitwise
 identical on every rank. Prints OK on rank 0.
 """
@@ -15,6 +16,7 @@ import nnabla as nn
 import nnabla.functions as F
 import nnabla.parametric_functions as PF
 from mpi4py import MPI
+from nnabla.experimental.mixed_precision_training import DynamicLossScalingUpdater
 from nnabla.ext_utils import get_extension_context
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "imagenet"))
@@ -63,7 +65,9 @@ def run_reference(cfg, images, labels):
         return {k: v.d.copy() for k, v in nn.get_parameters().items()}
 
 
-def run_data_parallel(cfg, comm, images, labels, accum, overlap, initial):
+def run_data_parallel(cfg, comm, images, labels, accum, mode, initial):
+    """mode: "plain" (all-reduce after backward), "overlap" (buckets during backward) or
+    "dlsu" (nnabla's DynamicLossScalingUpdater, the FP16 path, here in fp32 with scale 8)."""
     nn.clear_parameters()
     with nn.parameter_scope("dp"):
         graph = train.build_graph(tiny_model, LOCAL_BATCH, IMAGE, SMOOTHING, accum_steps=accum)
@@ -72,13 +76,18 @@ def run_data_parallel(cfg, comm, images, labels, accum, overlap, initial):
             params[name].d = value
         solvers = train.SolverGroup(cfg, params)
         grads = [v.grad for v in params.values()]
-        reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=1e-4) if overlap else None
+        reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=1e-4) \
+            if mode == "overlap" else None
+        updater = DynamicLossScalingUpdater(
+            solvers, graph[3], scale=8.0, comm=train.AveragingComm(comm), grads=grads,
+            weight_decay=DECAY) if mode == "dlsu" else None
         plan = BatchPlan(LOCAL_BATCH * accum * comm.size, LOCAL_BATCH, accum, 1.0, True, "test")
         stream = SliceStream(images, labels, comm.rank, accum)
         for _ in range(STEPS):
-            train.train_step(stream, graph, plan, solvers, comm, grads, reducer, None)
-            solvers.weight_decay(DECAY)
-            solvers.update()
+            train.train_step(stream, graph, plan, solvers, comm, grads, reducer, updater)
+            if updater is None:
+                solvers.weight_decay(DECAY)
+                solvers.update()
         return {k: v.d.copy() for k, v in params.items()}
 
 
@@ -100,8 +109,8 @@ def main():
                 train.build_graph(tiny_model, 1, IMAGE, 0.0, 1)
                 initial = {k: v.d.copy() for k, v in nn.get_parameters().items()}
             reference = run_reference(cfg, images, labels)
-            for overlap in (False, True):
-                result = run_data_parallel(cfg, comm, images, labels, accum, overlap, initial)
+            for mode in ("plain", "overlap", "dlsu"):
+                result = run_data_parallel(cfg, comm, images, labels, accum, mode, initial)
                 for name in reference:
                     assert not np.allclose(reference[name], initial[name]), name
                     np.testing.assert_allclose(result[name], reference[name], rtol=1e-5,
@@ -110,7 +119,7 @@ def main():
                 digests = MPI.COMM_WORLD.allgather(digest.hexdigest())
                 assert len(set(digests)) == 1, f"parameters differ across ranks: {digests}"
                 if comm.rank == 0:
-                    print(f"{optimizer} accum={accum} overlap={overlap}: matches batch "
+                    print(f"{optimizer} accum={accum} {mode}: matches batch "
                           f"{global_batch} on one process; ranks agree")
     if comm.rank == 0:
         print("OK")
