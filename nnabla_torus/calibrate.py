@@ -5,15 +5,16 @@
 2. ``tools/train_bench.py --json`` at several rank counts and per-rank batches, without and
    with overlap (records: ranks, local_batch, overlap, step_time_s).
 3. Fit by least squares on log time (scipy ``least_squares``, parameters in log space):
-   network: intra-host latency and bandwidth, the wait per step when ranks outnumber cores,
+   network: intra-host latency and bandwidth (in memory and in cache), the wait per call when
+   ranks outnumber cores,
    and each algorithm's software cost (seconds per step and per byte; native's per-step cost
    is pinned at 0, its steps being the link's);
    compute: a, b and the overlap exponent gamma, with the per-host compute slots chosen
    among 1..cores by the best fit.
    Pinned (the data cannot identify them) and reported: the reduction cost per byte (measured
    by a numpy add micro-benchmark: on a ring it only ever appears next to 1/bandwidth), the
-   per-host slots for data movement (the CPU core count) and, on one host, the whole
-   inter-host level.
+   per-host slots for data movement (the CPU core count), the last-level cache size (from
+   sysfs) and, on one host, the whole inter-host level.
 4. Report the median absolute percentage error (MdAPE) of predicted versus measured times.
 
 Example::
@@ -64,11 +65,13 @@ def predict_allreduce(net, records):
 
 
 def _network_from(theta, base):
-    """Network from log parameters: latency, bandwidth, wait, native s/byte, (s/step, s/byte) x ours."""
-    lat, bw, wait, native_per_byte, *ours = np.exp(theta)
+    """Network from log parameters: latency, bandwidth, cache bandwidth, wait, native s/byte,
+    then (s/step, s/byte) for each of our algorithms."""
+    lat, bw, cache_bw, wait, native_per_byte, *ours = np.exp(theta)
     software = {"native": Software(0.0, native_per_byte)}
     software.update({a: Software(*ours[2 * i:2 * i + 2]) for i, a in enumerate(OURS)})
-    return base._replace(intra=Link(lat, bw), software=software, oversubscribed_step_s=wait)
+    return base._replace(intra=Link(lat, bw), software=software, oversubscribed_wait_s=wait,
+                         cache_bandwidth_Bps=cache_bw)
 
 
 def fit_network(records, base):
@@ -87,7 +90,7 @@ def fit_network(records, base):
     def residuals(theta):
         return np.log(predict_allreduce(_network_from(theta, base), records)) - np.log(measured)
 
-    start = np.log([20e-6, 1e9, 1e-3, 1e-10] + [50e-6, 1e-10] * len(OURS))
+    start = np.log([20e-6, 1e9, 4e9, 1e-3, 1e-10] + [50e-6, 1e-10] * len(OURS))
     fit = least_squares(residuals, start, bounds=(np.log(1e-15), np.log(1e12)))
     net = _network_from(fit.x, base)
     predicted = predict_allreduce(net, records)
@@ -221,14 +224,29 @@ def model_grad_bytes(arch, width, classes, image_size):
     return 4 * count
 
 
+def last_level_cache_bytes():
+    """Size of the largest CPU cache of cpu0 from sysfs, bytes (0 when unknown)."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    sizes = []
+    for index in os.listdir(base) if os.path.isdir(base) else []:
+        try:
+            with open(os.path.join(base, index, "size")) as f:
+                text = f.read().strip().upper()
+            sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1], 0))
+        except (OSError, ValueError):
+            continue
+    return max(sizes, default=0)
+
+
 def base_network(cores, ranks_per_host):
-    """The pinned part of a one-host network; intra link and software costs get fitted.
+    """The pinned part of a one-host network; links, cache bandwidth, software get fitted.
 
     The inter-host level cannot be measured on one host: it is *assumed* 1 Gbit/s Ethernet
     (50 us, 0.125 GB/s) so plans across hosts stay possible; replace it when you measure one.
     """
+    cache = last_level_cache_bytes()
     return Network(Link(20e-6, 1e9), Link(50e-6, 0.125e9), reduce_cost_per_byte(), ranks_per_host,
-                   cores, 10000, {})
+                   cores, 10000, {}, 0.0, cache, 4e9 if cache else 0.0)
 
 
 def build_parser():
@@ -302,6 +320,7 @@ def calibrate(args, log=print):
     report["pinned"] = {
         "reduce_ns_per_byte": f"{base.reduce_s_per_byte * 1e9:.4f}: numpy add micro-benchmark",
         "slots_per_host": f"{cores}: CPU cores (data movement shares them)",
+        "cache_MiB": f"{base.cache_bytes / (1 << 20):g}: last-level cache from sysfs",
         "links.inter": "assumed 1 Gbit/s Ethernet: one host, no inter-host measurement",
         "software.native.step_us": "0: native steps are the link's latency",
         "gpus_per_host": f"{ranks_per_host}: the most ranks measured on this host"}

@@ -9,6 +9,7 @@ and the learning rate is scaled for it: ``linear`` (Goyal et al.: lr x B/base_ba
 Example (the paper: 34K -> 68K at epoch 5 on a fixed world of 1,088 ranks takes 2 micro-batches
 from epoch 5 on; the paper doubled the GPUs instead, see planner.plan_schedule)::
 
+    >>> from nnabla_torus.schedules import BatchSchedule
     >>> ctrl = BatchSizeController(1088, 32, schedule=BatchSchedule.parse("0:34816,5:69632"))
     >>> p = ctrl.plan(5.0)
     >>> p.global_batch, p.local_batch, p.accum_steps, p.lr_factor, p.changed
@@ -17,8 +18,6 @@ from epoch 5 on; the paper doubled the GPUs instead, see planner.plan_schedule):
 import logging
 import math
 from collections import namedtuple
-
-from .schedules import BatchSchedule  # noqa: F401  (re-exported for the docstring example)
 
 LOG = logging.getLogger("nnabla_torus.controller")
 

@@ -12,14 +12,19 @@ Network (two link levels, a reduction cost, ranks placed host by host)::
 A ring phase of k members on a buffer of m bytes per member takes k - 1 steps of m/k bytes
 each; all rings of a phase run at once and a phase is paced by its slowest link (*derived*)::
 
-    step = max(intra hop, inter hop if the phase crosses hosts) + reduce + software + wait
-    intra hop = (intra.latency_s + (m/k) / intra.bandwidth_Bps) / share
+    step = max(intra hop, inter hop if the phase crosses hosts) + reduce + software
+    intra hop = (intra.latency_s + (m/k) / B_intra) / share
     inter hop = inter.latency_s + (m/k) * flows / inter.bandwidth_Bps
     reduce    = (m/k) * reduce_s_per_byte / share          (reduce-scatter steps only)
     software  = (step_s + (m/k) * s_per_byte) / share      (the algorithm's implementation)
-    wait      = oversubscribed_step_s * (1/share - 1)       (peer descheduled: ranks > slots)
     share     = min(1, slots_per_host / ranks on a host)   (ranks sharing CPU cores or copy engines)
     flows     = ring edges leaving the busiest host at once (they share the host's NICs)
+    1/B_intra = f / cache_bandwidth_Bps + (1 - f) / intra.bandwidth_Bps, with the fraction of
+                the host's working set in cache f = min(1, cache_bytes / (2 n ranks on host))
+                (f = 0 when cache_bytes = 0: GPUs, or no cache level modelled)
+
+plus, once per call when a host has more ranks than slots, ``oversubscribed_wait_s`` (ranks
+wait for descheduled peers: about one scheduler time slice, fitted).
 
 so with one link level (one host, share 1, no software cost) a reduce-scatter plus all-gather
 ring costs 2(p-1)(a + n/(pB)) + (p-1)/p n c: bandwidth term 2(p-1)/p * n/B (NOTES section 2).
@@ -65,8 +70,10 @@ Network = namedtuple("Network", [
     "slots_per_host",       # ranks of a host that move/add data at full speed at once (cores)
     "native_switch_bytes",  # native: recursive doubling below this size, ring at or above
     "software",             # {algorithm: Software}: implementation cost per step (default 0)
-    "oversubscribed_step_s",  # w: wait per step per extra rank per slot (default 0)
-], defaults=[0.0])
+    "oversubscribed_wait_s",  # seconds per call when ranks on a host > slots (default 0)
+    "cache_bytes",            # last-level cache shared by a host's ranks (default 0: none)
+    "cache_bandwidth_Bps",    # intra-host bandwidth while the working set fits in cache
+], defaults=[0.0, 0, 0.0])
 
 Software = namedtuple("Software", [
     "step_s",       # seconds per ring or doubling step (calls, Python, synchronisation)
@@ -144,12 +151,20 @@ def ring_phase(net, members, nbytes, crosses, flows, share, reduce, sw):
     hop = np.where(crosses, np.maximum(intra, inter), intra)
     add = chunk * net.reduce_s_per_byte / share if reduce else 0.0
     software = (sw.step_s + chunk * sw.s_per_byte) / share
-    return (k - 1) * (hop + add + software + step_wait(net, share))
+    return (k - 1) * (hop + add + software)
 
 
-def step_wait(net, share):
-    """Seconds a step waits for descheduled peers: w * (ranks per slot - 1), 0 if not oversubscribed."""
-    return net.oversubscribed_step_s * (1.0 / share - 1.0)
+def intra_bandwidth(net, on_host, nbytes):
+    """Effective intra-host bytes/s for an all-reduce of ``nbytes`` with ``on_host`` ranks a host.
+
+    Blends cache and link bandwidth by the fraction of the working set (2 n per rank: buffer
+    and received chunks) that fits in ``cache_bytes``.
+    """
+    if not net.cache_bytes:
+        return net.intra.bandwidth_Bps
+    working = 2.0 * np.asarray(on_host, float) * np.maximum(np.asarray(nbytes, float), 1.0)
+    f = np.minimum(1.0, net.cache_bytes / working)
+    return 1.0 / (f / net.cache_bandwidth_Bps + (1.0 - f) / net.intra.bandwidth_Bps)
 
 
 def doubling_phase(net, ranks, nbytes, share, sw, per_host, flows):
@@ -168,8 +183,7 @@ def doubling_phase(net, ranks, nbytes, share, sw, per_host, flows):
     extra_hop = np.where(p > per_host, inter, intra)
     add = n * net.reduce_s_per_byte / share
     return (local * intra + (levels - local) * inter + extra * extra_hop
-            + (levels + extra) * (add + (sw.step_s + n * sw.s_per_byte) / share
-                                  + step_wait(net, share)))
+            + (levels + extra) * (add + (sw.step_s + n * sw.s_per_byte) / share))
 
 
 def software_of(net, algorithm):
@@ -216,6 +230,19 @@ def allreduce_terms(net, algorithm, ranks, nbytes, grid_x=None):
     p = np.asarray(ranks, int)
     g = net.gpus_per_host
     share = rank_share(p, g, net.slots_per_host)
+    net = net._replace(intra=Link(net.intra.latency_s, intra_bandwidth(net, np.minimum(p, g),
+                                                                      nbytes)))
+    terms = _algorithm_terms(net, algorithm, p, nbytes, grid_x, share)
+    if net.oversubscribed_wait_s:
+        crowded = (net.slots_per_host > 0) & (np.minimum(p, g) > net.slots_per_host)
+        terms["oversubscription_wait"] = np.where(crowded & (p > 1), net.oversubscribed_wait_s,
+                                                  0.0) + 0.0 * np.asarray(nbytes, float)
+    return terms
+
+
+def _algorithm_terms(net, algorithm, p, nbytes, grid_x, share):
+    """allreduce_terms without the per-call oversubscription wait."""
+    g = net.gpus_per_host
     sw = software_of(net, algorithm)
     if algorithm in ("ring", "native"):
         crosses, flows = p > g, np.ones_like(p)
@@ -230,7 +257,7 @@ def allreduce_terms(net, algorithm, ranks, nbytes, grid_x=None):
     else:
         x = np.asarray(grid_x, int)
     if np.any((x < 1) | (p % np.maximum(x, 1) != 0)):
-        raise ValueError(f"grid row length X={grid_x} must divide the rank count {ranks}; "
+        raise ValueError(f"grid row length X={grid_x} must divide the rank count {p}; "
                          f"pick X from the divisors of the rank count")
     y = p // x
     shard = np.asarray(nbytes, float) / x

@@ -13,7 +13,9 @@ named without their extension (``abci``, ``cpu-2core``). Format (units in the ke
       inter: {latency_us: 6.0, bandwidth_GBps: 25.0}   # between hosts, per host (all NICs)
     reduce_ns_per_byte: 0.0033  # time to add one received byte
     native_switch_bytes: 10000  # library all-reduce: recursive doubling below, ring above
-    oversubscribed_step_us: 0   # wait per step per extra rank per slot (ranks > slots)
+    oversubscribed_wait_us: 0   # wait per all-reduce when a host has more ranks than slots
+    cache_MiB: 0                # last-level cache shared by a host's ranks (0: not modelled)
+    cache_bandwidth_GBps: 0     # intra-host bandwidth while the working set fits in cache
     software:                   # implementation cost per step, per algorithm (default 0)
       ring: {step_us: 40.0, ns_per_byte: 0.3}
     models:
@@ -40,7 +42,8 @@ PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles
 Profile = namedtuple("Profile", ["name", "description", "hosts", "network", "models", "extra"])
 
 _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", "links",
-             "reduce_ns_per_byte", "native_switch_bytes", "software", "models", "oversubscribed_step_us",
+             "reduce_ns_per_byte", "native_switch_bytes", "software", "models", "oversubscribed_wait_us",
+             "cache_MiB", "cache_bandwidth_GBps",
              "calibration"}
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
@@ -83,7 +86,8 @@ def _compute(name, raw):
 
 def profile_from_dict(raw):
     """Build a Profile from the parsed file; raise ValueError naming any bad key or value."""
-    required = _TOP_KEYS - {"description", "calibration", "software", "oversubscribed_step_us"}
+    required = _TOP_KEYS - {"description", "calibration", "software", "oversubscribed_wait_us",
+                            "cache_MiB", "cache_bandwidth_GBps"}
     _check_keys("top level", raw, _TOP_KEYS, required)
     _check_keys("links", raw["links"], {"intra", "inter"}, {"intra", "inter"})
     software = raw.get("software") or {}
@@ -96,7 +100,11 @@ def profile_from_dict(raw):
                       int(raw["slots_per_host"]), int(raw["native_switch_bytes"]),
                       {k: Software(v["step_us"] * 1e-6, v["ns_per_byte"] * 1e-9)
                        for k, v in software.items()},
-                      raw.get("oversubscribed_step_us", 0.0) * 1e-6)
+                      raw.get("oversubscribed_wait_us", 0.0) * 1e-6,
+                      int(raw.get("cache_MiB", 0) * (1 << 20)),
+                      raw.get("cache_bandwidth_GBps", 0.0) * 1e9)
+    if network.cache_bytes and network.cache_bandwidth_Bps <= 0:
+        raise ValueError("profile: cache_MiB > 0 needs cache_bandwidth_GBps > 0")
     models = {name: _compute(name, m) for name, m in raw["models"].items()}
     return Profile(raw["name"], raw.get("description", ""), int(raw["hosts"]), network, models,
                    {"calibration": raw.get("calibration")})
@@ -114,7 +122,9 @@ def profile_to_dict(prof):
            "links": {"intra": link(net.intra), "inter": link(net.inter)},
            "reduce_ns_per_byte": float(net.reduce_s_per_byte * 1e9),
            "native_switch_bytes": net.native_switch_bytes,
-           "oversubscribed_step_us": float(net.oversubscribed_step_s * 1e6),
+           "oversubscribed_wait_us": float(net.oversubscribed_wait_s * 1e6),
+           "cache_MiB": net.cache_bytes / (1 << 20),
+           "cache_bandwidth_GBps": float(net.cache_bandwidth_Bps * 1e-9),
            "software": {k: {"step_us": float(v.step_s * 1e6),
                             "ns_per_byte": float(v.s_per_byte * 1e9)}
                         for k, v in (net.software or {}).items()},

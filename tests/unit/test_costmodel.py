@@ -158,3 +158,16 @@ def test_cpu_sharing_slows_oversubscribed_ranks():
     # 8 ranks on 2 slots: each hop 4x slower; 7 steps of 1 MB vs 1 step of 4 MB
     assert eight == pytest.approx(4 * 7 * (1e-6 + 1e6 / 1e9))
     assert two == pytest.approx(1e-6 + 4e6 / 1e9)
+
+
+def test_cache_blend_and_oversubscription_wait():
+    """1 MiB cache, 4 GB/s in cache, 1 GB/s beyond; 5 ms wait per call above 2 ranks a host."""
+    net = Network(Link(0.0, 1e9), Link(0.0, 1e9), 0.0, 64, 2, 0, {}, 5e-3, 1 << 20, 4e9)
+    small = 1 << 18   # 2 ranks x 2 x 256 KiB = 1 MiB: all in cache; 2 steps of n/2
+    assert cm.allreduce_time(net, "ring", 2, small) == pytest.approx(small / 4e9)
+    big = 1 << 20     # working set 4 MiB: a quarter in cache
+    assert cm.allreduce_time(net, "ring", 2, big) == pytest.approx(big * (0.25 / 4e9 + 0.75 / 1e9))
+    four = cm.allreduce_terms(net, "ring", 4, small)
+    assert four["oversubscription_wait"] == pytest.approx(5e-3)
+    assert "oversubscription_wait" not in cm.allreduce_terms(net._replace(
+        oversubscribed_wait_s=0.0), "ring", 4, small)
