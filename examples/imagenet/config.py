@@ -203,6 +203,9 @@ def validate(cfg):
     for name in non_negative:
         if getattr(cfg, name) < 0:
             raise ValueError(f"{name} = {getattr(cfg, name)!r} must be >= 0 ({flag_of(name)})")
+    if cfg.warmup_epochs >= cfg.epochs:
+        raise ValueError(f"warmup_epochs = {cfg.warmup_epochs} must be below epochs = {cfg.epochs}; "
+                         f"lower --warmup-epochs (0 = no warm-up) or raise --epochs")
     if not 0 <= cfg.label_smoothing < 1:
         raise ValueError(f"label_smoothing = {cfg.label_smoothing} must be in [0, 1) "
                          f"(--label-smoothing)")

@@ -39,7 +39,7 @@ from nnabla_torus.overlap import BucketedAllReduce
 
 import data
 import digits
-from checkpoint import load_latest_checkpoint, save_checkpoint
+from checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
 from config import build_schedules, parse_config
 from models import get_model, is_bn_or_bias
 
@@ -410,7 +410,7 @@ def main(argv=None):
         from tqdm import tqdm
         bar = tqdm(total=round(cfg.epochs * len(train_set)), initial=min(
             images_seen, round(cfg.epochs * len(train_set))), unit="img", unit_scale=True,
-            dynamic_ncols=True, file=sys.stdout)
+            dynamic_ncols=True)          # on stderr: stdout keeps the log and the JSON line
 
     while stream.epoch() < cfg.epochs and not (cfg.max_steps and step >= cfg.max_steps):
         epoch = stream.epoch()
@@ -495,4 +495,8 @@ def format_grid(grid):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, FileNotFoundError, CheckpointError) as error:
+        # Input errors are raised on every rank alike: a message, not a traceback.
+        sys.exit(f"train.py: error: {error}")

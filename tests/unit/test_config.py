@@ -20,7 +20,7 @@ def test_precedence_cli_over_recipe_over_env_over_default(monkeypatch):
     assert (cfg.bucket_mib, cfg.source["bucket_mib"]) == (3.5, "env")
     assert (cfg.optimizer, cfg.source["optimizer"]) == ("momentum", "cli")
     assert (cfg.seed, cfg.source["seed"]) == (TrainConfig().seed, "default")
-    cfg = parse_config(["-C", "sony-224s", "--epochs", "2", "--overlap", "0"])
+    cfg = parse_config(["-C", "sony-224s", "--epochs", "2", "--warmup-epochs", "1", "--overlap", "0"])
     assert (cfg.epochs, cfg.overlap) == (2.0, False)
     assert "epochs" in cfg.describe() and "(cli)" in cfg.describe()
 
@@ -48,6 +48,8 @@ def test_bad_values_are_clear_errors(tmp_path):
         parse_config(["-C", str(path)])
     with pytest.raises(ValueError, match="local_batch = 0 must be > 0"):
         parse_config(["--local-batch", "0"])
+    with pytest.raises(ValueError, match="warmup_epochs = 1.0 must be below epochs = 1.0"):
+        parse_config(["--epochs", "1"])
     with pytest.raises(ValueError, match="label_smoothing"):
         parse_config(["--label-smoothing", "1.5"])
 
