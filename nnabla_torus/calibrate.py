@@ -146,6 +146,25 @@ def fit_compute(records, net, base, algorithm, max_slots):
                   "compute_slots_chosen": best[1]}
 
 
+def plan_versus_sweep(prof, model, records, algorithm):
+    """Measured images/s of the planner's choice over the best measured, on the sweep's grid.
+
+    The planner sees only the rank counts and per-rank batches of ``records`` (overlapped
+    training steps); returns {chosen: (ranks, batch), best: (ranks, batch), ratio}.
+    """
+    from .planner import plan
+    sweep = {(r["ranks"], r["local_batch"]): r["images_per_sec"] for r in records
+             if r.get("overlap")}
+    ranks = sorted({k[0] for k in sweep})
+    batches = sorted({k[1] for k in sweep})
+    best = plan(prof, model, counts=ranks, local_batches=batches, accum_steps=[1],
+                algorithms=[algorithm]).best
+    chosen = (best.gpus, best.local_batch)
+    top = max(sweep, key=sweep.get)
+    return {"chosen": list(chosen), "best_measured": list(top),
+            "ratio": float(sweep[chosen] / sweep[top])}
+
+
 def reduce_cost_per_byte(nbytes=1 << 24, repeats=5):
     """Seconds per byte of ``a += b`` on float32 arrays of ``nbytes`` (best of ``repeats``)."""
     a = np.ones(nbytes // 4, np.float32)
@@ -317,6 +336,8 @@ def calibrate(args, log=print):
     comp, comp_report = fit_compute(steps, net, start, args.algorithm, cores)
     model = f"{args.arch}-w{args.width:g}-{args.image_size}px"
     report = dict(net_report, **comp_report)
+    probe = Profile(args.name, "", 1, net, {model: comp}, {})
+    report["plan_versus_sweep"] = plan_versus_sweep(probe, model, steps, args.algorithm)
     report["pinned"] = {
         "reduce_ns_per_byte": f"{base.reduce_s_per_byte * 1e9:.4f}: numpy add micro-benchmark",
         "slots_per_host": f"{cores}: CPU cores (data movement shares them)",
@@ -346,5 +367,8 @@ def main(argv=None):
           + ", ".join(f"{a} {e:.1%}" for a, e in report["allreduce_mdape_by_algorithm"].items()))
     print(f"training-step MdAPE {report['step_mdape']:.1%} over {report['step_records']} "
           f"records (compute slots per host: {report['compute_slots_chosen']})")
+    check = report["plan_versus_sweep"]
+    print(f"plan on the measured sweep: {check['chosen']} (ranks, batch) reaches "
+          f"{check['ratio']:.1%} of the best measured images/s at {check['best_measured']}")
     print(f"wrote {args.out}")
     return 0
