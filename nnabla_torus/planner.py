@@ -30,6 +30,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import costmodel
+from .controller import split_batch
 from .costmodel import ALGORITHMS
 from .profile import model_of
 
@@ -75,19 +76,20 @@ def _topology_columns(counts, algorithms, g):
 
 
 def _batch_columns(p, target_batch, local_batches, accum_steps, max_local):
-    """Pair each topology with batches: a fixed target, or every (b, s) combination."""
+    """Pair each topology with batches: every (b, s) combination, or those giving the target.
+
+    With a target, a GPU count that no (b, s) pair splits exactly gets the controller's split
+    (fewest accumulation steps, rounded per-GPU batch).
+    """
     if target_batch is None:
         b, s = np.meshgrid(local_batches, accum_steps)
         b, s = b.ravel(), s.ravel()
-        k = len(b)
-        return np.repeat(np.arange(len(p)), k), np.tile(b, len(p)), np.tile(s, len(p))
-    rows = [(i, b, s) for i, pi in enumerate(p.tolist()) for b in local_batches
-            for s in accum_steps if pi * b * s == target_batch and b <= max_local]
-    if not rows:   # no exact split: fewest accumulation steps, rounded local batch
-        rows = []
-        for i, pi in enumerate(p.tolist()):
-            s = max(1, math.ceil(target_batch / (pi * max_local)))
-            rows.append((i, max(1, min(max_local, round(target_batch / (pi * s)))), s))
+        return np.repeat(np.arange(len(p)), len(b)), np.tile(b, len(p)), np.tile(s, len(p))
+    rows = []
+    for i, pi in enumerate(p.tolist()):
+        exact = [(i, b, s) for b in local_batches for s in accum_steps
+                 if pi * b * s == target_batch and b <= max_local]
+        rows += exact or [(i, *split_batch(target_batch, pi, max_local))]
     return tuple(np.array(c, dtype=int) for c in zip(*rows))
 
 
