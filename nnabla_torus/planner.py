@@ -78,18 +78,16 @@ def _topology_columns(counts, algorithms, g):
 def _batch_columns(p, target_batch, local_batches, accum_steps, max_local):
     """Pair each topology with batches: every (b, s) combination, or those giving the target.
 
-    With a target, a GPU count that no (b, s) pair splits exactly gets the controller's split
-    (fewest accumulation steps, rounded per-GPU batch).
+    With a target, only exact splits count; when no GPU count has one, every count gets the
+    controller's split (fewest accumulation steps, rounded per-GPU batch).
     """
     if target_batch is None:
         b, s = np.meshgrid(local_batches, accum_steps)
         b, s = b.ravel(), s.ravel()
         return np.repeat(np.arange(len(p)), len(b)), np.tile(b, len(p)), np.tile(s, len(p))
-    rows = []
-    for i, pi in enumerate(p.tolist()):
-        exact = [(i, b, s) for b in local_batches for s in accum_steps
-                 if pi * b * s == target_batch and b <= max_local]
-        rows += exact or [(i, *split_batch(target_batch, pi, max_local))]
+    rows = [(i, b, s) for i, pi in enumerate(p.tolist()) for b in local_batches
+            for s in accum_steps if pi * b * s == target_batch and b <= max_local]
+    rows = rows or [(i, *split_batch(target_batch, pi, max_local)) for i, pi in enumerate(p.tolist())]
     return tuple(np.array(c, dtype=int) for c in zip(*rows))
 
 
