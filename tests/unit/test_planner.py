@@ -99,3 +99,12 @@ def test_cli_table_json_plot_and_env_twin(tmp_path, monkeypatch, capsys):
     assert out_png.stat().st_size > 1000
     plan_cli.main(["--schedule", "0:34816,5:69632", "--local-batch", "32"])
     assert "2176" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("module", ["costmodel", "profile", "planner", "schedules",
+                                    "controller"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(f"nnabla_torus.{module}"))
+    assert result.failed == 0 and result.attempted > 0
