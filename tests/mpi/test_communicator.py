@@ -1,7 +1,9 @@
-"""The torus communicator under mpirun: exact sums on 1-8 ranks, every grid and algorithm, bad input.
+"""The torus communicator under mpirun: exact sums on 1-8 ranks, every grid and algorithm.
 
-Each launch runs many cases (``tests/mpi/progs/comm_cases.py``) because an mpirun costs seconds
-here; a failing case aborts its launch, and the assertion shows the case and its traceback.
+Also bad input (an error on every rank) and a missing rank (abort naming it). Each launch runs
+many cases (``tests/mpi/progs/comm_cases.py``) because an mpirun costs seconds here; a failing
+case aborts its launch, and the assertion shows the case and its traceback. The same cases run
+on the fake NCCL backend, and on real NCCL when nnabla-ext-cuda sees enough GPUs (else skipped).
 """
 import re
 import time
@@ -86,6 +88,8 @@ BAD_INPUT = {  # case: text every rank's error must contain
     "unknown_algorithm": "ValueError: unknown all-reduce algorithm 'tree'; choose one of "
                          "torus2d, ring, hierarchical, native",
     "unknown_algorithm_env": "unknown all-reduce algorithm 'bogus'",
+    "hosts_do_not_divide": "ValueError: NNABLA_TORUS_RANKS_PER_HOST=3 does not divide the world "
+                           "size 4",
     "not_a_member": "is not a member of group",
     "unknown_group": "ValueError: unknown group 'nosuch'",
 }

@@ -21,7 +21,8 @@ def test_rows_and_columns_partition_the_world(x, y):
         assert set(row) & set(column) == {rank}          # a row and a column meet in one rank
         assert all(g.row_of(r) == row for r in row)       # every member sees the same row
         assert all(g.column_of(r) == column for r in column)
-    assert sorted(r for start in range(0, g.size, x) for r in g.row_of(start)) == list(range(g.size))
+    rows = [g.row_of(start) for start in range(0, g.size, x)]
+    assert sorted(r for row in rows for r in row) == list(range(g.size))
 
 
 @pytest.mark.parametrize("text, grid", [("2x4", Grid(2, 4)), ("4X2", Grid(4, 2)),
@@ -78,7 +79,8 @@ def test_check_grid_names_the_grids_that_fit():
 def test_host_layout_groups_ranks_by_name_in_first_seen_order():
     layout = HostLayout.from_names(["b", "b", "a", "a", "b", "c"])
     assert layout.hosts == [[0, 1, 4], [2, 3], [5]]
-    assert layout.host_of(4) == [0, 1, 4] and layout.local_rank(4) == 2 and layout.local_rank(3) == 1
+    assert layout.host_of(4) == [0, 1, 4]
+    assert layout.local_rank(4) == 2 and layout.local_rank(3) == 1
     assert layout.ranks_per_host == 0               # unequal hosts
     assert not layout.is_blocked()                  # host b is not a block of consecutive ranks
 

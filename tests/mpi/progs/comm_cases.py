@@ -79,7 +79,8 @@ def check_close(got, want, rtol, what):
         want = np.broadcast_to(want, got.shape)
         i = np.flatnonzero(bad.reshape(-1))[0]
         raise AssertionError(f"{what}: {bad.sum()} of {bad.size} elements wrong, first at flat "
-                             f"index {i}: got {got.reshape(-1)[i]!r}, want {want.reshape(-1)[i]!r}")
+                             f"index {i}: got {got.reshape(-1)[i]!r}, "
+                             f"want {want.reshape(-1)[i]!r}")
 
 
 def division_rtol(dtype, p, division, wire_fp16=False):
@@ -93,13 +94,12 @@ def check_reduced(arrays, shapes, ranks, division, what, wire_fp16=False, first_
     """Array i must hold the sum (``division``: mean) over ``ranks`` of array ``first_k + i``."""
     p = len(ranks)
     for k, (a, s) in enumerate(zip(arrays, shapes), start=first_k):
-        exact = not division_rtol(a.dtype, p, division, wire_fp16)
-        want = expected_sum(s, k, ranks, np.float32 if exact else np.float64)
+        rtol = division_rtol(a.dtype, p, division, wire_fp16)
+        want = expected_sum(s, k, ranks, np.float64 if rtol else np.float32)  # float32: faster
         want /= p if division else 1
         got = a.data
         assert got.shape == s and got.dtype == a.dtype, (got.shape, s)
-        check_close(got, want, 0 if exact else division_rtol(got.dtype, p, division, wire_fp16),
-                    f"{what} array {k} {s}")
+        check_close(got, want, rtol, f"{what} array {k} {s}")
 
 
 def check_fp16_bound(got, inputs, division, what):
@@ -137,7 +137,8 @@ def device_context():
     if BACKEND != "nccl":
         return None
     from nnabla.ext_utils import get_extension_context
-    ctx = get_extension_context("cudnn", device_id=os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
+    local_rank = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    ctx = get_extension_context("cudnn", device_id=local_rank)
     nn.set_default_context(ctx)
     return ctx
 
@@ -257,7 +258,8 @@ def case_sqnorms(comm, config, dtype=np.float32):
     finally:
         comm.track_sqnorms = False
     every = [(s, k) for k, s in enumerate(shapes_a)] + [(s, k) for k, s in enumerate(shapes_b)]
-    want_local = sum(np.sum(values(s, k, r, np.float64) ** 2) for s, k in every for r in range(P)) / P
+    want_local = sum(np.sum(values(s, k, r, np.float64) ** 2)
+                     for s, k in every for r in range(P)) / P
     want_global = sum(np.sum((expected_sum(s, k, range(P)) / P) ** 2) for s, k in every)
     rtol = 1e-5 if dtype == np.float32 else 4e-3
     for name, got, want in (("local", local, want_local), ("global", global_, want_global)):
@@ -280,7 +282,8 @@ def case_lazily_zeroed(comm, config):
         zeroed.zero()
         arrays = ndarrays([(17,)], RANK) + [zeroed]
         comm.all_reduce(arrays, division=True, inplace=inplace)
-        check_reduced(arrays[:1], [(17,)], range(P), True, f"inplace={inplace} next to a zeroed array")
+        check_reduced(arrays[:1], [(17,)], range(P), True,
+                      f"inplace={inplace} next to a zeroed array")
         check_close(zeroed.data, np.zeros(7), 0, f"inplace={inplace} zeroed array")
 
 
@@ -449,7 +452,8 @@ def correctness_cases():
         cases.append((f"{name}: sqnorms", on(config, case_sqnorms)))
         if config.wire_fp16:
             cases.append((f"{name}: random float32", on(config, case_wire_fp16_random)))
-            cases.append((f"{name}: sqnorms of float16 data", on(config, case_sqnorms, np.float16)))
+            cases.append((f"{name}: sqnorms of float16 data",
+                          on(config, case_sqnorms, np.float16)))
     first = configs_[0]
     cases += [(f"{config_name(first)}: {fn.__name__[5:]}", on(first, fn)) for fn in (
         case_lazily_zeroed, case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
@@ -520,6 +524,13 @@ def bad_input(comm):
         finally:
             del os.environ["NNABLA_TORUS_ALGORITHM"]
 
+    def hosts_do_not_divide():
+        os.environ["NNABLA_TORUS_RANKS_PER_HOST"] = str(P - 1)
+        try:
+            C.MultiProcessDataParallelCommunicator().init()
+        finally:
+            del os.environ["NNABLA_TORUS_RANKS_PER_HOST"]
+
     def not_a_member():            # group i holds rank i only; each rank calls its neighbour's
         comm.all_reduce(ndarrays([(17,)], RANK), group=f"only{(RANK + 1) % P}")
 
@@ -530,8 +541,8 @@ def bad_input(comm):
         comm.new_group((f"only{r}", [r]))
     cases = [shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
              all_gather_list_differs, all_gather_list_wrong_everywhere,
-             reduce_scatter_list_differs, grid_does_not_fit, malformed_grid, unknown_algorithm, unknown_algorithm_env,
-             not_a_member, unknown_group]
+             reduce_scatter_list_differs, grid_does_not_fit, malformed_grid, unknown_algorithm,
+             unknown_algorithm_env, hosts_do_not_divide, not_a_member, unknown_group]
     for fn in cases:
         expect_error(fn.__name__, fn)
     arrays = ndarrays(MIXED, RANK)                    # still usable: no stale messages
@@ -552,14 +563,14 @@ def missing_rank(comm, missing):
 
 def main(suite):
     world = MPI.COMM_WORLD
+    default = Config("torus2d", None, None, False)
     if suite == "correctness":
         cases = correctness_cases()
     elif suite == "bad-input":
-        cases = [("bad input", lambda: bad_input(make_comm(Config("torus2d", None, None, False))))]
+        cases = [("bad input", lambda: bad_input(make_comm(default)))]
     elif suite == "missing-rank":
         missing = int(os.environ.get("MISSING_RANK", P - 1))
-        cases = [("missing rank", lambda: missing_rank(make_comm(Config("torus2d", None, None, False)),
-                                                       missing))]
+        cases = [("missing rank", lambda: missing_rank(make_comm(default), missing))]
     else:
         raise SystemExit(f"unknown suite {suite!r}; use correctness, bad-input or missing-rank")
     name = "set-up"
