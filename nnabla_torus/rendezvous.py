@@ -77,7 +77,9 @@ def check_same_call(control, ranks, signature, timeout, what):
         verdict = np.zeros(1, dtype=np.int64)
         wait_requests([control.Isend(mine, dest=0, tag=CHECK_TAG)], timeout, what, [ranks[0]],
                       ranks[me])
-        wait_requests([control.Irecv(verdict, source=0, tag=VERDICT_TAG)], timeout,
+        # Wait longer than the first member, which may have arrived up to ``timeout`` later and
+        # is the one that knows who is missing: it must time out (and abort) first.
+        wait_requests([control.Irecv(verdict, source=0, tag=VERDICT_TAG)], 2 * timeout + 1,
                       what + " (waiting for the argument check)", [ranks[0]], ranks[me])
     if not verdict[0]:
         calls = control.allgather(signature)  # everyone is here: safe to block
