@@ -76,6 +76,9 @@ class TrainConfig:
     loss_scale: float = knob(8.0, "initial dynamic loss scale (half only)")
     seed: int = knob(313, "random seed of model init and data order")
     # communication
+    algorithm: str = knob("", "all-reduce: torus2d | ring | hierarchical | native "
+                              "(empty = the communicator's default)")
+    grid: str = knob("", "torus2d process grid XxY, e.g. 2x4 (empty = chosen from the hosts)")
     overlap: bool = knob(True, "all-reduce gradient buckets during backward")
     bucket_mib: float = knob(25.0, "bucket size for overlap, MiB")
     # bookkeeping

@@ -58,7 +58,8 @@ def make_context_and_comm(cfg, log_all):
         type_config = "float"          # nnabla's CPU extension has no FP16 kernels
         log_all("type_config half needs a CUDA context; this CPU run trains in fp32")
     ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
-    comm = C.MultiProcessDataParallelCommunicator(ctx)
+    comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=cfg.algorithm or None,
+                                                  grid=cfg.grid or None)
     comm.init()
     ctx.device_id = str(comm.local_rank)
     nn.set_default_context(ctx)
