@@ -393,12 +393,13 @@ def main(argv=None):
     ctrl, lr_schedule = build_schedules(cfg, comm.size, noise)
 
     step, images_seen, train_time, history = 0, 0, 0.0, []
-    loader_state, resumed_at = None, None
+    loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale
     if cfg.resume:
         meta = restore_checkpoint(cfg, solvers, ctrl, noise, log)
         step, images_seen, train_time = meta["step"], meta["images_seen"], meta["train_time"]
         history, loader_state = meta["history"], meta["loader"]
         resumed_at = (step, meta["epoch"])
+        loss_scale = meta["loss_scale"] or loss_scale
     stream = TrainStream(train_set, cfg, comm, device_id, loader_state)
     monitors = make_monitors(cfg, comm.rank, resumed_at)
     use_dlsu = type_config == "half"
@@ -427,7 +428,7 @@ def main(argv=None):
                 from nnabla.experimental.mixed_precision_training import \
                     DynamicLossScalingUpdater
                 updater = DynamicLossScalingUpdater(
-                    solvers, graph[3], scale=cfg.loss_scale if updater is None else updater.scale,
+                    solvers, graph[3], scale=loss_scale if updater is None else updater.scale,
                     comm=AveragingComm(comm), grads=grads, weight_decay=cfg.weight_decay)
             elif cfg.overlap:
                 reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=cfg.bucket_mib)
@@ -473,7 +474,7 @@ def main(argv=None):
         if finished or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
             write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, dict(
                 epoch=stream.epoch(), images_seen=images_seen, train_time=train_time,
-                history=history, seed=cfg.seed))
+                history=history, seed=cfg.seed, loss_scale=updater and updater.scale))
 
     if bar is not None:
         bar.close()
