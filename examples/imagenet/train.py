@@ -18,6 +18,9 @@ backward, the batch-size controller, checkpoints. Launch commands:
 ``train.txt`` / ``val.txt`` (nnabla-examples' layout). Every knob is a flag, an environment
 variable and a recipe key (``python train.py --help``; precedence CLI > recipe > env > default).
 The last line on rank 0 is a JSON summary (val_top1, val_top5, images_per_sec, wall_s, ...).
+Rank 0 writes the monitors (``*.series.txt``), ``training.png`` and the checkpoints to
+``--output-dir``; ``--resume`` reads them on every rank, so on several hosts put it on a
+shared file system.
 """
 import json
 import math
