@@ -39,6 +39,7 @@ from .knobs import env_value
 from .rendezvous import CollectiveTimeout, check_same_call
 
 logger = logging.getLogger("nnabla_torus")
+_notes_said = set()  # notes are logged once per process
 
 DEFAULTS = dict(algorithm="torus2d", grid=None, backend=None, timeout=300.0, wire_fp16=False,
                 check=True)
@@ -103,7 +104,7 @@ class TorusCommunicator:
     def set_algorithm(self, algorithm, grid=None):
         """Switch the world all-reduce to ``algorithm`` (and ``grid``); collective on all ranks."""
         get_algorithm(algorithm)
-        grid = self._grid_for(algorithm, grid)
+        grid = self._grid_for(algorithm, grid or self._grid_request)
         key = (algorithm, str(grid))
         if key not in self._plans:
             self._plans[key] = self._make_plan(algorithm, grid)
@@ -125,9 +126,9 @@ class TorusCommunicator:
             topology.check_grid(grid, self.size)
             return grid
         grid, note = topology.default_grid(self.size, self.hosts.ranks_per_host)
-        if note and self.rank == 0:
+        if note and self.rank == 0 and note not in _notes_said:
+            _notes_said.add(note)
             logger.warning(note)
-            print(f"nnabla_torus: {note}", file=sys.stderr, flush=True)
         return grid
 
     def _make_plan(self, algorithm, grid):
@@ -193,15 +194,15 @@ class TorusCommunicator:
         return {name: list(ranks) for name, ranks in self._groups.items()}
 
     def find_group(self, group):
-        try:
-            return list(self._groups[group])
-        except KeyError:
-            raise ValueError(f"unknown group {group!r}; known: {sorted(self._groups)}") from None
+        """The ranks of ``group``, or ``[]`` for an unknown name (as nnabla)."""
+        return list(self._groups.get(group, []))
 
     def _group(self, group):
         """The backend group for ``group``, raising ValueError if this rank is not a member."""
         be = self._ready()
-        ranks = self.find_group(group)
+        if group not in self._groups:
+            raise ValueError(f"unknown group {group!r}; known: {sorted(self._groups)}")
+        ranks = self._groups[group]
         if self.rank not in ranks:
             raise ValueError(f"rank {self.rank} is not a member of group {group!r} "
                              f"(ranks {ranks}); only members may call its collectives")
@@ -282,6 +283,12 @@ class TorusCommunicator:
     def _all_reduce(self, arrays, division, inplace, run, p):
         be = self.backend
         track = self.track_sqnorms
+        if p == 1:  # nothing to exchange: the sum and the average are the input itself
+            if track:
+                local = sum(be.sqnorm(be.flat(a, write=False)) for a in arrays)
+                self._sqnorms[0] += local
+                self._sqnorms[1] += local
+            return
         if inplace:
             local = sum(be.sqnorm(be.flat(a, write=False)) for a in arrays) if track else 0.0
             for a in arrays:
@@ -342,13 +349,18 @@ class TorusCommunicator:
         return array
 
     def bcast(self, data, src=0, inplace=False, group="world"):
-        """Copy NdArray(s) of world rank ``src`` to every member of ``group``."""
+        """Copy NdArray(s) of member ``src`` to every member of ``group``.
+
+        As in nnabla, ``src`` is a position in the group (the world rank for "world").
+        """
         arrays = self._as_list(data)
         grp = self._group(group)
-        if src not in grp.ranks:
-            raise ValueError(f"bcast source rank {src} is not in group {group!r} ({grp.ranks})")
-        root, be = grp.ranks.index(src), self.backend
-        sig = ("bcast", self._signature(arrays), src, bool(inplace))
+        if not 0 <= src < grp.size:
+            raise ValueError(f"bcast source {src} is not a position in group {group!r} of "
+                             f"{grp.size} ranks {grp.ranks}; use 0..{grp.size - 1}")
+        root, be = src, self.backend
+        src = grp.ranks[root]  # the world rank that sends
+        sig = ("bcast", self._signature(arrays), root, bool(inplace))
 
         def body():
             if inplace:

@@ -68,7 +68,7 @@ def default_grid(size, ranks_per_host):
     if 1 < ranks_per_host < size and size % ranks_per_host == 0:
         return Grid(ranks_per_host, size // ranks_per_host), None
     grid = squarest_grid(size)
-    if grid.y == 1 and size > 3:
+    if grid.y == 1 and size > 1:
         return grid, (f"world size {size} is prime: no 2D grid fits, torus2d runs as a ring "
                       f"({grid}); choose a rank count with factors for a 2D torus")
     return grid, None

@@ -337,7 +337,7 @@ def case_groups(comm, config):
         comm.all_reduce(arrays, division=division, inplace=inplace, group=name)
         check_reduced(arrays, shapes, members, division, f"group {name} all_reduce")
     arrays = ndarrays(shapes, RANK)
-    comm.bcast(arrays, src=members[-1], group=name)
+    comm.bcast(arrays, src=len(members) - 1, group=name)  # src: position in the group
     for k, (a, s) in enumerate(zip(arrays, shapes)):
         check_close(a.data, values(s, k, members[-1]), 0, f"group {name} bcast")
     [mine] = ndarrays([(6,)], RANK)
