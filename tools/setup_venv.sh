@@ -44,7 +44,11 @@ MSG
   exit 1
 fi
 echo "setup: using $py ($("$py" --version 2>&1)) for $venv"
+pip_install() {  # pip, without the noise of find-links folders this machine does not have
+  "$venv/bin/python" -m pip install -q "$@" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+}
 "$py" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e ".[$extras]"
+pip_install --upgrade pip
+pip_install -e ".[$extras]"
 touch "$venv/.installed"
