@@ -28,6 +28,8 @@ CHOICES = {
     "lr_scaling": ("linear", "sqrt", "none"),
     "type_config": ("float", "half"),
     "context": ("cpu", "cudnn"),
+    "algorithm": ("auto", "torus2d", "ring", "hierarchical", "native"),
+    "plan": ("auto", "off"),
 }
 
 
@@ -76,9 +78,14 @@ class TrainConfig:
     loss_scale: float = knob(8.0, "initial dynamic loss scale (half only)")
     seed: int = knob(313, "random seed of model init and data order")
     # communication
-    algorithm: str = knob("", "all-reduce: torus2d | ring | hierarchical | native "
-                              "(empty = the communicator's default)")
-    grid: str = knob("", "torus2d process grid XxY, e.g. 2x4 (empty = chosen from the hosts)")
+    algorithm: str = knob("auto", "all-reduce: auto | torus2d | ring | hierarchical | native "
+                                  "(auto = the planner's choice, or torus2d with --plan off)")
+    grid: str = knob("", "torus2d process grid XxY, e.g. 2x4 (empty = the planner's or the "
+                         "communicator's choice from the hosts)")
+    plan: str = knob("auto", "planner: auto (plan algorithm and grid at each global batch, log "
+                             "the best rank count) | off")
+    profile: str = knob("", "cluster profile for the planner: shipped name or YAML path "
+                            "(empty = cpu-2core for a CPU context, abci otherwise)")
     overlap: bool = knob(True, "all-reduce gradient buckets during backward")
     bucket_mib: float = knob(25.0, "bucket size for overlap, MiB")
     # bookkeeping

@@ -36,7 +36,9 @@ from nnabla.ext_utils import get_extension_context
 from nnabla.monitor import Monitor, MonitorSeries
 
 import nnabla_torus as C
+from nnabla_torus.communicator import DEFAULTS
 from nnabla_torus.controller import BatchPlan
+from nnabla_torus.costmodel import ALGORITHMS
 from nnabla_torus.noise_scale import NoiseScaleEstimator
 from nnabla_torus.overlap import BucketedAllReduce
 
@@ -45,6 +47,7 @@ import digits
 from checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
 from config import build_schedules, parse_config
 from models import get_model, is_bn_or_bias
+from planning import RunPlanner
 
 SERIES = ("train_loss", "train_error", "lr", "global_batch", "images_per_sec", "val_top1",
           "val_top5")
@@ -61,8 +64,9 @@ def make_context_and_comm(cfg, log_all):
         type_config = "float"          # nnabla's CPU extension has no FP16 kernels
         log_all("type_config half needs a CUDA context; this CPU run trains in fp32")
     ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
-    comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=cfg.algorithm or None,
-                                                  grid=cfg.grid or None)
+    # auto starts on the communicator's default; the planner switches before the first step.
+    algorithm = DEFAULTS["algorithm"] if cfg.algorithm == "auto" else cfg.algorithm
+    comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=algorithm, grid=cfg.grid or None)
     comm.init()
     ctx.device_id = str(comm.local_rank)
     nn.set_default_context(ctx)
@@ -394,6 +398,9 @@ def main(argv=None):
     noise = NoiseScaleEstimator() if cfg.adaptive_batch else None
     comm.track_sqnorms = noise is not None
     ctrl, lr_schedule = build_schedules(cfg, comm.size, noise)
+    run_planner = None if cfg.plan == "off" else RunPlanner.from_config(
+        cfg, sum(v.size for v in params.values()), comm.size, len(train_set),
+        applies=cfg.algorithm == "auto" and not cfg.grid)
 
     step, images_seen, train_time, history = 0, 0, 0.0, []
     loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale
@@ -403,6 +410,9 @@ def main(argv=None):
         history, loader_state = meta["history"], meta["loader"]
         resumed_at = (step, meta["epoch"])
         loss_scale = meta["loss_scale"] or loss_scale
+        if run_planner is not None and run_planner.applies and meta.get("comm"):
+            comm.set_algorithm(*meta["comm"])     # the planner's choice in force at the checkpoint
+            run_planner.settled = True
     stream = TrainStream(train_set, cfg, comm, device_id, loader_state)
     monitors = make_monitors(cfg, comm.rank, resumed_at)
     use_dlsu = type_config == "half"
@@ -423,6 +433,8 @@ def main(argv=None):
         if plan.changed:
             log(f"step {step}: {plan.reason}")
             history.append([round(epoch, 4), plan.global_batch])
+        if run_planner is not None and plan.global_batch != run_planner.batch:
+            replan(run_planner, plan, comm, log)
         if (plan.local_batch, plan.accum_steps) != graph_key:
             graph_key = (plan.local_batch, plan.accum_steps)
             graph = build_graph(model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
@@ -477,7 +489,8 @@ def main(argv=None):
         if finished or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
             write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, dict(
                 epoch=stream.epoch(), images_seen=images_seen, train_time=train_time,
-                history=history, seed=cfg.seed, loss_scale=updater and updater.scale))
+                history=history, seed=cfg.seed, loss_scale=updater and updater.scale,
+                comm=[comm.algorithm, format_grid(comm.grid)]))
 
     if bar is not None:
         bar.close()
@@ -491,7 +504,24 @@ def main(argv=None):
             "images_per_sec": round(images_seen / max(train_time, 1e-9), 1),
             "wall_s": round(wall, 1), "ranks": comm.size, "algorithm": comm.algorithm,
             "grid": format_grid(comm.grid),
-            "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in history)}), flush=True)
+            "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in history),
+            "plan": run_planner and run_planner.summary}), flush=True)
+
+
+def replan(run_planner, batch_plan, comm, log):
+    """Plan for ``batch_plan`` and switch ``comm`` to rank 0's choice (collective)."""
+    choice, lines = run_planner.replan(batch_plan, (comm.algorithm, format_grid(comm.grid)))
+    for line in lines:
+        log(line)
+    # Every rank planned the same; rank 0's choice is sent anyway so no rounding can split them.
+    code = np.array([-1, 0, 0], np.float32) if choice is None else np.array(
+        [ALGORITHMS.index(choice[0])] + ([int(v) for v in choice[1].split("x")]
+                                          if choice[1] else [0, 0]), np.float32)
+    sent = nn.NdArray.from_numpy_array(code)
+    comm.bcast([sent], src=0, inplace=True)
+    algorithm, x, y = (int(v) for v in sent.data)
+    if algorithm >= 0:
+        comm.set_algorithm(ALGORITHMS[algorithm], f"{x}x{y}" if x else None)
 
 
 def format_grid(grid):

@@ -1,0 +1,180 @@
+"""The planner inside the training loop: all-reduce algorithm and grid for the launched ranks.
+
+At the first step and whenever the batch-size controller changes the global batch, every rank
+scores the plans of :mod:`nnabla_torus.planner` for its world size and that batch (as the
+controller splits it) and picks the fastest algorithm and grid; after the first choice it
+switches only when the gain beats the planner's hysteresis (``planner.should_switch``, 5 %).
+It also asks which rank count (and per-rank batch x accumulation) the profile's whole machine
+would be fastest with at that batch, and logs it as advice: the run keeps its ranks.
+
+A plan is a pure function of (profile, model, gradient bytes, world size, global batch), so
+every rank computes the same one; rank 0's choice is still broadcast (two numbers) so that
+hosts whose numpy rounds differently cannot split the job. Example::
+
+    planner = RunPlanner.from_config(cfg, n_params=705608 // 4, world_size=4,
+                                     dataset_size=1437, applies=True)
+    choice, lines = planner.replan(batch_plan, in_use=("torus2d", "2x2"))
+    # choice: ("ring", "4x1") to switch to, or None to keep; lines: the log, for rank 0
+"""
+import math
+
+import numpy as np
+
+from nnabla_torus import planner
+from nnabla_torus.costmodel import ALGORITHMS
+from nnabla_torus.profile import load_profile
+
+
+def default_profile(context):
+    """The profile planned with when --profile is empty: this CPU machine or ABCI's V100s."""
+    return "cpu-2core" if context == "cpu" else "abci"
+
+
+def model_key(arch, width, image_size):
+    """The profile's name for the example's network, as tools/calibrate.py writes it."""
+    return f"{arch}-w{width:g}-{image_size}px"
+
+
+def find_compute(prof, arch, width, image_size):
+    """(model name in ``prof``, note) of the compute coefficients to plan with.
+
+    The exact ``arch-wW-Spx`` entry, else ``arch`` itself for the full-width network (ABCI's
+    ``resnet50``), else the profile's entry of the same architecture (or its first one): its
+    step times are those of another network, which the note says.
+    """
+    key = model_key(arch, width, image_size)
+    if key in prof.models:
+        return key, ""
+    if width == 1 and arch in prof.models:
+        return arch, ""
+    same_arch = sorted(m for m in prof.models if m.split("-")[0] == arch)
+    borrowed = (same_arch or sorted(prof.models))[0]
+    return borrowed, (f"profile {prof.name} has no {key}: compute time from {borrowed} "
+                      f"(calibrate this model with tools/calibrate.py for better advice)")
+
+
+def local_batch_choices(limit):
+    """Per-rank batches the advice may use: powers of two up to ``limit``, and ``limit``."""
+    return sorted({2 ** k for k in range(int(math.log2(limit)) + 1)} | {limit})
+
+
+def plan_dict(plan):
+    """The JSON form of a planner.Plan: its run settings and predicted speed."""
+    return {"gpus": plan.gpus, "algorithm": plan.algorithm, "grid": plan.grid,
+            "local_batch": plan.local_batch, "accum_steps": plan.accum_steps,
+            "global_batch": plan.global_batch, "step_time_s": round(plan.step_time_s, 4),
+            "images_per_s": round(plan.images_per_s, 1)}
+
+
+class RunPlanner:
+    """Plans of one run (profile, model, world size); see module doc."""
+
+    def __init__(self, prof, model, note, world_size, applies, dataset_size, epochs):
+        self.prof, self.model, self.note = prof, model, note
+        self.world_size, self.applies = world_size, applies
+        self.common = dict(dataset_size=dataset_size, epochs=epochs)
+        self.batch = None        # global batch of the latest plan
+        self.settled = False     # True once the algorithm in use is a plan's choice
+        self.summary = None      # the latest plan's JSON form
+
+    @classmethod
+    def from_config(cls, cfg, n_params, world_size, dataset_size, applies):
+        """Load cfg.profile and plan for this model: its gradient bytes, cfg.local_batch limit.
+
+        ``applies``: whether the run follows the plan (``--algorithm auto``, no ``--grid``) or
+        only logs it. Raises ValueError for an unknown profile.
+        """
+        prof = load_profile(cfg.profile or default_profile(cfg.context))
+        name, note = find_compute(prof, cfg.arch, cfg.width, cfg.image_size)
+        # Gradients are all-reduced in the training precision; the recipe bounds the batch.
+        comp = prof.models[name]._replace(
+            grad_bytes=n_params * (2 if cfg.type_config == "half" else 4),
+            max_local_batch=cfg.local_batch)
+        model = model_key(cfg.arch, cfg.width, cfg.image_size)
+        prof = prof._replace(models={model: comp})
+        return cls(prof, model, note, world_size, applies, dataset_size, cfg.epochs)
+
+    def score(self, batch_plan, algorithm, grid):
+        """planner.Plan of running ``algorithm`` on ``grid`` ("XxY") at ``batch_plan``."""
+        net, comp = self.prof.network, self.prof.models[self.model]
+        columns = planner.score(
+            net, comp, np.array([self.world_size]), np.array([ALGORITHMS.index(algorithm)]),
+            np.array([int(grid.split("x")[0])]), np.array([batch_plan.local_batch]),
+            np.array([batch_plan.accum_steps]), **self.common)
+        return planner._row(columns, 0)
+
+    def best_here(self, batch_plan):
+        """The fastest planner.Plan on the launched ranks at the controller's split."""
+        return planner.plan(self.prof, self.model, counts=[self.world_size],
+                            target_batch=batch_plan.global_batch,
+                            local_batches=[batch_plan.local_batch],
+                            accum_steps=[batch_plan.accum_steps], **self.common).best
+
+    def best_anywhere(self, global_batch):
+        """The fastest planner.Plan at ``global_batch`` over every rank count of the profile."""
+        limit = self.prof.models[self.model].max_local_batch
+        return planner.plan(self.prof, self.model, target_batch=global_batch,
+                            local_batches=local_batch_choices(limit), **self.common).best
+
+    def replan(self, batch_plan, in_use):
+        """Return (choice, log lines) for ``batch_plan`` with ``in_use`` = (algorithm, grid).
+
+        ``choice`` is (algorithm, grid) to switch to, or None to keep ``in_use``; the grid is
+        None for the algorithms that take none. Call at the first step and at batch changes.
+        The first call takes the best plan outright; once ``settled`` (after a choice, or set
+        when a checkpoint restores one) only a gain above the hysteresis threshold switches.
+        """
+        first = self.batch is None
+        self.batch = batch_plan.global_batch
+        best = self.best_here(batch_plan)
+        current = self.score(batch_plan, *in_use) if in_use[1] else None
+        head = f"planner ({self.prof.name}): global batch {self.batch} on {self.world_size} " \
+               f"ranks ({batch_plan.local_batch} x {batch_plan.accum_steps} each): "
+        lines = [f"planner: {self.note}"] if first and self.note else []
+        choice, kept = None, current
+        if not self.applies:
+            lines.append(head + f"{best.algorithm} on {best.grid} predicted "
+                         f"{ratio(best, current)} of {in_use[0]} on {in_use[1]}; keeping "
+                         f"{in_use[0]} as set (--algorithm auto and no --grid let it choose)")
+        elif (best.algorithm, best.grid) == tuple(in_use):
+            lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
+                         f"{best.step_time_s:.3g} s/step, {best.images_per_s:.0f} images/s")
+        elif not self.settled or current is None or planner.should_switch(current, best):
+            choice, kept = (best.algorithm, best.grid if best.algorithm == "torus2d" else None), best
+            lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
+                         f"{best.step_time_s:.3g} s/step, {best.images_per_s:.0f} images/s"
+                         + ("" if not self.settled or current is None else
+                            f" (switching from {in_use[0]} on {in_use[1]}: "
+                            f"{ratio(best, current)})"))
+        else:
+            lines.append(head + f"keeping {in_use[0]} on {in_use[1]} ({best.algorithm} on "
+                         f"{best.grid} would be {ratio(best, current)}, below the "
+                         f"switching threshold)")
+        self.settled = self.settled or self.applies
+        anywhere = self.best_anywhere(self.batch)
+        lines.append(self.advice(anywhere, kept or best))
+        self.summary = {"profile": self.prof.name, "model": self.model,
+                        "global_batch": self.batch, "recommended": plan_dict(anywhere),
+                        "in_use": plan_dict(kept or best),
+                        "speedup": round(anywhere.goodput / (kept or best).goodput, 3)}
+        return choice, lines
+
+    def advice(self, anywhere, running):
+        """One line: the rank count the profile's machine would be fastest with, versus now."""
+        split = f"{anywhere.local_batch}" + (f" x {anywhere.accum_steps} accumulation"
+                                            if anywhere.accum_steps > 1 else "")
+        if anywhere.gpus == self.world_size:
+            return (f"planner: at global batch {self.batch} the {self.world_size} ranks as "
+                    f"launched are the fastest choice of {self.prof.name}")
+        return (f"planner: at global batch {self.batch} {self.prof.name} would be fastest with "
+                f"{anywhere.gpus} ranks x {split} ({anywhere.algorithm} on {anywhere.grid}, "
+                f"predicted {ratio(anywhere, running)}); running {self.world_size} ranks "
+                f"as launched")
+
+
+def ratio(faster, slower):
+    """"1.40x faster" or "0.95x (slower)" of two plans' goodput; "?" without ``slower``."""
+    if slower is None:
+        return "?"
+    r = faster.goodput / slower.goodput
+    return f"{r:.2f}x faster" if r >= 1 else f"{r:.2f}x (slower)"
