@@ -90,7 +90,7 @@ class RunPlanner:
         comp = prof.models[name]._replace(
             grad_bytes=n_params * (2 if cfg.type_config == "half" else 4),
             max_local_batch=cfg.local_batch)
-        model = model_key(cfg.arch, cfg.width, cfg.image_size)
+        model = model_key(cfg.arch, cfg.width, cfg.image_size) if note else name
         prof = prof._replace(models={model: comp})
         return cls(prof, model, note, world_size, applies, dataset_size, cfg.epochs)
 
@@ -166,10 +166,12 @@ class RunPlanner:
         if anywhere.gpus == self.world_size:
             return (f"planner: at global batch {self.batch} the {self.world_size} ranks as "
                     f"launched are the fastest choice of {self.prof.name}")
+        gain = anywhere.goodput / running.goodput
+        verdict = (f"predicted {gain:.2f}x faster" if gain >= 1.01 else
+                   f"predicted as fast ({gain:.2f}x) with fewer ranks")
         return (f"planner: at global batch {self.batch} {self.prof.name} would be fastest with "
                 f"{anywhere.gpus} ranks x {split} ({anywhere.algorithm} on {anywhere.grid}, "
-                f"predicted {ratio(anywhere, running)}); running {self.world_size} ranks "
-                f"as launched")
+                f"{verdict}); running {self.world_size} ranks as launched")
 
 
 def ratio(faster, slower):

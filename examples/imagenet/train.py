@@ -3,7 +3,7 @@
 With no arguments it builds (once, cached) a small ImageNet-layout dataset from scikit-learn's
 handwritten digits and trains a small ResNet-18 on it with the ``digits-cpu`` recipe, through
 the same code path as ImageNet: DALI input sharded by rank, torus all-reduce overlapped with
-backward, the batch-size controller, checkpoints. Launch commands:
+backward, the batch-size controller, the planner, checkpoints. Launch commands:
 
     # any machine, no data: 4 ranks on the CPU (>= 95 % val top-1 in a few minutes)
     mpirun -np 4 python examples/imagenet/train.py
@@ -17,6 +17,10 @@ backward, the batch-size controller, checkpoints. Launch commands:
 ``--data-dir`` holds ``train/<wnid>/*.JPEG``, ``val/`` and the ``path label`` lists
 ``train.txt`` / ``val.txt`` (nnabla-examples' layout). Every knob is a flag, an environment
 variable and a recipe key (``python train.py --help``; precedence CLI > recipe > env > default).
+With ``--plan auto`` (default) and ``--algorithm auto`` (default) the planner chooses the
+all-reduce algorithm and grid from a cluster profile (``--profile``; default ``cpu-2core`` on
+a CPU, ``abci`` otherwise) at each global batch, and logs the rank count that profile would
+be fastest with; an explicit ``--algorithm`` or ``--grid`` is kept and only advised on.
 The last line on rank 0 is a JSON summary (val_top1, val_top5, images_per_sec, wall_s, ...).
 Rank 0 writes the monitors (``*.series.txt``), ``training.png`` and the checkpoints to
 ``--output-dir``; ``--resume`` reads them on every rank, so on several hosts put it on a

@@ -1,0 +1,86 @@
+"""The example's planner glue: deterministic plans, hysteresis, compute lookup, Sony's 34K -> 68K."""
+import time
+
+import numpy as np
+
+from examples.imagenet.config import parse_config
+from examples.imagenet.planning import RunPlanner, find_compute, local_batch_choices
+from nnabla_torus import planner
+from nnabla_torus.controller import BatchPlan, split_batch
+from nnabla_torus.profile import load_profile
+
+DIGITS_PARAMS = 176402        # resnet18 x0.125 on 10 classes (the default run logs it)
+RESNET50_PARAMS = 25557032
+
+
+def batch_plan(global_batch, world, limit):
+    local, accum = split_batch(global_batch, world, limit)
+    return BatchPlan(world * local * accum, local, accum, 1.0, True, "test")
+
+
+def digits_planner(world=4, argv=()):
+    cfg = parse_config(list(argv))
+    return RunPlanner.from_config(cfg, DIGITS_PARAMS, world, 1437, applies=True), cfg
+
+
+def test_same_inputs_give_the_same_plan():
+    runs = []
+    for _ in range(2):
+        run, cfg = digits_planner()
+        first = run.replan(batch_plan(64, 4, cfg.local_batch), ("torus2d", "2x2"))
+        second = run.replan(batch_plan(128, 4, cfg.local_batch), ("torus2d", "2x2"))
+        runs.append((first, second, run.summary))
+    assert runs[0] == runs[1]
+    (choice, lines), _, summary = runs[0]
+    assert any(line.startswith("planner (cpu-2core): global batch 64 on 4 ranks") for line in lines)
+    assert summary["global_batch"] == 128 and summary["model"] == "resnet18-w0.125-16px"
+    assert summary["in_use"]["gpus"] == 4 and summary["recommended"]["local_batch"] <= 32
+
+
+def test_first_plan_takes_the_best_then_hysteresis_decides():
+    run, cfg = digits_planner()
+    bp = batch_plan(64, 4, cfg.local_batch)
+    best = run.best_here(bp)
+    worst = min(("ring", "4x1"), ("native", "4x1"), ("torus2d", "2x2"),
+                key=lambda c: run.score(bp, *c).goodput)
+    choice, _ = run.replan(bp, worst)
+    assert choice is None if worst == (best.algorithm, best.grid) else choice[0] == best.algorithm
+    # Settled: switch exactly when planner.should_switch says so, for every config in use.
+    for in_use in (("ring", "4x1"), ("native", "4x1"), ("torus2d", "2x2")):
+        choice, lines = run.replan(bp, in_use)
+        current = run.score(bp, *in_use)
+        same = (best.algorithm, best.grid) == in_use
+        assert (choice is not None) == (not same and planner.should_switch(current, best)), lines
+
+
+def test_explicit_algorithm_is_only_advised():
+    run, cfg = digits_planner()
+    run.applies = False
+    choice, lines = run.replan(batch_plan(64, 4, cfg.local_batch), ("ring", "4x1"))
+    assert choice is None and "keeping ring as set" in lines[-2]
+
+
+def test_compute_lookup_exact_full_width_or_borrowed():
+    abci, cpu = load_profile("abci"), load_profile("cpu-2core")
+    assert find_compute(abci, "resnet50", 1.0, 224) == ("resnet50", "")
+    assert find_compute(cpu, "resnet18", 0.25, 32) == ("resnet18-w0.25-32px", "")
+    name, note = find_compute(cpu, "resnet18", 0.125, 16)
+    assert name == "resnet18-w0.25-32px" and "no resnet18-w0.125-16px" in note
+    assert local_batch_choices(24) == [1, 2, 4, 8, 16, 24]
+
+
+def test_sony_recipe_on_abci_plans_both_phases_quickly():
+    cfg = parse_config(["-C", "sony-224s"])
+    run = RunPlanner.from_config(cfg, RESNET50_PARAMS, 1088, 1281167, applies=True)
+    assert run.prof.name == "abci" and run.prof.models["resnet50"].grad_bytes == 2 * RESNET50_PARAMS
+    tic = time.perf_counter()
+    choice, lines = run.replan(batch_plan(34816, 1088, 32), ("torus2d", "4x272"))
+    _, lines = run.replan(batch_plan(69632, 1088, 32), choice or ("torus2d", "4x272"))
+    assert time.perf_counter() - tic < 10                # two plans over 1..4,352 GPUs
+    summary = run.summary
+    assert summary["in_use"]["accum_steps"] == 2 and summary["in_use"]["global_batch"] == 69632
+    assert summary["recommended"]["global_batch"] == 69632, lines
+    assert np.isclose(summary["speedup"], summary["recommended"]["images_per_s"]
+                      / summary["in_use"]["images_per_s"], rtol=1e-2)
+    if summary["recommended"]["gpus"] != 1088:
+        assert f"would be fastest with {summary['recommended']['gpus']} ranks" in lines[-1]
