@@ -128,8 +128,9 @@ class RunPlanner:
         self.batch = batch_plan.global_batch
         best = self.best_here(batch_plan)
         current = self.score(batch_plan, *in_use) if in_use[1] else None
-        head = f"planner ({self.prof.name}): global batch {self.batch} on {self.world_size} " \
-               f"ranks ({batch_plan.local_batch} x {batch_plan.accum_steps} each): "
+        head = (f"planner ({self.prof.name}): global batch {self.batch} on "
+                f"{ranks(self.world_size)} ({batch_plan.local_batch} x "
+                f"{batch_plan.accum_steps} each): ")
         lines = [f"planner: {self.note}"] if first and self.note else []
         choice, kept = None, current
         if not self.applies:
@@ -140,7 +141,8 @@ class RunPlanner:
             lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
                          f"{best.step_time_s:.3g} s/step, {best.images_per_s:.0f} images/s")
         elif not self.settled or current is None or planner.should_switch(current, best):
-            choice, kept = (best.algorithm, best.grid if best.algorithm == "torus2d" else None), best
+            grid = best.grid if best.algorithm == "torus2d" else None
+            choice, kept = (best.algorithm, grid), best
             lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
                          f"{best.step_time_s:.3g} s/step, {best.images_per_s:.0f} images/s"
                          + ("" if not self.settled or current is None else
@@ -164,14 +166,19 @@ class RunPlanner:
         split = f"{anywhere.local_batch}" + (f" x {anywhere.accum_steps} accumulation"
                                             if anywhere.accum_steps > 1 else "")
         if anywhere.gpus == self.world_size:
-            return (f"planner: at global batch {self.batch} the {self.world_size} ranks as "
+            return (f"planner: at global batch {self.batch} the {ranks(self.world_size)} as "
                     f"launched are the fastest choice of {self.prof.name}")
         gain = anywhere.goodput / running.goodput
         verdict = (f"predicted {gain:.2f}x faster" if gain >= 1.01 else
                    f"predicted as fast ({gain:.2f}x) with fewer ranks")
         return (f"planner: at global batch {self.batch} {self.prof.name} would be fastest with "
-                f"{anywhere.gpus} ranks x {split} ({anywhere.algorithm} on {anywhere.grid}, "
-                f"{verdict}); running {self.world_size} ranks as launched")
+                f"{ranks(anywhere.gpus)} x {split} ({anywhere.algorithm} on {anywhere.grid}, "
+                f"{verdict}); running {ranks(self.world_size)} as launched")
+
+
+def ranks(count):
+    """"1 rank", "4 ranks"."""
+    return f"{count} rank" + ("" if count == 1 else "s")
 
 
 def ratio(faster, slower):

@@ -42,4 +42,5 @@ def test_explicit_algorithm_is_kept_and_bad_profile_is_an_error(tmp_path):
     assert summary_of(out)["algorithm"] == "native"
     out = run_mpi(2, [TRAIN] + TINY + ["--profile", "no-such-cluster", "--output-dir",
                                        str(tmp_path)], timeout=120, check=False)
-    assert out.count("train.py: error: no profile file or shipped profile 'no-such-cluster'") == 2, out
+    error = "train.py: error: no profile file or shipped profile 'no-such-cluster'"
+    assert out.count(error) == 2, out                  # one line from every rank

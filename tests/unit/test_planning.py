@@ -1,4 +1,4 @@
-"""The example's planner glue: deterministic plans, hysteresis, compute lookup, Sony's 34K -> 68K."""
+"""The example's planner glue: deterministic plans, hysteresis, compute lookup, Sony's phases."""
 import time
 
 import numpy as np
