@@ -154,3 +154,26 @@ def test_killed_rank_stops_every_rank_promptly():
     assert end - float(killed.group(1)) < 30, out
     assert "rank" in out and ("exited on" in out or "abort" in out), out
     assert start < float(killed.group(1))
+
+
+@needs_emulation
+def test_interrupt_tears_everything_down():
+    env = dict(os.environ, NNABLA_TORUS_EMU_TEST_TAG=TAG, NNABLA_TORUS_EMU_PREFIX=PREFIX,
+               NNABLA_TORUS_EMU_SUBNET=SUBNET)
+    proc = subprocess.Popen([sys.executable, "-m", "tools.emucluster", "exec", "--hosts", "2",
+                             "--", sys.executable, "tests/mpi/progs/emu_fault.py", "--api",
+                             "mpi4py", "--seconds", "60"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:  # the job is running once rank 0 has finished one all-reduce
+            if line.startswith("START"):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            subprocess.run([sys.executable, "-m", "tools.emucluster", "down"], cwd=REPO, env=env)
+    assert proc.returncode == 130 and "interrupted" in out, out
+    assert_nothing_left()

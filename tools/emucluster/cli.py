@@ -130,6 +130,8 @@ def cluster_down(prefix):
     try:
         net.destroy(layout)
         shutil.rmtree(state_dir(prefix), ignore_errors=True)
+        if os.path.isdir(STATE_ROOT) and not os.listdir(STATE_ROOT):
+            os.rmdir(STATE_ROOT)
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupts)
     left = net.leftovers(layout)
@@ -160,8 +162,11 @@ def raise_interrupt(signum, frame):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, raise_interrupt)
+    # Tear down on Ctrl-C and kill, also when started in the background (where the shell
+    # ignores SIGINT); keep SIGHUP ignored under nohup.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, raise_interrupt)
     try:
         net.check_privileges()
         return dispatch(args)

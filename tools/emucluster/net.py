@@ -93,6 +93,8 @@ def _create_host(layout, index):
 
 def set_link(layout, index, up):
     """Bring host ``index``'s link up or down (both veth ends), e.g. to emulate a cable cut."""
+    if not 0 <= index < layout.hosts:
+        raise ValueError(f"host {index} out of range 0..{layout.hosts - 1}")
     state = "up" if up else "down"
     run(["ip", "-n", layout.switch, "link", "set", layout.switch_port(index), state])
     run(["ip", "-n", layout.host_name(index), "link", "set", "eth0", state])

@@ -52,15 +52,19 @@ def main():
     args = parser.parse_args()
     allreduce, rank, size = make_allreduce(args.api)
     array = np.ones(parse_bytes(args.size) // 4, dtype=np.float32)
-    start, iteration = time.time(), 0
-    while args.victim is not None or time.time() - start < args.seconds:
+    start, iteration, more = time.time(), 0, True
+    while more:
         if rank == args.victim and iteration == args.kill_at:
             print(f"KILL {rank} {time.time():.3f}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         array[...] = 1
+        # The last element votes: the loop goes on only while every rank is within --seconds
+        # (ranks deciding alone would leave some waiting in an all-reduce the others skip).
+        array[-1] = args.victim is not None or time.time() - start < args.seconds
         allreduce(array)
         if array[0] != size:
             sys.exit(f"rank {rank}: wrong sum {array[0]} != {size}")
+        more = array[-1] == size
         if rank == 0 and iteration == 0:
             print(f"START {time.time():.3f}", flush=True)
         iteration += 1
