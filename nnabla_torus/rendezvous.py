@@ -9,7 +9,10 @@ messages per call and turns the two classic failure modes of data-parallel jobs 
 - a rank that never arrives makes the waiting ranks raise ``CollectiveTimeout`` after the
   timeout, naming the ranks that did not arrive.
 """
+import contextlib
 import hashlib
+import sys
+import threading
 import time
 
 import numpy as np
@@ -41,6 +44,58 @@ def wait_requests(requests, timeout, what, peers, rank, spin=2e-4, poll_sleep=5e
                 f"rank(s) {sorted(set(peers))} (NNABLA_TORUS_TIMEOUT sets the limit)")
         if waited > spin:
             time.sleep(poll_sleep)
+
+
+class Watchdog:
+    """Abort the job when a blocking library call outlives its timeout.
+
+    For calls that cannot be polled (the library's own blocking ``MPI_Allreduce``, which is
+    faster than its non-blocking twin). One daemon thread sleeps until the deadline of the
+    guarded call; entering and leaving a guard costs a lock and a notify. Example::
+
+        dog = Watchdog(rank=0, timeout=300, abort=lambda: MPI.COMM_WORLD.Abort(70))
+        with dog.guard("native all_reduce"):
+            comm.Allreduce(MPI.IN_PLACE, buf)
+    """
+
+    def __init__(self, rank, timeout, abort):
+        self.rank, self.timeout, self.abort = rank, timeout, abort
+        self._what = None
+        self._deadline = 0.0
+        self._cond = threading.Condition()
+        self._thread = None
+
+    @contextlib.contextmanager
+    def guard(self, what):
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="nnabla-torus-watchdog",
+                                                daemon=True)
+                self._thread.start()
+            self._what, self._deadline = what, time.monotonic() + self.timeout
+            self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._what = None
+
+    def _watch(self):
+        with self._cond:
+            while True:
+                if self._what is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                print(f"nnabla_torus: rank {self.rank}: {self._what} did not finish within "
+                      f"{self.timeout:g} s (a blocking library call: it cannot tell which rank is "
+                      f"missing); aborting the job (NNABLA_TORUS_TIMEOUT sets the limit)",
+                      file=sys.stderr, flush=True)
+                self.abort()
+                return
 
 
 def call_hash(signature):

@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..knobs import env_value
-from ..rendezvous import wait_requests
+from ..rendezvous import Watchdog, wait_requests
 
 
 def chunk_bounds(n, m):
@@ -65,6 +65,7 @@ class MPIBackend:
             "NNABLA_TORUS_POLL_SLEEP_S", 5e-5, float))
         self._groups = {}
         self._scratch = {}
+        self.watchdog = Watchdog(self.rank, self.timeout, lambda: self.abort(70))
         self.world_group = self.group(range(self.size))
 
     # -- groups -----------------------------------------------------------------------------
@@ -140,7 +141,7 @@ class MPIBackend:
         self.all_gather(group, buf, what + " (all-gather)")
 
     def library_all_reduce(self, group, buf, what="native all_reduce"):
-        """The MPI library's own ``MPI_Allreduce`` (non-blocking, so a hang times out)."""
+        """The MPI library's own ``MPI_Allreduce``."""
         if group.size == 1 or buf.size == 0:
             return
         if buf.dtype == np.float16:
@@ -150,8 +151,10 @@ class MPIBackend:
             self.library_all_reduce(group, wide, what)
             buf[:] = wide
             return
-        req = group.comm.Iallreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-        self.wait([req], what, group.ranks)
+        # Blocking MPI_Allreduce: Open MPI's non-blocking one is a slower algorithm (half
+        # duplex on TCP), so the watchdog, not polling, enforces the timeout here.
+        with self.watchdog.guard(what):
+            group.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
 
     def bcast(self, group, buf, root, what="bcast"):
         """Copy ``buf`` of group position ``root`` to every member."""
