@@ -37,14 +37,22 @@ class NoiseScaleEstimator:
         self._weight = 0.0         # EMA of 1, for bias correction
         self._previous = None      # last gradient in update_successive
         self.updates = 0
+        self.skipped = 0           # observations dropped for an inf/NaN norm (fp16 overflow)
 
     def update(self, local_sqnorm, local_batch, global_sqnorm, global_batch):
-        """Add one observation: |G_b|^2 at batch ``local_batch``, |G_B|^2 at ``global_batch``."""
+        """Add one observation: |G_b|^2 at batch ``local_batch``, |G_B|^2 at ``global_batch``.
+
+        An inf or NaN norm (an overflowed step) is skipped and counted in ``skipped``: one
+        would poison the running averages for good.
+        """
         b, big_b = float(local_batch), float(global_batch)
         if not 0 < b < big_b:
             raise ValueError(f"need 0 < local_batch ({local_batch}) < global_batch "
                              f"({global_batch}); with one rank use update_successive or "
                              f"accumulation micro-batches")
+        if not (np.isfinite(local_sqnorm) and np.isfinite(global_sqnorm)):
+            self.skipped += 1
+            return
         grad_sq = (big_b * global_sqnorm - b * local_sqnorm) / (big_b - b)
         trace = (local_sqnorm - global_sqnorm) / (1.0 / b - 1.0 / big_b)
         m = self.smoothing
@@ -80,8 +88,9 @@ class NoiseScaleEstimator:
 
     @property
     def b_simple(self):
-        """tr(S)/|G|^2 in samples, or None while either smoothed estimate is not positive."""
+        """tr(S)/|G|^2 in samples, or None unless it is finite and positive."""
         g2, tr = self.grad_sqnorm, self.trace_cov
-        if g2 is None or g2 <= 0 or tr <= 0:
+        if g2 is None or not (g2 > 0 and tr > 0):     # also False for NaN
             return None
-        return tr / g2
+        ratio = tr / g2
+        return ratio if np.isfinite(ratio) else None

@@ -456,13 +456,16 @@ def main(argv=None):
 
         if noise is not None:
             comm.pop_sqnorms()          # drop what other all-reduces (BN statistics) added
+        # FP16: the norms are of gradients times the loss scale in force for this step (an
+        # overflow retried at a lower scale leaves inf in them: the estimator skips it).
+        grad_scale = 1.0 if updater is None else updater.scale
         tic = time.time()
         loss, error = train_step(stream, graph, plan, solvers, comm, grads, reducer, updater)
         if noise is not None:
             local_sqnorm, global_sqnorm = comm.pop_sqnorms()
             if comm.size > 1:
-                noise.update(local_sqnorm, plan.local_batch * plan.accum_steps, global_sqnorm,
-                             plan.global_batch)
+                noise.update(local_sqnorm / grad_scale ** 2, plan.local_batch * plan.accum_steps,
+                             global_sqnorm / grad_scale ** 2, plan.global_batch)
         if updater is None:
             solvers.weight_decay(cfg.weight_decay)
             solvers.update()

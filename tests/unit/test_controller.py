@@ -54,6 +54,17 @@ def test_noise_scale_driven_with_hysteresis():
     assert ctrl.plan(0.5).global_batch == 32
 
 
+def test_non_finite_gradient_norm_keeps_the_batch():
+    # An fp16 overflow gives an inf/NaN norm; it used to crash split_batch with a NaN target.
+    est = NoiseScaleEstimator(smoothing=0.0)
+    ctrl = BatchSizeController(4, 64, noise_scale=est, min_batch=32, max_batch=4096)
+    est.update(float("nan"), 8, float("inf"), 64)
+    assert ctrl.plan(0).global_batch == 32 and est.skipped == 1
+    est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)    # B_simple = 200
+    est.update(float("inf"), 8, float("nan"), 64)
+    assert ctrl.plan(0.1).global_batch == 200
+
+
 def test_split_batch_and_errors():
     assert split_batch(100, 3, 1000) == (33, 1)
     assert split_batch(10, 64, 8) == (1, 1)

@@ -54,3 +54,15 @@ def test_none_until_positive_and_bad_input():
         est.update(1.0, 16, 1.0, 16)
     with pytest.raises(ValueError, match="smoothing"):
         NoiseScaleEstimator(smoothing=1.0)
+
+
+def test_non_finite_norms_are_skipped_and_counted():
+    est = NoiseScaleEstimator(smoothing=0.0)
+    est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)
+    for bad in (float("nan"), float("inf")):
+        est.update(bad, 8, 1.0, 64)
+        est.update(1.0, 8, bad, 64)
+    assert est.skipped == 4 and est.updates == 1
+    assert est.b_simple == pytest.approx(200.0)
+    est._sums = np.array([np.inf, np.inf])       # inf / inf: NaN, not a batch size
+    assert est.b_simple is None
