@@ -48,7 +48,7 @@ from nnabla_torus.overlap import BucketedAllReduce
 
 import data
 import digits
-from checkpoint import CheckpointError, load_latest_checkpoint, save_checkpoint
+from checkpoint import CheckpointError, check_ranks, load_latest_checkpoint, save_checkpoint
 from config import build_schedules, parse_config
 from models import get_model, is_bn_or_bias
 from planning import RunPlanner
@@ -285,7 +285,7 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
     arrays = {f"param/{k}": v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
     solver_arrays, solver_steps = solvers.state_arrays()
     arrays.update(solver_arrays)
-    meta = dict(extra, step=step, solver_steps=solver_steps,
+    meta = dict(extra, step=step, ranks=comm.size, solver_steps=solver_steps,
                 loader=stream.state(),
                 plan=list(ctrl.current) if ctrl.current else None,
                 noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
@@ -293,9 +293,10 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
     save_checkpoint(cfg.output_dir, step, arrays, meta)
 
 
-def restore_checkpoint(cfg, solvers, ctrl, noise, log):
+def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log):
     """Load the newest intact checkpoint; return its meta (the loop continues from it)."""
     arrays, meta, path = load_latest_checkpoint(cfg.output_dir, log=log)
+    check_ranks(meta, path, comm.size)
     params = nn.get_parameters(grad_only=False)
     for name, var in params.items():
         var.d = arrays[f"param/{name}"]
@@ -409,7 +410,7 @@ def main(argv=None):
     step, images_seen, train_time, history = 0, 0, 0.0, []
     loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale
     if cfg.resume:
-        meta = restore_checkpoint(cfg, solvers, ctrl, noise, log)
+        meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log)
         step, images_seen, train_time = meta["step"], meta["images_seen"], meta["train_time"]
         history, loader_state = meta["history"], meta["loader"]
         resumed_at = (step, meta["epoch"])
