@@ -56,7 +56,12 @@ def save_checkpoint(directory, step, arrays, meta, keep=3):
 def list_checkpoints(directory):
     """Checkpoint files in ``directory``, oldest first (by step)."""
     found = [p for p in glob.glob(os.path.join(directory, "ckpt-*.npz.chk")) if NAME.search(p)]
-    return sorted(found, key=lambda p: int(NAME.search(p).group(1)))
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(path):
+    """The optimizer step in a checkpoint's file name: ``.../ckpt-000000040.npz.chk`` -> 40."""
+    return int(NAME.search(path).group(1))
 
 
 def read_checkpoint(path):

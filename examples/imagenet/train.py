@@ -48,7 +48,8 @@ from nnabla_torus.overlap import BucketedAllReduce
 
 import data
 import digits
-from checkpoint import CheckpointError, check_ranks, load_latest_checkpoint, save_checkpoint
+from checkpoint import (CheckpointError, check_ranks, checkpoint_path, checkpoint_step,
+                        load_latest_checkpoint, read_checkpoint, save_checkpoint)
 from config import build_schedules, parse_config
 from models import get_model, is_bn_or_bias
 from planning import RunPlanner
@@ -293,9 +294,46 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
     save_checkpoint(cfg.output_dir, step, arrays, meta)
 
 
+def load_agreed_checkpoint(directory, comm, log):
+    """(arrays, meta, path) of the checkpoint rank 0 finds newest and intact, on every rank.
+
+    On a shared file system that lags, ranks could see different newest files and then
+    issue mismatched collectives: rank 0 chooses, every other rank reads exactly that file.
+    Raises on every rank when rank 0 finds none or any rank cannot read rank 0's choice.
+    """
+    found, error = None, None
+    if comm.rank == 0:
+        try:
+            found = load_latest_checkpoint(directory, log=log)
+        except (FileNotFoundError, CheckpointError) as e:
+            error = e
+    # Two float32 halves carry any step exactly (float32 is exact only below 2**24).
+    sent = nn.NdArray.from_numpy_array(np.array(
+        divmod(checkpoint_step(found[2]) if found else -1, 1 << 20), np.float32))
+    comm.bcast([sent], src=0, inplace=True)
+    high, low = (int(v) for v in sent.data)
+    step = high * (1 << 20) + low
+    if step < 0:
+        raise error or CheckpointError(f"--resume: rank 0 found no intact checkpoint in "
+                                       f"{directory} (its log says why)")
+    path = checkpoint_path(directory, step)
+    if comm.rank != 0:
+        try:
+            found = (*read_checkpoint(path), path)
+        except (OSError, CheckpointError) as e:
+            error = e
+    failed = comm.allreduce_numpy(np.array([error is not None], np.float32))[0]
+    if failed:
+        raise CheckpointError(f"--resume: {int(failed)} rank(s) could not read {path}, the "
+                              f"newest intact checkpoint on rank 0" +
+                              (f" ({error})" if error else "") + "; make --output-dir the same "
+                              f"shared folder on every host, or wait until every host sees it")
+    return found
+
+
 def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log):
     """Load the newest intact checkpoint; return its meta (the loop continues from it)."""
-    arrays, meta, path = load_latest_checkpoint(cfg.output_dir, log=log)
+    arrays, meta, path = load_agreed_checkpoint(cfg.output_dir, comm, log)
     check_ranks(meta, path, comm.size)
     params = nn.get_parameters(grad_only=False)
     for name, var in params.items():
