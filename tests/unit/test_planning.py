@@ -63,9 +63,9 @@ def test_explicit_algorithm_is_only_advised():
 def test_compute_lookup_exact_full_width_or_borrowed():
     abci, cpu = load_profile("abci"), load_profile("cpu-2core")
     assert find_compute(abci, "resnet50", 1.0, 224) == ("resnet50", "")
-    assert find_compute(cpu, "resnet18", 0.25, 32) == ("resnet18-w0.25-32px", "")
-    name, note = find_compute(cpu, "resnet18", 0.125, 16)
-    assert name == "resnet18-w0.25-32px" and "no resnet18-w0.125-16px" in note
+    assert find_compute(cpu, "resnet18", 0.125, 16) == ("resnet18-w0.125-16px", "")
+    name, note = find_compute(cpu, "resnet18", 0.25, 32)
+    assert name == "resnet18-w0.125-16px" and "no resnet18-w0.25-32px" in note
     assert local_batch_choices(24) == [1, 2, 4, 8, 16, 24]
 
 
