@@ -6,13 +6,15 @@ controller splits it) and picks the fastest algorithm and grid; after the first 
 switches only when the gain beats the planner's hysteresis (``planner.should_switch``, 5 %).
 It also asks which rank count (and per-rank batch x accumulation) the profile's whole machine
 would be fastest with at that batch, and logs it as advice: the run keeps its ranks.
+Plans for the launched ranks use the real ranks per host, not the profile's ``gpus_per_host``;
+when hosts hold unequal numbers of ranks, ``hierarchical`` (which needs equal ones) is left out.
 
 A plan is a pure function of (profile, model, gradient bytes, world size, global batch), so
 every rank computes the same one; rank 0's choice is still broadcast (two numbers) so that
 hosts whose numpy rounds differently cannot split the job. Example::
 
     planner = RunPlanner.from_config(cfg, n_params=705608 // 4, world_size=4,
-                                     dataset_size=1437, applies=True)
+                                     dataset_size=1437, applies=True, ranks_per_host=4)
     choice, lines = planner.replan(batch_plan, in_use=("torus2d", "2x2"))
     # choice: ("ring", "4x1") to switch to, or None to keep; lines: the log, for rank 0
 """
@@ -69,20 +71,27 @@ def plan_dict(plan):
 class RunPlanner:
     """Plans of one run (profile, model, world size); see module doc."""
 
-    def __init__(self, prof, model, note, world_size, applies, dataset_size, epochs):
+    def __init__(self, prof, model, note, world_size, applies, dataset_size, epochs,
+                 ranks_per_host):
         self.prof, self.model, self.note = prof, model, note
         self.world_size, self.applies = world_size, applies
+        # The launched world: its real hosts (uneven ones: the profile's g, no hierarchical).
+        self.here = prof._replace(network=prof.network._replace(
+            gpus_per_host=ranks_per_host or prof.network.gpus_per_host))
+        self.algorithms = tuple(a for a in ALGORITHMS
+                                if ranks_per_host or a != "hierarchical")
         self.common = dict(dataset_size=dataset_size, epochs=epochs)
         self.batch = None        # global batch of the latest plan
         self.settled = False     # True once the algorithm in use is a plan's choice
         self.summary = None      # the latest plan's JSON form
 
     @classmethod
-    def from_config(cls, cfg, n_params, world_size, dataset_size, applies):
+    def from_config(cls, cfg, n_params, world_size, dataset_size, applies, ranks_per_host):
         """Load cfg.profile and plan for this model: its gradient bytes, cfg.local_batch limit.
 
         ``applies``: whether the run follows the plan (``--algorithm auto``, no ``--grid``) or
-        only logs it. Raises ValueError for an unknown profile.
+        only logs it. ``ranks_per_host``: of the launched world (``comm.hosts.ranks_per_host``,
+        0 when hosts hold unequal numbers). Raises ValueError for an unknown profile.
         """
         prof = load_profile(cfg.profile or default_profile(cfg.context))
         name, note = find_compute(prof, cfg.arch, cfg.width, cfg.image_size)
@@ -92,11 +101,12 @@ class RunPlanner:
             max_local_batch=cfg.local_batch)
         model = model_key(cfg.arch, cfg.width, cfg.image_size) if note else name
         prof = prof._replace(models={model: comp})
-        return cls(prof, model, note, world_size, applies, dataset_size, cfg.epochs)
+        return cls(prof, model, note, world_size, applies, dataset_size, cfg.epochs,
+                   ranks_per_host)
 
     def score(self, batch_plan, algorithm, grid):
         """planner.Plan of running ``algorithm`` on ``grid`` ("XxY") at ``batch_plan``."""
-        net, comp = self.prof.network, self.prof.models[self.model]
+        net, comp = self.here.network, self.prof.models[self.model]
         columns = planner.score(
             net, comp, np.array([self.world_size]), np.array([ALGORITHMS.index(algorithm)]),
             np.array([int(grid.split("x")[0])]), np.array([batch_plan.local_batch]),
@@ -105,8 +115,8 @@ class RunPlanner:
 
     def best_here(self, batch_plan):
         """The fastest planner.Plan on the launched ranks at the controller's split."""
-        return planner.plan(self.prof, self.model, counts=[self.world_size],
-                            target_batch=batch_plan.global_batch,
+        return planner.plan(self.here, self.model, counts=[self.world_size],
+                            algorithms=self.algorithms, target_batch=batch_plan.global_batch,
                             local_batches=[batch_plan.local_batch],
                             accum_steps=[batch_plan.accum_steps], **self.common).best
 

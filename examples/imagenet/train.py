@@ -443,7 +443,7 @@ def main(argv=None):
     ctrl, lr_schedule = build_schedules(cfg, comm.size, noise)
     run_planner = None if cfg.plan == "off" else RunPlanner.from_config(
         cfg, sum(v.size for v in params.values()), comm.size, len(train_set),
-        applies=cfg.algorithm == "auto" and not cfg.grid)
+        applies=cfg.algorithm == "auto" and not cfg.grid, ranks_per_host=comm.hosts.ranks_per_host)
 
     step, images_seen, train_time, history = 0, 0, 0.0, []
     loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale

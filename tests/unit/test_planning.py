@@ -20,7 +20,8 @@ def batch_plan(global_batch, world, limit):
 
 def digits_planner(world=4, argv=()):
     cfg = parse_config(list(argv))
-    return RunPlanner.from_config(cfg, DIGITS_PARAMS, world, 1437, applies=True), cfg
+    return RunPlanner.from_config(cfg, DIGITS_PARAMS, world, 1437, applies=True,
+                                 ranks_per_host=world), cfg
 
 
 def test_same_inputs_give_the_same_plan():
@@ -71,7 +72,8 @@ def test_compute_lookup_exact_full_width_or_borrowed():
 
 def test_sony_recipe_on_abci_plans_both_phases_quickly():
     cfg = parse_config(["-C", "sony-224s"])
-    run = RunPlanner.from_config(cfg, RESNET50_PARAMS, 1088, 1281167, applies=True)
+    run = RunPlanner.from_config(cfg, RESNET50_PARAMS, 1088, 1281167, applies=True,
+                                 ranks_per_host=4)
     assert run.prof.name == "abci" and run.prof.models["resnet50"].grad_bytes == 2 * RESNET50_PARAMS
     tic = time.perf_counter()
     choice, lines = run.replan(batch_plan(34816, 1088, 32), ("torus2d", "4x272"))
@@ -84,3 +86,20 @@ def test_sony_recipe_on_abci_plans_both_phases_quickly():
                       / summary["in_use"]["images_per_s"], rtol=1e-2)
     if summary["recommended"]["gpus"] != 1088:
         assert f"would be fastest with {summary['recommended']['gpus']} ranks" in lines[-1]
+
+
+def test_launched_world_planned_with_its_real_hosts():
+    cfg = parse_config([])
+    bp = batch_plan(64, 4, cfg.local_batch)
+    # 4 ranks as 2 hosts x 2 ranks on cpu-2core (2 cores a host): no core sharing, unlike
+    # the profile's 8 ranks a host, where the 4 ranks share one host's 2 cores.
+    two_hosts = RunPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=2)
+    one_host = RunPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=4)
+    assert two_hosts.here.network.gpus_per_host == 2 and two_hosts.prof.network.gpus_per_host == 8
+    assert two_hosts.best_here(bp).step_time_s < 0.75 * one_host.best_here(bp).step_time_s
+    assert "hierarchical" in one_host.algorithms
+    # Unequal hosts: the communicator refuses hierarchical, so the planner must never pick it.
+    uneven = RunPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=0)
+    assert "hierarchical" not in uneven.algorithms
+    assert uneven.here.network.gpus_per_host == 8
+    assert uneven.best_here(bp).algorithm != "hierarchical"
