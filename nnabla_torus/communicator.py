@@ -14,14 +14,15 @@ Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else envi
 
 - ``algorithm`` / NNABLA_TORUS_ALGORITHM: torus2d | ring | hierarchical | native (default torus2d)
 - ``grid`` / NNABLA_TORUS_GRID: ``XxY`` for torus2d (default: X = ranks per host when that
-  divides the world, else the most square factorisation)
+  divides the world and ranks are placed host by host, else the most square factorisation)
 - ``backend`` / NNABLA_TORUS_BACKEND: mpi | nccl | fake-nccl (default: nccl for a CUDA
   context, else mpi)
 - ``timeout`` / NNABLA_TORUS_TIMEOUT: seconds a collective may wait for its peers before the
   job is aborted with the names of the missing ranks (default 300)
 - ``wire_fp16`` / NNABLA_TORUS_WIRE_FP16: send float32 gradients as float16 in fused
-  all-reduces (half the bytes; each hop rounds the partial sum to float16, so expect a
-  relative error of about (p - 1) * 2**-11 and overflow above 65504) (default 0)
+  all-reduces (half the bytes; each hop rounds the partial sum to float16, so an element's
+  error is at most about (p + 1) * 2**-11 * sum_r |x_r| and values above 65504 overflow)
+  (default 0)
 - ``check`` / NNABLA_TORUS_CHECK: compare each call's shapes and dtypes across ranks
   before moving data (two small messages per call) (default 1)
 - NNABLA_TORUS_RANKS_PER_HOST: treat each block of this many consecutive ranks as one host
@@ -41,8 +42,7 @@ from .rendezvous import CollectiveTimeout, check_same_call
 logger = logging.getLogger("nnabla_torus")
 _notes_said = set()  # notes are logged once per process
 
-DEFAULTS = dict(algorithm="torus2d", grid=None, backend=None, timeout=300.0, wire_fp16=False,
-                check=True)
+DEFAULTS = dict(algorithm="torus2d", timeout=300.0)  # timeout in seconds
 
 
 def _is_cuda(ctx):
@@ -125,7 +125,12 @@ class TorusCommunicator:
             grid = request if isinstance(request, topology.Grid) else topology.parse_grid(request)
             topology.check_grid(grid, self.size)
             return grid
-        grid, note = topology.default_grid(self.size, self.hosts.ranks_per_host)
+        # Rows of X = ranks per host stay inside a host only when hosts hold consecutive ranks.
+        per_host = self.hosts.ranks_per_host if self.hosts.is_blocked() else 0
+        grid, note = topology.default_grid(self.size, per_host)
+        if per_host == 0 and len(self.hosts.hosts) > 1:
+            note = (f"ranks are not placed host by host ({self.hosts.hosts}): the default grid "
+                    f"{grid} ignores hosts; launch with --map-by slot or set NNABLA_TORUS_GRID")
         if note and self.rank == 0 and note not in _notes_said:
             _notes_said.add(note)
             logger.warning(note)
@@ -276,7 +281,11 @@ class TorusCommunicator:
         else:
             run, plan = get_algorithm("ring"), Plan(grp, grp, None)
         what = f"all_reduce ({self.algorithm if group == 'world' else 'ring'}, group {group!r})"
-        sig = ("all_reduce", self._signature(arrays), bool(division), bool(inplace), self.track_sqnorms)
+        # The algorithm, grid and wire format are part of the call: ranks that differ in them
+        # would exchange mismatched messages.
+        sig = ("all_reduce", self._signature(arrays), bool(division), bool(inplace),
+               self.track_sqnorms, self.algorithm if group == "world" else "ring",
+               str(self.grid) if group == "world" else None, self.wire_fp16)
         self._collective(grp, sig, what, lambda: self._all_reduce(
             arrays, division, inplace, lambda buf: run(self.backend, plan, buf), grp.size))
 
@@ -390,7 +399,7 @@ class TorusCommunicator:
                 raise ValueError(f"all_gather needs {grp.size} arrays of shape "
                                  f"{tuple(ndarray.shape)} in ndarray_list, got "
                                  f"{[tuple(o.shape) for o in outs]}")
-            buf = self._buffer(ndarray.dtype, n * grp.size)
+            buf = self._buffer(self._dtype(ndarray), n * grp.size)
             be.all_gather_into(grp, be.flat(ndarray, write=False), buf, f"all_gather ({group!r})")
             self._unpack(buf, outs)
         self._collective(grp, sig, f"all_gather (group {group!r})", body)
@@ -408,7 +417,7 @@ class TorusCommunicator:
                                  f"{tuple(ndarray.shape)} in ndarray_list, got "
                                  f"{[tuple(i.shape) for i in ins]}")
             # The inputs' dtype: an output made with nn.NdArray(shape) has none until written.
-            buf = self._buffer(ins[0].dtype, n * grp.size)
+            buf = self._buffer(self._dtype(ins[0]), n * grp.size)
             self._pack(ins, buf)
             shard = be.reduce_scatter(grp, buf, f"reduce_scatter ({group!r})")
             if division:

@@ -77,6 +77,8 @@ BAD_INPUT = {  # case: text every rank's error must contain
     "list_lengths_differ": "different arguments",
     "flags_differ": "different arguments",
     "operations_differ": "different arguments",
+    "algorithms_differ": "different arguments",
+    "wire_formats_differ": "different arguments",
     "all_gather_list_differs": "ValueError: all_gather (group 'world'): ranks called it with "
                                "different arguments",
     "all_gather_list_wrong_everywhere": "ValueError: all_gather needs 4 arrays of shape (5,) in "

@@ -497,6 +497,20 @@ def bad_input(comm):
         arrays = ndarrays([(17,)], RANK)
         comm.bcast(arrays) if RANK == last else comm.all_reduce(arrays)
 
+    def algorithms_differ():                       # e.g. NNABLA_TORUS_ALGORITHM set on one host
+        comm.set_algorithm("ring" if RANK == last else "torus2d")
+        try:
+            comm.all_reduce(ndarrays([(17,)], RANK))
+        finally:
+            comm.set_algorithm("torus2d")
+
+    def wire_formats_differ():
+        comm.wire_fp16 = RANK == last
+        try:
+            comm.all_reduce(ndarrays([(17,)], RANK))
+        finally:
+            comm.wire_fp16 = False
+
     def all_gather_list_differs():                 # one rank passes one output too many
         [mine] = ndarrays([(5,)], RANK)
         comm.all_gather(mine, [nn.NdArray((5,)) for _ in range(P + (RANK == last))])
@@ -540,7 +554,7 @@ def bad_input(comm):
     for r in range(P):
         comm.new_group((f"only{r}", [r]))
     cases = [shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
-             all_gather_list_differs, all_gather_list_wrong_everywhere,
+             algorithms_differ, wire_formats_differ, all_gather_list_differs, all_gather_list_wrong_everywhere,
              reduce_scatter_list_differs, grid_does_not_fit, malformed_grid, unknown_algorithm,
              unknown_algorithm_env, hosts_do_not_divide, not_a_member, unknown_group]
     for fn in cases:
