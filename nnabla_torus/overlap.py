@@ -18,6 +18,7 @@ The result equals ``comm.all_reduce(all_grads, division=True)`` after backward. 
     loss.forward(clear_no_need_grad=True)
     reducer.backward(loss, clear_buffer=True)   # gradients are averaged over ranks on return
     solver.update()
+    reducer.close()                             # ends the communication thread
 
 With gradient accumulation, only the last micro-batch's backward should go through
 ``reducer.backward``; earlier ones call ``loss.backward`` and just accumulate.
@@ -26,6 +27,7 @@ import queue
 import threading
 
 MIB = 1 << 20
+_STOP = None          # queued instead of a bucket index: the communication thread ends
 
 
 class BucketedAllReduce:
@@ -47,9 +49,19 @@ class BucketedAllReduce:
         self.bucket_of = {v: i for i, bucket in enumerate(self.buckets) for v in bucket}
         self.pending = queue.Queue() if threaded else None
         self.error = None
+        self.thread = None
         if threaded:
-            threading.Thread(target=self._serve, name="bucketed-all-reduce", daemon=True).start()
+            self.thread = threading.Thread(target=self._serve, name="bucketed-all-reduce",
+                                           daemon=True)
+            self.thread.start()
         self.reset()
+
+    def close(self):
+        """End the communication thread (after the buckets queued so far); idempotent."""
+        if self.thread is not None:
+            self.pending.put(_STOP)
+            self.thread.join()
+            self.thread = None
 
     def reset(self):
         """Forget progress; called at the start of every backward."""
@@ -89,6 +101,9 @@ class BucketedAllReduce:
         # order on every rank, so the collectives match across ranks.
         while True:
             index = self.pending.get()
+            if index is _STOP:
+                self.pending.task_done()
+                return
             try:
                 if self.error is None:
                     self._all_reduce(index)
@@ -110,7 +125,15 @@ class BucketedAllReduce:
     def backward(self, loss, **backward_kwargs):
         """``loss.backward(**backward_kwargs)`` with bucketed all-reduce, then flush."""
         self.reset()
-        loss.backward(function_post_hook=self.hook, **backward_kwargs)
+        try:
+            loss.backward(function_post_hook=self.hook, **backward_kwargs)
+        except BaseException:
+            # Let the buckets already queued finish (no new collectives), so that the thread
+            # is idle and holds no stale error when the exception reaches the caller.
+            if self.pending is not None:
+                self.pending.join()
+                self.error = None
+            raise
         self.flush()
 
 

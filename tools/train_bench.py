@@ -121,6 +121,7 @@ def measure(args, comm, settings):
             if i >= args.warmup:
                 times[overlap][0].append(time.perf_counter() - tic)
                 times[overlap][1].append(timed.seconds)
+    reducers[True].close()
     return times
 
 

@@ -480,6 +480,8 @@ def main(argv=None):
             replan(run_planner, plan, comm, log)
         if (plan.local_batch, plan.accum_steps) != graph_key:
             graph_key = (plan.local_batch, plan.accum_steps)
+            if reducer is not None:
+                reducer.close()          # its thread serves the old graph's buckets
             graph = build_graph(model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
                                 plan.accum_steps)
             if use_dlsu:
@@ -538,6 +540,8 @@ def main(argv=None):
                 history=history, seed=cfg.seed, loss_scale=updater and updater.scale,
                 comm=[comm.algorithm, format_grid(comm.grid)]))
 
+    if reducer is not None:
+        reducer.close()
     if bar is not None:
         bar.close()
         bar = None
