@@ -44,6 +44,10 @@ def add_knob(parser, flag, env, default, help, type=str, **kwargs):
     "(env: ENV, default: DEFAULT)". Booleans take an explicit value: ``--overlap 0``.
     """
     value = env_value(env, default, type)
+    choices = kwargs.get("choices")
+    if choices is not None and value != default and value not in choices:
+        raise ValueError(f"environment variable {env}={value!r} is not one of "
+                         f"{', '.join(map(str, choices))}")
     parse = parse_bool if type is bool else type
     return parser.add_argument(flag, type=parse, default=value,
                                help=f"{help} (env: {env}, default: {default})", **kwargs)
