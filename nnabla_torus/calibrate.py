@@ -123,7 +123,7 @@ def predict_steps(net, comp, records, algorithm):
 
 
 def fit_compute(records, net, base, algorithm, max_slots):
-    """Fit a, b, gamma to train-bench records; slots per host chosen in 1..max_slots (0 = none).
+    """Fit a, b, gamma to train-bench records; slots per host: the best fit in 1..max_slots.
 
     Returns (Compute, report dict).
     """

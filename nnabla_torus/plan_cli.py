@@ -4,10 +4,12 @@ Examples::
 
     nnabla-torus-plan --profile abci --model resnet50 --schedule 0:34816,5:69632 --local-batch 32
     nnabla-torus-plan --profile abci --noise-scale 20000 --max-gpus 4096 --plot plan.png --explain
-    nnabla-torus-plan --profile cpu-2core --model resnet18-w0.25-32px --json -
+    nnabla-torus-plan --profile cpu-2core --model resnet18-w0.125-16px --json -
 
 Prints one row per candidate GPU count (its best grid, algorithm and batch), then the
-recommendation. Every flag has an environment twin (NNABLA_TORUS_PLAN_*).
+recommendation. Every flag has an environment twin: NNABLA_TORUS_PLAN_* (``--max-gpus``:
+NNABLA_TORUS_PLAN_MAX_GPUS), except ``--profile``, which shares NNABLA_TORUS_PROFILE with
+train.py.
 """
 import argparse
 import json

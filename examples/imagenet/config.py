@@ -50,13 +50,13 @@ class TrainConfig:
     image_size: int = knob(224, "training crop and validation centre crop, pixels")
     min_crop_area: float = knob(0.08, "smallest area fraction of the random-resized training crop")
     flip: bool = knob(True, "random horizontal flips in training (off for digits and text)")
-    train_images: int = knob(0, "use only the first N training images of each epoch (0 = all)")
+    train_images: int = knob(0, "use only N training images, a subset drawn with --seed (0 = all)")
     # global batch and its control
     batch_schedule: str = knob("0:256", "global batch per epoch range, epoch:images,... (images per step)")
     local_batch: int = knob(32, "at most this many images per rank per forward/backward")
     adaptive_batch: bool = knob(False, "follow the measured gradient noise scale instead of the schedule")
-    min_batch: int = knob(0, "adaptive mode: lower bound of the global batch (0 = controller default)")
-    max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = controller default)")
+    min_batch: int = knob(0, "adaptive mode: lower bound of the global batch (0 = the schedule's first batch)")
+    max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = ranks x local_batch x 64)")
     # optimisation
     epochs: float = knob(90.0, "passes over the training data (fractions allowed)")
     optimizer: str = knob("momentum", "momentum SGD or LARS: momentum | lars")
