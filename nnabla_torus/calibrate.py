@@ -32,6 +32,7 @@ import numpy as np
 
 from . import costmodel
 from .costmodel import Compute, Link, Network, Software
+from .topology import parse_grid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OURS = ("ring", "torus2d", "hierarchical")   # algorithms implemented in Python by us
@@ -46,7 +47,7 @@ def mdape(predicted, measured):
 def grid_x(record):
     """Row length X of a benchmark record's grid ("XxY"; "-" for native: the world)."""
     grid = str(record.get("grid", "-"))
-    return int(grid.split("x")[0]) if "x" in grid else int(record["ranks"])
+    return parse_grid(grid).x if "x" in grid else int(record["ranks"])
 
 
 def _columns(records, *keys):

@@ -22,6 +22,7 @@ from .costmodel import ALGORITHMS
 from .knobs import add_knob
 from .profile import list_profiles, load_profile, model_of
 from .schedules import BatchSchedule
+from .topology import parse_grid
 
 COLUMNS = [("gpus", "{:>6d}"), ("grid", "{:>8s}"), ("algorithm", "{:>12s}"),
            ("local_batch", "{:>5d}"), ("accum_steps", "{:>3d}"), ("global_batch", "{:>7d}"),
@@ -86,7 +87,7 @@ def shown(per_gpus, best, rows):
 def explain(prof, model, plan):
     """Lines giving each term of ``plan``'s step time (seconds, milliseconds shown)."""
     comp = model_of(prof, model)
-    grid_x = int(plan.grid.split("x")[0])
+    grid_x = parse_grid(plan.grid).x
     terms = costmodel.step_terms(prof.network, comp, plan.algorithm, plan.gpus,
                                  plan.local_batch, plan.accum_steps, grid_x)
     lines = [f"step time of {plan.gpus} GPUs, {plan.algorithm} on {plan.grid}, "

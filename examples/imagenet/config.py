@@ -14,9 +14,10 @@ import os
 
 import yaml
 
-from nnabla_torus.controller import BatchSizeController
+from nnabla_torus.collectives import ALGORITHMS
+from nnabla_torus.controller import LR_SCALINGS, BatchSizeController
 from nnabla_torus.knobs import add_knob, env_value
-from nnabla_torus.schedules import BatchSchedule, LearningRateSchedule
+from nnabla_torus.schedules import DECAYS, BatchSchedule, LearningRateSchedule
 
 RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is given
@@ -24,11 +25,11 @@ DEFAULT_DATA_RECIPE = "resnet50-90ep"  # used with --data-dir and no -C
 
 CHOICES = {
     "optimizer": ("momentum", "lars"),
-    "lr_decay": ("cosine", "step", "poly", "none"),
-    "lr_scaling": ("linear", "sqrt", "none"),
+    "lr_decay": DECAYS,
+    "lr_scaling": LR_SCALINGS,
     "type_config": ("float", "half"),
     "context": ("cpu", "cudnn"),
-    "algorithm": ("auto", "torus2d", "ring", "hierarchical", "native"),
+    "algorithm": ("auto", *ALGORITHMS),
     "plan": ("auto", "off"),
 }
 
@@ -62,9 +63,9 @@ class TrainConfig:
     optimizer: str = knob("momentum", "momentum SGD or LARS: momentum | lars")
     base_lr: float = knob(0.1, "learning rate at reference_batch images per step")
     reference_batch: int = knob(256, "the batch base_lr is meant for; lr follows lr_scaling from it")
-    lr_scaling: str = knob("linear", "lr scaling with the global batch: linear | sqrt | none")
+    lr_scaling: str = knob("linear", "lr scaling with the global batch: " + " | ".join(LR_SCALINGS))
     warmup_epochs: float = knob(5.0, "linear warm-up from 0 to the scaled lr")
-    lr_decay: str = knob("step", "lr decay after warm-up: cosine | step | poly | none")
+    lr_decay: str = knob("step", "lr decay after warm-up: " + " | ".join(DECAYS))
     milestones: str = knob("30,60,80", "step decay epochs")
     gamma: float = knob(0.1, "step decay factor per milestone")
     power: float = knob(2.0, "poly decay exponent")
@@ -78,7 +79,7 @@ class TrainConfig:
     loss_scale: float = knob(8.0, "initial dynamic loss scale (half only)")
     seed: int = knob(313, "random seed of model init and data order")
     # communication
-    algorithm: str = knob("auto", "all-reduce: auto | torus2d | ring | hierarchical | native "
+    algorithm: str = knob("auto", "all-reduce: " + " | ".join(("auto", *ALGORITHMS)) + " "
                                   "(auto = the planner's choice, or torus2d with --plan off)")
     grid: str = knob("", "torus2d process grid XxY, e.g. 2x4 (empty = the planner's or the "
                          "communicator's choice from the hosts)")

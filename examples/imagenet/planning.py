@@ -25,6 +25,7 @@ import numpy as np
 from nnabla_torus import planner
 from nnabla_torus.costmodel import ALGORITHMS
 from nnabla_torus.profile import load_profile
+from nnabla_torus.topology import parse_grid
 
 
 def default_profile(context):
@@ -109,7 +110,7 @@ class RunPlanner:
         net, comp = self.here.network, self.prof.models[self.model]
         columns = planner.score(
             net, comp, np.array([self.world_size]), np.array([ALGORITHMS.index(algorithm)]),
-            np.array([int(grid.split("x")[0])]), np.array([batch_plan.local_batch]),
+            np.array([parse_grid(grid).x]), np.array([batch_plan.local_batch]),
             np.array([batch_plan.accum_steps]), **self.common)
         return planner._row(columns, 0)
 

@@ -45,6 +45,7 @@ from nnabla_torus.controller import BatchPlan
 from nnabla_torus.costmodel import ALGORITHMS
 from nnabla_torus.noise_scale import NoiseScaleEstimator
 from nnabla_torus.overlap import BucketedAllReduce
+from nnabla_torus.topology import Grid, parse_grid
 
 import data
 import digits
@@ -436,7 +437,7 @@ def main(argv=None):
     log(f"{cfg.arch} x{cfg.width}: {sum(v.size for v in params.values()):,} parameters, "
         f"{len(train_set)} training / {len(val_set)} validation images, "
         f"{train_set.num_classes} classes; {comm.size} ranks, algorithm {comm.algorithm}, "
-        f"grid {format_grid(comm.grid)}")
+        f"grid {comm.grid}")
 
     noise = NoiseScaleEstimator() if cfg.adaptive_batch else None
     comm.track_sqnorms = noise is not None
@@ -538,7 +539,7 @@ def main(argv=None):
             write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, dict(
                 epoch=stream.epoch(), images_seen=images_seen, train_time=train_time,
                 history=history, seed=cfg.seed, loss_scale=updater and updater.scale,
-                comm=[comm.algorithm, format_grid(comm.grid)]))
+                comm=[comm.algorithm, str(comm.grid)]))
 
     if reducer is not None:
         reducer.close()
@@ -553,30 +554,25 @@ def main(argv=None):
             "epochs": round(stream.epoch(), 3), "steps": step,
             "images_per_sec": round(images_seen / max(train_time, 1e-9), 1),
             "wall_s": round(wall, 1), "ranks": comm.size, "algorithm": comm.algorithm,
-            "grid": format_grid(comm.grid),
+            "grid": str(comm.grid),
             "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in history),
             "plan": run_planner and run_planner.summary}), flush=True)
 
 
 def replan(run_planner, batch_plan, comm, log):
     """Plan for ``batch_plan`` and switch ``comm`` to rank 0's choice (collective)."""
-    choice, lines = run_planner.replan(batch_plan, (comm.algorithm, format_grid(comm.grid)))
+    choice, lines = run_planner.replan(batch_plan, (comm.algorithm, str(comm.grid)))
     for line in lines:
         log(line)
     # Every rank planned the same; rank 0's choice is sent anyway so no rounding can split them.
+    grid = parse_grid(choice[1]) if choice and choice[1] else None
     code = np.array([-1, 0, 0], np.float32) if choice is None else np.array(
-        [ALGORITHMS.index(choice[0])] + ([int(v) for v in choice[1].split("x")]
-                                          if choice[1] else [0, 0]), np.float32)
+        [ALGORITHMS.index(choice[0]), grid.x if grid else 0, grid.y if grid else 0], np.float32)
     sent = nn.NdArray.from_numpy_array(code)
     comm.bcast([sent], src=0, inplace=True)
     algorithm, x, y = (int(v) for v in sent.data)
     if algorithm >= 0:
-        comm.set_algorithm(ALGORITHMS[algorithm], f"{x}x{y}" if x else None)
-
-
-def format_grid(grid):
-    """Grid(x, y) -> "XxY" (None for algorithms without a grid)."""
-    return None if grid is None else str(grid)
+        comm.set_algorithm(ALGORITHMS[algorithm], Grid(x, y) if x else None)
 
 
 if __name__ == "__main__":
