@@ -2,12 +2,14 @@
 
 A checkpoint is one file ``ckpt-<step>.npz.chk``: an ``.npz`` archive (named numpy arrays plus
 a JSON ``meta`` entry) followed by a trailer, ``MAGIC`` + SHA-256 of the archive. It is written
-to a temporary file in the same folder, flushed to disk and renamed, so a reader sees either
-the old set of files or the complete new one, never half a file. Example::
+to a temporary file in the same folder, flushed to disk and renamed (then the folder is
+flushed), so a reader sees either the old set of files or the complete new one, never half a
+file. Example::
 
     save_checkpoint("runs/x", step=100, arrays={"conv/W": w}, meta={"epoch": 1.5})
     arrays, meta, path = load_latest_checkpoint("runs/x")   # skips corrupt files, says so
 """
+import contextlib
 import glob
 import hashlib
 import io
@@ -42,15 +44,29 @@ def save_checkpoint(directory, step, arrays, meta, keep=3):
     payload = buffer.getvalue()
     path = checkpoint_path(directory, step)
     temp = f"{path}.tmp{os.getpid()}"
-    with open(temp, "wb") as f:
-        f.write(payload)
-        f.write(MAGIC + hashlib.sha256(payload).digest())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)                # atomic on POSIX within one file system
+    try:
+        with open(temp, "wb") as f:
+            f.write(payload)
+            f.write(MAGIC + hashlib.sha256(payload).digest())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)            # atomic on POSIX within one file system
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temp)               # only left when writing or renaming failed
+    fsync_directory(directory)            # the rename itself survives a power loss
     for old in list_checkpoints(directory)[:-keep]:
         os.remove(old)
     return path
+
+
+def fsync_directory(directory):
+    """Flush ``directory``'s entries (new and renamed names) to disk."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def list_checkpoints(directory):

@@ -35,6 +35,7 @@ def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
     monkeypatch.undo()
     _, meta, _ = load_latest_checkpoint(str(tmp_path))
     assert meta["step"] == 1
+    assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]   # the failed write cleaned up
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
