@@ -32,6 +32,7 @@ import numpy as np
 
 from . import costmodel
 from .costmodel import Compute, Link, Network, Software
+from .launch import mpirun_command
 from .topology import parse_grid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -178,22 +179,13 @@ def reduce_cost_per_byte(nbytes=1 << 24, repeats=5):
     return best / nbytes
 
 
-def mpirun_argv(ranks, argv):
-    """mpirun command running ``python argv`` on ``ranks`` local ranks (root and oversubscribe ok)."""
-    local = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    cmd = [local if os.path.exists(local) else "mpirun", "--oversubscribe"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return cmd + ["-np", str(ranks), sys.executable] + list(argv)
-
-
 def run_json_tool(ranks, tool, args, env=None, timeout=1800):
     """Run ``tools/<tool> args --json TMP`` under mpirun; return its JSON records."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "out.json")
         full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
         full_env.update(env or {})
-        cmd = mpirun_argv(ranks, [os.path.join(REPO, "tools", tool)] + list(args) + ["--json", path])
+        cmd = mpirun_command(ranks, [os.path.join(REPO, "tools", tool)] + list(args) + ["--json", path])
         done = subprocess.run(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
         if done.returncode != 0 or not os.path.exists(path):

