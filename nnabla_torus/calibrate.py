@@ -17,6 +17,10 @@
    sysfs) and, on one host, the whole inter-host level.
 4. Report the median absolute percentage error (MdAPE) of predicted versus measured times.
 
+Measuring runs ``tools/`` and ``examples/imagenet/`` of a source checkout (the installed
+package alone cannot measure; fitting saved records with ``--allreduce-json`` /
+``--train-json`` works anywhere).
+
 Example::
 
     python tools/calibrate.py --ranks 2,4,8 --batches 4,8,16 --out cpu-2core.yaml
