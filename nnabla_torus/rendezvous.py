@@ -39,11 +39,16 @@ def wait_requests(requests, timeout, what, peers, rank, spin=2e-4, poll_sleep=5e
     while not MPI.Request.Testall(requests):
         waited = time.monotonic() - start
         if waited > timeout:
-            raise CollectiveTimeout(
-                f"rank {rank}: {what} did not finish within {timeout:g} s; still waiting for "
-                f"rank(s) {sorted(set(peers))} (NNABLA_TORUS_TIMEOUT sets the limit)")
+            raise overdue(rank, what, timeout, peers)
         if waited > spin:
             time.sleep(poll_sleep)
+
+
+def overdue(rank, what, timeout, peers):
+    """The CollectiveTimeout of a wait for ``peers`` that outlived ``timeout`` seconds."""
+    return CollectiveTimeout(
+        f"rank {rank}: {what} did not finish within {timeout:g} s; still waiting for "
+        f"rank(s) {sorted(set(peers))} (NNABLA_TORUS_TIMEOUT sets the limit)")
 
 
 class Watchdog:
