@@ -12,6 +12,8 @@ A backend supplies ``reduce_scatter(group, buf)`` (returns our reduced chunk, a 
     3. all-gather along the row.
   2(X-1) + 2(Y-1) steps instead of 2(p-1); the same bytes as the ring in total, but only
   2(Y-1)/(XY) * n of them cross the column links. A torus on Nx1 or 1xN is the ring.
+  Backends with ``run_lanes`` (MPI) cut large buffers into pieces and overlap the phases of
+  different pieces (``torus2d_lanes``).
 - ``hierarchical``: the torus with rows = the ranks of one host and the column phase done by
   the library's own all-reduce (Horovod's hierarchical all-reduce).
 - ``native``: the library's own all-reduce over the world (``MPI_Allreduce`` or NCCL's).
@@ -32,9 +34,48 @@ def ring(backend, plan, buf):
 
 
 def torus2d(backend, plan, buf):
+    pieces = backend.pieces(buf) if hasattr(backend, "run_lanes") else [buf]
+    if len(pieces) > 1:
+        backend.run_lanes(torus2d_lanes(backend, plan, pieces))
+        return
     shard = backend.reduce_scatter(plan.row, buf, "torus2d row reduce-scatter")
     backend.all_reduce(plan.column, shard, "torus2d column all_reduce")
     backend.all_gather(plan.row, buf, "torus2d row all-gather")
+
+
+def torus2d_lanes(backend, plan, pieces):
+    """The pipelined torus: three lanes that a backend's ``run_lanes`` advances together.
+
+    Piece k goes through row reduce-scatter, column all-reduce and row all-gather in turn, but
+    while the column (slow, inter-host) links carry piece k, the rows reduce-scatter piece k+1
+    and all-gather piece k-1. With K pieces the time approaches
+    row(n/K) + K * max(row, column)(n/K) + row(n/K) instead of the sum of the three phases.
+    """
+    count = len(pieces)
+    shards = [None] * count   # piece k's row shard, once its reduce-scatter has finished
+    summed = [0]              # pieces whose column all-reduce has finished
+
+    def row_reduce_scatter():
+        for k, piece in enumerate(pieces):
+            shards[k] = yield from backend.reduce_scatter_steps(
+                plan.row, piece, f"torus2d row reduce-scatter (piece {k + 1}/{count})")
+
+    def column_all_reduce():
+        for k in range(count):
+            if shards[k] is None:
+                yield (lambda k=k: shards[k] is not None), "", []
+            yield from backend.all_reduce_steps(
+                plan.column, shards[k], f"torus2d column all_reduce (piece {k + 1}/{count})")
+            summed[0] = k + 1
+
+    def row_all_gather():
+        for k, piece in enumerate(pieces):
+            if summed[0] <= k:
+                yield (lambda k=k: summed[0] > k), "", []
+            yield from backend.all_gather_steps(
+                plan.row, piece, f"torus2d row all-gather (piece {k + 1}/{count})")
+
+    return [column_all_reduce(), row_reduce_scatter(), row_all_gather()]
 
 
 def hierarchical(backend, plan, buf):

@@ -11,15 +11,25 @@ Ring reduce-scatter, for a rank at position q of m (m - 1 steps)::
     after the last step chunk q holds the sum over the group.
 
 Ring all-gather is the same walk with copies instead of sums. Each step moves a chunk in
-segments of ``segment_bytes`` so adding one segment overlaps receiving the next. Sums of
+segments of ``segment_bytes`` so adding one segment overlaps receiving the next.
+
+Each primitive is also a generator of waits (``reduce_scatter_steps``, ``all_gather_steps``,
+``all_reduce_steps``): it posts its messages, yields ``(ready, what, peers)`` where ``ready``
+is a list of requests (or a callable that says whether a dependency is met), and goes on once
+they completed. ``run_lanes`` advances several such generators at once, which is how
+``collectives.torus2d`` overlaps the row phases of one piece of a buffer with the column
+phase of another. The all-gathers run on their own communicator (``Group.gather_comm``), so a
+reduce-scatter and an all-gather of the same group may be in flight together. Sums of
 float16 are rounded to float16 at every hop (numpy's float16 add), so an element's error is at
 most about (p + 1) * 2**-11 * sum_r |x_r|.
 """
+import time
+
 import numpy as np
 from mpi4py import MPI
 
 from ..knobs import env_value
-from ..rendezvous import Watchdog, wait_requests
+from ..rendezvous import Watchdog, overdue, wait_requests
 
 
 def chunk_bounds(n, m):
@@ -28,6 +38,9 @@ def chunk_bounds(n, m):
     sizes = np.full(m, base, dtype=np.int64)
     sizes[:extra] += 1
     return np.concatenate([[0], np.cumsum(sizes)]).tolist()
+
+
+PIPELINE_BYTES = 8 << 20  # default size of the pieces of a pipelined torus2d (bytes)
 
 
 class Group:
@@ -39,6 +52,7 @@ class Group:
         self.size = len(self.ranks)
         self.rank = comm.Get_rank()  # position in the ring
         self.control = comm.Dup()    # small control messages, apart from the data traffic
+        self.gather_comm = comm.Dup()  # all-gathers, apart from reduce-scatters
 
     def world_rank(self, position):
         return self.ranks[position % self.size]
@@ -48,18 +62,22 @@ class MPIBackend:
     """The three torus primitives (and the library's own all-reduce) over mpi4py.
 
     ``timeout`` (s) bounds every wait; ``segment_bytes`` is the pipelining unit of one ring
-    step; ``poll_sleep`` (s) is how long a waiting rank sleeps between polls once a wait has
-    lasted ``spin`` seconds, which frees the CPU for the other ranks of an oversubscribed node.
+    step; ``pipeline_bytes`` is the size of the pieces whose torus phases overlap (0: none);
+    ``poll_sleep`` (s) is how long a waiting rank sleeps between polls once a wait has lasted
+    ``spin`` seconds, which frees the CPU for the other ranks of an oversubscribed node.
     """
     name = "mpi"
 
-    def __init__(self, comm=None, timeout=300.0, segment_bytes=None, spin=None, poll_sleep=None):
+    def __init__(self, comm=None, timeout=300.0, segment_bytes=None, pipeline_bytes=None,
+                 spin=None, poll_sleep=None):
         self.world = (comm if comm is not None else MPI.COMM_WORLD).Dup()
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self.timeout = float(timeout)
         self.segment_bytes = int(segment_bytes or env_value(
             "NNABLA_TORUS_SEGMENT_BYTES", 4 << 20, int))
+        self.pipeline_bytes = int(pipeline_bytes if pipeline_bytes is not None else env_value(
+            "NNABLA_TORUS_PIPELINE_BYTES", PIPELINE_BYTES, int))
         self.spin = float(spin if spin is not None else env_value("NNABLA_TORUS_SPIN_S", 2e-4, float))
         self.poll_sleep = float(poll_sleep if poll_sleep is not None else env_value(
             "NNABLA_TORUS_POLL_SLEEP_S", 5e-5, float))
@@ -84,13 +102,66 @@ class MPIBackend:
         """Complete ``requests`` or raise CollectiveTimeout naming ``what`` and ``peers``."""
         wait_requests(requests, self.timeout, what, peers, self.rank, self.spin, self.poll_sleep)
 
-    def scratch(self, dtype, count):
-        """A reusable receive buffer of at least ``count`` elements (grows, never shrinks)."""
-        buf = self._scratch.get(np.dtype(dtype))
+    def scratch(self, dtype, count, owner=None):
+        """A reusable buffer of ``count`` elements for ``owner`` (grows, never shrinks).
+
+        Operations that may run at once (the reduce-scatters of two groups) use two owners.
+        """
+        key = (np.dtype(dtype), owner)
+        buf = self._scratch.get(key)
         if buf is None or buf.size < count:
             buf = np.empty(max(count, 1), dtype=dtype)
-            self._scratch[np.dtype(dtype)] = buf
+            self._scratch[key] = buf
         return buf[:count]
+
+    def run(self, steps):
+        """Run one generator of waits (see the module docstring) to its end; returns its value."""
+        while True:
+            try:
+                ready, what, peers = next(steps)
+            except StopIteration as stop:
+                return stop.value
+            self.wait(ready, what, peers)
+
+    def run_lanes(self, lanes):
+        """Advance generators of waits together until all have finished.
+
+        A lane goes on as soon as its requests complete (or its callable returns True); a wait
+        on requests that lasts ``timeout`` seconds raises CollectiveTimeout naming its peers.
+        """
+        now = time.monotonic()
+        waiting = []  # [lane, (ready, what, peers), since]
+        for lane in lanes:
+            item = next(lane, None)
+            if item is not None:
+                waiting.append([lane, item, now])
+        idle_since = now
+        while waiting:
+            moved = False
+            for entry in list(waiting):
+                lane, item, since = entry
+                while item is not None and (item[0]() if callable(item[0])
+                                            else MPI.Request.Testall(item[0])):
+                    item, since, moved = next(lane, None), time.monotonic(), True
+                if item is None:
+                    waiting.remove(entry)
+                    continue
+                entry[1], entry[2] = item, since
+                if not callable(item[0]) and time.monotonic() - since > self.timeout:
+                    raise overdue(self.rank, item[1], self.timeout, item[2])
+            now = time.monotonic()
+            if moved:
+                idle_since = now
+            elif now - idle_since > self.spin:
+                time.sleep(self.poll_sleep)
+
+    def pieces(self, buf):
+        """``buf`` cut into contiguous views of about ``pipeline_bytes`` (one piece if 0)."""
+        if self.pipeline_bytes <= 0 or buf.nbytes <= self.pipeline_bytes:
+            return [buf]
+        count = min(buf.size, -(-buf.nbytes // self.pipeline_bytes))
+        bounds = chunk_bounds(buf.size, count)
+        return [buf[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
     # -- primitives -------------------------------------------------------------------------
     def _segments(self, start, stop, itemsize):
@@ -102,12 +173,24 @@ class MPIBackend:
 
         Returns that chunk (a view of ``buf``). Other chunks are left partially summed.
         """
+        return self.run(self.reduce_scatter_steps(group, buf, what))
+
+    def all_gather(self, group, buf, what="all_gather"):
+        """Fill every chunk of ``buf`` with its owner's chunk (owner of chunk i: position i)."""
+        self.run(self.all_gather_steps(group, buf, what))
+
+    def all_reduce(self, group, buf, what="all_reduce"):
+        """Ring all-reduce: reduce-scatter then all-gather (bandwidth-optimal)."""
+        self.run(self.all_reduce_steps(group, buf, what))
+
+    def reduce_scatter_steps(self, group, buf, what="reduce_scatter"):
+        """``reduce_scatter`` as a generator of waits; its value is our chunk."""
         m, q = group.size, group.rank
         bounds = chunk_bounds(buf.size, m)
         if m == 1:
             return buf
         comm, right, left = group.comm, (q + 1) % m, (q - 1) % m
-        tmp = self.scratch(buf.dtype, bounds[1] - bounds[0])
+        tmp = self.scratch(buf.dtype, bounds[1] - bounds[0], owner=group)
         for s in range(m - 1):
             send_i, recv_i = (q - s - 1) % m, (q - s - 2) % m
             r0 = bounds[recv_i]
@@ -116,29 +199,29 @@ class MPIBackend:
             recv_segments = self._segments(r0, bounds[recv_i + 1], buf.itemsize)
             recvs = [comm.Irecv(tmp[a - r0:b - r0], left, tag=s) for a, b in recv_segments]
             for (a, b), req in zip(recv_segments, recvs):
-                self.wait([req], f"{what} step {s + 1}/{m - 1}", [group.world_rank(left)])
+                yield [req], f"{what} step {s + 1}/{m - 1}", [group.world_rank(left)]
                 np.add(buf[a:b], tmp[a - r0:b - r0], out=buf[a:b])
-            self.wait(sends, f"{what} step {s + 1}/{m - 1}", [group.world_rank(right)])
+            yield sends, f"{what} step {s + 1}/{m - 1}", [group.world_rank(right)]
         return buf[bounds[q]:bounds[q + 1]]
 
-    def all_gather(self, group, buf, what="all_gather"):
-        """Fill every chunk of ``buf`` with its owner's chunk (owner of chunk i: position i)."""
+    def all_gather_steps(self, group, buf, what="all_gather"):
+        """``all_gather`` as a generator of waits."""
         m, q = group.size, group.rank
         if m == 1:
             return
         bounds = chunk_bounds(buf.size, m)
-        comm, right, left = group.comm, (q + 1) % m, (q - 1) % m
+        comm, right, left = group.gather_comm, (q + 1) % m, (q - 1) % m
         for s in range(m - 1):
             send_i, recv_i = (q - s) % m, (q - s - 1) % m
             reqs = [comm.Irecv(buf[bounds[recv_i]:bounds[recv_i + 1]], left, tag=s),
                     comm.Isend(buf[bounds[send_i]:bounds[send_i + 1]], right, tag=s)]
-            self.wait(reqs, f"{what} step {s + 1}/{m - 1}",
-                      [group.world_rank(left), group.world_rank(right)])
+            yield reqs, f"{what} step {s + 1}/{m - 1}", [group.world_rank(left),
+                                                         group.world_rank(right)]
 
-    def all_reduce(self, group, buf, what="all_reduce"):
-        """Ring all-reduce: reduce-scatter then all-gather (bandwidth-optimal)."""
-        self.reduce_scatter(group, buf, what + " (reduce-scatter)")
-        self.all_gather(group, buf, what + " (all-gather)")
+    def all_reduce_steps(self, group, buf, what="all_reduce"):
+        """``all_reduce`` as a generator of waits."""
+        yield from self.reduce_scatter_steps(group, buf, what + " (reduce-scatter)")
+        yield from self.all_gather_steps(group, buf, what + " (all-gather)")
 
     def library_all_reduce(self, group, buf, what="native all_reduce"):
         """The MPI library's own ``MPI_Allreduce``."""

@@ -237,6 +237,24 @@ def case_float16(comm, config, flags=((False, False), (True, True))):
         check_fp16_bound(a.data, inputs, division, f"random float16 division={division}")
 
 
+def case_pipelined(comm, config, division, inplace):
+    """torus2d cut into pieces whose phases overlap: 24-byte pieces on sizes 17 and 17x17
+    (up to 49 pieces, none divisible by the grid), 40000-byte pieces on every size and list."""
+    be = comm.backend
+    saved = be.pipeline_bytes
+    try:
+        be.pipeline_bytes = 24
+        for s in [(17,), (17, 17)]:
+            [a] = ndarrays([s], RANK)
+            comm.all_reduce(a, division=division, inplace=inplace)
+            check_reduced([a], [s], range(P), division, f"24-byte pieces size {s}")
+        be.pipeline_bytes = 40000
+        case_sizes(comm, config, division, inplace)
+        case_float16(comm, config, [(division, inplace)])
+    finally:
+        be.pipeline_bytes = saved
+
+
 def case_wire_fp16_random(comm, config):
     """float32 data with float16 on the wire: float32 results within the float16 bound."""
     inputs = [np.random.RandomState(r).standard_normal(100003).astype(np.float32) for r in range(P)]
@@ -446,6 +464,10 @@ def correctness_cases():
             cases += [(f"{name}: sizes division={d} inplace={ip}", on(config, case_sizes, d, ip))
                       for d in (False, True) for ip in (False, True)]
             cases.append((f"{name}: float16", on(config, case_float16)))
+            if BACKEND == "mpi":   # only the MPI backend pipelines
+                cases += [(f"{name} pipelined: division={d} inplace={ip}",
+                           on(config, case_pipelined, d, ip))
+                          for d in (False, True) for ip in (False, True)]
         else:
             cases.append((f"{name}: fused and in-place lists", on(config, case_fused_subset)))
             cases.append((f"{name}: float16", on(config, case_float16, [(True, False)])))
@@ -458,7 +480,6 @@ def correctness_cases():
     cases += [(f"{config_name(first)}: {fn.__name__[5:]}", on(first, fn)) for fn in (
         case_lazily_zeroed, case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
         case_loss_scaling, case_groups)]
-    # ResNet-50's 25.6 M values cost seconds per rank on 2 cores: a few rank counts only.
     # ResNet-50's 25.6 M values cost seconds per rank on 2 cores: two rank counts only
     # (2x2: even chunks, 3x2: uneven chunks).
     if P in (4, 6) and os.environ.get("SKIP_RESNET50") != "1":
