@@ -259,10 +259,11 @@ def base_network(cores, ranks_per_host):
 
     The inter-host level cannot be measured on one host: it is *assumed* 1 Gbit/s Ethernet
     (50 us, 0.125 GB/s) so plans across hosts stay possible; replace it when you measure one.
+    native is Open MPI's, so on several hosts it is coll/han's pipeline (native_hierarchical).
     """
     cache = last_level_cache_bytes()
     return Network(Link(20e-6, 1e9), Link(50e-6, 0.125e9), reduce_cost_per_byte(), ranks_per_host,
-                   cores, 10000, {}, 0.0, cache, 4e9 if cache else 0.0)
+                   cores, 10000, {}, 0.0, cache, 4e9 if cache else 0.0, native_hierarchical=True)
 
 
 def build_parser():
@@ -341,6 +342,7 @@ def calibrate(args, log=print):
         "cache_MiB": f"{base.cache_bytes / (1 << 20):g}: last-level cache from sysfs",
         "links.inter": "assumed 1 Gbit/s Ethernet: one host, no inter-host measurement",
         "software.native.step_us": "0: native steps are the link's latency",
+        "native_hierarchical": "true: Open MPI 5 runs coll/han when a job spans hosts",
         "gpus_per_host": f"{ranks_per_host}: the most ranks measured on this host"}
     report["model"] = model
     report["measured"] = {"allreduce_ranks": args.ranks, "sizes": args.sizes,

@@ -41,7 +41,8 @@ Algorithms (grid X x Y: Y rows of X consecutive ranks, p = X*Y, see topology.Gri
   recursive doubling below ``native_switch_bytes`` (floor(lg p) exchanges of all n bytes, plus
   2 when p is not a power of two), ring at and above it (as NCCL does for large messages).
   Its real choice is more detailed (Rabenseifner, segmented ring); calibration absorbs the
-  difference in native's software cost per byte.
+  difference in native's software cost per byte. With ``native_hierarchical`` (Open MPI 5 on
+  CPUs) a job on several hosts runs coll/han's pipeline instead, see :func:`han_terms`.
 
 Example::
 
@@ -73,7 +74,8 @@ Network = namedtuple("Network", [
     "oversubscribed_wait_s",  # seconds per call when ranks on a host > slots (default 0)
     "cache_bytes",            # last-level cache shared by a host's ranks (default 0: none)
     "cache_bandwidth_Bps",    # intra-host bandwidth while the working set fits in cache
-], defaults=[0.0, 0, 0.0])
+    "native_hierarchical",    # native on several hosts is Open MPI 5's coll/han (default False)
+], defaults=[0.0, 0, 0.0, False])
 
 Software = namedtuple("Software", [
     "step_s",       # seconds per ring or doubling step (calls, Python, synchronisation)
@@ -191,6 +193,96 @@ def software_of(net, algorithm):
     return (net.software or {}).get(algorithm, NO_SOFTWARE)
 
 
+HAN_SEGMENT_BYTES = 64 << 10    # Open MPI 5 coll_han_allreduce_segsize (default)
+CHAIN_FRAGMENT_BYTES = 8 << 10  # libnbc ibcast chain fragment for 64-512 KiB messages
+
+
+def _han_leader_bytes(hosts):
+    """Bytes per segment byte through the busiest leader's link in one direction (ur + ub).
+
+    ur (libnbc ireduce to leader 0): reduce-scatter + gather (H > 2) sends (H-1)/H and
+    receives 2(H-1)/H at the root; a chain (H = 2) receives 1 = 2(H-1)/H. ub (libnbc ibcast
+    from leader 0): linear (H <= 4) sends H - 1 copies, a chain (H > 4) sends 1.
+    """
+    h = np.asarray(hosts, float)
+    out = np.where(h > 2, (h - 1) / h, 0.0) + np.where(h <= 4, h - 1, 1.0)
+    return np.maximum(out, 2 * (h - 1) / h)
+
+
+def han_terms(net, ranks, nbytes, sw):
+    """native on several hosts as Open MPI 5's coll/han runs it: {han phase: seconds}.
+
+    han (``mca_coll_han_allreduce_intra``, the default when a communicator spans hosts and
+    some host has 2+ ranks) cuts the n bytes into segments of m = 64 KiB; each segment goes
+    through 4 stages, g ranks per host, H = ceil(p/g) hosts, one leader per host:
+
+    1. lr: in-host reduce to the leader (coll/tuned: linear below 4 ranks, binomial from 4:
+       r = g-1 or ceil(lg g) rounds of one hop + one add);
+    2. ur: leaders' reduce to leader 0 (libnbc ireduce: chain for H = 2, else reduce-scatter
+       + gather: 2 ceil(lg H) rounds, 2(H-1)/H m bytes into leader 0);
+    3. ub: leaders' bcast from leader 0 (libnbc ibcast: linear for H <= 4, leader 0 sends
+       H-1 copies; above, binomial below 64 KiB, else a chain of 8 KiB fragments, H-1 hops);
+    4. lb: in-host bcast from the leader (coll/tuned: the leader sends g-1 copies).
+
+    Iteration k issues ub(k+1) and ur(k+2) (non-blocking), runs lr(k+3), waits, then lb(k)
+    ([Open MPI v5.0.10, ompi/mca/coll/han/coll_han_allreduce.c]), so::
+
+        T = fill + (n - m)/m * (max(lr, up) + lb)           (segments after the first)
+        fill = lr(m1) + ur(m1) + ub(m1) + lb(m1)              (m1 = min(n, 64 KiB))
+        up   = b(H) m / inter.B + rounds * inter.latency     (ur and ub at once)
+        b(H) = max(ur + ub bytes out of, into leader 0) / m  (:func:`_han_leader_bytes`)
+
+    The fill's hops are the flat native's (intra: (latency + bytes/B) / share). In the
+    pipeline the in-host stages cost their copies and adds only (no hop latency: 100 MiB on
+    2 emulated hosts x 4 ranks took 0.57 ms per segment, 0.52 ms of it on the link), done by
+    one rank of the host at a time (the others wait in MPI), at speed min(1, slots_per_host).
+    Not modelled: Rabenseifner's extra step for H not a power of two, uneven hosts (han
+    assumes even ones), the CPU that TCP itself takes on emulated hosts.
+
+    >>> net = Network(Link(0.0, 1e9), Link(0.0, 1e8), 0.0, 2, 2, 0, {}, native_hierarchical=True)
+    >>> t = han_terms(net, 4, 1 << 20, NO_SOFTWARE)   # 2 hosts x 2 ranks, 16 segments
+    >>> round(float(t["han_pipeline"]), 5)   # 15 x (64 KiB over the link + a 64 KiB copy)
+    0.01081
+    """
+    p = np.asarray(ranks, float)
+    g = float(net.gpus_per_host)
+    h = np.ceil(p / g)
+    n = np.asarray(nbytes, float)
+    share = rank_share(p, net.gpus_per_host, net.slots_per_host)
+    speed = min(1.0, net.slots_per_host) if net.slots_per_host else 1.0
+    c, b_in, b_out = net.reduce_s_per_byte, net.intra.bandwidth_Bps, net.inter.bandwidth_Bps
+    lat_in, lat_out = net.intra.latency_s, net.inter.latency_s
+
+    def soft(m):
+        return sw.step_s + m * sw.s_per_byte
+
+    reduce_rounds = g - 1 if g < 4 else np.ceil(np.log2(g))
+    lg_h = np.ceil(np.log2(np.maximum(h, 2)))
+    ur_rounds = np.where(h > 2, 2 * lg_h, 1.0)
+    ur_adds = np.where(h > 2, (h - 1) / h, 1.0)
+
+    def ub_time(m):
+        chain = (h - 1) * lat_out + (m + (h - 2) * CHAIN_FRAGMENT_BYTES) / b_out
+        binomial = lg_h * (lat_out + m / b_out)
+        linear = lat_out + (h - 1) * m / b_out
+        return np.where(h <= 4, linear, np.where(m < HAN_SEGMENT_BYTES, binomial, chain))
+
+    m1 = np.minimum(n, HAN_SEGMENT_BYTES)
+    fill = {"han_in_host_reduce": reduce_rounds * (lat_in + m1 / b_in + m1 * c + soft(m1)) / share,
+            "han_leaders_reduce": (ur_rounds * lat_out + 2 * (h - 1) / h * m1 / b_out
+                                   + ur_adds * m1 * c / speed),
+            "han_leaders_bcast": ub_time(m1),
+            "han_in_host_bcast": (lat_in + (g - 1) * m1 / b_in + soft(m1)) / share}
+    m = float(HAN_SEGMENT_BYTES)
+    lr = reduce_rounds * (m / b_in + m * c + soft(m)) / speed
+    lb = ((g - 1) * m / b_in + soft(m)) / speed
+    ub_rounds = np.where(h <= 4, 1.0, h - 1)   # linear: one round; chain: H - 1 hops
+    up = (_han_leader_bytes(h) * m / b_out + np.maximum(ur_rounds, ub_rounds) * lat_out
+          + ur_adds * m * c / speed)
+    fill["han_pipeline"] = np.maximum(n - m, 0.0) / m * (np.maximum(lr, up) + lb)
+    return fill
+
+
 def _native_terms(net, ranks, nbytes, crosses, flows, share, sw, per_host, pair_flows):
     """native: {recursive_doubling, reduce_scatter, all_gather}, zeros where unused.
 
@@ -203,6 +295,18 @@ def _native_terms(net, ranks, nbytes, crosses, flows, share, sw, per_host, pair_
     return {"recursive_doubling": np.where(small, doubling, 0.0),
             "reduce_scatter": np.where(small, 0.0, rs),
             "all_gather": np.where(small, 0.0, ag)}
+
+
+def _with_han(net, ranks, nbytes, sw, flat):
+    """Flat native terms where the job fits one host (or hosts have one rank), han's elsewhere.
+
+    Open MPI disables han on a communicator inside one host or with one rank per host
+    (coll_han_module.c, coll_han_subcomms.c), so those keep coll/tuned's flat algorithm.
+    """
+    on_han = (np.asarray(ranks) > net.gpus_per_host) & (net.gpus_per_host > 1)
+    han = han_terms(net, ranks, nbytes, sw)
+    return {**{k: np.where(on_han, 0.0, v) for k, v in flat.items()},
+            **{k: np.where(on_han, v, 0.0) for k, v in han.items()}}
 
 
 def default_grid_x(ranks, gpus_per_host):
@@ -247,7 +351,8 @@ def _algorithm_terms(net, algorithm, p, nbytes, grid_x, share):
     if algorithm in ("ring", "native"):
         crosses, flows = p > g, np.ones_like(p)
         if algorithm == "native":
-            return _native_terms(net, p, nbytes, crosses, flows, share, sw, g, g)
+            terms = _native_terms(net, p, nbytes, crosses, flows, share, sw, g, g)
+            return _with_han(net, p, nbytes, sw, terms) if net.native_hierarchical else terms
         return {"reduce_scatter": ring_phase(net, p, nbytes, crosses, flows, share, True, sw),
                 "all_gather": ring_phase(net, p, nbytes, crosses, flows, share, False, sw)}
     if algorithm == "hierarchical":

@@ -13,6 +13,8 @@ named without their extension (``abci``, ``cpu-2core``). Format (units in the ke
       inter: {latency_us: 6.0, bandwidth_GBps: 25.0}   # between hosts, per host (all NICs)
     reduce_ns_per_byte: 0.0033  # time to add one received byte
     native_switch_bytes: 10000  # library all-reduce: recursive doubling below, ring above
+    native_hierarchical: false  # native on several hosts is Open MPI 5's coll/han (CPU
+                                # clusters); false: one flat algorithm (NCCL on GPUs)
     oversubscribed_wait_us: 0   # wait per all-reduce when a host has more ranks than slots
     cache_MiB: 0                # last-level cache shared by a host's ranks (0: not modelled)
     cache_bandwidth_GBps: 0     # intra-host bandwidth while the working set fits in cache
@@ -43,7 +45,7 @@ Profile = namedtuple("Profile", ["name", "description", "hosts", "network", "mod
 
 _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", "links",
              "reduce_ns_per_byte", "native_switch_bytes", "software", "models", "oversubscribed_wait_us",
-             "cache_MiB", "cache_bandwidth_GBps",
+             "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
              "calibration"}
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
@@ -74,6 +76,12 @@ def _link(where, raw):
     return Link(raw["latency_us"] * 1e-6, raw["bandwidth_GBps"] * 1e9)
 
 
+def _flag(where, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"profile {where}: {value!r} must be true or false")
+    return value
+
+
 def _compute(name, raw):
     _check_keys(f"models.{name}", raw, _MODEL_KEYS, _MODEL_KEYS - {"slots_per_host"})
     if raw["gamma"] < 1:
@@ -87,7 +95,7 @@ def _compute(name, raw):
 def profile_from_dict(raw):
     """Build a Profile from the parsed file; raise ValueError naming any bad key or value."""
     required = _TOP_KEYS - {"description", "calibration", "software", "oversubscribed_wait_us",
-                            "cache_MiB", "cache_bandwidth_GBps"}
+                            "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical"}
     _check_keys("top level", raw, _TOP_KEYS, required)
     _check_keys("links", raw["links"], {"intra", "inter"}, {"intra", "inter"})
     software = raw.get("software") or {}
@@ -102,7 +110,8 @@ def profile_from_dict(raw):
                        for k, v in software.items()},
                       raw.get("oversubscribed_wait_us", 0.0) * 1e-6,
                       int(raw.get("cache_MiB", 0) * (1 << 20)),
-                      raw.get("cache_bandwidth_GBps", 0.0) * 1e9)
+                      raw.get("cache_bandwidth_GBps", 0.0) * 1e9,
+                      _flag("native_hierarchical", raw.get("native_hierarchical", False)))
     if network.cache_bytes and network.cache_bandwidth_Bps <= 0:
         raise ValueError("profile: cache_MiB > 0 needs cache_bandwidth_GBps > 0")
     models = {name: _compute(name, m) for name, m in raw["models"].items()}
@@ -125,6 +134,7 @@ def profile_to_dict(prof):
            "oversubscribed_wait_us": float(net.oversubscribed_wait_s * 1e6),
            "cache_MiB": net.cache_bytes / (1 << 20),
            "cache_bandwidth_GBps": float(net.cache_bandwidth_Bps * 1e-9),
+           "native_hierarchical": bool(net.native_hierarchical),
            "software": {k: {"step_us": float(v.step_s * 1e6),
                             "ns_per_byte": float(v.s_per_byte * 1e9)}
                         for k, v in (net.software or {}).items()},

@@ -171,3 +171,103 @@ def test_cache_blend_and_oversubscription_wait():
     assert four["oversubscription_wait"] == pytest.approx(5e-3)
     assert "oversubscription_wait" not in cm.allreduce_terms(net._replace(
         oversubscribed_wait_s=0.0), "ring", 4, small)
+
+
+def han_net(g=4, slots=4, **kw):
+    """intra 10 us + 1 GB/s, inter 20 us + 100 MB/s, adds 0.1 ns/B, han on."""
+    return Network(Link(10e-6, 1e9), Link(20e-6, 1e8), 1e-10, g, slots, 10000, {},
+                   native_hierarchical=True, **kw)
+
+
+def test_han_leader_bytes_by_host_count():
+    # H = 2: chain in, linear out, 1 segment each way; H = 4: leader 0 sends 3/4 (reduce-
+    # scatter) + 3 copies (linear bcast); H = 8: 7/8 + 1 (chain) out, 2 * 7/8 in.
+    assert cm._han_leader_bytes([2, 3, 4, 8]) == pytest.approx([1, 2 / 3 + 2, 3.75, 1.875])
+
+
+def test_han_hand_worked_two_hosts():
+    """2 hosts x 4 ranks, 256 KiB = 4 segments of m = 64 KiB (copy 65.536 us, add 6.5536 us)."""
+    net = han_net()
+    copy, add, link = 65.536e-6, 6.5536e-6, 655.36e-6   # m / 1 GB/s, m * 0.1 ns, m / 100 MB/s
+    lr = 2 * (10e-6 + copy + add)          # binomial reduce among 4: 2 rounds
+    ur = 20e-6 + link + add                # chain of the 2 leaders into leader 0
+    ub = 20e-6 + link                      # linear bcast: one copy to the other leader
+    lb = 10e-6 + 3 * copy                  # leader copies to 3 ranks
+    steady = max(2 * (copy + add), link + 20e-6 + add) + 3 * copy
+    t = cm.allreduce_terms(net, "native", 8, 4 * 65536)
+    assert t["han_in_host_reduce"] == pytest.approx(lr)
+    assert t["han_leaders_reduce"] == pytest.approx(ur)
+    assert t["han_leaders_bcast"] == pytest.approx(ub)
+    assert t["han_in_host_bcast"] == pytest.approx(lb)
+    assert t["han_pipeline"] == pytest.approx(3 * steady)
+    assert t["reduce_scatter"] == 0 and t["recursive_doubling"] == 0
+    assert cm.allreduce_time(net, "native", 8, 4 * 65536) == pytest.approx(
+        lr + ur + ub + lb + 3 * steady)
+
+
+def test_han_eight_hosts_small_and_large_bcast():
+    """8 hosts x 2: libnbc bcast is binomial below 64 KiB and an 8 KiB chain from 64 KiB."""
+    net = han_net(g=2, slots=2)
+    small = cm.allreduce_terms(net, "native", 16, 4096)
+    assert small["han_leaders_bcast"] == pytest.approx(3 * (20e-6 + 4096 / 1e8))
+    # reduce-scatter + gather: 2 lg 8 = 6 rounds, 2 * 7/8 of the bytes into leader 0
+    assert small["han_leaders_reduce"] == pytest.approx(6 * 20e-6 + 1.75 * 4096 / 1e8
+                                                        + 7 / 8 * 4096 * 1e-10)
+    assert small["han_in_host_reduce"] == pytest.approx(10e-6 + 4096 / 1e9 + 4096 * 1e-10)
+    assert small["han_pipeline"] == 0
+    large = cm.allreduce_terms(net, "native", 16, 65536)
+    assert large["han_leaders_bcast"] == pytest.approx(7 * 20e-6 + (65536 + 6 * 8192) / 1e8)
+
+
+def test_han_pipeline_paced_by_the_leaders_link():
+    """Many segments: T grows by max(lr, up) + lb per 64 KiB, up = b(H) m / B + rounds * a."""
+    for g, p, bytes_per_segment, rounds in ((4, 8, 1.0, 1), (2, 8, 3.75, 4), (2, 16, 1.875, 7)):
+        net = han_net(g=g, slots=g)
+        h = p // g
+        t = [cm.allreduce_time(net, "native", p, k * 65536) for k in (100, 101)]
+        adds = 65536 * 1e-10 * (1 if h == 2 else (h - 1) / h)
+        up = bytes_per_segment * 655.36e-6 + rounds * 20e-6 + adds
+        assert t[1] - t[0] == pytest.approx(up + (g - 1) * 65.536e-6)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_han_changes_nothing_on_one_host_or_one_rank_per_host(seed):
+    rng = np.random.default_rng(seed)
+    net = random_network(rng)
+    han = net._replace(native_hierarchical=True)
+    n = rng.uniform(1, 1e9, 10)
+    p = int(rng.integers(2, net.gpus_per_host + 1)) if net.gpus_per_host > 1 else 1
+    np.testing.assert_allclose(cm.allreduce_time(han, "native", p, n),
+                               cm.allreduce_time(net, "native", p, n))
+    one = net._replace(gpus_per_host=1)
+    np.testing.assert_allclose(cm.allreduce_time(one._replace(native_hierarchical=True), "native",
+                                                 8, n), cm.allreduce_time(one, "native", 8, n))
+    for algorithm in ("ring", "torus2d", "hierarchical"):   # han is native's only
+        np.testing.assert_allclose(cm.allreduce_time(han, algorithm, 4 * net.gpus_per_host, n),
+                                   cm.allreduce_time(net, algorithm, 4 * net.gpus_per_host, n))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_han_bounds(seed):
+    """At least the bytes into leader 0 over its link; grows with n past the first segment."""
+    rng = np.random.default_rng(seed)
+    g = int(rng.choice([2, 3, 4, 8]))
+    net = random_network(rng, g)._replace(native_hierarchical=True)
+    h = int(rng.integers(2, 17))
+    n = np.sort(rng.uniform(65536, 1e9, 20))
+    t = cm.allreduce_time(net, "native", h * g, n)
+    assert np.all(t >= 2 * (h - 1) / h * n / net.inter.bandwidth_Bps * (1 - 1e-12))
+    assert np.all(np.diff(t) >= 0)
+
+
+def test_profiles_name_the_native_they_model():
+    from nnabla_torus.profile import load_profile, profile_from_dict, profile_to_dict
+    abci, cpu = load_profile("abci"), load_profile("cpu-2core")
+    assert not abci.network.native_hierarchical          # NCCL: one flat algorithm
+    assert cpu.network.native_hierarchical                # Open MPI 5: coll/han on 2+ hosts
+    again = profile_from_dict(profile_to_dict(cpu)).network
+    assert again.native_hierarchical
+    raw = profile_to_dict(cpu)
+    raw["native_hierarchical"] = "yes"
+    with pytest.raises(ValueError, match="native_hierarchical"):
+        profile_from_dict(raw)
