@@ -343,6 +343,7 @@ def calibrate(args, log=print):
         "links.inter": "assumed 1 Gbit/s Ethernet: one host, no inter-host measurement",
         "software.native.step_us": "0: native steps are the link's latency",
         "native_hierarchical": "true: Open MPI 5 runs coll/han when a job spans hosts",
+        "oversubscribed_hosts_wait_us": "0: needs several hosts (tools/emucluster_model_check)",
         "gpus_per_host": f"{ranks_per_host}: the most ranks measured on this host"}
     report["model"] = model
     report["measured"] = {"allreduce_ranks": args.ranks, "sizes": args.sizes,

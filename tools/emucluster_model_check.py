@@ -94,9 +94,8 @@ def mapped_time(net, algorithm, p, nbytes, x, hosts_of):
         crosses, flows = costmodel.ring_links(rings, hosts_of)
         total += costmodel.ring_phase(net, rings.shape[1], nbytes * fraction, crosses, flows,
                                       share, reduces, sw)
-    if net.oversubscribed_wait_s and net.slots_per_host and on_host > net.slots_per_host:
-        total += net.oversubscribed_wait_s
-    return float(total)
+    waits = costmodel.call_waits(net, p, on_host, len(set(hosts_of.tolist())) > 1)
+    return float(total + sum(waits.values()))
 
 
 def host_link_bytes(p, x, nbytes, hosts_of):

@@ -260,13 +260,34 @@ def test_han_bounds(seed):
     assert np.all(np.diff(t) >= 0)
 
 
+def test_call_waits_per_extra_rank_on_several_hosts_only():
+    net = Network(Link(1e-6, 1e9), Link(1e-6, 1e9), 0.0, 4, 1, 0, {}, 25e-6,
+                  oversubscribed_hosts_wait_s=2e-3)
+    one_host = cm.allreduce_terms(net, "ring", 4, 4096)
+    assert one_host["oversubscription_wait"] == pytest.approx(25e-6)
+    assert one_host["oversubscription_hosts_wait"] == 0
+    # 2 hosts x 4 ranks on 1 slot each: o = 4, 3 other ranks per core, per call not per step
+    for algorithm in cm.ALGORITHMS:
+        assert cm.allreduce_terms(net, algorithm, 8, 4096)[
+            "oversubscription_hosts_wait"] == pytest.approx(3 * 2e-3)
+    half = net._replace(slots_per_host=0.5)   # 2 ranks on half a core each: o = 8
+    assert cm.allreduce_terms(half, "ring", 8, 4096)[
+        "oversubscription_hosts_wait"] == pytest.approx(7 * 2e-3)
+    roomy = net._replace(slots_per_host=4)    # no oversubscription, no wait
+    assert "oversubscription_wait" not in cm.allreduce_terms(
+        roomy._replace(oversubscribed_wait_s=0.0), "ring", 8, 4096)
+    assert cm.allreduce_terms(roomy, "ring", 8, 4096)["oversubscription_hosts_wait"] == 0
+
+
 def test_profiles_name_the_native_they_model():
     from nnabla_torus.profile import load_profile, profile_from_dict, profile_to_dict
     abci, cpu = load_profile("abci"), load_profile("cpu-2core")
     assert not abci.network.native_hierarchical          # NCCL: one flat algorithm
+    assert abci.network.oversubscribed_hosts_wait_s == 0
     assert cpu.network.native_hierarchical                # Open MPI 5: coll/han on 2+ hosts
     again = profile_from_dict(profile_to_dict(cpu)).network
-    assert again.native_hierarchical
+    assert again.native_hierarchical and again.oversubscribed_hosts_wait_s == pytest.approx(
+        cpu.network.oversubscribed_hosts_wait_s)
     raw = profile_to_dict(cpu)
     raw["native_hierarchical"] = "yes"
     with pytest.raises(ValueError, match="native_hierarchical"):
