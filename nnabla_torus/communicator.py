@@ -145,7 +145,10 @@ class TorusCommunicator:
             column = [h[local] for h in self.hosts.hosts]
             return Plan(world, be.group(host), be.group(column))
         if algorithm == "torus2d":
-            return Plan(world, be.group(grid.row_of(rank)), be.group(grid.column_of(rank)))
+            row, column = grid.row_of(rank), grid.column_of(rank)
+            # Overlapping pays when rows and columns use different links (in-host, inter-host).
+            pipelined = self.hosts.spans_hosts(column) and not self.hosts.spans_hosts(row)
+            return Plan(world, be.group(row), be.group(column), pipelined)
         return Plan(world, world, None)
 
     # -- nnabla's properties ----------------------------------------------------------------

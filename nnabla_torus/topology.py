@@ -111,6 +111,11 @@ class HostLayout:
         counts = {len(h) for h in self.hosts}
         return counts.pop() if len(counts) == 1 else 0
 
+    def spans_hosts(self, ranks):
+        """True when ``ranks`` live on more than one host."""
+        home = self.host_of(ranks[0])
+        return any(r not in home for r in ranks)
+
     def is_blocked(self):
         """True when every host holds consecutive ranks (rows of a Grid stay on one host)."""
         return all(h == list(range(h[0], h[0] + len(h))) for h in self.hosts)

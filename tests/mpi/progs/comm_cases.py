@@ -188,6 +188,7 @@ def config_name(c):
 # -- correctness cases ---------------------------------------------------------------------
 def case_layout(comm, config):
     assert comm.size == P and comm.rank == RANK and comm.backend.name == BACKEND, comm.name
+    assert not comm._plan.pipelined or config.ranks_per_host, "one host: nothing to overlap"
     assert comm.algorithm == config.algorithm, comm.algorithm
     assert comm.grid == expected_grid(config), (comm.grid, expected_grid(config))
     per_host = config.ranks_per_host or P
@@ -238,8 +239,10 @@ def case_float16(comm, config, flags=((False, False), (True, True))):
 
 
 def case_pipelined(comm, config, division, inplace):
-    """torus2d cut into pieces whose phases overlap: 24-byte pieces on sizes 17 and 17x17
-    (up to 49 pieces, none divisible by the grid), 40000-byte pieces on every size and list."""
+    """torus2d cut into pieces whose phases overlap (rows on one emulated host, columns across):
+    24-byte pieces on sizes 17 and 17x17 (up to 49 pieces, none divisible by the grid),
+    40000-byte pieces on every size and list."""
+    assert comm._plan.pipelined, "rows inside a host, columns across: the plan must pipeline"
     be = comm.backend
     saved = be.pipeline_bytes
     try:
@@ -456,6 +459,10 @@ def correctness_cases():
     for i, config in enumerate(configs_):
         name = config_name(config)
         cases.append((f"{name}: layout", on(config, case_layout)))
+        if BACKEND == "mpi" and config.algorithm == "torus2d" and config.ranks_per_host:
+            cases += [(f"{name} pipelined: division={d} inplace={ip}",   # only MPI pipelines
+                       on(config, case_pipelined, d, ip))
+                      for d in (False, True) for ip in (False, True)]
         key = (config.algorithm, expected_grid(config), config.wire_fp16)
         if key in tested:             # e.g. the default grid named explicitly: layout only
             continue
@@ -464,10 +471,6 @@ def correctness_cases():
             cases += [(f"{name}: sizes division={d} inplace={ip}", on(config, case_sizes, d, ip))
                       for d in (False, True) for ip in (False, True)]
             cases.append((f"{name}: float16", on(config, case_float16)))
-            if BACKEND == "mpi":   # only the MPI backend pipelines
-                cases += [(f"{name} pipelined: division={d} inplace={ip}",
-                           on(config, case_pipelined, d, ip))
-                          for d in (False, True) for ip in (False, True)]
         else:
             cases.append((f"{name}: fused and in-place lists", on(config, case_fused_subset)))
             cases.append((f"{name}: float16", on(config, case_float16, [(True, False)])))
