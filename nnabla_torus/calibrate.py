@@ -35,7 +35,9 @@ import time
 import numpy as np
 
 from . import costmodel
+from .collectives import PIPELINE_BYTES
 from .costmodel import Compute, Link, Network, Software
+from .knobs import env_value
 from .launch import mpirun_command
 from .topology import parse_grid
 
@@ -263,7 +265,9 @@ def base_network(cores, ranks_per_host):
     """
     cache = last_level_cache_bytes()
     return Network(Link(20e-6, 1e9), Link(50e-6, 0.125e9), reduce_cost_per_byte(), ranks_per_host,
-                   cores, 10000, {}, 0.0, cache, 4e9 if cache else 0.0, native_hierarchical=True)
+                   cores, 10000, {}, 0.0, cache, 4e9 if cache else 0.0, native_hierarchical=True,
+                   torus_pipeline_bytes=env_value("NNABLA_TORUS_PIPELINE_BYTES", PIPELINE_BYTES,
+                                                  int))
 
 
 def build_parser():
@@ -343,6 +347,7 @@ def calibrate(args, log=print):
         "links.inter": "assumed 1 Gbit/s Ethernet: one host, no inter-host measurement",
         "software.native.step_us": "0: native steps are the link's latency",
         "native_hierarchical": "true: Open MPI 5 runs coll/han when a job spans hosts",
+        "torus_pipeline_MiB": "the MPI backend's pieces (NNABLA_TORUS_PIPELINE_BYTES)",
         "oversubscribed_hosts_wait_us": "0: needs several hosts (tools/emucluster_model_check)",
         "gpus_per_host": f"{ranks_per_host}: the most ranks measured on this host"}
     report["model"] = model

@@ -23,6 +23,9 @@ A backend supplies ``reduce_scatter(group, buf)`` (returns our reduced chunk, a 
 from dataclasses import dataclass
 
 
+PIPELINE_BYTES = 8 << 20  # default size of the pieces of a pipelined torus2d (bytes)
+
+
 @dataclass
 class Plan:
     """The groups one rank uses: ``world``, and its ``row`` and ``column`` of the grid.

@@ -147,7 +147,8 @@ class TorusCommunicator:
         if algorithm == "torus2d":
             row, column = grid.row_of(rank), grid.column_of(rank)
             # Overlapping pays when rows and columns use different links (in-host, inter-host).
-            pipelined = self.hosts.spans_hosts(column) and not self.hosts.spans_hosts(row)
+            pipelined = (len(row) > 1 and len(column) > 1 and self.hosts.spans_hosts(column)
+                         and not self.hosts.spans_hosts(row))
             return Plan(world, be.group(row), be.group(column), pipelined)
         return Plan(world, world, None)
 

@@ -37,7 +37,10 @@ Algorithms (grid X x Y: Y rows of X consecutive ranks, p = X*Y, see topology.Gri
 - ``ring``: reduce-scatter then all-gather over all p ranks (= torus2d on p x 1 or 1 x p).
 - ``torus2d``: row reduce-scatter (X members, n bytes), column reduce-scatter + all-gather
   (Y members, n/X bytes each), row all-gather. Rows cross hosts only when X > gpus_per_host;
-  each host sends min(X, gpus_per_host) column flows at once.
+  each host sends min(X, gpus_per_host) column flows at once. With ``torus_pipeline_bytes``
+  (the MPI backend's pieces) and rows inside a host but columns across hosts, the buffer goes
+  in K = ceil(n / pipeline) pieces whose row and column phases overlap, see
+  :func:`pipelined_torus_terms`.
 - ``hierarchical``: torus2d with X = gpus_per_host whose column all-reduce is the MPI
   library's own (``native`` on n/X bytes), as our communicator implements it.
 - ``native``: the library's algorithm, modelled on Open MPI's fixed decision (coll/tuned):
@@ -79,7 +82,8 @@ Network = namedtuple("Network", [
     "cache_bandwidth_Bps",    # intra-host bandwidth while the working set fits in cache
     "native_hierarchical",    # native on several hosts is Open MPI 5's coll/han (default False)
     "oversubscribed_hosts_wait_s",  # per call and extra rank per slot, job on 2+ hosts (default 0)
-], defaults=[0.0, 0, 0.0, False, 0.0])
+    "torus_pipeline_bytes",   # torus2d pieces whose phases overlap (default 0: no pieces)
+], defaults=[0.0, 0, 0.0, False, 0.0, 0])
 
 Software = namedtuple("Software", [
     "step_s",       # seconds per ring or doubling step (calls, Python, synchronisation)
@@ -399,6 +403,8 @@ def _algorithm_terms(net, algorithm, p, nbytes, grid_x, share):
     shard = np.asarray(nbytes, float) / x
     row_c, row_f = grid_links(x, y, g, rows=True)
     col_c, col_f = grid_links(x, y, g, rows=False)
+    if algorithm == "torus2d" and net.torus_pipeline_bytes:
+        return pipelined_torus_terms(net, x, y, nbytes, share, sw, (row_c, row_f), (col_c, col_f))
     terms = {"row_reduce_scatter": ring_phase(net, x, nbytes, row_c, row_f, share, True, sw)}
     if algorithm == "hierarchical":
         col = _native_terms(net, y, shard, col_c, col_f, share, software_of(net, "native"),
@@ -409,6 +415,42 @@ def _algorithm_terms(net, algorithm, p, nbytes, grid_x, share):
         terms["column_reduce_scatter"] = ring_phase(net, y, shard, col_c, col_f, share, True, sw)
         terms["column_all_gather"] = ring_phase(net, y, shard, col_c, col_f, share, False, sw)
     terms["row_all_gather"] = ring_phase(net, x, nbytes, row_c, row_f, share, False, sw)
+    return terms
+
+
+def pipelined_torus_terms(net, x, y, nbytes, share, sw, row_links, col_links):
+    """torus2d terms when pieces overlap: the four phases of one piece, then the steady state.
+
+    Pieces overlap only where rows (X > 1) stay inside a host and columns (Y > 1) cross hosts
+    (different links; the communicator pipelines only there), K = ceil(n / torus_pipeline_bytes),
+    else K = 1::
+
+        T = row_rs(n/K) + column(n/K) + row_ag(n/K)
+            + (K - 1) * max(row_rs(n/K) + row_ag(n/K), column(n/K))
+
+    (``pipeline_overlap`` is the last line: while the column links carry piece k, the rows
+    reduce-scatter piece k+1 and all-gather piece k-1.)
+
+    >>> net = Network(Link(0.0, 1e9), Link(0.0, 1e8), 0.0, 2, 2, 0, {}, torus_pipeline_bytes=1e6)
+    >>> t = allreduce_terms(net, "torus2d", 4, 4e6, grid_x=2)   # K = 4 pieces of 1 MB
+    >>> {k: round(float(v) * 1e3, 3) for k, v in t.items()}  # column: 0.25 MB x 2 flows a host
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'row_reduce_scatter': 0.5, 'column_reduce_scatter': 5.0, 'column_all_gather': 5.0,
+     'row_all_gather': 0.5, 'pipeline_overlap': 30.0}
+    """
+    (row_c, row_f), (col_c, col_f) = row_links, col_links
+    n = np.asarray(nbytes, float)
+    overlaps = (np.asarray(col_c, bool) & ~np.asarray(row_c, bool) & (np.asarray(x) > 1)
+                & (np.asarray(y) > 1))
+    pieces = np.where(overlaps, np.maximum(1.0, np.ceil(n / net.torus_pipeline_bytes)), 1.0)
+    piece = n / pieces
+    terms = {"row_reduce_scatter": ring_phase(net, x, piece, row_c, row_f, share, True, sw),
+             "column_reduce_scatter": ring_phase(net, y, piece / x, col_c, col_f, share, True, sw),
+             "column_all_gather": ring_phase(net, y, piece / x, col_c, col_f, share, False, sw),
+             "row_all_gather": ring_phase(net, x, piece, row_c, row_f, share, False, sw)}
+    rows = terms["row_reduce_scatter"] + terms["row_all_gather"]
+    column = terms["column_reduce_scatter"] + terms["column_all_gather"]
+    terms["pipeline_overlap"] = (pieces - 1) * np.maximum(rows, column)
     return terms
 
 

@@ -17,6 +17,8 @@ named without their extension (``abci``, ``cpu-2core``). Format (units in the ke
                                 # clusters); false: one flat algorithm (NCCL on GPUs)
     oversubscribed_wait_us: 0   # wait per all-reduce when a host has more ranks than slots
     oversubscribed_hosts_wait_us: 0  # and per extra rank per slot when the job spans hosts
+    torus_pipeline_MiB: 0       # torus2d pieces that overlap row and column phases (MPI
+                                # backend: NNABLA_TORUS_PIPELINE_BYTES); 0: none (NCCL)
     cache_MiB: 0                # last-level cache shared by a host's ranks (0: not modelled)
     cache_bandwidth_GBps: 0     # intra-host bandwidth while the working set fits in cache
     software:                   # implementation cost per step, per algorithm (default 0)
@@ -47,7 +49,7 @@ Profile = namedtuple("Profile", ["name", "description", "hosts", "network", "mod
 _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", "links",
              "reduce_ns_per_byte", "native_switch_bytes", "software", "models", "oversubscribed_wait_us",
              "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
-             "oversubscribed_hosts_wait_us", "calibration"}
+             "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "calibration"}
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
 _MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host"}
@@ -97,7 +99,7 @@ def profile_from_dict(raw):
     """Build a Profile from the parsed file; raise ValueError naming any bad key or value."""
     required = _TOP_KEYS - {"description", "calibration", "software", "oversubscribed_wait_us",
                             "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
-                            "oversubscribed_hosts_wait_us"}
+                            "oversubscribed_hosts_wait_us", "torus_pipeline_MiB"}
     _check_keys("top level", raw, _TOP_KEYS, required)
     _check_keys("links", raw["links"], {"intra", "inter"}, {"intra", "inter"})
     software = raw.get("software") or {}
@@ -114,7 +116,8 @@ def profile_from_dict(raw):
                       int(raw.get("cache_MiB", 0) * (1 << 20)),
                       raw.get("cache_bandwidth_GBps", 0.0) * 1e9,
                       _flag("native_hierarchical", raw.get("native_hierarchical", False)),
-                      raw.get("oversubscribed_hosts_wait_us", 0.0) * 1e-6)
+                      raw.get("oversubscribed_hosts_wait_us", 0.0) * 1e-6,
+                      int(raw.get("torus_pipeline_MiB", 0) * (1 << 20)))
     if network.cache_bytes and network.cache_bandwidth_Bps <= 0:
         raise ValueError("profile: cache_MiB > 0 needs cache_bandwidth_GBps > 0")
     models = {name: _compute(name, m) for name, m in raw["models"].items()}
@@ -139,6 +142,7 @@ def profile_to_dict(prof):
            "cache_bandwidth_GBps": float(net.cache_bandwidth_Bps * 1e-9),
            "native_hierarchical": bool(net.native_hierarchical),
            "oversubscribed_hosts_wait_us": float(net.oversubscribed_hosts_wait_s * 1e6),
+           "torus_pipeline_MiB": net.torus_pipeline_bytes / (1 << 20),
            "software": {k: {"step_us": float(v.step_s * 1e6),
                             "ns_per_byte": float(v.s_per_byte * 1e9)}
                         for k, v in (net.software or {}).items()},

@@ -28,6 +28,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ..collectives import PIPELINE_BYTES
 from ..knobs import env_value
 from ..rendezvous import Watchdog, overdue, wait_requests
 
@@ -38,9 +39,6 @@ def chunk_bounds(n, m):
     sizes = np.full(m, base, dtype=np.int64)
     sizes[:extra] += 1
     return np.concatenate([[0], np.cumsum(sizes)]).tolist()
-
-
-PIPELINE_BYTES = 8 << 20  # default size of the pieces of a pipelined torus2d (bytes)
 
 
 class Group:

@@ -292,3 +292,38 @@ def test_profiles_name_the_native_they_model():
     raw["native_hierarchical"] = "yes"
     with pytest.raises(ValueError, match="native_hierarchical"):
         profile_from_dict(raw)
+
+
+# -- pipelined torus2d ------------------------------------------------------------------------
+def pipelined_net(pipeline_bytes=8 << 20):
+    return Network(Link(20e-6, 2e9), Link(50e-6, 0.125e9), 1e-10, 4, 4, 10000, {},
+                   torus_pipeline_bytes=pipeline_bytes)
+
+
+def test_pipelined_torus_overlaps_only_where_rows_stay_in_a_host():
+    piped, flat = pipelined_net(), pipelined_net(0)
+    n = 100 << 20
+    # 2 hosts x 4, grid 4x2: rows in a host, columns across: faster, but not below the column.
+    t_piped = float(cm.allreduce_time(piped, "torus2d", 8, n, 4))
+    t_flat = float(cm.allreduce_time(flat, "torus2d", 8, n, 4))
+    terms = cm.allreduce_terms(flat, "torus2d", 8, n, 4)
+    column = float(terms["column_reduce_scatter"] + terms["column_all_gather"])
+    assert column < t_piped < t_flat
+    # One host, rows across hosts (8x1 = ring-like rows), 1xN: no pieces, the same time.
+    for p, x in ((4, 2), (8, 8), (8, 1)):
+        assert float(cm.allreduce_time(piped, "torus2d", p, n, x)) == pytest.approx(
+            float(cm.allreduce_time(flat, "torus2d", p, n, x)))
+    # A buffer no larger than one piece: K = 1, no overlap term.
+    small = cm.allreduce_terms(piped, "torus2d", 8, 1 << 20, 4)
+    assert float(small["pipeline_overlap"]) == 0.0
+    assert float(sum(small.values())) == pytest.approx(
+        float(cm.allreduce_time(flat, "torus2d", 8, 1 << 20, 4)))
+
+
+def test_pipelined_torus_by_hand():
+    """K = 4 pieces, column-bound: T = rows + column of one piece + 3 more columns."""
+    net = Network(Link(0.0, 1e9), Link(0.0, 1e8), 0.0, 2, 2, 0, {}, torus_pipeline_bytes=1e6)
+    # row: 1 step of 0.5 MB at 1 GB/s = 0.5 ms each way; column: 1 step of 0.25 MB with 2
+    # flows per host at 0.1 GB/s = 5 ms each way.
+    assert float(cm.allreduce_time(net, "torus2d", 4, 4e6, 2)) == pytest.approx(
+        (0.5 + 5 + 5 + 0.5 + 3 * 10) * 1e-3)
