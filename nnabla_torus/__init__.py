@@ -5,7 +5,7 @@
     comm.init()
 """
 from .communicator import MultiProcessDataParallelCommunicator, TorusCommunicator  # noqa: F401
-from .rendezvous import CollectiveTimeout  # noqa: F401
+from .rendezvous import CollectiveTimeout, RankLost  # noqa: F401
 from .topology import Grid  # noqa: F401
 
 __version__ = "0.1.0"

@@ -30,6 +30,7 @@ Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else envi
 """
 import logging
 import sys
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -37,12 +38,13 @@ from mpi4py import MPI
 from . import topology
 from .collectives import Plan, get_algorithm
 from .knobs import env_value
-from .rendezvous import CollectiveTimeout, check_same_call
+from .rendezvous import CollectiveTimeout, RankLost, check_same_call, lost_ranks, rank_lost
 
 logger = logging.getLogger("nnabla_torus")
 _notes_said = set()  # notes are logged once per process
 
 DEFAULTS = dict(algorithm="torus2d", timeout=300.0)  # timeout in seconds
+LOST_GRACE_S = 5.0  # seconds a rank that saw a peer die waits for mpirun to end the job
 
 
 def _is_cuda(ctx):
@@ -83,6 +85,7 @@ class TorusCommunicator:
         self._plans = {}
         self._groups = {}
         self._workspace = {}
+        self._host_names = []  # MPI.Get_processor_name() of every rank, for error messages
 
     # -- set-up -----------------------------------------------------------------------------
     def init(self):
@@ -91,6 +94,7 @@ class TorusCommunicator:
             return
         self.backend = make_backend(self._backend_name, self.ctx, self.timeout)
         names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
+        self._host_names = names
         per_host = env_value("NNABLA_TORUS_RANKS_PER_HOST", 0, int)
         if per_host:
             if self.size % per_host:
@@ -219,15 +223,46 @@ class TorusCommunicator:
 
     # -- helpers ----------------------------------------------------------------------------
     def _collective(self, group, signature, what, body):
-        """Check the call across ``group``, run ``body``; abort the job if a peer is missing."""
+        """Check the call across ``group``, run ``body``; abort the job if a peer is missing
+        (CollectiveTimeout) or dead (RankLost, also from an MPI error the death caused)."""
         try:
             if self.check:
                 check_same_call(group.control, group.ranks, signature, self.timeout, what)
-            return body()
+            result = body()
         except CollectiveTimeout as e:
             print(f"nnabla_torus: {e}; aborting the job", file=sys.stderr, flush=True)
             self.backend.abort(70)
             raise
+        except RankLost as e:
+            self._end_for_lost(e)
+            raise
+        except MPI.Exception as e:  # a blocking library call failed: was it a dead peer?
+            lost = rank_lost(e, self.rank, what)
+            if lost is None:
+                raise
+            self._end_for_lost(lost)
+            raise lost from e
+        # Open MPI's hierarchical all-reduce can return normally with a partial sum when a
+        # peer died; a dead rank known now means the result cannot be trusted.
+        lost = lost_ranks()
+        if lost:
+            self._end_for_lost(RankLost(self.rank, lost, what))
+        return result
+
+    def _end_for_lost(self, error):
+        """Say which rank(s) died and where, let mpirun end the job, abort it if it does not.
+
+        mpirun ends every process once it hears of the death (about 1 s) and names the dead
+        rank; aborting at once would make mpirun name this survivor instead, and the peers of
+        this survivor name it as lost. After LOST_GRACE_S (at most the timeout) abort anyway.
+        """
+        names = self._host_names
+        where = ", ".join(f"rank {r} ran on {names[r]}" for r in error.lost if r < len(names))
+        print(f"nnabla_torus: {error}; aborting"
+              + (f" ({where}; mpirun reports how it ended)" if where else ""),
+              file=sys.stderr, flush=True)
+        time.sleep(min(LOST_GRACE_S, self.timeout))
+        self.backend.abort(70)
 
     def _buffer(self, dtype, count):
         """The fused workspace of ``dtype`` (allocated once, grown when a call needs more)."""

@@ -8,6 +8,11 @@ messages per call and turns the two classic failure modes of data-parallel jobs 
   raise ``ValueError`` on every member, describing each rank's call;
 - a rank that never arrives makes the waiting ranks raise ``CollectiveTimeout`` after the
   timeout, naming the ranks that did not arrive.
+
+A rank that dies is named at once instead (``RankLost``) when the MPI library reports dead
+processes: Open MPI 5 launched with ``--mca mpi_ft_enable 1`` (what ``nnabla_torus.launch``
+adds). The runtime still ends the whole job; the flag only turns the survivors' "socket closed"
+into an error that says which rank is gone.
 """
 import contextlib
 import hashlib
@@ -20,10 +25,48 @@ from mpi4py import MPI
 
 CHECK_TAG = 7301
 VERDICT_TAG = 7302
+LOST_CHECK_S = 0.01  # seconds between checks for dead ranks while a wait polls (< 1 us each)
 
 
 class CollectiveTimeout(RuntimeError):
     """A peer did not take part in a collective within the timeout."""
+
+
+class RankLost(RuntimeError):
+    """A rank of the job died (the MPI library reported it failed) during ``what``."""
+
+    def __init__(self, rank, lost, what):
+        self.rank, self.lost, self.what = rank, list(lost), what
+        super().__init__(f"rank {rank}: lost rank(s) {self.lost} during {what}")
+
+
+def lost_ranks():
+    """World ranks the MPI library knows have died, ascending; ``[]`` when it does not track
+    failures (Open MPI without ``--mca mpi_ft_enable 1``, or an MPI without ``Comm_get_failed``).
+    """
+    try:
+        failed = MPI.COMM_WORLD.Get_failed()
+    except (NotImplementedError, MPI.Exception):
+        return []
+    try:
+        count = failed.Get_size()
+        if count == 0:
+            return []
+        world = MPI.COMM_WORLD.Get_group()
+        try:
+            return sorted(MPI.Group.Translate_ranks(failed, list(range(count)), world))
+        finally:
+            world.Free()
+    finally:
+        failed.Free()
+
+
+def rank_lost(error, rank, what):
+    """``RankLost`` for an ``MPI.Exception`` raised because a process died, else None."""
+    if not isinstance(error, MPI.Exception):
+        return None
+    lost = lost_ranks()
+    return RankLost(rank, lost, what) if lost else None
 
 
 def wait_requests(requests, timeout, what, peers, rank, spin=2e-4, poll_sleep=5e-5):
@@ -32,16 +75,31 @@ def wait_requests(requests, timeout, what, peers, rank, spin=2e-4, poll_sleep=5e
     Polls instead of blocking in ``MPI_Waitall`` so that (1) a hang becomes an error that names
     the peers and (2) after ``spin`` seconds a waiting rank sleeps ``poll_sleep`` seconds
     between polls, leaving the CPU to the ranks that still compute (oversubscribed nodes).
+    A rank that dies (as far as the MPI library can tell) raises RankLost naming it, within
+    ``LOST_CHECK_S`` of the library noticing, even when this wait is not for the dead rank.
     """
-    if MPI.Request.Testall(requests):
-        return
-    start = time.monotonic()
-    while not MPI.Request.Testall(requests):
-        waited = time.monotonic() - start
-        if waited > timeout:
-            raise overdue(rank, what, timeout, peers)
-        if waited > spin:
-            time.sleep(poll_sleep)
+    try:
+        if MPI.Request.Testall(requests):
+            return
+        start = time.monotonic()
+        check_at = start + LOST_CHECK_S
+        while not MPI.Request.Testall(requests):
+            now = time.monotonic()
+            waited = now - start
+            if waited > timeout:
+                raise overdue(rank, what, timeout, peers)
+            if now > check_at:
+                lost = lost_ranks()
+                if lost:
+                    raise RankLost(rank, lost, what)
+                check_at = now + LOST_CHECK_S
+            if waited > spin:
+                time.sleep(poll_sleep)
+    except MPI.Exception as e:  # with fault tolerance on, a dead peer fails its requests
+        lost = rank_lost(e, rank, what)
+        if lost is None:
+            raise
+        raise lost from e
 
 
 def overdue(rank, what, timeout, peers):
