@@ -19,12 +19,18 @@ def mpirun_path():
     return found
 
 
+# Open MPI 5 then reports a dead peer to the survivors as an error naming it (RankLost) instead
+# of aborting them with "socket closed"; the job still ends at once. Measured: no slower.
+FAULT_ARGS = ("--mca", "mpi_ft_enable", "1")
+
+
 def mpirun_command(ranks, argv, mpirun_args=()):
     """argv running ``python argv...`` on ``ranks`` ranks of this machine.
 
-    Adds ``--oversubscribe`` (more ranks than cores) and, for root, ``--allow-run-as-root``.
+    Adds ``--oversubscribe`` (more ranks than cores), ``FAULT_ARGS`` (a killed rank is named)
+    and, for root, ``--allow-run-as-root``.
     """
-    cmd = [mpirun_path(), "--oversubscribe"]
+    cmd = [mpirun_path(), "--oversubscribe", *FAULT_ARGS]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     return cmd + list(mpirun_args) + ["-np", str(ranks), sys.executable] + list(argv)

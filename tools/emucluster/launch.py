@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 
+from nnabla_torus.launch import FAULT_ARGS
 from nnabla_torus.launch import mpirun_path as find_mpirun
 from tools.emucluster.net import ClusterError
 
@@ -82,6 +83,9 @@ def mpirun_argv(layout, state_dir, ranks_per_host, mapping, command, extra_args=
         "--prtemca", "oob_tcp_if_include", subnet,
         "--mca", "pml", "ob1", "--mca", "btl", "self,sm,tcp",
         "--mca", "btl_tcp_if_include", subnet,
+        # Without it the TCP transport of a rank on another host aborts the job ("Socket
+        # closed", naming that survivor) before mpirun hears of the killed rank.
+        *FAULT_ARGS,
     ]
     if layout.hosts * ranks_per_host > (os.cpu_count() or 1):
         # Each emulated host sees every core, so Open MPI does not know the machine is
