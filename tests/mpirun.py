@@ -7,12 +7,20 @@ A deadlock fails the test (the whole process group is killed) instead of hanging
     assert "OK" in out
 """
 import os
+import re
 import signal
 import subprocess
 
 from nnabla_torus.launch import mpirun_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A rank's death as mpirun reports it ("process rank 3 with PID 812 on node vm exited on
+# signal 9"), group 1 the rank; and as nnabla_torus reports it ("nnabla_torus: rank 0: lost
+# rank(s) [3] during all_reduce ..."), groups the reporting rank and the list of lost ones.
+DIED = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+\S+\s+exited\s+on"
+                  r"\s+signal\s+9")
+LOST = re.compile(r"nnabla_torus: rank (\d+): lost rank\(s\) \[([\d, ]*)\] during ")
 
 
 def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=()):

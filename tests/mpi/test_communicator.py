@@ -1,6 +1,7 @@
 """The torus communicator under mpirun: exact sums on 1-8 ranks, every grid and algorithm.
 
-Also bad input (an error on every rank) and a missing rank (abort naming it). Each launch runs
+Also bad input (an error on every rank), a missing rank (abort naming it) and a killed rank
+(the job ends, the dead rank and only it is named). Each launch runs
 many cases (``tests/mpi/progs/comm_cases.py``) because an mpirun costs seconds here; a failing
 case aborts its launch, and the assertion shows the case and its traceback. The same cases run
 on the fake NCCL backend, and on real NCCL when nnabla-ext-cuda sees enough GPUs (else skipped).
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from nnabla_torus.topology import default_grid, factor_pairs
-from tests.mpirun import run_mpi
+from tests.mpirun import DIED, LOST, run_mpi
 
 PROG = "tests/mpi/progs/comm_cases.py"
 
@@ -141,3 +142,27 @@ def test_a_missing_rank_aborts_the_job_quickly_and_is_named(check, missing):
     assert named <= {missing} or check == "0", out   # only the missing rank is named
     assert "NNABLA_TORUS_TIMEOUT" in out, out
     assert elapsed < 40, f"took {elapsed:.0f} s to abort"
+    assert "lost rank" not in out, out    # a late rank is not a dead one
+
+
+@pytest.mark.parametrize("victim", [3, 0])
+def test_a_killed_rank_ends_the_job_and_is_named(victim):
+    """Rank ``victim`` SIGKILLs itself inside an all-reduce loop: every process ends, non-zero,
+    within the timeout, and the output names the dead rank and no survivor.
+
+    On one host the survivors wait on shared memory, which cannot see a death, so mpirun (which
+    notices the exit at once) names it; across hosts they name it too (test_emucluster.py).
+    """
+    timeout = 20
+    start = time.monotonic()
+    with pytest.raises(AssertionError) as failed:       # run_mpi raises on a non-zero exit
+        run_mpi(4, ["tests/mpi/progs/emu_fault.py", "--size", "1M", "--victim", str(victim),
+                    "--kill-at", "3"], timeout=60, env={"NNABLA_TORUS_TIMEOUT": str(timeout)})
+    elapsed = time.monotonic() - start
+    out = str(failed.value)
+    assert re.match(r"exit [1-9]\d*: ", out), out[:2000]  # not "timeout after": no hang
+    assert f"KILL {victim} " in out and "DONE" not in out, out
+    assert [int(r) for r in DIED.findall(out)] == [victim], out
+    assert all(lost == str(victim) for _, lost in LOST.findall(out)), out
+    assert "MPI_ABORT was invoked" not in out, out       # no survivor blamed by mpirun
+    assert elapsed < timeout, f"took {elapsed:.0f} s to end"
