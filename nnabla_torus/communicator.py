@@ -184,6 +184,13 @@ class TorusCommunicator:
         self._ready()
         return len(self.hosts.host_of(self.rank))
 
+    @property
+    def pipelined(self):
+        """True when world all-reduces overlap row and column phases on pieces of the buffer
+        (torus2d with rows inside a host and columns across hosts, MPI backend)."""
+        self._ready()
+        return self._plan.pipelined and hasattr(self.backend, "run_lanes")
+
     def add_context_and_parameters(self, ctx_param_dict):
         """Accepted for compatibility with nnabla's API; parameters are passed per call."""
         self.ctx = ctx_param_dict[0] if isinstance(ctx_param_dict, tuple) else self.ctx

@@ -9,6 +9,7 @@ each, after ``--warmup`` untimed ones), through the communicator as a user calls
 slowest rank's; the table shows the median. algbw = bytes / time, busbw = algbw * 2(p-1)/p
 (nccl-tests' all-reduce convention), ratio = time / native time at the same size. Inputs are
 small integers, so every sum is exact and compared exactly (#wrong counts wrong elements).
+``--json`` records also say whether the call was ``pipelined`` (torus2d in overlapping pieces).
 """
 import argparse
 import json
@@ -123,7 +124,7 @@ def main(argv=None):
             t = float(np.median(times[run]))
             algbw = nbytes / t / 1e9 if t > 0 else 0.0
             rec = dict(algorithm=run[0], grid=str(comm.grid) if run[0] != "native" else "-",
-                       ranks=p, bytes=nbytes, dtype=dtype.name, time_us=t * 1e6,
+                       pipelined=comm.pipelined, ranks=p, bytes=nbytes, dtype=dtype.name, time_us=t * 1e6,
                        algbw_GBps=algbw, busbw_GBps=algbw * 2 * (p - 1) / p,
                        ratio_to_native=t / native if native > 0 else float("nan"),
                        correct=wrong[run] == 0, wrong=wrong[run])

@@ -5,6 +5,7 @@ The MPI tests need root, `ip netns` and `unshare`, and are skipped with the reas
 Each run uses its own prefix and subnet (from the pid), a hard timeout, and checks afterwards
 that no namespace, link or process of the run is left.
 """
+import json
 import os
 import re
 import shutil
@@ -147,6 +148,23 @@ def test_allreduce_across_hosts(mapping, rate, hosts_of_ranks):
     placement = " ".join(f"{r}:{PREFIX}-h{h}" for r, h in enumerate(hosts_of_ranks))
     assert f"HOSTS {placement}" in out, out
     assert "\nOK" in out, out
+
+
+@needs_emulation
+def test_pipelined_torus_across_hosts(tmp_path):
+    """torus2d 2x2 on 2 hosts x 2: rows inside a host, columns across, so buffers go in pieces
+    (4 KiB here: 17 and 256 pieces) whose phases overlap over real TCP; sums exact."""
+    out_json = tmp_path / "bench.json"
+    code, out = run_on_cluster(["--rate", "1gbit", "--mpirun-args",
+                                "-x NNABLA_TORUS_PIPELINE_BYTES=4096"],
+                               ["tools/allreduce_bench.py", "--sizes", "68K,1M", "--algorithms",
+                                "torus2d", "--grids", "2x2", "--iters", "1", "--warmup", "0",
+                                "--json", str(out_json)])
+    assert code == 0, out
+    records = {r["algorithm"]: r for r in json.loads(out_json.read_text())
+               if r["bytes"] == 1 << 20}
+    assert records["torus2d"]["pipelined"] and not records["native"]["pipelined"], records
+    assert all(r["correct"] for r in records.values()), records
 
 
 @needs_emulation
