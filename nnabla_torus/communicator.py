@@ -327,11 +327,12 @@ class TorusCommunicator:
         else:
             run, plan = get_algorithm("ring"), Plan(grp, grp, None)
         what = f"all_reduce ({self.algorithm if group == 'world' else 'ring'}, group {group!r})"
-        # The algorithm, grid and wire format are part of the call: ranks that differ in them
-        # would exchange mismatched messages.
+        # The algorithm, grid, wire format and pieces are part of the call: ranks that differ
+        # in them would exchange mismatched messages.
+        pieces = self.backend.pipeline_bytes if group == "world" and self.pipelined else None
         sig = ("all_reduce", self._signature(arrays), bool(division), bool(inplace),
                self.track_sqnorms, self.algorithm if group == "world" else "ring",
-               str(self.grid) if group == "world" else None, self.wire_fp16)
+               str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
         self._collective(grp, sig, what, lambda: self._all_reduce(
             arrays, division, inplace, lambda buf: run(self.backend, plan, buf), grp.size))
 

@@ -76,6 +76,9 @@ class MPIBackend:
             "NNABLA_TORUS_SEGMENT_BYTES", 4 << 20, int))
         self.pipeline_bytes = int(pipeline_bytes if pipeline_bytes is not None else env_value(
             "NNABLA_TORUS_PIPELINE_BYTES", PIPELINE_BYTES, int))
+        if self.pipeline_bytes < 0:
+            raise ValueError(f"pipeline bytes {self.pipeline_bytes} must be >= 0 "
+                             f"(NNABLA_TORUS_PIPELINE_BYTES; 0: no pieces)")
         self.spin = float(spin if spin is not None else env_value("NNABLA_TORUS_SPIN_S", 2e-4, float))
         self.poll_sleep = float(poll_sleep if poll_sleep is not None else env_value(
             "NNABLA_TORUS_POLL_SLEEP_S", 5e-5, float))

@@ -569,6 +569,18 @@ def bad_input(comm):
         finally:
             del os.environ["NNABLA_TORUS_RANKS_PER_HOST"]
 
+    def pieces_differ():           # NNABLA_TORUS_PIPELINE_BYTES set on one host only
+        piped = make_comm(Config("torus2d", None, 2, False))   # rows in a host: pipelined
+        piped.backend.pipeline_bytes = 24 if RANK == last else 40000
+        piped.all_reduce(ndarrays([(17, 17)], RANK))
+
+    def negative_pieces():
+        os.environ["NNABLA_TORUS_PIPELINE_BYTES"] = "-1"
+        try:
+            C.MultiProcessDataParallelCommunicator().init()
+        finally:
+            del os.environ["NNABLA_TORUS_PIPELINE_BYTES"]
+
     def not_a_member():            # group i holds rank i only; each rank calls its neighbour's
         comm.all_reduce(ndarrays([(17,)], RANK), group=f"only{(RANK + 1) % P}")
 
@@ -578,7 +590,8 @@ def bad_input(comm):
     for r in range(P):
         comm.new_group((f"only{r}", [r]))
     cases = [shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
-             algorithms_differ, wire_formats_differ, all_gather_list_differs, all_gather_list_wrong_everywhere,
+             algorithms_differ, wire_formats_differ, pieces_differ, negative_pieces,
+             all_gather_list_differs, all_gather_list_wrong_everywhere,
              reduce_scatter_list_differs, grid_does_not_fit, malformed_grid, unknown_algorithm,
              unknown_algorithm_env, hosts_do_not_divide, not_a_member, unknown_group]
     for fn in cases:
