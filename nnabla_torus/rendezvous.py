@@ -81,25 +81,43 @@ def wait_requests(requests, timeout, what, peers, rank, spin=2e-4, poll_sleep=5e
     try:
         if MPI.Request.Testall(requests):
             return
-        start = time.monotonic()
-        check_at = start + LOST_CHECK_S
+        pacer = Pacer(rank, spin, poll_sleep)
         while not MPI.Request.Testall(requests):
-            now = time.monotonic()
-            waited = now - start
-            if waited > timeout:
+            if time.monotonic() - pacer.start > timeout:
                 raise overdue(rank, what, timeout, peers)
-            if now > check_at:
-                lost = lost_ranks()
-                if lost:
-                    raise RankLost(rank, lost, what)
-                check_at = now + LOST_CHECK_S
-            if waited > spin:
-                time.sleep(poll_sleep)
+            pacer.idle(what)
     except MPI.Exception as e:  # with fault tolerance on, a dead peer fails its requests
         lost = rank_lost(e, rank, what)
         if lost is None:
             raise
         raise lost from e
+
+
+class Pacer:
+    """How a polling loop waits between polls that made no progress.
+
+    It spins for ``spin`` seconds after the last progress, then sleeps ``poll_sleep`` seconds
+    per poll; every ``LOST_CHECK_S`` it asks the MPI library for dead ranks and raises RankLost.
+    """
+
+    def __init__(self, rank, spin, poll_sleep):
+        self.rank, self.spin, self.poll_sleep = rank, spin, poll_sleep
+        self.start = self.progress_at = time.monotonic()
+        self.check_at = self.start + LOST_CHECK_S
+
+    def progressed(self):
+        self.progress_at = time.monotonic()
+
+    def idle(self, what):
+        """One poll found nothing to do (while waiting in ``what``)."""
+        now = time.monotonic()
+        if now > self.check_at:
+            lost = lost_ranks()
+            if lost:
+                raise RankLost(self.rank, lost, what)
+            self.check_at = now + LOST_CHECK_S
+        if now - self.progress_at > self.spin:
+            time.sleep(self.poll_sleep)
 
 
 def overdue(rank, what, timeout, peers):

@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 from ..collectives import PIPELINE_BYTES
 from ..knobs import env_value
-from ..rendezvous import Watchdog, overdue, wait_requests
+from ..rendezvous import Pacer, Watchdog, overdue, wait_requests
 
 
 def chunk_bounds(n, m):
@@ -129,14 +129,14 @@ class MPIBackend:
 
         A lane goes on as soon as its requests complete (or its callable returns True); a wait
         on requests that lasts ``timeout`` seconds raises CollectiveTimeout naming its peers.
+        Between polls it waits as ``wait`` does (rendezvous.Pacer).
         """
-        now = time.monotonic()
+        pacer = Pacer(self.rank, self.spin, self.poll_sleep)
         waiting = []  # [lane, (ready, what, peers), since]
         for lane in lanes:
             item = next(lane, None)
             if item is not None:
-                waiting.append([lane, item, now])
-        idle_since = now
+                waiting.append([lane, item, pacer.start])
         while waiting:
             moved = False
             for entry in list(waiting):
@@ -150,11 +150,10 @@ class MPIBackend:
                 entry[1], entry[2] = item, since
                 if not callable(item[0]) and time.monotonic() - since > self.timeout:
                     raise overdue(self.rank, item[1], self.timeout, item[2])
-            now = time.monotonic()
             if moved:
-                idle_since = now
-            elif now - idle_since > self.spin:
-                time.sleep(self.poll_sleep)
+                pacer.progressed()
+            elif waiting:   # name a wait on peers, not a lane's wait for another lane
+                pacer.idle(next((e[1][1] for e in waiting if e[1][1]), "pipelined all-reduce"))
 
     def pieces(self, buf):
         """``buf`` cut into contiguous views of about ``pipeline_bytes`` (one piece if 0)."""

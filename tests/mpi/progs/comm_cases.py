@@ -502,6 +502,15 @@ def expect_error(name, fn):
         print(f"rank {RANK}: {name}: NO ERROR", flush=True)
 
 
+def init_with_env(name, value):
+    """Create and init a communicator with environment variable ``name`` set to ``value``."""
+    os.environ[name] = value
+    try:
+        C.MultiProcessDataParallelCommunicator().init()
+    finally:
+        del os.environ[name]
+
+
 def bad_input(comm):
     last = P - 1
 
@@ -556,18 +565,10 @@ def bad_input(comm):
         C.MultiProcessDataParallelCommunicator(algorithm="tree").init()
 
     def unknown_algorithm_env():
-        os.environ["NNABLA_TORUS_ALGORITHM"] = "bogus"
-        try:
-            C.MultiProcessDataParallelCommunicator().init()
-        finally:
-            del os.environ["NNABLA_TORUS_ALGORITHM"]
+        init_with_env("NNABLA_TORUS_ALGORITHM", "bogus")
 
     def hosts_do_not_divide():
-        os.environ["NNABLA_TORUS_RANKS_PER_HOST"] = str(P - 1)
-        try:
-            C.MultiProcessDataParallelCommunicator().init()
-        finally:
-            del os.environ["NNABLA_TORUS_RANKS_PER_HOST"]
+        init_with_env("NNABLA_TORUS_RANKS_PER_HOST", str(P - 1))
 
     def pieces_differ():           # NNABLA_TORUS_PIPELINE_BYTES set on one host only
         piped = make_comm(Config("torus2d", None, 2, False))   # rows in a host: pipelined
@@ -575,11 +576,7 @@ def bad_input(comm):
         piped.all_reduce(ndarrays([(17, 17)], RANK))
 
     def negative_pieces():
-        os.environ["NNABLA_TORUS_PIPELINE_BYTES"] = "-1"
-        try:
-            C.MultiProcessDataParallelCommunicator().init()
-        finally:
-            del os.environ["NNABLA_TORUS_PIPELINE_BYTES"]
+        init_with_env("NNABLA_TORUS_PIPELINE_BYTES", "-1")
 
     def not_a_member():            # group i holds rank i only; each rank calls its neighbour's
         comm.all_reduce(ndarrays([(17,)], RANK), group=f"only{(RANK + 1) % P}")
