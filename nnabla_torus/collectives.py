@@ -12,10 +12,10 @@ A backend supplies ``reduce_scatter(group, buf)`` (returns our reduced chunk, a 
     3. all-gather along the row.
   2(X-1) + 2(Y-1) steps instead of 2(p-1); the same bytes as the ring in total, but only
   2(Y-1)/(XY) * n of them cross the column links. A torus on Nx1 or 1xN is the ring.
-  When the plan says ``pipelined`` (the column crosses hosts, the row does not) and the
-  backend has ``run_lanes`` (MPI), large buffers are cut into pieces and the row phases of one
-  piece overlap the column phase of another (``torus2d_lanes``). Inside one host both phases
-  share the same cores and copies, so there is nothing to overlap.
+  When the plan says ``pipelined`` (the column crosses hosts, the row does not; the backend
+  has ``pieces`` and ``run_lanes``, as MPI does), large buffers are cut into pieces and the
+  row phases of one piece overlap the column phase of another (``torus2d_lanes``). Inside one
+  host both phases share the same cores and copies, so there is nothing to overlap.
 - ``hierarchical``: the torus with rows = the ranks of one host and the column phase done by
   the library's own all-reduce (Horovod's hierarchical all-reduce).
 - ``native``: the library's own all-reduce over the world (``MPI_Allreduce`` or NCCL's).
@@ -43,7 +43,7 @@ def ring(backend, plan, buf):
 
 
 def torus2d(backend, plan, buf):
-    pieces = backend.pieces(buf) if plan.pipelined and hasattr(backend, "run_lanes") else [buf]
+    pieces = backend.pieces(buf) if plan.pipelined else [buf]
     if len(pieces) > 1:
         backend.run_lanes(torus2d_lanes(backend, plan, pieces))
         return

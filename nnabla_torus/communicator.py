@@ -150,9 +150,10 @@ class TorusCommunicator:
             return Plan(world, be.group(host), be.group(column))
         if algorithm == "torus2d":
             row, column = grid.row_of(rank), grid.column_of(rank)
-            # Overlapping pays when rows and columns use different links (in-host, inter-host).
-            pipelined = (len(row) > 1 and len(column) > 1 and self.hosts.spans_hosts(column)
-                         and not self.hosts.spans_hosts(row))
+            # Overlapping pays when rows and columns use different links (in-host, inter-host);
+            # only backends with run_lanes (MPI) can overlap.
+            pipelined = (hasattr(be, "run_lanes") and len(row) > 1 and len(column) > 1
+                         and self.hosts.spans_hosts(column) and not self.hosts.spans_hosts(row))
             return Plan(world, be.group(row), be.group(column), pipelined)
         return Plan(world, world, None)
 
@@ -189,7 +190,7 @@ class TorusCommunicator:
         """True when world all-reduces overlap row and column phases on pieces of the buffer
         (torus2d with rows inside a host and columns across hosts, MPI backend)."""
         self._ready()
-        return self._plan.pipelined and hasattr(self.backend, "run_lanes")
+        return self._plan.pipelined
 
     def add_context_and_parameters(self, ctx_param_dict):
         """Accepted for compatibility with nnabla's API; parameters are passed per call."""
