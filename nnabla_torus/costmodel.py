@@ -40,7 +40,7 @@ Algorithms (grid X x Y: Y rows of X consecutive ranks, p = X*Y, see topology.Gri
   each host sends min(X, gpus_per_host) column flows at once. With ``torus_pipeline_bytes``
   (the MPI backend's pieces) and rows inside a host but columns across hosts, the buffer goes
   in K = ceil(n / pipeline) pieces whose row and column phases overlap, see
-  :func:`pipelined_torus_terms`.
+  :func:`torus_terms`.
 - ``hierarchical``: torus2d with X = gpus_per_host whose column all-reduce is the MPI
   library's own (``native`` on n/X bytes), as our communicator implements it.
 - ``native``: the library's algorithm, modelled on Open MPI's fixed decision (coll/tuned):
@@ -403,33 +403,29 @@ def _algorithm_terms(net, algorithm, p, nbytes, grid_x, share):
     shard = np.asarray(nbytes, float) / x
     row_c, row_f = grid_links(x, y, g, rows=True)
     col_c, col_f = grid_links(x, y, g, rows=False)
-    if algorithm == "torus2d" and net.torus_pipeline_bytes:
-        return pipelined_torus_terms(net, x, y, nbytes, share, sw, (row_c, row_f), (col_c, col_f))
-    terms = {"row_reduce_scatter": ring_phase(net, x, nbytes, row_c, row_f, share, True, sw)}
-    if algorithm == "hierarchical":
-        col = _native_terms(net, y, shard, col_c, col_f, share, software_of(net, "native"),
-                            np.where(col_c, 1, y), col_f)
-        col["recursive_doubling"] = np.where(y > 1, col["recursive_doubling"], 0.0)
-        terms.update({"column_native_" + k: v for k, v in col.items()})
-    else:
-        terms["column_reduce_scatter"] = ring_phase(net, y, shard, col_c, col_f, share, True, sw)
-        terms["column_all_gather"] = ring_phase(net, y, shard, col_c, col_f, share, False, sw)
-    terms["row_all_gather"] = ring_phase(net, x, nbytes, row_c, row_f, share, False, sw)
-    return terms
+    if algorithm == "torus2d":
+        return torus_terms(net, x, y, nbytes, share, sw, (row_c, row_f), (col_c, col_f))
+    col = _native_terms(net, y, shard, col_c, col_f, share, software_of(net, "native"),
+                        np.where(col_c, 1, y), col_f)   # hierarchical: the library's column
+    col["recursive_doubling"] = np.where(y > 1, col["recursive_doubling"], 0.0)
+    return {"row_reduce_scatter": ring_phase(net, x, nbytes, row_c, row_f, share, True, sw),
+            **{"column_native_" + k: v for k, v in col.items()},
+            "row_all_gather": ring_phase(net, x, nbytes, row_c, row_f, share, False, sw)}
 
 
-def pipelined_torus_terms(net, x, y, nbytes, share, sw, row_links, col_links):
-    """torus2d terms when pieces overlap: the four phases of one piece, then the steady state.
+def torus_terms(net, x, y, nbytes, share, sw, row_links, col_links):
+    """torus2d terms: the four ring phases of one piece, then the pipeline's steady state.
 
-    Pieces overlap only where rows (X > 1) stay inside a host and columns (Y > 1) cross hosts
-    (different links; the communicator pipelines only there), K = ceil(n / torus_pipeline_bytes),
-    else K = 1::
+    ``row_links``, ``col_links``: (crosses, flows) of the row and column phases. Pieces
+    overlap only where ``torus_pipeline_bytes`` > 0 and rows (X > 1) stay inside a host while
+    columns (Y > 1) cross hosts (different links; the communicator pipelines only there),
+    K = ceil(n / torus_pipeline_bytes), else K = 1 (the four phases on the whole buffer)::
 
         T = row_rs(n/K) + column(n/K) + row_ag(n/K)
             + (K - 1) * max(row_rs(n/K) + row_ag(n/K), column(n/K))
 
-    (``pipeline_overlap`` is the last line: while the column links carry piece k, the rows
-    reduce-scatter piece k+1 and all-gather piece k-1.)
+    (``pipeline_overlap``, present when the net has pieces, is the last line: while the column
+    links carry piece k, the rows reduce-scatter piece k+1 and all-gather piece k-1.)
 
     >>> net = Network(Link(0.0, 1e9), Link(0.0, 1e8), 0.0, 2, 2, 0, {}, torus_pipeline_bytes=1e6)
     >>> t = allreduce_terms(net, "torus2d", 4, 4e6, grid_x=2)   # K = 4 pieces of 1 MB
@@ -441,16 +437,18 @@ def pipelined_torus_terms(net, x, y, nbytes, share, sw, row_links, col_links):
     (row_c, row_f), (col_c, col_f) = row_links, col_links
     n = np.asarray(nbytes, float)
     overlaps = (np.asarray(col_c, bool) & ~np.asarray(row_c, bool) & (np.asarray(x) > 1)
-                & (np.asarray(y) > 1))
-    pieces = np.where(overlaps, np.maximum(1.0, np.ceil(n / net.torus_pipeline_bytes)), 1.0)
+                & (np.asarray(y) > 1) & (net.torus_pipeline_bytes > 0))
+    pieces = np.where(overlaps, np.maximum(1.0, np.ceil(n / max(net.torus_pipeline_bytes, 1))),
+                      1.0)
     piece = n / pieces
     terms = {"row_reduce_scatter": ring_phase(net, x, piece, row_c, row_f, share, True, sw),
              "column_reduce_scatter": ring_phase(net, y, piece / x, col_c, col_f, share, True, sw),
              "column_all_gather": ring_phase(net, y, piece / x, col_c, col_f, share, False, sw),
              "row_all_gather": ring_phase(net, x, piece, row_c, row_f, share, False, sw)}
-    rows = terms["row_reduce_scatter"] + terms["row_all_gather"]
-    column = terms["column_reduce_scatter"] + terms["column_all_gather"]
-    terms["pipeline_overlap"] = (pieces - 1) * np.maximum(rows, column)
+    if net.torus_pipeline_bytes:
+        rows = terms["row_reduce_scatter"] + terms["row_all_gather"]
+        column = terms["column_reduce_scatter"] + terms["column_all_gather"]
+        terms["pipeline_overlap"] = (pieces - 1) * np.maximum(rows, column)
     return terms
 
 

@@ -81,27 +81,20 @@ def torus_phases(p, x):
 def mapped_time(net, algorithm, p, nbytes, x, hosts_of):
     """Seconds of ring (x = p) or torus2d for any rank -> host map, phase by phase.
 
-    Same terms as costmodel.allreduce_terms (pipelined torus included), with each phase's
-    (crosses, flows) taken from costmodel.ring_links on the actual placement instead of the
-    block mapping's closed form.
+    Same terms as costmodel.allreduce_terms (costmodel.torus_terms; the ring is the torus on
+    p x 1), with each phase's (crosses, flows) taken from costmodel.ring_links on the actual
+    placement instead of the block mapping's closed form.
     """
     on_host = int(np.bincount(hosts_of).max())
     share = costmodel.rank_share(p, on_host, net.slots_per_host)
     net = net._replace(intra=Link(net.intra.latency_s,
                                   costmodel.intra_bandwidth(net, on_host, nbytes)))
     sw = costmodel.software_of(net, algorithm)
-    phases = torus_phases(p, p if algorithm == "ring" else x)
-    if algorithm == "torus2d" and net.torus_pipeline_bytes:
-        row_links, col_links = (costmodel.ring_links(phase[1], hosts_of) for phase in phases[:2])
-        terms = costmodel.pipelined_torus_terms(net, x, p // x, nbytes, share, sw, row_links,
-                                                col_links)
-        total = sum(float(t) for t in terms.values())
-    else:
-        total = 0.0
-        for _, rings, fraction, reduces in phases:
-            crosses, flows = costmodel.ring_links(rings, hosts_of)
-            total += costmodel.ring_phase(net, rings.shape[1], nbytes * fraction, crosses, flows,
-                                          share, reduces, sw)
+    x = p if algorithm == "ring" else x
+    phases = torus_phases(p, x)
+    row_links, col_links = (costmodel.ring_links(phase[1], hosts_of) for phase in phases[:2])
+    terms = costmodel.torus_terms(net, x, p // x, nbytes, share, sw, row_links, col_links)
+    total = sum(float(t) for t in terms.values())
     waits = costmodel.call_waits(net, p, on_host, len(set(hosts_of.tolist())) > 1)
     return float(total + sum(waits.values()))
 
