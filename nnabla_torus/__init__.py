@@ -3,9 +3,23 @@
     import nnabla_torus as C   # instead of: import nnabla.communicators as C
     comm = C.MultiProcessDataParallelCommunicator(ctx)
     comm.init()
+
+Importing the package starts nothing: the communicator (and with it mpi4py.MPI, which starts
+MPI) is imported on first use of its names, so the planner and ``--help`` never start MPI.
 """
-from .communicator import MultiProcessDataParallelCommunicator, TorusCommunicator  # noqa: F401
-from .rendezvous import CollectiveTimeout, RankLost  # noqa: F401
-from .topology import Grid  # noqa: F401
+import importlib
 
 __version__ = "0.1.0"
+
+_LAZY = {"MultiProcessDataParallelCommunicator": "communicator",
+         "TorusCommunicator": "communicator", "CollectiveTimeout": "rendezvous",
+         "RankGone": "rendezvous", "RankLost": "rendezvous", "Grid": "topology"}
+__all__ = list(_LAZY)
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'nnabla_torus' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value

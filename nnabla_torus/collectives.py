@@ -19,8 +19,14 @@ A backend supplies ``reduce_scatter(group, buf)`` (returns our reduced chunk, a 
 - ``hierarchical``: the torus with rows = the ranks of one host and the column phase done by
   the library's own all-reduce (Horovod's hierarchical all-reduce).
 - ``native``: the library's own all-reduce over the world (``MPI_Allreduce`` or NCCL's).
+
+Averages (``division=True``) divide the sum after it is complete: floating types multiply by
+1/p; integer types take the floor of sum / p (numpy's ``//``: -7 // 2 == -4), and their sums
+wrap on overflow as numpy's integer add does.
 """
 from dataclasses import dataclass
+
+import numpy as np
 
 
 PIPELINE_BYTES = 8 << 20  # default size of the pieces of a pipelined torus2d (bytes)
@@ -36,6 +42,20 @@ class Plan:
     row: object
     column: object
     pipelined: bool = False
+
+
+def scale_numpy(data, factor):
+    """``data *= factor`` in place on a numpy array. Integer dtypes accept only factors 1/p (an
+    average over p ranks): ``data //= p``, the floor, exact by that rule; anything else raises
+    ValueError rather than truncating the factor to 0."""
+    if not np.issubdtype(data.dtype, np.integer):
+        np.multiply(data, data.dtype.type(factor), out=data)
+        return
+    divisor = round(1.0 / factor) if factor else 0
+    if divisor < 1 or abs(divisor * factor - 1.0) > 1e-9:
+        raise ValueError(f"cannot scale {data.dtype} data by {factor!r}: integer arrays are only "
+                         f"averaged (factor 1/p, floor division by p)")
+    np.floor_divide(data, divisor, out=data)
 
 
 def ring(backend, plan, buf):

@@ -17,8 +17,8 @@ Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else envi
   divides the world and ranks are placed host by host, else the most square factorisation)
 - ``backend`` / NNABLA_TORUS_BACKEND: mpi | nccl | fake-nccl (default: nccl for a CUDA
   context, else mpi)
-- ``timeout`` / NNABLA_TORUS_TIMEOUT: seconds a collective may wait for its peers before the
-  job is aborted with the names of the missing ranks (default 300)
+- ``timeout`` / NNABLA_TORUS_TIMEOUT: seconds (finite, > 0) a collective may wait for its
+  peers before the job is aborted with the names of the missing ranks (default 300)
 - ``wire_fp16`` / NNABLA_TORUS_WIRE_FP16: send float32 gradients as float16 in fused
   all-reduces (half the bytes; each hop rounds the partial sum to float16, so an element's
   error is at most about (p + 1) * 2**-11 * sum_r |x_r| and values above 65504 overflow)
@@ -27,6 +27,11 @@ Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else envi
   before moving data (two small messages per call) (default 1)
 - NNABLA_TORUS_RANKS_PER_HOST: treat each block of this many consecutive ranks as one host
   (default: group ranks by host name)
+
+Every value is checked when the communicator is made (a ValueError names the knob, the value
+and the allowed range), and ``init()`` compares the settings of all ranks (a ValueError on
+every rank names what each rank set) before anything that would hang if they differed.
+``init()`` also installs :mod:`nnabla_torus.failfast`: an error on one rank ends the job.
 """
 import logging
 import sys
@@ -35,15 +40,17 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import topology
+from . import failfast, topology
 from .collectives import Plan, get_algorithm
-from .knobs import env_value
-from .rendezvous import CollectiveTimeout, RankLost, check_same_call, lost_ranks, rank_lost
+from .knobs import env_value, knob_value, number
+from .rendezvous import (CollectiveTimeout, RankGone, RankLost, check_same_call, lost_ranks,
+                         rank_lost)
 
 logger = logging.getLogger("nnabla_torus")
 _notes_said = set()  # notes are logged once per process
 
 DEFAULTS = dict(algorithm="torus2d", timeout=300.0)  # timeout in seconds
+BACKENDS = ("mpi", "nccl", "fake-nccl")
 LOST_GRACE_S = 5.0  # seconds a rank that saw a peer die waits for mpirun to end the job
 
 
@@ -51,16 +58,49 @@ def _is_cuda(ctx):
     return ctx is not None and any("cuda" in b for b in getattr(ctx, "backend", []))
 
 
-def make_backend(name, ctx, timeout):
-    """The backend called ``name`` (mpi | nccl | fake-nccl)."""
+def make_backend(name, ctx, timeout, **knobs):
+    """The backend called ``name`` (mpi | nccl | fake-nccl); ``knobs`` go to the MPI backend."""
     if name == "mpi":
         from .backends.mpi import MPIBackend
-        return MPIBackend(timeout=timeout)
+        return MPIBackend(timeout=timeout, **knobs)
     if name in ("nccl", "fake-nccl"):
         from .backends.nccl import NCCLBackend
         return NCCLBackend(ctx, timeout=timeout, fake=(name == "fake-nccl"))
     raise ValueError(f"unknown backend {name!r}; choose mpi, nccl or fake-nccl "
                      f"(NNABLA_TORUS_BACKEND or backend=)")
+
+
+class OnRankZero(logging.Filter):
+    """Let log records through on rank 0 only (one copy per job), unless a record says it
+    differs per rank: ``logger.warning(text, extra={"every_rank": True})``."""
+
+    def __init__(self, rank):
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record):
+        return self.rank == 0 or getattr(record, "every_rank", False)
+
+
+def log_once_per_job(rank, names=("nnabla_torus", "nnabla_torus.controller")):
+    """Add an ``OnRankZero`` filter to the loggers ``names`` (once); ``init()`` does this for
+    the library's loggers, a script may pass its own logger's name."""
+    for name in names:
+        log = logging.getLogger(name)
+        if not any(isinstance(f, OnRankZero) for f in log.filters):
+            log.addFilter(OnRankZero(rank))
+
+
+def _differences(names, calls):
+    """The settings that differ across ranks, one line each: value on rank(s) [...]."""
+    lines = []
+    for i, name in enumerate(names):
+        by_value = {}
+        for rank, call in enumerate(calls):
+            by_value.setdefault(repr(call[i]), []).append(rank)
+        if len(by_value) > 1:
+            lines.append(f"  {name}: " + "; ".join(f"{v} on rank(s) {r}" for v, r in by_value.items()))
+    return lines
 
 
 class TorusCommunicator:
@@ -72,13 +112,24 @@ class TorusCommunicator:
         self.algorithm = algorithm or env_value("NNABLA_TORUS_ALGORITHM", DEFAULTS["algorithm"])
         get_algorithm(self.algorithm)  # fail early on a typo
         self._grid_request = grid or env_value("NNABLA_TORUS_GRID")
+        if isinstance(self._grid_request, str):
+            self._grid_request = topology.parse_grid(self._grid_request)
         self._backend_name = backend or env_value(
             "NNABLA_TORUS_BACKEND", "nccl" if _is_cuda(ctx) else "mpi")
-        self.timeout = float(timeout if timeout is not None else env_value(
-            "NNABLA_TORUS_TIMEOUT", DEFAULTS["timeout"], float))
+        if self._backend_name not in BACKENDS:
+            raise ValueError(f"unknown backend {self._backend_name!r}; choose one of "
+                             f"{', '.join(BACKENDS)} (NNABLA_TORUS_BACKEND or backend=)")
+        self.timeout = knob_value(timeout, "timeout", "NNABLA_TORUS_TIMEOUT", DEFAULTS["timeout"],
+                                  number(float, low=0, strict=True, hint="seconds, e.g. 300"))
         self.wire_fp16 = bool(wire_fp16 if wire_fp16 is not None else env_value(
             "NNABLA_TORUS_WIRE_FP16", False, bool))
         self.check = bool(check if check is not None else env_value("NNABLA_TORUS_CHECK", True, bool))
+        self._per_host = env_value("NNABLA_TORUS_RANKS_PER_HOST", None, number(
+            int, low=1, hint="ranks per host; unset it to group ranks by host name"))
+        self._backend_knobs = {}
+        if self._backend_name == "mpi":
+            from .backends.mpi import settings
+            self._backend_knobs = settings()
         self.track_sqnorms = False
         self._sqnorms = [0.0, 0.0]
         self.backend = None
@@ -89,13 +140,18 @@ class TorusCommunicator:
 
     # -- set-up -----------------------------------------------------------------------------
     def init(self):
-        """Create the backend, find hosts, and build the groups of the chosen algorithm."""
+        """Check that all ranks agree on the settings, create the backend, find hosts, and
+        build the groups of the chosen algorithm. Installs ``failfast`` and logs once per job."""
         if self.backend is not None:
             return
-        self.backend = make_backend(self._backend_name, self.ctx, self.timeout)
+        failfast.install()
+        log_once_per_job(self.rank)
+        self._guarded("init", self._agree)
+        self.backend = make_backend(self._backend_name, self.ctx, self.timeout,
+                                    **self._backend_knobs)
         names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
         self._host_names = names
-        per_host = env_value("NNABLA_TORUS_RANKS_PER_HOST", 0, int)
+        per_host = self._per_host
         if per_host:
             if self.size % per_host:
                 raise ValueError(f"NNABLA_TORUS_RANKS_PER_HOST={per_host} does not divide the "
@@ -104,6 +160,24 @@ class TorusCommunicator:
         self.hosts = topology.HostLayout.from_names(names)
         self._groups["world"] = list(range(self.size))
         self.set_algorithm(self.algorithm, self._grid_request)
+
+    def _agree(self):
+        """ValueError on every rank unless all ranks have the same settings (non-blocking, under
+        the timeout: a rank that never arrives is named instead of hanging the others)."""
+        settings = dict(backend=self._backend_name, algorithm=self.algorithm,
+                        grid=str(self._grid_request) if self._grid_request else None,
+                        timeout=self.timeout, wire_fp16=self.wire_fp16, check=self.check,
+                        ranks_per_host=self._per_host)
+        settings.update((k, v) for k, v in self._backend_knobs.items()
+                        if k in ("segment_bytes", "pipeline_bytes"))
+        names = list(settings)
+
+        def describe(calls):
+            return ("init: ranks were given different settings (set the same NNABLA_TORUS_* "
+                    "variables, e.g. mpirun -x NAME=value, and keyword arguments on every "
+                    "rank):\n" + "\n".join(_differences(names, calls)))
+        check_same_call(MPI.COMM_WORLD, list(range(self.size)), tuple(settings.values()),
+                        self.timeout, "init", describe)
 
     def set_algorithm(self, algorithm, grid=None):
         """Switch the world all-reduce to ``algorithm`` (and ``grid``); collective on all ranks."""
@@ -135,7 +209,7 @@ class TorusCommunicator:
         if per_host == 0 and len(self.hosts.hosts) > 1:
             note = (f"ranks are not placed host by host ({self.hosts.hosts}): the default grid "
                     f"{grid} ignores hosts; launch with --map-by slot or set NNABLA_TORUS_GRID")
-        if note and self.rank == 0 and note not in _notes_said:
+        if note and note not in _notes_said:
             _notes_said.add(note)
             logger.warning(note)
         return grid
@@ -231,15 +305,29 @@ class TorusCommunicator:
 
     # -- helpers ----------------------------------------------------------------------------
     def _collective(self, group, signature, what, body):
-        """Check the call across ``group``, run ``body``; abort the job if a peer is missing
-        (CollectiveTimeout) or dead (RankLost, also from an MPI error the death caused)."""
-        try:
+        """Check the call across ``group``, then run ``body`` (see ``_guarded``)."""
+        def checked():
             if self.check:
                 check_same_call(group.control, group.ranks, signature, self.timeout, what)
+            return body()
+        return self._guarded(what, checked)
+
+    def _abort(self, code):
+        if self.backend is not None:
+            self.backend.abort(code)
+        MPI.COMM_WORLD.Abort(code)
+
+    def _guarded(self, what, body):
+        """Run ``body``; abort the job if a peer is missing (CollectiveTimeout), has left its
+        script (RankGone) or is dead (RankLost, also from an MPI error the death caused)."""
+        try:
             result = body()
-        except CollectiveTimeout as e:
-            print(f"nnabla_torus: {e}; aborting the job", file=sys.stderr, flush=True)
-            self.backend.abort(70)
+        except (CollectiveTimeout, RankGone) as e:
+            gone = getattr(e, "gone", [])
+            names = self._host_names
+            where = "".join(f" (rank {r} ran on {names[r]})" for r in gone if r < len(names))
+            print(f"nnabla_torus: {e}{where}; aborting the job", file=sys.stderr, flush=True)
+            self._abort(70)
             raise
         except RankLost as e:
             self._end_for_lost(e)
@@ -270,7 +358,7 @@ class TorusCommunicator:
               + (f" ({where}; mpirun reports how it ended)" if where else ""),
               file=sys.stderr, flush=True)
         time.sleep(min(LOST_GRACE_S, self.timeout))
-        self.backend.abort(70)
+        self._abort(70)
 
     def _buffer(self, dtype, count):
         """The fused workspace of ``dtype`` (allocated once, grown when a call needs more)."""
@@ -354,7 +442,7 @@ class TorusCommunicator:
                 if track:
                     self._sqnorms[1] += be.sqnorm(view) / p ** 2
                 if division:
-                    be.scale(view, 1.0 / p)
+                    be.scale(view, 1.0 / p)   # integers: floor(sum / p), scale_numpy
             if track:
                 self._sqnorms[0] += self._sum_scalar(local, run) / p
             return

@@ -7,8 +7,58 @@ CLI and environment). Example::
     add_knob(parser, "--grid", env="NNABLA_TORUS_GRID", default=None,
              help="process grid XxY for torus2d")
     args = parser.parse_args()   # --grid 2x4, or NNABLA_TORUS_GRID=2x4, or None
+
+Numbers are checked where they are parsed: ``type=number(int, low=1)`` refuses 0 with
+"argument --batch: must be an integer >= 1, got '0'" (or names the environment variable).
 """
+import argparse
+import math
 import os
+
+
+class BadValue(argparse.ArgumentTypeError, ValueError):
+    """A value outside its allowed range; argparse prints the text after the flag's name."""
+
+
+def number(kind=float, low=None, strict=False, high=None, hint=""):
+    """A parser for ``type=`` and :func:`env_value`: ``kind(text)``, finite, >= ``low`` (> when
+    ``strict``) and <= ``high``; else BadValue saying the allowed range and ``hint``.
+
+    >>> number(int, low=1)("8"), number(float, low=0, strict=True)("2.5")
+    (8, 2.5)
+    """
+    what = "an integer" if kind is int else "a finite number"
+    if low is not None:
+        what += f" {'>' if strict else '>='} {low:g}"
+    if high is not None:
+        what += f"{' and' if low is not None else ''} <= {high:g}"
+    what += f" ({hint})" if hint else ""
+
+    def parse(text):
+        try:
+            value = kind(text)
+            if kind is int and isinstance(text, float) and not text.is_integer():
+                raise ValueError(text)
+        except (TypeError, ValueError):
+            raise BadValue(f"must be {what}, got {text!r}") from None
+        if (not math.isfinite(value) or (low is not None and (value < low or strict and value == low))
+                or (high is not None and value > high)):
+            raise BadValue(f"must be {what}, got {text!r}")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+def knob_value(value, kwarg, env, default, type=str):
+    """``type(value)`` when keyword argument ``kwarg`` was given (not None), else
+    ``env_value(env, default, type)``; an invalid value raises ValueError naming both."""
+    if value is None:
+        return env_value(env, default, type)
+    try:
+        return type(value)
+    except ValueError as e:
+        raise ValueError(f"{kwarg}={value!r} is not a valid value (keyword argument; "
+                         f"environment twin {env}): {e}") from None
 
 
 def env_value(env, default=None, type=str):

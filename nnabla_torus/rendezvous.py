@@ -12,7 +12,8 @@ messages per call and turns the two classic failure modes of data-parallel jobs 
 A rank that dies is named at once instead (``RankLost``) when the MPI library reports dead
 processes: Open MPI 5 launched with ``--mca mpi_ft_enable 1`` (what ``nnabla_torus.launch``
 adds). The runtime still ends the whole job; the flag only turns the survivors' "socket closed"
-into an error that says which rank is gone.
+into an error that says which rank is gone. A rank that left the script early (``sys.exit``, an
+early return) is named too (``RankGone``, from the exit notices of ``nnabla_torus.failfast``).
 """
 import contextlib
 import hashlib
@@ -22,6 +23,8 @@ import time
 
 import numpy as np
 from mpi4py import MPI
+
+from . import failfast
 
 CHECK_TAG = 7301
 VERDICT_TAG = 7302
@@ -38,6 +41,16 @@ class RankLost(RuntimeError):
     def __init__(self, rank, lost, what):
         self.rank, self.lost, self.what = rank, list(lost), what
         super().__init__(f"rank {rank}: lost rank(s) {self.lost} during {what}")
+
+
+class RankGone(RuntimeError):
+    """A rank this one waits for has left its script (exited without dying) during ``what``."""
+
+    def __init__(self, rank, gone, what):
+        self.rank, self.gone, self.what = rank, list(gone), what
+        super().__init__(f"rank {rank}: rank(s) {self.gone} left the script (sys.exit, an "
+                         f"early return or an error handled there) while this rank waits for "
+                         f"them in {what}; they will not arrive")
 
 
 def lost_ranks():
@@ -76,7 +89,8 @@ def wait_requests(requests, timeout, what, peers, rank, spin=2e-4, poll_sleep=5e
     the peers and (2) after ``spin`` seconds a waiting rank sleeps ``poll_sleep`` seconds
     between polls, leaving the CPU to the ranks that still compute (oversubscribed nodes).
     A rank that dies (as far as the MPI library can tell) raises RankLost naming it, within
-    ``LOST_CHECK_S`` of the library noticing, even when this wait is not for the dead rank.
+    ``LOST_CHECK_S`` of the library noticing, even when this wait is not for the dead rank; a
+    rank of ``peers`` that left its script raises RankGone.
     """
     try:
         if MPI.Request.Testall(requests):
@@ -85,7 +99,7 @@ def wait_requests(requests, timeout, what, peers, rank, spin=2e-4, poll_sleep=5e
         while not MPI.Request.Testall(requests):
             if time.monotonic() - pacer.start > timeout:
                 raise overdue(rank, what, timeout, peers)
-            pacer.idle(what)
+            pacer.idle(what, peers)
     except MPI.Exception as e:  # with fault tolerance on, a dead peer fails its requests
         lost = rank_lost(e, rank, what)
         if lost is None:
@@ -97,7 +111,8 @@ class Pacer:
     """How a polling loop waits between polls that made no progress.
 
     It spins for ``spin`` seconds after the last progress, then sleeps ``poll_sleep`` seconds
-    per poll; every ``LOST_CHECK_S`` it asks the MPI library for dead ranks and raises RankLost.
+    per poll; every ``LOST_CHECK_S`` it asks the MPI library for dead ranks and raises RankLost,
+    and raises RankGone when a rank it waits for has left its script (``failfast.gone``).
     """
 
     def __init__(self, rank, spin, poll_sleep):
@@ -108,13 +123,16 @@ class Pacer:
     def progressed(self):
         self.progress_at = time.monotonic()
 
-    def idle(self, what):
-        """One poll found nothing to do (while waiting in ``what``)."""
+    def idle(self, what, peers=()):
+        """One poll found nothing to do (while waiting in ``what`` for ``peers``)."""
         now = time.monotonic()
         if now > self.check_at:
             lost = lost_ranks()
             if lost:
                 raise RankLost(self.rank, lost, what)
+            left = failfast.gone(peers)
+            if left:
+                raise RankGone(self.rank, left, what)
             self.check_at = now + LOST_CHECK_S
         if now - self.progress_at > self.spin:
             time.sleep(self.poll_sleep)
@@ -185,11 +203,12 @@ def call_hash(signature):
     return int.from_bytes(digest, "little") >> 1
 
 
-def check_same_call(control, ranks, signature, timeout, what):
+def check_same_call(control, ranks, signature, timeout, what, describe=None):
     """Raise on every member of the group unless all members call with ``signature``.
 
     ``control`` is an mpi4py communicator over the group (position i is world rank
     ``ranks[i]``) used for nothing else; ``signature`` is any repr-able description.
+    ``describe(signatures)`` (one per member) may word the ValueError's message.
     """
     size, me = control.Get_size(), control.Get_rank()
     if size == 1:
@@ -200,7 +219,7 @@ def check_same_call(control, ranks, signature, timeout, what):
         hashes[0] = mine[0]
         recvs = [control.Irecv(hashes[i:i + 1], source=i, tag=CHECK_TAG) for i in range(1, size)]
         try:
-            wait_requests(recvs, timeout, what, [], ranks[0])
+            wait_requests(recvs, timeout, what, ranks[1:], ranks[0])
         except CollectiveTimeout:
             missing = [ranks[i + 1] for i, r in enumerate(recvs) if not r.Test()]
             raise CollectiveTimeout(
@@ -219,6 +238,8 @@ def check_same_call(control, ranks, signature, timeout, what):
                       what + " (waiting for the argument check)", [ranks[0]], ranks[me])
     if not verdict[0]:
         calls = control.allgather(signature)  # everyone is here: safe to block
+        if describe is not None:
+            raise ValueError(describe(calls))
         lines = "\n".join(f"  rank {ranks[i]}: {call}" for i, call in enumerate(calls))
         raise ValueError(f"{what}: ranks called it with different arguments "
                          f"(shapes, dtypes or flags must match on every rank):\n{lines}")

@@ -28,8 +28,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..collectives import PIPELINE_BYTES
-from ..knobs import env_value
+from ..collectives import PIPELINE_BYTES, scale_numpy
+from ..knobs import knob_value, number
 from ..rendezvous import Pacer, Watchdog, overdue, wait_requests
 
 
@@ -56,6 +56,21 @@ class Group:
         return self.ranks[position % self.size]
 
 
+def settings(segment_bytes=None, pipeline_bytes=None, spin=None, poll_sleep=None):
+    """The backend's knobs (keyword argument, else environment, else default), validated."""
+    return dict(
+        segment_bytes=knob_value(segment_bytes, "segment_bytes", "NNABLA_TORUS_SEGMENT_BYTES",
+                                 4 << 20, number(int, low=1, hint="bytes per ring message, "
+                                                 "e.g. 4194304")),
+        pipeline_bytes=knob_value(pipeline_bytes, "pipeline_bytes", "NNABLA_TORUS_PIPELINE_BYTES",
+                                  PIPELINE_BYTES, number(int, low=0, hint="bytes per torus "
+                                                         "piece; 0: no pieces")),
+        spin=knob_value(spin, "spin", "NNABLA_TORUS_SPIN_S", 2e-4,
+                        number(float, low=0, hint="seconds, e.g. 0.0002")),
+        poll_sleep=knob_value(poll_sleep, "poll_sleep", "NNABLA_TORUS_POLL_SLEEP_S", 5e-5,
+                              number(float, low=0, hint="seconds, e.g. 0.00005")))
+
+
 class MPIBackend:
     """The three torus primitives (and the library's own all-reduce) over mpi4py.
 
@@ -72,16 +87,9 @@ class MPIBackend:
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self.timeout = float(timeout)
-        self.segment_bytes = int(segment_bytes or env_value(
-            "NNABLA_TORUS_SEGMENT_BYTES", 4 << 20, int))
-        self.pipeline_bytes = int(pipeline_bytes if pipeline_bytes is not None else env_value(
-            "NNABLA_TORUS_PIPELINE_BYTES", PIPELINE_BYTES, int))
-        if self.pipeline_bytes < 0:
-            raise ValueError(f"pipeline bytes {self.pipeline_bytes} must be >= 0 "
-                             f"(NNABLA_TORUS_PIPELINE_BYTES; 0: no pieces)")
-        self.spin = float(spin if spin is not None else env_value("NNABLA_TORUS_SPIN_S", 2e-4, float))
-        self.poll_sleep = float(poll_sleep if poll_sleep is not None else env_value(
-            "NNABLA_TORUS_POLL_SLEEP_S", 5e-5, float))
+        knobs = settings(segment_bytes, pipeline_bytes, spin, poll_sleep)
+        self.segment_bytes, self.pipeline_bytes = knobs["segment_bytes"], knobs["pipeline_bytes"]
+        self.spin, self.poll_sleep = knobs["spin"], knobs["poll_sleep"]
         self._groups = {}
         self._scratch = {}
         self.watchdog = Watchdog(self.rank, self.timeout, lambda: self.abort(70))
@@ -153,7 +161,8 @@ class MPIBackend:
             if moved:
                 pacer.progressed()
             elif waiting:   # name a wait on peers, not a lane's wait for another lane
-                pacer.idle(next((e[1][1] for e in waiting if e[1][1]), "pipelined all-reduce"))
+                pacer.idle(next((e[1][1] for e in waiting if e[1][1]), "pipelined all-reduce"),
+                           [r for e in waiting for r in e[1][2]])
 
     def pieces(self, buf):
         """``buf`` cut into contiguous views of about ``pipeline_bytes`` (one piece if 0)."""
@@ -278,7 +287,8 @@ class MPIBackend:
 
     @staticmethod
     def scale(buf, factor):
-        np.multiply(buf, buf.dtype.type(factor), out=buf)
+        """``buf *= factor`` in place (integers and factor 1/p: floor division by p)."""
+        scale_numpy(buf, factor)
 
     @staticmethod
     def sqnorm(buf):

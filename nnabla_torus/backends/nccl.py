@@ -57,6 +57,7 @@ import os
 import numpy as np
 from mpi4py import MPI
 
+from ..collectives import scale_numpy
 from ..rendezvous import wait_requests
 
 WIRE_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half"}
@@ -304,8 +305,7 @@ class NCCLBackend:
             with nn.context_scope(self._ctx[buf.dtype]):
                 F.mul_scalar(view, float(factor), outputs=[view])
         else:
-            data = view.data
-            np.multiply(data, data.dtype.type(factor), out=data)
+            scale_numpy(view.data, factor)
 
     def sqnorm(self, buf):
         """Squared L2 norm, summed in float32 on the device."""

@@ -84,7 +84,8 @@ BAD_INPUT = {  # case: text every rank's error must contain
     "wire_formats_differ": "different arguments",
     "pieces_differ": "ValueError: all_reduce (torus2d, group 'world'): ranks called it with "
                      "different arguments",
-    "negative_pieces": "ValueError: pipeline bytes -1 must be >= 0 (NNABLA_TORUS_PIPELINE_BYTES",
+    "negative_pieces": "ValueError: environment variable NNABLA_TORUS_PIPELINE_BYTES='-1' is not "
+                       "a valid value: must be an integer >= 0",
     "all_gather_list_differs": "ValueError: all_gather (group 'world'): ranks called it with "
                                "different arguments",
     "all_gather_list_wrong_everywhere": "ValueError: all_gather needs 4 arrays of shape (5,) in "

@@ -1,0 +1,161 @@
+"""Fail fast: an error on one rank ends the whole MPI job in seconds, named once.
+
+Without this, a rank that raises an unhandled exception (or calls ``sys.exit``) goes on to
+``MPI_Finalize``, which waits for every other rank, while the others wait for it in their next
+collective: the job hangs until the collective's timeout. ``install()`` (called by
+``comm.init()``, so any script that inits the communicator has it) fixes the three ways a rank
+leaves early:
+
+- an unhandled exception (main thread or any other thread): Python prints the traceback, then
+  one line ``nnabla_torus: rank 3 on host h1: unhandled ValueError: ...; aborting the job``,
+  then ``MPI_Abort`` ends every rank at once (as ``python -m mpi4py`` does);
+- a rank that ends while others still wait for it (``sys.exit("message")``, ``exit(2)``, or its
+  script simply returning early): Python cannot tell an exit hook the exit status, so instead
+  an exiting rank tells the others, with one small message each, that it has gone; a rank
+  still waiting in a collective that needs the gone rank then aborts the job, naming it, after
+  ``EXIT_GRACE_S`` (messages the gone rank sent before leaving may still be arriving). This
+  covers the communicator's collectives (every wait that polls); a blocking library call
+  (``native`` all-reduce with ``NNABLA_TORUS_CHECK=0``) still ends at the timeout;
+- expected errors (bad input): ``abort_job(message)`` prints the message once, prefixed with
+  the rank and host, and ends the job without a traceback.
+
+With one process (or before MPI is initialised) nothing is aborted: the process exits with a
+non-zero status, and mpirun then ends the job itself. Example::
+
+    from nnabla_torus import failfast
+    failfast.install()                              # comm.init() does this
+    if not os.path.isdir(path):
+        failfast.abort_job(f"train.py: error: {path} is not a folder", 2)
+"""
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+
+EXIT_TAG = 7303      # tag of the "this rank has gone" message on MPI_COMM_WORLD
+EXIT_GRACE_S = 1.0   # seconds a wait goes on after its peer announced its exit
+ABORT_CODE = 1
+
+_previous = {}       # the hooks install() replaced: "sys", "threading"
+_watch = {}          # "request", "buffer", "seen" ({rank: monotonic time}) once watching
+
+
+def _mpi():
+    """``mpi4py.MPI`` when this process has initialised MPI and not finalised it, else None.
+
+    Never imports it: importing ``mpi4py.MPI`` starts MPI.
+    """
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+        return None
+    return MPI
+
+
+def _world_size():
+    MPI = _mpi()
+    return MPI.COMM_WORLD.Get_size() if MPI is not None else 1
+
+
+def where():
+    """``"rank R on host H"`` (MPI's rank and processor name; before MPI starts, the launcher's
+    rank variable and the socket host name)."""
+    MPI = _mpi()
+    if MPI is not None:
+        return f"rank {MPI.COMM_WORLD.Get_rank()} on host {MPI.Get_processor_name()}"
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0"))
+    return f"rank {rank} on host {socket.gethostname()}"
+
+
+def abort_job(message, code=ABORT_CODE):
+    """Print ``message`` once, prefixed with the rank and host, and end the whole job.
+
+    ``MPI_Abort(code)`` when MPI is initialised and the job has more than one rank (the other
+    ranks may be waiting for this one); else ``sys.exit(code)``.
+    """
+    print(f"{where()}: {message}", file=sys.stderr, flush=True)
+    _end(code)
+
+
+def _end(code):
+    MPI = _mpi()
+    if MPI is not None and MPI.COMM_WORLD.Get_size() > 1:
+        MPI.COMM_WORLD.Abort(code)
+    sys.exit(code)
+
+
+def _excepthook(kind, value, tb):
+    _previous["sys"](kind, value, tb)   # the traceback, as Python prints it
+    if _world_size() > 1:
+        print(f"nnabla_torus: {where()}: unhandled {kind.__name__}: {value}; aborting the job",
+              file=sys.stderr, flush=True)
+        _end(ABORT_CODE)
+
+
+def _thread_excepthook(args):
+    _previous["threading"](args)         # "Exception in thread ..." and the traceback
+    if args.exc_type is not SystemExit and _world_size() > 1:
+        name = args.thread.name if args.thread is not None else "?"
+        print(f"nnabla_torus: {where()}: unhandled {args.exc_type.__name__} in thread {name}: "
+              f"{args.exc_value}; aborting the job", file=sys.stderr, flush=True)
+        _end(ABORT_CODE)
+
+
+def install():
+    """Set the exception hooks and, once MPI runs on more than one rank, the exit notices.
+
+    Idempotent and local (no collective); call it again after MPI starts to add the notices.
+    """
+    if "sys" not in _previous:
+        _previous["sys"], sys.excepthook = sys.excepthook, _excepthook
+        _previous["threading"], threading.excepthook = threading.excepthook, _thread_excepthook
+    MPI = _mpi()
+    if not _watch and MPI is not None and MPI.COMM_WORLD.Get_size() > 1:
+        import numpy as np
+        _watch["buffer"] = np.zeros(1, np.int64)
+        _watch["seen"] = {}
+        _post()
+        atexit.register(_announce_exit)  # runs before mpi4py's MPI_Finalize
+
+
+def _post():
+    MPI = _mpi()
+    _watch["request"] = MPI.COMM_WORLD.Irecv(_watch["buffer"], source=MPI.ANY_SOURCE, tag=EXIT_TAG)
+
+
+def gone(peers):
+    """The ranks among ``peers`` that announced their exit at least ``EXIT_GRACE_S`` ago.
+
+    Cheap (one ``MPI_Test``); polled by the communicator's waits (rendezvous.Pacer).
+    """
+    MPI = _mpi()
+    if not _watch or MPI is None:
+        return []
+    status = MPI.Status()
+    while _watch["request"].Test(status):
+        _watch["seen"].setdefault(status.Get_source(), time.monotonic())
+        _post()
+    if not _watch["seen"]:
+        return []
+    now = time.monotonic()
+    return sorted(r for r in set(peers) if now - _watch["seen"].get(r, now) >= EXIT_GRACE_S)
+
+
+def _announce_exit():
+    """At exit: tell every other rank this one has gone, then withdraw our receive."""
+    MPI = _mpi()
+    if MPI is None or not _watch:
+        return
+    import numpy as np
+    world = MPI.COMM_WORLD
+    me = np.array([world.Get_rank()], np.int64)
+    sends = [world.Isend(me, dest=r, tag=EXIT_TAG) for r in range(world.Get_size())
+             if r != world.Get_rank()]
+    request = _watch.pop("request")
+    _watch.clear()
+    request.Cancel()
+    request.Wait()
+    deadline = time.monotonic() + 2.0   # one small eager message each: done at once
+    while not MPI.Request.Testall(sends) and time.monotonic() < deadline:
+        time.sleep(1e-3)
