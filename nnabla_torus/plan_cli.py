@@ -13,13 +13,14 @@ train.py.
 """
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
 
 from . import costmodel, planner
 from .costmodel import ALGORITHMS
-from .knobs import add_knob
+from .knobs import BadValue, add_knob, number
 from .profile import list_profiles, load_profile, model_of
 from .schedules import BatchSchedule
 from .topology import parse_grid
@@ -33,39 +34,71 @@ HEADER = ("  gpus     grid    algorithm local acc  global    step_s    images/s 
           "   stat  train_s")
 
 
+def gpu_list(text):
+    """``"1,4,8"`` -> [1, 4, 8]; each count an integer >= 1."""
+    return [number(int, low=1, hint="GPU counts, e.g. 1,4,8")(c.strip()) for c in text.split(",")]
+
+
+def schedule(text):
+    """A BatchSchedule from ``"epoch:batch,..."``; its errors as argparse messages."""
+    try:
+        return BatchSchedule.parse(text)
+    except ValueError as e:
+        raise BadValue(str(e)) from None
+
+
+def writable(path):
+    """``path`` if a file can be written there ('-': stdout), checked before any work."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if path != "-" and (os.path.isdir(path) or not os.path.isdir(folder)
+                        or not os.access(folder, os.W_OK)):
+        raise BadValue(f"cannot write {path!r}: give a file path in an existing writable folder")
+    return path
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="nnabla-torus-plan", description=__doc__.split("\n")[0])
     add_knob(parser, "--profile", "NNABLA_TORUS_PROFILE", "abci",
              f"cluster profile: shipped name ({', '.join(list_profiles())}) or a file path")
     add_knob(parser, "--model", "NNABLA_TORUS_PLAN_MODEL", "resnet50", "model in the profile")
     add_knob(parser, "--max-gpus", "NNABLA_TORUS_PLAN_MAX_GPUS", None,
-             "largest GPU count to consider (None: every GPU of the profile)", type=int)
+             "largest GPU count to consider (None: every GPU of the profile)",
+             type=number(int, low=1))
     add_knob(parser, "--gpus", "NNABLA_TORUS_PLAN_GPUS", None,
-             "comma-separated GPU counts to consider instead (e.g. 1,4,8)")
+             "comma-separated GPU counts to consider instead (e.g. 1,4,8)", type=gpu_list)
+    add_knob(parser, "--allow-beyond-profile", "NNABLA_TORUS_PLAN_ALLOW_BEYOND_PROFILE", False,
+             f"let --max-gpus/--gpus exceed the profile's GPUs (up to "
+             f"{planner.BEYOND_PROFILE}x them)", type=bool, nargs="?", const=True)
     add_knob(parser, "--algorithms", "NNABLA_TORUS_PLAN_ALGORITHMS", ",".join(ALGORITHMS),
              "comma-separated all-reduce algorithms to consider")
     add_knob(parser, "--schedule", "NNABLA_TORUS_PLAN_SCHEDULE", None,
-             "global-batch schedule 'epoch:batch,...' turned into GPU counts at --local-batch")
+             "global-batch schedule 'epoch:batch,...' turned into GPU counts at --local-batch",
+             type=schedule)
     add_knob(parser, "--batch", "NNABLA_TORUS_PLAN_BATCH", None,
-             "fixed global batch (None: choose it from the noise scale)", type=int)
+             "fixed global batch (None: choose it from the noise scale)", type=number(int, low=1))
     add_knob(parser, "--local-batch", "NNABLA_TORUS_PLAN_LOCAL_BATCH", None,
-             "fixed per-GPU batch (None: try powers of two up to the memory limit)", type=int)
+             "fixed per-GPU batch (None: try powers of two up to the memory limit)",
+             type=number(int, low=1))
     add_knob(parser, "--noise-scale", "NNABLA_TORUS_PLAN_NOISE_SCALE", None,
-             "gradient noise scale B_noise in samples (None: statistical efficiency 1)", type=float)
+             "gradient noise scale B_noise in samples (None: statistical efficiency 1)",
+             type=number(float, low=0, strict=True))
     add_knob(parser, "--base-batch", "NNABLA_TORUS_PLAN_BASE_BATCH", 256,
-             "reference batch B0 of the statistical efficiency", type=int)
+             "reference batch B0 of the statistical efficiency", type=number(int, low=1))
     add_knob(parser, "--dataset-size", "NNABLA_TORUS_PLAN_DATASET_SIZE",
-             planner.IMAGENET_TRAIN_IMAGES, "training samples per epoch", type=int)
-    add_knob(parser, "--epochs", "NNABLA_TORUS_PLAN_EPOCHS", 90.0, "epochs to train", type=float)
+             planner.IMAGENET_TRAIN_IMAGES, "training samples per epoch", type=number(int, low=1))
+    add_knob(parser, "--epochs", "NNABLA_TORUS_PLAN_EPOCHS", 90.0, "epochs to train",
+             type=number(float, low=0, strict=True))
     add_knob(parser, "--min-efficiency", "NNABLA_TORUS_PLAN_MIN_EFFICIENCY", 0.0,
-             "minimum scaling efficiency of a plan (0..1)", type=float)
+             "minimum scaling efficiency of a plan (0..1)", type=number(float, low=0, high=1))
     add_knob(parser, "--rows", "NNABLA_TORUS_PLAN_ROWS", "log",
              "table rows: 'log' (powers of two and the recommendation) or 'all'",
              choices=("log", "all"))
     add_knob(parser, "--json", "NNABLA_TORUS_PLAN_JSON", None,
-             "write the table and recommendation as JSON to this path ('-': stdout)")
+             "write the table and recommendation as JSON to this path ('-': stdout)",
+             type=writable)
     add_knob(parser, "--plot", "NNABLA_TORUS_PLAN_PLOT", None,
-             "write a PNG of step time and scaling efficiency versus GPU count per algorithm")
+             "write a PNG of step time and scaling efficiency versus GPU count per algorithm",
+             type=writable)
     add_knob(parser, "--explain", "NNABLA_TORUS_PLAN_EXPLAIN", False,
              "print the compute and all-reduce phase terms of the recommendation", type=bool,
              nargs="?", const=True)
@@ -132,13 +165,13 @@ def run(args, out=sys.stdout):
     prof = load_profile(args.profile)
     common = dict(algorithms=args.algorithms.split(","), b_noise=args.noise_scale,
                   base_batch=args.base_batch, dataset_size=args.dataset_size,
-                  epochs=args.epochs, min_efficiency=args.min_efficiency)
+                  epochs=args.epochs, min_efficiency=args.min_efficiency,
+                  beyond_profile=args.allow_beyond_profile)
     report = {"profile": prof.name, "model": args.model}
     if args.schedule:
         if args.local_batch is None:
             raise SystemExit("--schedule needs --local-batch (images per GPU in every phase)")
-        phases = planner.plan_schedule(prof, args.model, BatchSchedule.parse(args.schedule),
-                                       args.local_batch, **common)
+        phases = planner.plan_schedule(prof, args.model, args.schedule, args.local_batch, **common)
         print(f"# profile {prof.name}, model {args.model}: schedule {args.schedule} at "
               f"{args.local_batch} per GPU", file=out)
         print(" epoch " + HEADER, file=out)
@@ -148,10 +181,9 @@ def run(args, out=sys.stdout):
                 print("\n".join(explain(prof, args.model, best)), file=out)
         report["phases"] = [dict(start_epoch=s, **p._asdict()) for s, p in phases]
         return report
-    counts = [int(c) for c in args.gpus.split(",")] if args.gpus else None
-    result = planner.plan(prof, args.model, max_gpus=args.max_gpus, counts=counts,
+    result = planner.plan(prof, args.model, max_gpus=args.max_gpus, counts=args.gpus,
                           target_batch=args.batch,
-                          local_batches=[args.local_batch] if args.local_batch else None,
+                          local_batches=None if args.local_batch is None else [args.local_batch],
                           **common)
     best = result.best
     print(f"# profile {prof.name}, model {args.model}, {len(result.candidates['gpus'])} "

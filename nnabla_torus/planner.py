@@ -48,6 +48,8 @@ PlanResult = namedtuple("PlanResult", [
 ])
 
 IMAGENET_TRAIN_IMAGES = 1281167
+BEYOND_PROFILE = 16  # beyond_profile plans up to this many times the profile's GPUs
+# (abci: 69,632 GPUs, ~0.45 GB and ~3.5 s; memory grows ~6.5 KB per GPU of max_gpus)
 
 
 def gpu_counts(max_gpus, gpus_per_host):
@@ -153,24 +155,45 @@ def best_per_gpus(cols, mask=None):
     return hits[first]
 
 
+def gpu_limit(prof, max_gpus=None, counts=None, beyond_profile=True):
+    """The largest GPU count asked for (``max_gpus``, else ``max(counts)``, else the profile's
+    GPUs). ValueError when a count is < 1, when it exceeds the profile's GPUs and not
+    ``beyond_profile``, or when ``max_gpus`` (every count up to it is planned: ~6.5 KB each)
+    exceeds ``BEYOND_PROFILE`` times them."""
+    have = prof.hosts * prof.network.gpus_per_host
+    asked = [max_gpus] if max_gpus is not None else list(counts if counts is not None else [have])
+    if not asked or min(asked) < 1:
+        raise ValueError(f"GPU counts must be >= 1, got {asked}")
+    top = int(max(asked))
+    cap = have * BEYOND_PROFILE if beyond_profile and max_gpus is not None else have
+    if top > cap and (max_gpus is not None or not beyond_profile):
+        fix = (f"plan at most {cap} GPUs ({BEYOND_PROFILE}x the profile)" if beyond_profile else
+               f"plan at most {have}, pass --allow-beyond-profile to go up to "
+               f"{have * BEYOND_PROFILE}, or describe a larger cluster in a profile file")
+        raise ValueError(f"{top} GPUs is more than the {have} GPUs of profile {prof.name!r} "
+                         f"({prof.hosts} hosts x {prof.network.gpus_per_host}): {fix}")
+    return top
+
+
 def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_batch=None,
          local_batches=None, accum_steps=None, b_noise=None, base_batch=256,
-         dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90, min_efficiency=0.0):
+         dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90, min_efficiency=0.0, beyond_profile=True):
     """Best plan for ``model`` on profile ``prof``; returns a PlanResult.
 
     ``target_batch``: keep the global batch fixed (a schedule phase); else every per-GPU batch
     in ``local_batches`` (default powers of two up to the memory limit) times ``accum_steps``
     is tried and B_noise (``b_noise``, samples) trades throughput against statistical
     efficiency. ``accum_steps`` defaults to (1, 2, 4, 8), or (1,) when neither a target nor
-    B_noise is given (a larger batch would then look free). Raises ValueError when no
-    candidate meets ``min_efficiency``.
+    B_noise is given (a larger batch would then look free). ``beyond_profile=False`` keeps
+    GPU counts within the profile (:func:`gpu_limit`; the CLI's default). Raises ValueError when no candidate
+    meets ``min_efficiency``.
     """
     start = time.perf_counter()
     net, comp = prof.network, model_of(prof, model)
     unknown = set(algorithms) - set(ALGORITHMS)
     if unknown:
         raise ValueError(f"unknown algorithm(s) {sorted(unknown)}; choose from {ALGORITHMS}")
-    max_gpus = max_gpus or prof.hosts * net.gpus_per_host
+    max_gpus = gpu_limit(prof, max_gpus, counts, beyond_profile)
     counts = np.asarray(counts if counts is not None else gpu_counts(max_gpus, net.gpus_per_host))
     if accum_steps is None:
         accum_steps = (1,) if target_batch is None and b_noise is None else (1, 2, 4, 8)
@@ -206,6 +229,8 @@ def plan_schedule(prof, model, schedule, local_batch, **kwargs):
     Returns [(start_epoch, Plan)]: the paper's 34,816 -> 69,632 at 32 per GPU gives 1,088 ->
     2,176 GPUs. Raises ValueError when a phase's batch is not a multiple of ``local_batch``.
     """
+    if local_batch < 1:
+        raise ValueError(f"per-GPU batch {local_batch} must be >= 1")
     phases = []
     for start, batch in schedule.phases:
         if batch % local_batch:

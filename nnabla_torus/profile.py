@@ -35,6 +35,7 @@ Unknown keys are rejected by name. Example::
     (4, ['resnet50'])
 """
 import json
+import math
 import os
 from collections import namedtuple
 
@@ -62,6 +63,8 @@ def list_profiles():
 
 
 def _check_keys(where, got, allowed, required=()):
+    if not isinstance(got, dict):
+        raise ValueError(f"profile {where}: expected a mapping of keys to values, got {got!r}")
     unknown = set(got) - set(allowed)
     if unknown:
         raise ValueError(f"profile {where}: unknown key(s) {sorted(unknown)}; "
@@ -71,12 +74,23 @@ def _check_keys(where, got, allowed, required=()):
         raise ValueError(f"profile {where}: missing key(s) {sorted(missing)}")
 
 
+def _number(where, raw, key, low=0, strict=False, kind=float, default=None):
+    """``raw[key]`` (``default`` when absent and not None) as ``kind``: a finite number >= low
+    (> low when ``strict``); ValueError naming the key, the value and the allowed range."""
+    value = raw.get(key, default)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if strict else value >= low) and (kind is float or value == int(value))
+    if not ok:
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"profile {where}.{key}: {value!r} must be {what} "
+                         f"{'>' if strict else '>='} {low:g}")
+    return kind(value)
+
+
 def _link(where, raw):
     _check_keys(where, raw, _LINK_KEYS, _LINK_KEYS)
-    if raw["bandwidth_GBps"] <= 0 or raw["latency_us"] < 0:
-        raise ValueError(f"profile {where}: need latency_us >= 0 and bandwidth_GBps > 0, "
-                         f"got {raw}")
-    return Link(raw["latency_us"] * 1e-6, raw["bandwidth_GBps"] * 1e9)
+    return Link(_number(where, raw, "latency_us") * 1e-6,
+                _number(where, raw, "bandwidth_GBps", strict=True) * 1e9)
 
 
 def _flag(where, value):
@@ -87,12 +101,12 @@ def _flag(where, value):
 
 def _compute(name, raw):
     _check_keys(f"models.{name}", raw, _MODEL_KEYS, _MODEL_KEYS - {"slots_per_host"})
-    if raw["gamma"] < 1:
-        raise ValueError(f"profile models.{name}.gamma={raw['gamma']} must be >= 1 "
-                         f"(1: no overlap of compute and all-reduce)")
-    return Compute(raw["a_ms"] * 1e-3, raw["b_ms"] * 1e-3, float(raw["gamma"]),
-                   int(raw["max_local_batch"]), int(raw["grad_bytes"]),
-                   int(raw.get("slots_per_host", 0)))
+    where = f"models.{name}"
+    return Compute(_number(where, raw, "a_ms") * 1e-3, _number(where, raw, "b_ms", strict=True) * 1e-3,
+                   _number(where, raw, "gamma", low=1),   # 1: no overlap of compute, all-reduce
+                   _number(where, raw, "max_local_batch", 1, kind=int),
+                   _number(where, raw, "grad_bytes", 1, kind=int),
+                   _number(where, raw, "slots_per_host", kind=int, default=0))
 
 
 def profile_from_dict(raw):
@@ -106,23 +120,30 @@ def profile_from_dict(raw):
     _check_keys("software", software, ALGORITHMS)
     for name, sw in software.items():
         _check_keys(f"software.{name}", sw, _SOFTWARE_KEYS, _SOFTWARE_KEYS)
+    top = "top level"
     network = Network(_link("links.intra", raw["links"]["intra"]),
                       _link("links.inter", raw["links"]["inter"]),
-                      raw["reduce_ns_per_byte"] * 1e-9, int(raw["gpus_per_host"]),
-                      int(raw["slots_per_host"]), int(raw["native_switch_bytes"]),
-                      {k: Software(v["step_us"] * 1e-6, v["ns_per_byte"] * 1e-9)
+                      _number(top, raw, "reduce_ns_per_byte") * 1e-9,
+                      _number(top, raw, "gpus_per_host", 1, kind=int),
+                      _number(top, raw, "slots_per_host", 1, kind=int),
+                      _number(top, raw, "native_switch_bytes", kind=int),
+                      {k: Software(_number(f"software.{k}", v, "step_us") * 1e-6,
+                                   _number(f"software.{k}", v, "ns_per_byte") * 1e-9)
                        for k, v in software.items()},
-                      raw.get("oversubscribed_wait_us", 0.0) * 1e-6,
-                      int(raw.get("cache_MiB", 0) * (1 << 20)),
-                      raw.get("cache_bandwidth_GBps", 0.0) * 1e9,
+                      _number(top, raw, "oversubscribed_wait_us", default=0.0) * 1e-6,
+                      int(_number(top, raw, "cache_MiB", default=0) * (1 << 20)),
+                      _number(top, raw, "cache_bandwidth_GBps", default=0.0) * 1e9,
                       _flag("native_hierarchical", raw.get("native_hierarchical", False)),
-                      raw.get("oversubscribed_hosts_wait_us", 0.0) * 1e-6,
-                      int(raw.get("torus_pipeline_MiB", 0) * (1 << 20)))
+                      _number(top, raw, "oversubscribed_hosts_wait_us", default=0.0) * 1e-6,
+                      int(_number(top, raw, "torus_pipeline_MiB", default=0) * (1 << 20)))
     if network.cache_bytes and network.cache_bandwidth_Bps <= 0:
         raise ValueError("profile: cache_MiB > 0 needs cache_bandwidth_GBps > 0")
+    _check_keys("models", raw["models"], raw["models"] or {})
+    if not raw["models"]:
+        raise ValueError("profile models: needs at least one model, e.g. resnet50: {a_ms: ..}")
     models = {name: _compute(name, m) for name, m in raw["models"].items()}
-    return Profile(raw["name"], raw.get("description", ""), int(raw["hosts"]), network, models,
-                   {"calibration": raw.get("calibration")})
+    return Profile(raw["name"], raw.get("description", ""), _number(top, raw, "hosts", 1, kind=int),
+                   network, models, {"calibration": raw.get("calibration")})
 
 
 def profile_to_dict(prof):
@@ -169,6 +190,8 @@ def load_profile(name_or_path):
     with open(path) as f:
         raw = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
     try:
+        if raw is None:
+            raise ValueError("the file is empty")
         return profile_from_dict(raw)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: {e}") from None

@@ -16,14 +16,23 @@ class BatchSchedule:
     """Piecewise-constant global batch: ``[(start_epoch, global_batch), ...]``, first at 0."""
 
     def __init__(self, phases):
-        phases = sorted((float(e), int(b)) for e, b in phases)
+        phases = [(float(e), int(b)) for e, b in phases]
+        example = "e.g. '0:34816,5:69632'"
         if not phases or phases[0][0] != 0.0:
-            raise ValueError(f"batch schedule {phases} must start at epoch 0, e.g. [(0, 256)]")
+            raise ValueError(f"batch schedule {self._text(phases)} must start at epoch 0, {example}")
+        if any(not math.isfinite(e) for e, _ in phases):
+            raise ValueError(f"batch schedule {self._text(phases)}: epochs must be finite, {example}")
         if any(b < 1 for _, b in phases):
-            raise ValueError(f"batch schedule {phases}: every global batch must be >= 1")
-        if len({e for e, _ in phases}) != len(phases):
-            raise ValueError(f"batch schedule {phases}: two phases start at the same epoch")
+            raise ValueError(f"batch schedule {self._text(phases)}: every global batch must be "
+                             f">= 1, {example}")
+        if any(a[0] >= b[0] for a, b in zip(phases, phases[1:])):
+            raise ValueError(f"batch schedule {self._text(phases)}: epochs must increase strictly "
+                             f"from one phase to the next, {example}")
         self.phases = phases
+
+    @staticmethod
+    def _text(phases):
+        return ",".join(f"{e:g}:{b}" for e, b in phases) or "''"
 
     @classmethod
     def parse(cls, text):
@@ -35,7 +44,7 @@ class BatchSchedule:
             try:
                 value = int(float(batch[:-1]) * 1024) if batch.endswith("K") else int(batch)
                 phases.append((float(epoch), value))
-            except ValueError:
+            except (ValueError, OverflowError):
                 raise ValueError(f"batch schedule item {item!r} is not 'epoch:batch' "
                                  f"(e.g. '0:34816,5:69632' or '0:34K,5:68K')") from None
         return cls(phases)
@@ -53,7 +62,7 @@ class BatchSchedule:
         return current
 
     def __str__(self):
-        return ",".join(f"{e:g}:{b}" for e, b in self.phases)
+        return self._text(self.phases)
 
 
 DECAYS = ("cosine", "step", "poly", "none")
