@@ -1,0 +1,214 @@
+"""Every knob of the communicator and every flag of the planner CLI, with its bad values: each
+is refused with a message naming the knob and its allowed range (no hang, no traceback, no
+silent default). One table per entry point; a row is (value(s), expected message fragment).
+"""
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from nnabla_torus import plan_cli
+from nnabla_torus.profile import PROFILE_DIR, load_profile
+from nnabla_torus.schedules import BatchSchedule
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# -- the communicator: environment variable (or keyword argument), value, message -----------
+COMMUNICATOR = [
+    ("NNABLA_TORUS_TIMEOUT", "0", "NNABLA_TORUS_TIMEOUT='0' is not a valid value: must be a "
+                                  "finite number > 0 (seconds, e.g. 300)"),
+    ("NNABLA_TORUS_TIMEOUT", "-1", "must be a finite number > 0"),
+    ("NNABLA_TORUS_TIMEOUT", "nan", "must be a finite number > 0"),
+    ("NNABLA_TORUS_TIMEOUT", "inf", "must be a finite number > 0"),
+    ("NNABLA_TORUS_TIMEOUT", "5min", "must be a finite number > 0"),
+    ("NNABLA_TORUS_SEGMENT_BYTES", "0", "NNABLA_TORUS_SEGMENT_BYTES='0' is not a valid value: "
+                                        "must be an integer >= 1 (bytes per ring message"),
+    ("NNABLA_TORUS_SEGMENT_BYTES", "1.5", "must be an integer >= 1"),
+    ("NNABLA_TORUS_PIPELINE_BYTES", "-1", "NNABLA_TORUS_PIPELINE_BYTES='-1' is not a valid value: "
+                                          "must be an integer >= 0 (bytes per torus piece; 0: no "
+                                          "pieces)"),
+    ("NNABLA_TORUS_SPIN_S", "-0.1", "NNABLA_TORUS_SPIN_S='-0.1' is not a valid value: must be a "
+                                    "finite number >= 0 (seconds"),
+    ("NNABLA_TORUS_SPIN_S", "inf", "must be a finite number >= 0"),
+    ("NNABLA_TORUS_POLL_SLEEP_S", "nan", "NNABLA_TORUS_POLL_SLEEP_S='nan' is not a valid value: "
+                                         "must be a finite number >= 0"),
+    ("NNABLA_TORUS_RANKS_PER_HOST", "0", "NNABLA_TORUS_RANKS_PER_HOST='0' is not a valid value: "
+                                         "must be an integer >= 1 (ranks per host; unset it to "
+                                         "group ranks by host name)"),
+    ("NNABLA_TORUS_RANKS_PER_HOST", "two", "must be an integer >= 1"),
+    ("NNABLA_TORUS_ALGORITHM", "tree", "unknown all-reduce algorithm 'tree'; choose one of "
+                                       "torus2d, ring, hierarchical, native"),
+    ("NNABLA_TORUS_BACKEND", "gloo", "unknown backend 'gloo'; choose one of mpi, nccl, fake-nccl"),
+    ("NNABLA_TORUS_GRID", "2by2", "grid '2by2' is not of the form XxY with positive integers"),
+    ("NNABLA_TORUS_GRID", "0x4", "grid '0x4' is not of the form XxY with positive integers"),
+    ("NNABLA_TORUS_WIRE_FP16", "maybe", "NNABLA_TORUS_WIRE_FP16='maybe' is not a valid value: "
+                                        "expected one of 1/0, true/false"),
+    ("NNABLA_TORUS_CHECK", "2", "NNABLA_TORUS_CHECK='2' is not a valid value"),
+    ("timeout", 0, "timeout=0 is not a valid value (keyword argument; environment twin "
+                   "NNABLA_TORUS_TIMEOUT): must be a finite number > 0"),
+    ("timeout", math.nan, "timeout=nan is not a valid value"),
+    ("segment_bytes", 0, "segment_bytes=0 is not a valid value (keyword argument; environment "
+                         "twin NNABLA_TORUS_SEGMENT_BYTES): must be an integer >= 1"),
+    ("pipeline_bytes", -8, "pipeline_bytes=-8 is not a valid value"),
+    ("algorithm", "tree", "unknown all-reduce algorithm 'tree'"),
+    ("backend", "gloo", "unknown backend 'gloo'"),
+    ("grid", "2x", "grid '2x' is not of the form XxY"),
+]
+
+
+def make_communicator(name, value):
+    from nnabla_torus.backends.mpi import settings
+    from nnabla_torus.communicator import TorusCommunicator
+    if name in ("segment_bytes", "pipeline_bytes"):     # MPI backend keyword arguments
+        return settings(**{name: value})
+    if name.isupper():
+        return TorusCommunicator()
+    return TorusCommunicator(**{name: value})
+
+
+@pytest.mark.parametrize("name, value, message", COMMUNICATOR,
+                         ids=[f"{n}={v}" for n, v, _ in COMMUNICATOR])
+def test_communicator_knobs(monkeypatch, name, value, message):
+    if name.isupper():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as error:
+        make_communicator(name, value)
+    assert message in str(error.value)
+
+
+# -- the planner CLI: arguments, message (argparse's "error: argument --flag: ..." or ours) ---
+PLAN = [
+    ("--max-gpus 0", "argument --max-gpus: must be an integer >= 1, got '0'"),
+    ("--max-gpus -4", "argument --max-gpus: must be an integer >= 1"),
+    ("--max-gpus 1e6", "argument --max-gpus: must be an integer >= 1, got '1e6'"),
+    ("--max-gpus 1000000", "1000000 GPUs is more than the 4352 GPUs of profile 'abci' (1088 "
+                           "hosts x 4): plan at most 4352, pass --allow-beyond-profile"),
+    ("--max-gpus 1000000 --allow-beyond-profile", "plan at most 69632 GPUs (16x the profile)"),
+    ("--gpus 0", "argument --gpus: must be an integer >= 1 (GPU counts, e.g. 1,4,8), got '0'"),
+    ("--gpus 4,x", "argument --gpus: must be an integer >= 1 (GPU counts, e.g. 1,4,8), got 'x'"),
+    ("--gpus 8,5000", "5000 GPUs is more than the 4352 GPUs of profile 'abci'"),
+    ("--allow-beyond-profile maybe", "argument --allow-beyond-profile: invalid parse_bool value"),
+    ("--batch 0", "argument --batch: must be an integer >= 1, got '0'"),
+    ("--batch -5", "argument --batch: must be an integer >= 1, got '-5'"),
+    ("--local-batch 0", "argument --local-batch: must be an integer >= 1, got '0'"),
+    ("--local-batch 0 --schedule 0:256", "argument --local-batch: must be an integer >= 1"),
+    ("--schedule 0:256", "--schedule needs --local-batch"),
+    ("--schedule 0:64,5:128,3:256 --local-batch 32", "argument --schedule: batch schedule "
+                                                     "0:64,5:128,3:256: epochs must increase "
+                                                     "strictly"),
+    ("--schedule nan:128 --local-batch 32", "batch schedule nan:128 must start at epoch 0"),
+    ("--schedule 0:64,nan:128 --local-batch 32", "epochs must be finite"),
+    ("--schedule 0:0 --local-batch 1", "every global batch must be >= 1"),
+    ("--schedule 0:64,5:x --local-batch 32", "batch schedule item '5:x' is not 'epoch:batch'"),
+    ("--schedule 0:100 --local-batch 32", "schedule batch 100 at epoch 0 is not a multiple of the "
+                                          "per-GPU batch 32"),
+    ("--noise-scale -1", "argument --noise-scale: must be a finite number > 0, got '-1'"),
+    ("--noise-scale 0", "argument --noise-scale: must be a finite number > 0"),
+    ("--base-batch 0", "argument --base-batch: must be an integer >= 1"),
+    ("--dataset-size -3", "argument --dataset-size: must be an integer >= 1, got '-3'"),
+    ("--epochs -1", "argument --epochs: must be a finite number > 0, got '-1'"),
+    ("--epochs nan", "argument --epochs: must be a finite number > 0"),
+    ("--min-efficiency 2", "argument --min-efficiency: must be a finite number >= 0 and <= 1"),
+    ("--gpus 64 --min-efficiency 0.9999", "no plan reaches scaling efficiency 0.9999"),
+    ("--algorithms ring,tree", "unknown algorithm(s) ['tree']"),
+    ("--rows some", "argument --rows: invalid choice: 'some'"),
+    ("--profile nosuch", "no profile file or shipped profile 'nosuch'"),
+    ("--model vgg", "profile 'abci' has no model 'vgg'"),
+    ("--json /nonexistent/plan.json", "argument --json: cannot write '/nonexistent/plan.json': "
+                                      "give a file path in an existing writable folder"),
+    ("--plot /tmp", "argument --plot: cannot write '/tmp'"),
+    ("--explain perhaps", "argument --explain: invalid parse_bool value"),
+]
+
+
+@pytest.mark.parametrize("argv, message", PLAN, ids=[a for a, _ in PLAN])
+def test_plan_cli_flags(capsys, argv, message):
+    with pytest.raises(SystemExit) as ended:
+        plan_cli.main(argv.split())
+    text = f"{ended.value.code}\n{capsys.readouterr().err}"
+    assert ended.value.code not in (0, None) and message in text, text
+
+
+def test_plan_cli_environment_twins_are_checked_too(monkeypatch):
+    monkeypatch.setenv("NNABLA_TORUS_PLAN_BATCH", "0")
+    with pytest.raises(ValueError, match=r"NNABLA_TORUS_PLAN_BATCH='0' is not a valid value: must "
+                                         r"be an integer >= 1"):
+        plan_cli.build_parser()
+
+
+def test_a_schedule_is_kept_in_the_order_given():
+    assert BatchSchedule.parse("0:34K,5:68K").phases == [(0.0, 34816), (5.0, 69632)]
+
+
+# -- profile files: a bad value names the file, the key and the allowed range ---------------
+PROFILE = [
+    ("models.resnet50.max_local_batch", 0, "models.resnet50.max_local_batch: 0 must be an "
+                                           "integer >= 1"),
+    ("models.resnet50.b_ms", "fast", "models.resnet50.b_ms: 'fast' must be a number > 0"),
+    ("models.resnet50.gamma", 0.5, "models.resnet50.gamma: 0.5 must be a number >= 1"),
+    ("models.resnet50.grad_bytes", None, "models.resnet50.grad_bytes: None must be an integer >= 1"),
+    ("models", None, "profile models: expected a mapping of keys to values, got None"),
+    ("models", {}, "profile models: needs at least one model"),
+    ("hosts", 0, "top level.hosts: 0 must be an integer >= 1"),
+    ("gpus_per_host", "", "top level.gpus_per_host: '' must be an integer >= 1"),
+    ("links.inter.bandwidth_GBps", 0, "links.inter.bandwidth_GBps: 0 must be a number > 0"),
+    ("links.intra.latency_us", -1, "links.intra.latency_us: -1 must be a number >= 0"),
+    ("links", None, "profile links: expected a mapping"),
+    ("reduce_ns_per_byte", ".", "top level.reduce_ns_per_byte: '.' must be a number >= 0"),
+    ("cache_MiB", float("nan"), "top level.cache_MiB: nan must be a number >= 0"),
+]
+
+
+def write_profile(tmp_path, key, value):
+    with open(os.path.join(PROFILE_DIR, "abci.yaml")) as f:
+        raw = yaml.safe_load(f)
+    node, *path = key.split(".")
+    where = raw
+    for part in [node] + path[:-1] if path else []:
+        where = where[part]
+    where[path[-1] if path else node] = value
+    target = tmp_path / "bad.yaml"
+    target.write_text(yaml.safe_dump(raw))
+    return str(target)
+
+
+@pytest.mark.parametrize("key, value, message", PROFILE, ids=[f"{k}={v!r}" for k, v, _ in PROFILE])
+def test_profile_values(tmp_path, key, value, message):
+    path = write_profile(tmp_path, key, value)
+    with pytest.raises(ValueError) as error:
+        load_profile(path)
+    assert str(error.value).startswith(f"{path}: profile ") and message in str(error.value)
+
+
+def test_an_empty_profile_file_is_named(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=f"{empty}: the file is empty"):
+        load_profile(str(empty))
+
+
+# -- no MPI where none is needed ------------------------------------------------------------
+def test_importing_the_package_and_planning_start_no_mpi():
+    code = ("import sys, nnabla_torus, nnabla_torus.plan_cli as p; p.main(['--max-gpus', "
+            "'64', '--json', '/dev/null']); assert 'mpi4py.MPI' not in sys.modules, "
+            "'MPI started'; print('NO MPI')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=REPO), timeout=120)
+    assert "NO MPI" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--max-gpus", "64"]], ids=["help", "plan"])
+def test_planner_runs_leave_nothing_in_the_temporary_or_shared_memory_folders(tmp_path, argv):
+    """Open MPI puts its session folder in TMPDIR and its shared-memory segment (16 MiB,
+    normally in /dev/shm, which other jobs on this machine share) in the sm backing folder:
+    both point at a fresh folder, which must stay empty (before: 2 entries per call)."""
+    env = dict(os.environ, PYTHONPATH=REPO, TMPDIR=str(tmp_path),
+               OMPI_MCA_btl_sm_backing_directory=str(tmp_path))
+    for _ in range(5):
+        done = subprocess.run([sys.executable, "tools/plan.py", *argv], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    assert list(tmp_path.iterdir()) == []
