@@ -579,5 +579,7 @@ if __name__ == "__main__":
     try:
         main()
     except (ValueError, FileNotFoundError, CheckpointError) as error:
-        # Input errors are raised on every rank alike: a message, not a traceback.
-        sys.exit(f"train.py: error: {error}")
+        # A message, not a traceback; abort_job ends every rank even when only this one raised
+        # (after sys.exit it would wait in MPI_Finalize while the others wait for it).
+        from nnabla_torus import failfast
+        failfast.abort_job(f"train.py: error: {error}")

@@ -1,0 +1,79 @@
+"""failfast on one process (the multi-rank behaviour: tests/mpi/test_failfast.py), the
+once-per-job log filter, and integer averaging by the rule floor(sum / p)."""
+import logging
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from nnabla_torus import failfast
+from nnabla_torus.collectives import scale_numpy
+from nnabla_torus.communicator import log_once_per_job
+
+
+def test_abort_job_on_one_process_prints_rank_and_host_once_and_exits(capsys):
+    with pytest.raises(SystemExit) as ended:
+        failfast.abort_job("train.py: error: --batch must be >= 1", 2)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("train.py: error") == 1
+    assert err.startswith("rank 0 on host ") and err.endswith(": train.py: error: --batch must "
+                                                              "be >= 1\n"), err
+
+
+def test_install_is_idempotent_and_chains_to_the_previous_hooks(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "excepthook", lambda *a: seen.append(a[0]))
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_type))
+    monkeypatch.setattr(failfast, "_previous", {})
+    failfast.install()
+    failfast.install()
+    assert sys.excepthook is failfast._excepthook
+    assert threading.excepthook is failfast._thread_excepthook
+    try:
+        raise KeyError("x")
+    except KeyError:
+        sys.excepthook(*sys.exc_info())     # one process: printed, nothing aborted
+    worker = threading.Thread(target=lambda: 1 / 0)
+    worker.start()
+    worker.join()
+    assert seen == [KeyError, ZeroDivisionError]
+
+
+def test_without_exit_notices_no_rank_has_gone():
+    assert failfast.gone([0, 1, 2]) == []
+
+
+def test_library_log_lines_pass_on_rank_zero_only_unless_marked_per_rank(caplog):
+    name = "nnabla_torus.test_once"
+    for rank, expected in ((0, ["same", "mine"]), (3, ["mine"])):
+        logger = logging.getLogger(f"{name}{rank}")
+        log_once_per_job(rank, names=(logger.name,))
+        log_once_per_job(rank, names=(logger.name,))      # once
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=logger.name):
+            logger.info("same")
+            logger.info("mine", extra={"every_rank": True})
+        assert [r.getMessage() for r in caplog.records] == expected
+        assert len(logger.filters) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.int8])
+@pytest.mark.parametrize("p", [2, 3, 7])
+def test_integer_averages_are_the_floor_of_the_sum(dtype, p):
+    total = np.arange(-20, 21, dtype=np.int64)
+    if np.dtype(dtype).kind == "u":
+        total = total + 20
+    data = total.astype(dtype)
+    scale_numpy(data, 1.0 / p)
+    assert np.array_equal(data, (total // p).astype(dtype))
+
+
+def test_integers_refuse_a_factor_that_is_not_one_over_p():
+    with pytest.raises(ValueError, match=r"cannot scale int32 data by 3.0: integer arrays are "
+                                         r"only averaged"):
+        scale_numpy(np.ones(3, np.int32), 3.0)
+    floats = np.full(3, 3.0, np.float32)
+    scale_numpy(floats, 1 / 3)
+    assert np.allclose(floats, 1.0)
