@@ -31,7 +31,8 @@ Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else envi
 Every value is checked when the communicator is made (a ValueError names the knob, the value
 and the allowed range), and ``init()`` compares the settings of all ranks (a ValueError on
 every rank names what each rank set) before anything that would hang if they differed.
-``init()`` also installs :mod:`nnabla_torus.failfast`: an error on one rank ends the job.
+Importing this module installs :mod:`nnabla_torus.failfast` (an error on one rank ends the
+job), so errors between the import and ``init()`` are covered too.
 """
 import logging
 import sys
@@ -47,6 +48,7 @@ from .rendezvous import (CollectiveTimeout, RankGone, RankLost, check_same_call,
                          rank_lost)
 
 logger = logging.getLogger("nnabla_torus")
+failfast.install()  # MPI has started (mpi4py.MPI): from here on, one rank's error ends the job
 _notes_said = set()  # notes are logged once per process
 
 DEFAULTS = dict(algorithm="torus2d", timeout=300.0)  # timeout in seconds
@@ -99,7 +101,8 @@ def _differences(names, calls):
         for rank, call in enumerate(calls):
             by_value.setdefault(repr(call[i]), []).append(rank)
         if len(by_value) > 1:
-            lines.append(f"  {name}: " + "; ".join(f"{v} on rank(s) {r}" for v, r in by_value.items()))
+            lines.append(f"  {name}: " + "; ".join(f"{value} on rank(s) {ranks}"
+                                                   for value, ranks in by_value.items()))
     return lines
 
 
@@ -141,10 +144,9 @@ class TorusCommunicator:
     # -- set-up -----------------------------------------------------------------------------
     def init(self):
         """Check that all ranks agree on the settings, create the backend, find hosts, and
-        build the groups of the chosen algorithm. Installs ``failfast`` and logs once per job."""
+        build the groups of the chosen algorithm. Library log lines appear once per job."""
         if self.backend is not None:
             return
-        failfast.install()
         log_once_per_job(self.rank)
         self._guarded("init", self._agree)
         self.backend = make_backend(self._backend_name, self.ctx, self.timeout,

@@ -2,9 +2,9 @@
 
 Without this, a rank that raises an unhandled exception (or calls ``sys.exit``) goes on to
 ``MPI_Finalize``, which waits for every other rank, while the others wait for it in their next
-collective: the job hangs until the collective's timeout. ``install()`` (called by
-``comm.init()``, so any script that inits the communicator has it) fixes the three ways a rank
-leaves early:
+collective: the job hangs until the collective's timeout. ``install()`` (called when
+``nnabla_torus.communicator`` is imported, so any script that uses the communicator has it)
+handles the three ways a rank leaves early:
 
 - an unhandled exception (main thread or any other thread): Python prints the traceback, then
   one line ``nnabla_torus: rank 3 on host h1: unhandled ValueError: ...; aborting the job``,
@@ -23,7 +23,7 @@ With one process (or before MPI is initialised) nothing is aborted: the process 
 non-zero status, and mpirun then ends the job itself. Example::
 
     from nnabla_torus import failfast
-    failfast.install()                              # comm.init() does this
+    failfast.install()                  # importing the communicator does this
     if not os.path.isdir(path):
         failfast.abort_job(f"train.py: error: {path} is not a folder", 2)
 """

@@ -41,8 +41,8 @@ def number(kind=float, low=None, strict=False, high=None, hint=""):
                 raise ValueError(text)
         except (TypeError, ValueError):
             raise BadValue(f"must be {what}, got {text!r}") from None
-        if (not math.isfinite(value) or (low is not None and (value < low or strict and value == low))
-                or (high is not None and value > high)):
+        below = low is not None and (value < low or strict and value == low)
+        if not math.isfinite(value) or below or (high is not None and value > high):
             raise BadValue(f"must be {what}, got {text!r}")
         return value
     parse.__name__ = what

@@ -185,8 +185,8 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
     is tried and B_noise (``b_noise``, samples) trades throughput against statistical
     efficiency. ``accum_steps`` defaults to (1, 2, 4, 8), or (1,) when neither a target nor
     B_noise is given (a larger batch would then look free). ``beyond_profile=False`` keeps
-    GPU counts within the profile (:func:`gpu_limit`; the CLI's default). Raises ValueError when no candidate
-    meets ``min_efficiency``.
+    GPU counts within the profile (:func:`gpu_limit`; the CLI's default). Raises ValueError
+    when no candidate meets ``min_efficiency``.
     """
     start = time.perf_counter()
     net, comp = prof.network, model_of(prof, model)

@@ -102,7 +102,8 @@ def _flag(where, value):
 def _compute(name, raw):
     _check_keys(f"models.{name}", raw, _MODEL_KEYS, _MODEL_KEYS - {"slots_per_host"})
     where = f"models.{name}"
-    return Compute(_number(where, raw, "a_ms") * 1e-3, _number(where, raw, "b_ms", strict=True) * 1e-3,
+    return Compute(_number(where, raw, "a_ms") * 1e-3,
+                   _number(where, raw, "b_ms", strict=True) * 1e-3,
                    _number(where, raw, "gamma", low=1),   # 1: no overlap of compute, all-reduce
                    _number(where, raw, "max_local_batch", 1, kind=int),
                    _number(where, raw, "grad_bytes", 1, kind=int),

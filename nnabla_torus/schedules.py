@@ -17,17 +17,16 @@ class BatchSchedule:
 
     def __init__(self, phases):
         phases = [(float(e), int(b)) for e, b in phases]
-        example = "e.g. '0:34816,5:69632'"
+        text, example = self._text(phases), "e.g. '0:34816,5:69632'"
         if not phases or phases[0][0] != 0.0:
-            raise ValueError(f"batch schedule {self._text(phases)} must start at epoch 0, {example}")
+            raise ValueError(f"batch schedule {text} must start at epoch 0, {example}")
         if any(not math.isfinite(e) for e, _ in phases):
-            raise ValueError(f"batch schedule {self._text(phases)}: epochs must be finite, {example}")
+            raise ValueError(f"batch schedule {text}: epochs must be finite, {example}")
         if any(b < 1 for _, b in phases):
-            raise ValueError(f"batch schedule {self._text(phases)}: every global batch must be "
-                             f">= 1, {example}")
+            raise ValueError(f"batch schedule {text}: every global batch must be >= 1, {example}")
         if any(a[0] >= b[0] for a, b in zip(phases, phases[1:])):
-            raise ValueError(f"batch schedule {self._text(phases)}: epochs must increase strictly "
-                             f"from one phase to the next, {example}")
+            raise ValueError(f"batch schedule {text}: epochs must increase strictly from one "
+                             f"phase to the next, {example}")
         self.phases = phases
 
     @staticmethod

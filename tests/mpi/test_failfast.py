@@ -17,11 +17,12 @@ PROG = "tests/mpi/progs/failfast_loop.py"
 LIMIT_S = 5.0    # from the victim leaving to mpirun's exit (the issue's target)
 
 
-def leave(ranks, victim, how):
-    """Run the loop with ``victim`` leaving ``how``; return (output, seconds to mpirun's exit)."""
+def leave(ranks, victim, how, at=3):
+    """Run the loop with ``victim`` leaving ``how`` at iteration ``at`` (-1: before init);
+    return (output, seconds from its leaving to mpirun's exit)."""
     with pytest.raises(AssertionError) as failed:       # run_mpi raises on a non-zero exit
-        run_mpi(ranks, [PROG, "--victim", str(victim), "--how", how], timeout=120,
-                env={"NNABLA_TORUS_TIMEOUT": ""})
+        run_mpi(ranks, [PROG, "--victim", str(victim), "--how", how, "--at", str(at)],
+                timeout=120, env={"NNABLA_TORUS_TIMEOUT": ""})
     ended = time.time()
     out = str(failed.value)
     assert re.match(r"exit [1-9]\d*: ", out), out[:3000]   # non-zero, and not "timeout after"
@@ -42,16 +43,24 @@ def test_an_unhandled_exception_on_one_rank_aborts_the_job_at_once(ranks, victim
     assert seconds < LIMIT_S, f"{seconds:.1f} s from the exception to the end of the job"
 
 
-@pytest.mark.parametrize("ranks, victim, how", [(4, 0, "exit-message"), (4, 3, "exit-message"),
-                                                (2, 1, "exit-code"), (2, 0, "return")])
-def test_a_rank_that_leaves_early_is_named_by_the_ranks_waiting_for_it(ranks, victim, how):
-    out, seconds = leave(ranks, victim, how)
+@pytest.mark.parametrize("ranks, victim, how, at", [
+    (4, 0, "exit-message", 3), (4, 3, "exit-message", 3), (2, 1, "exit-code", 3),
+    (2, 0, "return", 3), (4, 2, "exit-message", -1)])
+def test_a_rank_that_leaves_early_is_named_by_the_ranks_waiting_for_it(ranks, victim, how, at):
+    out, seconds = leave(ranks, victim, how, at)
     if how == "exit-message":
         assert f"failfast_loop.py: error: bad input on rank {victim}" in out, out
     named = re.findall(r"^nnabla_torus: rank \d+: rank\(s\) \[(\d+)\] left the script .* "
                        r"\(rank \d+ ran on \S+\); aborting the job$", out, re.M)
     assert named and set(named) == {str(victim)}, out
     assert seconds < LIMIT_S, f"{seconds:.1f} s from the exit to the end of the job"
+
+
+def test_an_exception_before_init_aborts_the_job_too():
+    out, seconds = leave(4, 1, "raise", at=-1)
+    assert re.findall(r"^nnabla_torus: rank (\d+) on host \S+: unhandled RuntimeError", out,
+                      re.M) == ["1"], out
+    assert seconds < LIMIT_S, seconds
 
 
 def test_an_exception_in_another_thread_aborts_the_job():

@@ -149,7 +149,8 @@ PROFILE = [
                                            "integer >= 1"),
     ("models.resnet50.b_ms", "fast", "models.resnet50.b_ms: 'fast' must be a number > 0"),
     ("models.resnet50.gamma", 0.5, "models.resnet50.gamma: 0.5 must be a number >= 1"),
-    ("models.resnet50.grad_bytes", None, "models.resnet50.grad_bytes: None must be an integer >= 1"),
+    ("models.resnet50.grad_bytes", None, "models.resnet50.grad_bytes: None must be an integer "
+                                         ">= 1"),
     ("models", None, "profile models: expected a mapping of keys to values, got None"),
     ("models", {}, "profile models: needs at least one model"),
     ("hosts", 0, "top level.hosts: 0 must be an integer >= 1"),

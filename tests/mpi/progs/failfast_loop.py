@@ -43,10 +43,14 @@ def main():
     parser.add_argument("--victim", type=int, required=True)
     parser.add_argument("--how", required=True, choices=("raise", "thread", "exit-message",
                                                          "exit-code", "return", "abort-job"))
-    parser.add_argument("--at", type=int, default=3, help="iteration at which the victim leaves")
+    parser.add_argument("--at", type=int, default=3,
+                        help="iteration at which the victim leaves (-1: before comm.init())")
     parser.add_argument("--iters", type=int, default=400)
     args = parser.parse_args()
     comm = nnabla_torus.MultiProcessDataParallelCommunicator()
+    if comm.rank == args.victim and args.at < 0:    # after the import, before init()
+        leave(args.how, comm.rank)
+        return
     comm.init()
     grad = nn.NdArray.from_numpy_array(np.ones(1 << 16, np.float32))
     for i in range(args.iters):
