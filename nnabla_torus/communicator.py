@@ -253,8 +253,11 @@ class TorusCommunicator:
 
     @property
     def local_rank(self):
-        self._ready()
-        return self.hosts.local_rank(self.rank)
+        """This rank's GPU: on the NCCL backend nnabla's choice (earlier ranks with the same
+        short host name), whatever NNABLA_TORUS_RANKS_PER_HOST says; else its host position."""
+        be = self._ready()
+        device = getattr(be, "device_id", None)
+        return self.hosts.local_rank(self.rank) if device is None else device
 
     @property
     def local_size(self):

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import nnabla as nn  # noqa: E402
 
 import nnabla_torus  # noqa: E402
+from nnabla_torus.backends import synchronize  # noqa: E402
 from nnabla_torus.knobs import add_knob  # noqa: E402
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -82,6 +83,7 @@ def time_calls(comm, nd, source, count, world):
         world.Barrier()
         start = time.perf_counter()
         comm.all_reduce(nd, inplace=True)
+        synchronize(comm)  # NCCL calls return before their kernels end
         times.append(world.allreduce(time.perf_counter() - start, op=MPI.MAX))
     return times
 

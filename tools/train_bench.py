@@ -67,8 +67,10 @@ class TimedComm:
         self.comm, self.seconds = comm, 0.0
 
     def all_reduce(self, data, **kwargs):
+        from nnabla_torus.backends import synchronize
         tic = time.perf_counter()
         self.comm.all_reduce(data, **kwargs)
+        synchronize(self.comm)  # NCCL calls return before their kernels end
         self.seconds += time.perf_counter() - tic
 
 
@@ -94,6 +96,7 @@ def measure(args, comm, settings):
     from config import TrainConfig
     from models import get_model
     from nnabla_torus.controller import BatchPlan
+    from nnabla_torus.backends import synchronize
     from nnabla_torus.overlap import BucketedAllReduce
 
     nn.clear_parameters()
@@ -118,6 +121,7 @@ def measure(args, comm, settings):
             train.train_step(stream, graph, plan, solvers, timed, grads, reducers[overlap], None)
             solvers.weight_decay(1e-4)
             solvers.update()
+            synchronize(comm)  # the step's kernels, not just their launches
             if i >= args.warmup:
                 times[overlap][0].append(time.perf_counter() - tic)
                 times[overlap][1].append(timed.seconds)

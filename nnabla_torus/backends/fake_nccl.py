@@ -27,12 +27,25 @@ and nnabla-ext-cuda ``src/nbla/cuda/communicator/multi_process_data_parallel_com
 - ``all_reduce`` skips arrays that are zeroing (``zero()`` not yet materialised) on every
   member; ``reduce`` with ``inplace=True`` uses the world whatever ``group`` is (as v1.39 does).
 
-What it cannot mimic: CUDA streams and asynchrony (every call completes before it returns),
-device memory, NCCL's algorithms, protocols, timing and summation order (the fake sums in group
-order, the same on every member); out-of-bounds reads and writes (where NCCL would run past a
-buffer, the fake raises ValueError); nnabla's watchdog thread (peers missing for ``timeout``
-seconds raise ``CollectiveTimeout``); ``all_reduce_callback`` (needs nnabla's C++ backward
-hooks; raises NotImplementedError) and the deprecated ``allreduce``.
+- host-side MPI (init, barrier, new_group, all_reduce's zeroing check) blocks as nnabla's
+  does, and an MPI error becomes nnabla's RuntimeError "`MPI_...` failed by `...`";
+- the device rules that a CPU run does not enforce by itself (``set_device``, ``place``):
+  each array placed on a fake device is tagged with it (by address); ``F.identity``,
+  ``F.mul_scalar``, ``F.pow_scalar`` and ``F.sum`` behave as their CUDA kernels: they run on
+  the current context's device and cast their ``outputs`` to the context's type T first, so a
+  narrowed view of another dtype raises nnabla's own "cast of child-arrays is not permitted",
+  a whole array is silently converted (as on a GPU), and a narrowed view on another device
+  raises; the communicator refuses narrowed arrays of another device likewise;
+- asynchronous completion: every collective is enqueued and returns; results land only at
+  ``synchronize(device_id)`` (nnabla_ext.cuda's ``cudaDeviceSynchronize``), and a collective a
+  peer never joins spins there for ever, as NCCL kernels do (nothing here times out).
+
+What it cannot mimic: CUDA streams (a GPU's later kernels on the default stream see results
+without a host synchronisation; here only ``synchronize`` delivers them), device memory,
+NCCL's algorithms, protocols, timing and summation order (the fake sums in group order, the
+same on every member); out-of-bounds reads and writes (where NCCL would run past a buffer, the
+fake raises ValueError); ``all_reduce_callback`` (needs nnabla's C++ backward hooks; raises
+NotImplementedError) and the deprecated ``allreduce``.
 
 Example (under ``mpirun -np 2``)::
 
@@ -40,15 +53,105 @@ Example (under ``mpirun -np 2``)::
     comm = FakeMultiProcessDataParallelCommunicator(ctx)
     comm.init()
     comm.all_reduce([x.data for x in xs], division=True)
+    synchronize()                                # the sums are in xs from here on
 """
 import socket
+import time
 
 import numpy as np
 from mpi4py import MPI
 
-from ..rendezvous import wait_requests
-
 TYPE_CONFIGS = {"float": np.float32, "half": np.float16}
+CUDA_LIKE = ("identity", "mul_scalar", "pow_scalar", "sum")  # nnabla functions the rules wrap
+_device = [None]  # this process's fake GPU (set_device), None before
+_places = {}  # address -> (bytes, device) of arrays placed on a fake device
+_pending = []  # enqueued collectives: (requests, finish), completed by synchronize()
+
+
+# -- the fake device -------------------------------------------------------------------------
+def _extent(ndarray):
+    """(address, bytes) of ``ndarray``'s host memory, None when it holds no data yet."""
+    try:
+        data = ndarray.data if ndarray.size else None
+    except RuntimeError:
+        return None
+    return None if data is None else (data.__array_interface__["data"][0], data.nbytes)
+
+
+def place(ndarray, device):
+    """Tag ``ndarray`` (a whole array) as living on fake GPU ``device``."""
+    extent = _extent(ndarray)
+    if extent:
+        _places[extent[0]] = (extent[1], int(device))
+
+
+def device_of(ndarray):
+    """(device or None for host memory, whether ``ndarray`` is a narrowed part of it)."""
+    extent = _extent(ndarray)
+    if extent is None:
+        return None, False
+    address, nbytes = extent
+    for start, (size, device) in _places.items():
+        if start <= address and address + nbytes <= start + size:
+            return device, (start, size) != (address, nbytes)
+    return None, False
+
+
+def check_device(ndarray, device, what):
+    """Refuse a narrowed ``ndarray`` of another device (nnabla cannot cast a child array across
+    devices); a whole array moves to ``device``, as nnabla's cast moves it."""
+    where, narrowed = device_of(ndarray)
+    if where is None or where == device:
+        return
+    if narrowed:
+        raise RuntimeError(f"runtime error in {what} (fake device rule): cast of child-arrays is "
+                           f"not permitted (a narrowed array on fake GPU {where} used on fake "
+                           f"GPU {device})")
+    place(ndarray, device)
+
+
+def _like_cuda(name, function):
+    """``function`` with the CUDA kernel's rules: device of the context, outputs cast to T."""
+    def run(*args, **kwargs):
+        import nnabla as nn
+        ctx = nn.get_current_context()
+        dtype = TYPE_CONFIGS.get(ctx.backend[0].split(":")[-1], np.float32)
+        device = int(ctx.device_id or 0)
+        for a in list(args) + list(kwargs.get("outputs") or []):
+            if isinstance(a, nn.NdArray):
+                check_device(a, device, f"F.{name}")
+        for out in kwargs.get("outputs") or []:
+            out.cast(dtype, ctx)  # raises nnabla's own error for a narrowed view of another dtype
+        return function(*args, **kwargs)
+    run.fake_cuda = True
+    return run
+
+
+def set_device(device_id):
+    """Make this process's fake GPU ``device_id`` and give nnabla's functions the CUDA rules."""
+    import nnabla.functions as F
+    _device[0] = int(device_id)
+    for name in CUDA_LIKE:
+        function = getattr(F, name)
+        if not getattr(function, "fake_cuda", False):
+            setattr(F, name, _like_cuda(name, function))
+
+
+def synchronize(device_id="0"):
+    """Complete every enqueued collective (cudaDeviceSynchronize); spins while a peer is missing."""
+    while _pending:
+        requests, finish = _pending.pop(0)
+        try:
+            while not MPI.Request.Testall(requests):
+                time.sleep(1e-4)
+        except MPI.Exception:  # a dead peer: NCCL's kernels would spin, so does the fake
+            while True:
+                time.sleep(1.0)
+        finish()
+
+
+def _enqueue(requests, finish=lambda: None):
+    _pending.append((requests, finish))
 
 
 def _nnabla_error(kind, message):
@@ -60,20 +163,32 @@ def _bytes(array):
     return [array.reshape(-1).view(np.uint8), MPI.BYTE]
 
 
+def _host_mpi(call, text):
+    """A blocking MPI call as nnabla makes it: an MPI error becomes nnabla's RuntimeError."""
+    try:
+        return call()
+    except MPI.Exception as e:
+        raise _nnabla_error("runtime", f"`{text}` failed by `{e.Get_error_string()}`.") from e
+
+
 class FakeMultiProcessDataParallelCommunicator:
     """nnabla-ext-cuda's ``MultiProcessDataParallelCommunicatorNccl`` on CPU (see module doc)."""
     name = "MultiProcessDataParallelCommunicatorNccl"
+    live = 0  # communicators alive in this process (each would hold NCCL communicators)
 
-    def __init__(self, ctx, timeout=300.0):
+    def __init__(self, ctx):
         config = ctx.backend[0].split(":")[-1] if ctx.backend else ""
         if config not in TYPE_CONFIGS:
             raise _nnabla_error("value", f"Any of {list(ctx.backend)} could not be found "
                                          f"(the communicator exists for float and half)")
         self.ctx = ctx
         self.dtype = np.dtype(TYPE_CONFIGS[config])
-        self.timeout = float(timeout)
         self._initialized = False
         self._groups, self._comms, self._params = {}, {}, []
+        FakeMultiProcessDataParallelCommunicator.live += 1
+
+    def __del__(self):
+        FakeMultiProcessDataParallelCommunicator.live -= 1
 
     # -- set-up -----------------------------------------------------------------------------
     def _ready(self):
@@ -102,8 +217,10 @@ class FakeMultiProcessDataParallelCommunicator:
             raise _nnabla_error("value", "Communicator was already initialized.")
         self._world = MPI.COMM_WORLD.Dup()
         host = socket.gethostname().split(".")[0]
-        hosts = self._world.allgather(host)
+        hosts = _host_mpi(lambda: self._world.allgather(host), "MPI_Allgather(host_hashs)")
         self._local_rank = hosts[:self._world.Get_rank()].count(host)
+        self.ctx.device_id = str(self._local_rank)  # as nnabla's ctx_.device_id = local_rank
+        set_device(self._local_rank)  # and its cuda_set_device(device_id_)
         self._groups["world"] = list(range(self._world.Get_size()))
         self._comms["world"] = self._world
         self._initialized = True
@@ -117,7 +234,7 @@ class FakeMultiProcessDataParallelCommunicator:
         self._params = []
 
     def barrier(self):
-        self._wait(self._world.Ibarrier(), "barrier", self._groups["world"])
+        _host_mpi(self._world.Barrier, "MPI_Barrier(MPI_COMM_WORLD)")
 
     def abort(self):
         self._world.Abort(-1)
@@ -139,8 +256,9 @@ class FakeMultiProcessDataParallelCommunicator:
                                          "equal to 0.")
         self._groups[name] = ranks
         if self.rank in ranks:
-            comm = self._world.Create_group(self._world.Get_group().Incl(ranks))
-            self._wait(comm.Ibarrier(), f"new_group {name}", ranks)  # ncclCommInitRank
+            comm = _host_mpi(lambda: self._world.Create_group(self._world.Get_group().Incl(ranks)),
+                             "MPI_Comm_create_group")
+            _host_mpi(comm.Barrier, "MPI_Barrier(group)")  # ncclCommInitRank
             self._comms[name] = comm
         return name
 
@@ -172,23 +290,24 @@ class FakeMultiProcessDataParallelCommunicator:
 
     def _typed(self, ndarray):
         """``ndarray`` cast to T in place (as nnabla's ``cast(dtype, ctx_)``); a flat view."""
+        if _device[0] is not None:
+            check_device(ndarray, int(self.ctx.device_id), "MultiProcessDataParallelCommunicator")
         ndarray.cast(self.dtype, self.ctx)
         return ndarray.data.reshape(-1)
 
     def _pack(self, arrays):
+        """(one packed copy of ``arrays`` in T, their flat views)."""
         flats = [self._typed(a) for a in arrays]
-        return np.concatenate(flats) if flats else np.empty(0, self.dtype)
+        return (np.concatenate(flats) if flats else np.empty(0, self.dtype)), flats
 
     @staticmethod
-    def _unpack(large, arrays):
+    def _unpack(large, flats):
+        """Write ``large`` into ``flats``: numpy views of the arrays' memory, taken at enqueue,
+        so that no (narrowed) NdArray is held until synchronize(), as a kernel holds none."""
         offset = 0
-        for a in arrays:
-            flat = a.data.reshape(-1)
+        for flat in flats:
             flat[...] = large[offset:offset + flat.size]
             offset += flat.size
-
-    def _wait(self, request, what, peers):
-        wait_requests([request], self.timeout, f"fake nccl {what}", peers, MPI.COMM_WORLD.rank)
 
     def _sum(self, parts, division):
         """Sum the rows of ``parts`` in order, in T; ncclAvg pre-multiplies by T(1/m)."""
@@ -199,92 +318,87 @@ class FakeMultiProcessDataParallelCommunicator:
             total += part
         return total
 
-    def _gather_sum(self, comm, flat, division, what, peers):
+    def _gather_sum(self, comm, flat, division, done):
+        """Enqueue the sum of ``flat`` over ``comm``; ``done(total)`` runs at synchronize()."""
         parts = np.empty((comm.Get_size(), flat.size), self.dtype)
-        self._wait(comm.Iallgather(_bytes(np.ascontiguousarray(flat)), _bytes(parts)), what, peers)
-        return self._sum(parts, division)
+        request = comm.Iallgather(_bytes(np.ascontiguousarray(flat)), _bytes(parts))
+        _enqueue([request], lambda: done(self._sum(parts, division)))
 
-    def _all_zeroing(self, arrays, comm, peers):
-        """Per array: zeroing on every member of ``comm`` (nnabla's mpi_check_all)."""
+    def _all_zeroing(self, arrays, comm):
+        """Per array: zeroing on every member of ``comm`` (nnabla's mpi_check_all, blocking)."""
         if not arrays:
             return []
         flags = np.array([a.zeroing for a in arrays], dtype=np.int32)
         result = np.empty_like(flags)
-        self._wait(comm.Iallreduce(flags, result, op=MPI.LAND), "zeroing check", peers)
+        _host_mpi(lambda: comm.Allreduce(flags, result, op=MPI.LAND),
+                  "MPI_Allreduce(&condition, &result, 1, MPI_C_BOOL, MPI_LAND, comm)")
         return result.astype(bool).tolist()
 
-    # -- collectives ------------------------------------------------------------------------
+    # -- collectives (enqueued; results land at synchronize()) -------------------------------
     def all_reduce(self, data, division=False, inplace=False, group="world"):
         """ncclAllReduce of each array (``inplace``) or of one packed copy of them all."""
         comm, _, _ = self._member(group)
-        peers = self._groups[group]
         arrays = self._arrays(data)
-        zeroing = self._all_zeroing(arrays, comm, peers)
+        zeroing = self._all_zeroing(arrays, comm)
         live = [a for a, z in zip(arrays, zeroing) if not z]
-        if inplace:
-            for a in live:
-                flat = self._typed(a)
-                flat[...] = self._gather_sum(comm, flat, division, "all_reduce", peers)
-        elif live:
-            large = self._pack(live)
-            self._unpack(self._gather_sum(comm, large, division, "all_reduce", peers), live)
+        batches = [[a] for a in live] if inplace else [live] if live else []
+        for batch in batches:
+            large, flats = self._pack(batch)
+            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f))
 
     def _rooted(self, group, root, data, inplace, op):
-        """Member and root checks; (comm, position, peers, batches of arrays NCCL moves)."""
+        """Member and root checks; (comm, position, batches of arrays NCCL moves)."""
         comm, me, m = self._member(group)
         if not 0 <= root < m:
             raise _nnabla_error("target_specific", f"{op}: invalid root {root} for a group of "
                                                    f"{m} (ncclInvalidArgument)")
         arrays = self._arrays(data)
         batches = [[a] for a in arrays] if inplace else [arrays]
-        return comm, me, self._groups[group], batches
+        return comm, me, batches
 
     def reduce(self, data, dst, division=False, inplace=False, group="world"):
         """ncclReduce to group position ``dst``; other members' arrays are left as they were."""
         self._member(group)
         if inplace:
             group = "world"  # nnabla-ext-cuda v1.39 drops `group` on this path
-        comm, me, peers, batches = self._rooted(group, dst, data, inplace, "ncclReduce")
+        comm, me, batches = self._rooted(group, dst, data, inplace, "ncclReduce")
         for batch in batches:
-            total = self._gather_sum(comm, self._pack(batch), division, "reduce", peers)
-            if me == dst:
-                self._unpack(total, batch)
+            large, flats = self._pack(batch)
+            flats = flats if me == dst else []
+            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f))
 
     def bcast(self, data, src, inplace=False, group="world"):
         """ncclBcast from group position ``src``."""
-        comm, _, peers, batches = self._rooted(group, src, data, inplace, "ncclBcast")
+        comm, _, batches = self._rooted(group, src, data, inplace, "ncclBcast")
         for batch in batches:
-            large = self._pack(batch)
-            self._wait(comm.Ibcast(_bytes(large), root=src), "bcast", peers)
-            self._unpack(large, batch)
+            large, flats = self._pack(batch)
+            _enqueue([comm.Ibcast(_bytes(large), root=src)],
+                     lambda large=large, flats=flats: self._unpack(large, flats))
 
     def all_gather(self, ndarray, ndarray_list, group="world"):
         """ncclAllGather: member i's ``ndarray`` lands at offset i * size of the list."""
         comm, _, m = self._member(group)
-        arrays = self._arrays(list(ndarray_list))
-        large = self._pack(arrays)
-        send = np.ascontiguousarray(ndarray.get_data("r").reshape(-1), dtype=self.dtype)
+        large, flats = self._pack(self._arrays(list(ndarray_list)))
+        send = np.ascontiguousarray(self._typed(ndarray), dtype=self.dtype)
         if large.size < m * send.size:
             raise ValueError(f"all_gather: ndarray_list holds {large.size} elements, fewer than "
                              f"{m} members x {send.size} (NCCL would write past it)")
         recv = large[:m * send.size]
-        self._wait(comm.Iallgather(_bytes(send), _bytes(recv)), "all_gather", self._groups[group])
-        self._unpack(large, arrays)
+        _enqueue([comm.Iallgather(_bytes(send), _bytes(recv))], lambda: self._unpack(large, flats))
 
     def reduce_scatter(self, ndarray_list, ndarray, division=False, group="world"):
         """ncclReduceScatter: member i receives the sum of chunk i of the packed list."""
         comm, _, m = self._member(group)
-        arrays = self._arrays(list(ndarray_list))
-        large = self._pack(arrays)
+        large, _ = self._pack(self._arrays(list(ndarray_list)))
         count = ndarray.size
         if large.size < m * count:
             raise ValueError(f"reduce_scatter: ndarray_list holds {large.size} elements, fewer "
                              f"than {m} members x {count} (NCCL would read past it)")
+        out = self._typed(ndarray)
         parts = np.empty((m, count), self.dtype)
         send = np.ascontiguousarray(large[:m * count])
-        self._wait(comm.Ialltoall(_bytes(send), _bytes(parts)), "reduce_scatter",
-                   self._groups[group])
-        self._typed(ndarray)[...] = self._sum(parts, division)
+        _enqueue([comm.Ialltoall(_bytes(send), _bytes(parts))],
+                 lambda: self._unpack(self._sum(parts, division), [out]))
 
     def all_reduce_callback(self, data, pack_size, division=False, group="world",
                             scale_grad=1, keep_dtype=False):

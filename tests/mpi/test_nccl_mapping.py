@@ -23,6 +23,21 @@ def test_mapping_on_fake(ranks, grids, ranks_per_host):
     assert out.count("OK nccl mapping") == ranks, out
 
 
+@pytest.mark.parametrize("default", ["float", "half"])
+def test_finding1_mapping_does_not_depend_on_the_default_context(default):
+    """The caller's default context is float or half on device 0, while the buffers live on
+    each rank's own fake GPU: every copy must run in the buffer's own context."""
+    env = {"NNABLA_TORUS_BACKEND": "fake-nccl", "NNABLA_TORUS_RANKS_PER_HOST": "1"}
+    out = run_mpi(2, [MAPPING, "--grids", "2x1", "--default-type", default], timeout=120, env=env)
+    assert out.count("OK nccl mapping") == 2, out
+
+
+def test_findings4_7_one_device_number_and_a_lazy_half_communicator():
+    env = {"NNABLA_TORUS_BACKEND": "fake-nccl", "NNABLA_TORUS_RANKS_PER_HOST": "1"}
+    out = run_mpi(2, ["tests/mpi/progs/check_nccl_findings.py"], timeout=90, env=env)
+    assert out.count("OK nccl findings") == 2, out
+
+
 def cuda_gpus():
     """(GPUs nnabla-ext-cuda sees, why none), asked in a child so pytest keeps no CUDA state."""
     probe = "from nnabla_ext.cuda.init import get_device_count; print(get_device_count())"

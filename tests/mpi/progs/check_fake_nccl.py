@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import nnabla as nn
 from nnabla.ext_utils import get_extension_context
-from nnabla_torus.backends.fake_nccl import FakeMultiProcessDataParallelCommunicator
+from nnabla_torus.backends.fake_nccl import FakeMultiProcessDataParallelCommunicator, synchronize
 
 RANK, P = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 
@@ -62,26 +62,32 @@ def check_all_reduce(comm):
         for inplace in (False, True):
             xs = [nd(data(s, RANK, k)) for k, s in enumerate(shapes)]
             comm.all_reduce(xs, division=division, inplace=inplace)
+            synchronize()
             for k, (x, s) in enumerate(zip(xs, shapes)):
                 want = sum(data(s, r, k) for r in range(P)) / (P if division else 1)
                 assert x.dtype == np.float32 and np.array_equal(x.data, want), (division, inplace, k)
     x = nd(data((5,), RANK))
     comm.all_reduce(x)  # a single NdArray, not a list
+    assert np.array_equal(x.data, data((5,), RANK)), "enqueued: no result before synchronize()"
+    synchronize()
     assert np.array_equal(x.data, sum(data((5,), r) for r in range(P)))
 
 
 def check_types_and_zeroing(comm, half):
     x = nd(data((6,), RANK, dtype=np.float16))
     comm.all_reduce([x])  # the float communicator casts the array in place
+    synchronize()
     assert x.dtype == np.float32 and np.array_equal(x.data, sum(data((6,), r) for r in range(P)))
     y = nd(data((6,), RANK))
     half.all_reduce([y], inplace=True)
+    synchronize()
     assert y.dtype == np.float16 and np.array_equal(y.data, sum(data((6,), r) for r in range(P)))
     skipped, mixed = nn.NdArray((4,)), nd(np.ones(4, np.float32))
     skipped.zero()
     if RANK == 0:
         mixed.zero()
     comm.all_reduce([skipped, mixed], inplace=True)
+    synchronize()
     assert skipped.zeroing, "zeroing on every rank: nnabla skips it"
     assert np.array_equal(mixed.data, np.full(4, P - 1.0)), mixed.data
 
@@ -91,10 +97,12 @@ def check_scatter_gather(comm):
     for division in (False, True):
         out = nn.NdArray((3, 4))
         comm.reduce_scatter(ins, out, division=division)
+        synchronize()
         want = sum(data((3, 4), r, RANK) for r in range(P)) / (P if division else 1)
         assert np.array_equal(out.data, want), division
     outs = [nn.NdArray((2, 3)) for _ in range(P)]
     comm.all_gather(nd(data((2, 3), RANK)), outs)
+    synchronize()
     for r, o in enumerate(outs):
         assert np.array_equal(o.data, data((2, 3), r)), r
     raises(ValueError, lambda: comm.reduce_scatter(ins[:-1], nn.NdArray((3, 4))), "read past")
@@ -107,6 +115,7 @@ def check_groups(comm):
         for inplace in (False, True):
             xs = [nd(data((7,), RANK)), nd(data((2, 2), RANK, 1))]
             comm.bcast(xs, 0, inplace=inplace, group="pair")  # src: position 0 = world rank 1
+            synchronize()
             assert np.array_equal(xs[0].data, data((7,), 1)), inplace
             assert np.array_equal(xs[1].data, data((2, 2), 1, 1)), inplace
         raises(RuntimeError, lambda: comm.bcast(nd([1.0]), 2, group="pair"), "invalid root")
@@ -117,6 +126,7 @@ def check_groups(comm):
         inputs = [np.arange(1, 40, dtype=np.float32) + r * r for r in trio]
         x = nd(inputs[RANK])
         comm.all_reduce(x, division=True, group="trio")
+        synchronize()
         third = np.float32(1.0 / 3)
         want = inputs[0] * third + inputs[1] * third + inputs[2] * third  # ncclAvg
         assert not np.array_equal(want, sum(inputs) / np.float32(3)), "inputs must tell apart"
@@ -129,6 +139,7 @@ def check_reduce(comm):
     for inplace in (False, True):
         x = nd(data((9,), RANK))
         comm.reduce(x, 2, inplace=inplace)
+        synchronize()
         want = sum(data((9,), r) for r in range(P)) if RANK == 2 else data((9,), RANK)
         assert np.array_equal(x.data, want), inplace
 
@@ -146,9 +157,8 @@ def run_or_abort(body, label):
 
 
 def main():
-    comm = FakeMultiProcessDataParallelCommunicator(get_extension_context("cpu"), timeout=60)
-    half = FakeMultiProcessDataParallelCommunicator(
-        get_extension_context("cpu", type_config="half"), timeout=60)
+    comm = FakeMultiProcessDataParallelCommunicator(get_extension_context("cpu"))
+    half = FakeMultiProcessDataParallelCommunicator(get_extension_context("cpu", type_config="half"))
     check_setup(comm)
     half.init()
     check_all_reduce(comm)

@@ -137,6 +137,10 @@ def check_world_collectives(comm):
 
 
 def main(args):
+    # A default context the buffers do not have (float or half, device 0), as in a script that
+    # set it before comm.init() told it the rank's GPU: the backend must not depend on it.
+    nn.set_default_context(get_extension_context(args.ext, device_id="0",
+                                                 type_config=args.default_type))
     grids = [parse_grid(g) for g in args.grids.split(",")]
     comm = C.MultiProcessDataParallelCommunicator(get_extension_context(args.ext),
                                                   algorithm="torus2d", grid=str(grids[0]))
@@ -161,5 +165,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--grids", required=True, help="comma list of XxY grids, e.g. 3x2,2x3")
     parser.add_argument("--ext", default="cpu", help="nnabla extension: cpu (fake) or cudnn")
+    parser.add_argument("--default-type", default="float", choices=("float", "half"),
+                        help="type_config of the default context while the checks run")
     args = parser.parse_args()
     run_or_abort(lambda: main(args), "nccl mapping")

@@ -1,0 +1,53 @@
+"""Issue 10's findings 4 and 7 on the NCCL mapping, under mpirun against the fake.
+
+    NNABLA_TORUS_BACKEND=fake-nccl NNABLA_TORUS_RANKS_PER_HOST=1 \\
+        mpirun -np 2 python tests/mpi/progs/check_nccl_findings.py
+
+4. One device number: with NNABLA_TORUS_RANKS_PER_HOST=1 (every rank its own "host" for the
+   grid) on one machine, nnabla's NCCL communicator still uses GPU = earlier ranks with the
+   same host name; ``comm.local_rank`` (what examples/imagenet/train.py uses) must say the same.
+7. Resources: one nnabla communicator (float32) until the first float16 call, which creates the
+   second on every rank together (results exact); ``close()`` frees them.
+Prints "OK nccl findings rank r"; any failure aborts the job with the traceback.
+"""
+import gc
+import socket
+
+import numpy as np
+from mpi4py import MPI
+
+from nnabla.ext_utils import get_extension_context
+import nnabla_torus as C
+from nnabla_torus.backends import fake_nccl
+from check_fake_nccl import data, nd, run_or_abort
+
+RANK, P = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+Fake = fake_nccl.FakeMultiProcessDataParallelCommunicator
+
+
+def main():
+    comm = C.MultiProcessDataParallelCommunicator(get_extension_context("cpu"))
+    comm.init()
+    hosts = MPI.COMM_WORLD.allgather(socket.gethostname().split(".")[0])
+    nnabla_device = hosts[:RANK].count(hosts[RANK])
+    assert comm.local_rank == nnabla_device, (comm.local_rank, nnabla_device)
+    x = nd(data((17,), RANK))
+    comm.all_reduce(x, inplace=True)
+    assert np.array_equal(x.data, sum(data((17,), r) for r in range(P)))
+    assert fake_nccl.device_of(x)[0] == nnabla_device, fake_nccl.device_of(x)
+
+    assert Fake.live == 1, f"{Fake.live} nnabla communicators before any float16 call"
+    h = nd(data((33,), RANK, dtype=np.float16))
+    comm.all_reduce([h])
+    assert h.dtype == np.float16 and np.array_equal(h.data, sum(data((33,), r) for r in range(P)))
+    assert Fake.live == 2, f"{Fake.live} nnabla communicators after a float16 call"
+    comm.all_reduce([nd(data((5,), RANK, dtype=np.float16))], inplace=True)
+    assert Fake.live == 2
+    comm.backend.close()
+    del comm
+    gc.collect()
+    assert Fake.live == 0, f"{Fake.live} nnabla communicators alive after close()"
+
+
+if __name__ == "__main__":
+    run_or_abort(main, "nccl findings")

@@ -1,0 +1,148 @@
+"""The NCCL backend's set-up and failure paths on one process, against ``fake_nccl``.
+
+What a GPU job meets first (issue 10): libmpi.so for nnabla-ext-cuda (finding 2), a hung NCCL
+phase (3), an MPI error inside nnabla when a peer died (6), clocks stopped before the device
+finished (5). Multi-rank behaviour is in tests/mpi/test_nccl_mapping.py.
+"""
+import ctypes
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import nnabla as nn
+from nnabla_torus.backends import cuda_env, nccl, synchronize
+from nnabla_torus.backends.nccl import NCCLBackend, NCCLGroup
+from nnabla_torus.rendezvous import RankLost
+
+MPI_ERROR = ("runtime error in MultiProcessDataParallelCommunicatorNccl: `MPI_Allreduce(&condition,"
+             " &result, 1, MPI_C_BOOL, MPI_LAND, comm)` failed by `MPI_ERR_PROC_FAILED: Process "
+             "Failure`.")
+
+
+def dl_mpi_search(environ):
+    """The first libmpi.so nnabla-ext-cuda's dl_mpi.cpp would load: $OMPI_HOME/lib, the default
+    search path, then three fixed folders; (path, handle) or (None, None)."""
+    candidates = [os.path.join(environ["OMPI_HOME"], "lib", "libmpi.so")] \
+        if environ.get("OMPI_HOME") else []
+    candidates += ["libmpi.so", "/usr/lib64/libmpi.so", "/usr/lib/libmpi.so",
+                   "/opt/openmpi/lib/libmpi.so"]
+    for path in candidates:
+        try:
+            return path, ctypes.CDLL(path, mode=os.RTLD_LAZY)
+        except OSError:
+            continue
+    return None, None
+
+
+def test_finding2_ompi_home_points_nnabla_at_mpi4pys_open_mpi(tmp_path):
+    loaded = cuda_env.loaded_libmpi()
+    assert loaded and os.path.basename(loaded).startswith("libmpi.so"), loaded
+    env = {}
+    path, _ = dl_mpi_search(env)
+    if path is not None:  # a system MPI on the search path: it must be mpi4py's, or two load
+        assert os.path.samefile(path if os.path.isabs(path) else loaded, loaded), path
+    home = cuda_env.prepare_ompi_home(env, cache_dir=str(tmp_path))
+    assert env["OMPI_HOME"] == home
+    path, handle = dl_mpi_search(env)
+    assert path == os.path.join(home, "lib", "libmpi.so") and handle is not None
+    assert os.path.samefile(path, loaded)
+    assert cuda_env.prepare_ompi_home(env, cache_dir=str(tmp_path)) == home  # idempotent
+
+
+def test_finding2_a_wrong_ompi_home_is_refused_with_the_fix(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libmpi.so").write_text("INPUT(libmpi.so.40)\n")  # the registry's script
+    with pytest.raises(RuntimeError, match=r"OMPI_HOME=.*linker script.*Fix: unset OMPI_HOME"):
+        cuda_env.prepare_ompi_home({"OMPI_HOME": str(tmp_path)})
+
+
+@pytest.fixture
+def backend():
+    be = NCCLBackend(None, timeout=1.0, fake=True)
+    yield be
+    be.close()
+
+
+def pair(be):
+    """A two-member group this process is in (the other member never comes)."""
+    return NCCLGroup("world", [0, 1], 0, be.world)
+
+
+def test_finding3_a_hung_nccl_phase_aborts_naming_the_phase(backend, monkeypatch, capfd):
+    aborted = threading.Event()
+    release = threading.Event()
+    monkeypatch.setattr(backend._dog, "abort", aborted.set)
+    comm = backend._comms[np.dtype(np.float32)]
+    monkeypatch.setattr(comm, "all_reduce", lambda *a, **k: None)  # enqueued, never completes
+    monkeypatch.setattr(backend, "synchronize", lambda: release.wait(10))
+    buf = backend.flat(nn.NdArray.from_numpy_array(np.ones(8, np.float32)))
+    start = time.monotonic()
+    worker = threading.Thread(target=backend.all_reduce, args=(pair(backend), buf))
+    worker.start()
+    assert aborted.wait(5), "the watchdog did not fire"
+    elapsed = time.monotonic() - start
+    release.set()
+    worker.join()
+    err = capfd.readouterr().err
+    assert 0.9 < elapsed < 3, elapsed
+    assert "NCCL all_reduce on group [0, 1] (rank 0 on " in err and "within 1 s" in err, err
+
+
+def test_finding6_an_mpi_error_inside_nnabla_names_the_dead_rank(backend, monkeypatch):
+    def failing(*args, **kwargs):
+        raise RuntimeError(MPI_ERROR)
+    monkeypatch.setattr(backend._comms[np.dtype(np.float32)], "all_reduce", failing)
+    buf = backend.flat(nn.NdArray.from_numpy_array(np.ones(8, np.float32)))
+    monkeypatch.setattr(nccl, "lost_ranks", lambda: [3])
+    with pytest.raises(RankLost, match=r"rank 0: lost rank\(s\) \[3\] during NCCL all_reduce on "
+                                       r"group \[0, 1\]"):
+        backend.all_reduce(pair(backend), buf)
+    monkeypatch.setattr(nccl, "lost_ranks", lambda: [])   # nobody known dead: say what failed
+    with pytest.raises(RuntimeError, match=r"rank 0 \(.*\): NCCL all_reduce .* an MPI call "
+                                           r"inside nnabla failed: .*MPI_ERR_PROC_FAILED"):
+        backend.all_reduce(pair(backend), buf)
+
+
+class SlowDevice:
+    """A communicator whose all_reduce enqueues 50 ms of device work that only synchronize()
+    waits for, as a GPU's NCCL call returns before its kernel ends."""
+    WORK_S = 0.05
+
+    def __init__(self):
+        self.backend = self
+        self.queued = 0
+
+    def all_reduce(self, data, **kwargs):
+        self.queued += 1
+
+    def synchronize(self):
+        time.sleep(self.WORK_S * self.queued)
+        self.queued = 0
+
+
+def test_finding5_synchronize_waits_for_the_device_and_is_a_no_op_on_host():
+    comm = SlowDevice()
+    comm.all_reduce(None)
+    start = time.perf_counter()
+    synchronize(comm)
+    assert time.perf_counter() - start >= SlowDevice.WORK_S
+    synchronize(object())  # the MPI backend has no device: nothing to wait for
+
+
+def test_finding5_allreduce_bench_stops_its_clock_after_the_device(monkeypatch):
+    import tools.allreduce_bench as bench
+    comm = SlowDevice()
+    nd = nn.NdArray.from_numpy_array(np.zeros(4, np.float32))
+    times = bench.time_calls(comm, nd, np.zeros(4, np.float32), 2, MPI.COMM_WORLD)
+    assert min(times) >= SlowDevice.WORK_S, times
+
+
+def test_finding5_train_bench_times_the_all_reduce_to_device_completion():
+    import tools.train_bench as bench
+    timed = bench.TimedComm(SlowDevice())
+    timed.all_reduce(None)
+    assert timed.seconds >= SlowDevice.WORK_S, timed.seconds
