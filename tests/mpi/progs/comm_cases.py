@@ -192,7 +192,9 @@ def case_layout(comm, config):
     assert comm.algorithm == config.algorithm, comm.algorithm
     assert comm.grid == expected_grid(config), (comm.grid, expected_grid(config))
     per_host = config.ranks_per_host or P
-    assert (comm.local_rank, comm.local_size) == (RANK % per_host, per_host)
+    # On the NCCL backends local_rank is nnabla's GPU: earlier ranks of this (one) machine.
+    device = RANK if BACKEND in ("nccl", "fake-nccl") else RANK % per_host
+    assert (comm.local_rank, comm.local_size) == (device, per_host)
 
 
 def case_sizes(comm, config, division, inplace):
