@@ -55,6 +55,7 @@ Example (under ``mpirun -np 2``)::
     comm.all_reduce([x.data for x in xs], division=True)
     synchronize()                                # the sums are in xs from here on
 """
+import numbers
 import socket
 import time
 
@@ -116,6 +117,8 @@ def _like_cuda(name, function):
         import nnabla as nn
         ctx = nn.get_current_context()
         dtype = TYPE_CONFIGS.get(ctx.backend[0].split(":")[-1], np.float32)
+        if not ctx.array_class:  # nnabla's bare default context names no array class
+            ctx = nn.Context(list(ctx.backend), "CpuCachedArray", ctx.device_id)
         device = int(ctx.device_id or 0)
         for a in list(args) + list(kwargs.get("outputs") or []):
             if isinstance(a, nn.NdArray):
@@ -123,7 +126,7 @@ def _like_cuda(name, function):
         for out in kwargs.get("outputs") or []:
             out.cast(dtype, ctx)  # raises nnabla's own error for a narrowed view of another dtype
         return function(*args, **kwargs)
-    run.fake_cuda = True
+    run.fake_cuda, run.original = True, function
     return run
 
 
@@ -135,6 +138,17 @@ def set_device(device_id):
         function = getattr(F, name)
         if not getattr(function, "fake_cuda", False):
             setattr(F, name, _like_cuda(name, function))
+
+
+def reset():
+    """Give nnabla's functions back, forget placements and enqueued work (tests)."""
+    import nnabla.functions as F
+    for name in CUDA_LIKE:
+        function = getattr(F, name)
+        setattr(F, name, getattr(function, "original", function))
+    _device[0] = None
+    _places.clear()
+    _pending.clear()
 
 
 def synchronize(device_id="0"):
@@ -349,6 +363,9 @@ class FakeMultiProcessDataParallelCommunicator:
     def _rooted(self, group, root, data, inplace, op):
         """Member and root checks; (comm, position, batches of arrays NCCL moves)."""
         comm, me, m = self._member(group)
+        if not isinstance(root, numbers.Real):  # Cython's `int src` converts numbers only
+            raise TypeError(f"an integer is required (got {type(root).__name__})")
+        root = int(root)
         if not 0 <= root < m:
             raise _nnabla_error("target_specific", f"{op}: invalid root {root} for a group of "
                                                    f"{m} (ncclInvalidArgument)")

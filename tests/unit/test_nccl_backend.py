@@ -14,7 +14,7 @@ import pytest
 from mpi4py import MPI
 
 import nnabla as nn
-from nnabla_torus.backends import cuda_env, nccl, synchronize
+from nnabla_torus.backends import cuda_env, fake_nccl, nccl, synchronize
 from nnabla_torus.backends.nccl import NCCLBackend, NCCLGroup
 from nnabla_torus.rendezvous import RankLost
 
@@ -22,6 +22,13 @@ MPI_ERROR = ("runtime error in MultiProcessDataParallelCommunicatorNccl: `MPI_Al
              " &result, 1, MPI_C_BOOL, MPI_LAND, comm)` failed by `MPI_ERR_PROC_FAILED: Process "
              "Failure`.")
 
+
+
+@pytest.fixture(autouse=True)
+def real_nnabla_functions():
+    """fake_nccl gives F.identity & co. CUDA rules process-wide; give them back after a test."""
+    yield
+    fake_nccl.reset()
 
 def dl_mpi_search(environ):
     """The first libmpi.so nnabla-ext-cuda's dl_mpi.cpp would load: $OMPI_HOME/lib, the default
