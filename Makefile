@@ -1,6 +1,9 @@
 # Two commands set up a fresh machine and use it:
 #   make demo   create .venv (Python 3.10), install, train on the embedded digits data (4 ranks)
 #   make test   same set-up, then the whole test suite (MPI tests run under mpirun)
+# and, on a machine with 2 or more GPUs (without GPUs: a dry check, exit 0):
+#   make gpu-check  install the [gpu] extra, check CUDA/cuDNN/NCCL/MPI, run the NCCL tests,
+#                   allreduce_bench and a ResNet-50 train_bench; writes gpu_check.json
 VENV ?= .venv
 NP ?= 4
 PYTEST_ARGS ?=
@@ -9,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # mpi_ft_enable lets the survivors of a dead rank name it (nnabla_torus.launch.FAULT_ARGS).
 MPIRUN_FLAGS := --oversubscribe --mca mpi_ft_enable 1 $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
 
-.PHONY: venv demo test bench
+.PHONY: venv demo test bench gpu-check
 venv:
 	@bash tools/setup_venv.sh $(VENV)
 
@@ -21,3 +24,6 @@ test: venv
 
 bench: venv
 	mpirun $(MPIRUN_FLAGS) -np $(NP) $(VENV)/bin/python tools/allreduce_bench.py
+
+gpu-check: venv
+	$(VENV)/bin/python tools/gpu_check.py --json gpu_check.json

@@ -53,6 +53,10 @@ def build_parser():
              help="bucket size for the overlapped all-reduce, MiB")
     add_knob(parser, "--overlap", env="NNABLA_TORUS_BENCH_OVERLAP", default="both",
              choices=("0", "1", "both"), help="without (0), with (1) or both")
+    add_knob(parser, "--context", env="NNABLA_TORUS_BENCH_CONTEXT", default="cpu",
+             choices=("cpu", "cudnn"), help="nnabla extension: cpu, or cudnn on GPUs")
+    add_knob(parser, "--type-config", env="NNABLA_TORUS_BENCH_TYPE_CONFIG", default="float",
+             choices=("float", "half"), help="compute type (half: fp16 on GPUs)")
     add_knob(parser, "--json", env="NNABLA_TORUS_BENCH_JSON", default="",
              help="append the records to this JSON file (a list)")
     add_knob(parser, "--scaling", env="NNABLA_TORUS_BENCH_SCALING", default="",
@@ -152,10 +156,11 @@ def run_ranks(args):
     from nnabla.ext_utils import get_extension_context
     import nnabla_torus as C
 
-    ctx = get_extension_context("cpu")
-    nn.set_default_context(ctx)
+    ctx = get_extension_context(args.context, device_id="0", type_config=args.type_config)
     comm = C.MultiProcessDataParallelCommunicator(ctx)
     comm.init()
+    ctx.device_id = str(comm.local_rank)  # the GPU the communicator's buffers live on
+    nn.set_default_context(ctx)
     settings = {"0": [False], "1": [True], "both": [False, True]}[args.overlap]
     records = []
     for overlap, (steps, reduces) in measure(args, comm, settings).items():
@@ -195,7 +200,7 @@ def run_scaling(args):
     from nnabla_torus.launch import mpirun_command
     counts = [int(n) for n in args.scaling.split(",")]
     passed_on = ("arch", "width", "image_size", "classes", "batch", "iters", "warmup",
-                 "bucket_mib", "overlap")
+                 "bucket_mib", "overlap", "context", "type_config")
     inner = sum((["--" + name.replace("_", "-"), str(getattr(args, name))]
                  for name in passed_on), [])
     env = dict(os.environ, NNABLA_TORUS_BENCH_SCALING="", NNABLA_TORUS_BENCH_JSON="",

@@ -22,6 +22,12 @@ import sys
 import tempfile
 
 ELF_MAGIC = b"\x7fELF"
+WHEEL_LIBRARIES = ["libcudart.so.12", "libnvJitLink.so.12", "libcublasLt.so.12", "libcublas.so.12",
+                   "libcusparse.so.12", "libcusolver.so.11", "libcurand.so.10", "libcufft.so.11",
+                   "libcudnn_ops_infer.so.8", "libcudnn_ops_train.so.8",
+                   "libcudnn_cnn_infer.so.8", "libcudnn_cnn_train.so.8",
+                   "libcudnn_adv_infer.so.8", "libcudnn_adv_train.so.8", "libcudnn.so.8",
+                   "libnccl.so.2"]
 
 
 def loaded_libmpi():
@@ -91,10 +97,30 @@ def prepare_ompi_home(environ=os.environ, cache_dir=None):
     return home
 
 
+def preload_wheel_libraries():
+    """Load the CUDA 12 libraries of the ``nvidia-*-cu12`` wheels (the ``[gpu]`` extra) by full
+    path, so that libnnabla_cuda's DT_NEEDED sonames and cuDNN's/nnabla's dlopen find them
+    already loaded without LD_LIBRARY_PATH (the wheels set no rpath); returns the paths."""
+    import ctypes
+    import glob
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia")
+    loaded = []
+    for root in list(spec.submodule_search_locations) if spec else []:
+        for lib in WHEEL_LIBRARIES:  # dependencies first
+            for path in sorted(glob.glob(os.path.join(root, "*", "lib", lib))):
+                # RTLD_LOCAL: libnnabla_cuda names its own function pointers after NCCL's
+                # functions (dl_nccl.h); NCCL in the global scope would interpose them.
+                ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+                loaded.append(path)
+    return loaded
+
+
 def import_cuda_extension():
     """Import nnabla_ext.cuda with OMPI_HOME prepared; raise a clear error when it fails."""
     if "nnabla_ext.cuda" not in sys.modules:
         prepare_ompi_home()
+        preload_wheel_libraries()
     try:
         import nnabla_ext.cuda  # noqa: F401  (registers the NCCL communicators)
     except ImportError as e:

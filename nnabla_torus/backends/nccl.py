@@ -157,9 +157,10 @@ class NCCLGroup:
 
 
 def _type_contexts(ctx, fake, device_id):
-    """nnabla contexts for float32 and float16 work on GPU ``device_id`` (fake: CPU)."""
+    """nnabla contexts for float32 and float16 work on GPU ``device_id`` (fake: CPU; no
+    ``ctx``: cudnn)."""
     from nnabla.ext_utils import get_extension_context
-    ext = "cpu" if fake or ctx is None else ctx.backend[0].split(":")[0]
+    ext = "cpu" if fake else "cudnn" if ctx is None else ctx.backend[0].split(":")[0]
     return {dtype: get_extension_context(ext, device_id=str(device_id), type_config=config)
             for dtype, config in WIRE_TYPES.items()}
 
@@ -169,9 +170,9 @@ def _load_extension(ctx, fake):
     if fake:
         from . import fake_nccl
         return fake_nccl
-    if ctx is None or not ctx.backend[0].startswith(("cuda", "cudnn")):
+    if ctx is not None and not ctx.backend[0].startswith(("cuda", "cudnn")):  # None: cudnn
         raise ValueError(f"the nccl backend needs a CUDA context, e.g. get_extension_context("
-                         f"'cudnn'), got {None if ctx is None else list(ctx.backend)}; or use "
+                         f"'cudnn'), got backends {list(ctx.backend)}; or use "
                          f"NNABLA_TORUS_BACKEND=mpi (CPU) or fake-nccl (test)")
     from . import cuda_env
     return cuda_env.import_cuda_extension()

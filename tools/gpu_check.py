@@ -1,0 +1,208 @@
+"""GPU acceptance check (``make gpu-check``): what the CPU test bench cannot prove, in one command.
+
+    make gpu-check                       # or: python tools/gpu_check.py [--json gpu_check.json]
+
+On a machine with GPUs: installs the ``[gpu]`` extra (nnabla-ext-cuda120 1.39.0 and the CUDA 12
+runtime wheels), checks the CUDA driver, CUDA runtime, cuDNN 8, NCCL (>= 2.10.3), Open MPI and
+nnabla-ext-cuda it finds (one message per missing piece, with the fix), then on every GPU of
+this host:
+
+1. the NCCL mapping and communicator tests on real NCCL (tests/mpi/test_nccl_mapping.py,
+   tests/mpi/test_communicator.py -k nccl);
+2. ``allreduce_bench``: torus2d on every grid the GPU count allows against NCCL's own
+   all-reduce (``native``), device-synchronised times, busbw, exactness, at 1 MiB and at
+   ResNet-50's 102,228,128 bytes of float32 gradients;
+3. a short ResNet-50 ``train_bench`` (224 px, batch 32 per GPU) with and without overlap, in
+   fp32 and fp16;
+
+writes one JSON (``--json``) and prints a verdict table; exit status 1 if a check failed.
+Without a GPU it says so in one line after a dry check of the pieces (nothing is installed)
+and exits 0, so CI can run it.
+"""
+import argparse
+import ctypes
+import glob
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from nnabla_torus.launch import mpirun_command  # noqa: E402
+from nnabla_torus.topology import factor_pairs  # noqa: E402
+
+RESNET50_BYTES = 25557032 * 4
+NCCL_MIN = 21003  # nnabla-ext-cuda 1.39 refuses older NCCL
+
+
+def wheel_library_dirs():
+    """Library folders of the nvidia-*-cu12 wheels in this interpreter's site-packages."""
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations) if spec else []
+    return sorted(d for root in roots for d in glob.glob(os.path.join(root, "*", "lib")))
+
+
+def load(name):
+    """ctypes handle of shared library ``name`` from the wheels or the system, else None."""
+    for path in [os.path.join(d, name) for d in wheel_library_dirs()] + [name]:
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def gpu_count():
+    """(GPUs the CUDA driver sees, why none)."""
+    cuda = load("libcuda.so.1")
+    if cuda is None:
+        return 0, "no CUDA driver (libcuda.so.1 not found)"
+    count = ctypes.c_int(0)
+    status = cuda.cuInit(0)
+    if status != 0:
+        return 0, f"the CUDA driver found no usable GPU (cuInit returned {status})"
+    cuda.cuDeviceGetCount(ctypes.byref(count))
+    return count.value, "" if count.value else "the CUDA driver sees 0 GPUs"
+
+
+def check_pieces():
+    """[(piece, ok, what was found or the fix)] for everything up to the device."""
+    pieces = []
+    gpus, why = gpu_count()
+    pieces.append(("CUDA driver and GPUs", gpus > 0, f"{gpus} GPU(s)" if gpus else
+                   f"{why}: install the NVIDIA driver"))
+    for piece, lib, fix in [("CUDA 12 runtime", "libcudart.so.12", "nvidia-cuda-runtime-cu12"),
+                            ("cuBLAS 12", "libcublas.so.12", "nvidia-cublas-cu12"),
+                            ("cuDNN 8", "libcudnn.so.8", "'nvidia-cudnn-cu12<9'")]:
+        found = load(lib) is not None
+        pieces.append((piece, found, lib if found else f"{lib} not found: pip install {fix} "
+                                                       f"(the [gpu] extra) or a system CUDA 12"))
+    nccl = load("libnccl.so.2")
+    if nccl is None:
+        pieces.append(("NCCL >= 2.10.3", False, "libnccl.so.2 not found: pip install "
+                                                "nvidia-nccl-cu12 (the [gpu] extra)"))
+    else:
+        version = ctypes.c_int(0)
+        nccl.ncclGetVersion(ctypes.byref(version))
+        v = version.value
+        pieces.append(("NCCL >= 2.10.3", v >= NCCL_MIN, f"NCCL {v // 10000}.{v % 10000 // 100}."
+                                                        f"{v % 100}"))
+    try:
+        from nnabla_torus.backends import cuda_env
+        home = cuda_env.prepare_ompi_home(dict(os.environ))
+        pieces.append(("Open MPI for mpi4py and nnabla", True, f"OMPI_HOME={home} "
+                                                              f"({cuda_env.loaded_libmpi()})"))
+    except (RuntimeError, ImportError) as e:
+        pieces.append(("Open MPI for mpi4py and nnabla", False, str(e)))
+    found = importlib.util.find_spec("nnabla_ext") is not None and \
+        importlib.util.find_spec("nnabla_ext.cuda") is not None
+    pieces.append(("nnabla-ext-cuda120 1.39.0", found, "importable" if found else
+                   "not installed: pip install -e '.[gpu]'"))
+    return gpus, pieces
+
+
+def child_env():
+    """The environment of the checks' child processes: the wheels' CUDA libraries on the
+    loader path (nnabla-ext-cuda links them by soname and has no rpath)."""
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(wheel_library_dirs() + [env.get("LD_LIBRARY_PATH", "")])
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env["NNABLA_TORUS_BACKEND"] = "nccl"
+    return env
+
+
+def run(argv, env, timeout):
+    print("+ " + " ".join(argv), flush=True)
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    print(done.stdout[-3000:] + done.stderr[-3000:], flush=True)
+    return done
+
+
+def records_of(done, prefix):
+    for line in done.stdout.splitlines():
+        if line.startswith(prefix):
+            return json.loads(line[len(prefix):])
+    return []
+
+
+def device_checks(gpus, env):
+    """(results dict, [(check, verdict, detail)]) of the checks on ``gpus`` GPUs."""
+    verdicts, results = [], {}
+    tests = run([sys.executable, "-m", "pytest", "-q", "tests/mpi/test_nccl_mapping.py",
+                 "tests/mpi/test_communicator.py", "-k", "real_nccl or nccl-"], env, 3600)
+    tail = (tests.stdout.strip().splitlines() or ["no output"])[-1]
+    verdicts.append(("NCCL mapping and communicator tests", "PASS" if tests.returncode == 0
+                     else "FAIL", tail))
+    grids = [str(g) for g in factor_pairs(gpus)]
+    bench_json = os.path.join(REPO, ".gpu_check_allreduce.json")
+    bench = run(mpirun_command(gpus, ["tools/allreduce_bench.py", "--algorithms",
+                                      "torus2d,native", "--grids", ",".join(grids), "--sizes",
+                                      f"1M,{RESNET50_BYTES}", "--rounds", "3", "--json",
+                                      bench_json]), env, 3600)
+    results["allreduce"] = json.load(open(bench_json)) if os.path.exists(bench_json) else []
+    exact = bench.returncode == 0 and all(r["correct"] for r in results["allreduce"])
+    verdicts.append(("all-reduce results exact (torus2d, NCCL)", "PASS" if exact else "FAIL",
+                     f"{len(results['allreduce'])} records"))
+    for r in results["allreduce"]:
+        if r["bytes"] == RESNET50_BYTES:
+            verdicts.append((f"{r['algorithm']} {r['grid']} at {r['bytes']} B", "INFO",
+                             f"{r['time_us'] / 1e3:.2f} ms, busbw {r['busbw_GBps']:.1f} GB/s, "
+                             f"x{r['ratio_to_native']:.2f} of NCCL's all-reduce"))
+    results["train"] = []
+    for type_config in ("float", "half"):
+        train = run(mpirun_command(gpus, ["tools/train_bench.py", "--arch", "resnet50",
+                                          "--width", "1", "--image-size", "224", "--batch",
+                                          "32", "--iters", "10", "--overlap", "both",
+                                          "--context", "cudnn", "--type-config", type_config]),
+                    env, 3600)
+        records = records_of(train, "RECORDS ")
+        results["train"] += [dict(r, type_config=type_config) for r in records]
+        verdicts.append((f"ResNet-50 train_bench {type_config}", "PASS" if train.returncode == 0
+                         and records else "FAIL", "; ".join(
+                             f"overlap {r['overlap']}: {r['images_per_sec']:.0f} img/s, "
+                             f"all-reduce {r['allreduce_share']:.0%}" for r in records)))
+    return results, verdicts
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", default="gpu_check.json", help="write the results here")
+    parser.add_argument("--no-install", action="store_true",
+                        help="do not pip install the [gpu] extra first")
+    args = parser.parse_args(argv)
+    gpus, _ = gpu_count()
+    if gpus and not args.no_install:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", f"{REPO}[gpu]"],
+                       check=True)
+    gpus, pieces = check_pieces()
+    report = {"host": platform.node(), "gpus": gpus,
+              "pieces": [dict(piece=p, ok=ok, found=f) for p, ok, f in pieces]}
+    for piece, ok, found in pieces:
+        print(f"{'ok' if ok else 'MISSING':>8}  {piece}: {found}")
+    missing = [p for p, ok, _ in pieces if not ok]
+    if gpus == 0:
+        print(f"gpu-check: no GPU here ({pieces[0][2]}); dry check of the pieces above done, "
+              f"device checks skipped")
+        report["verdict"] = "no GPU: dry check only"
+    elif missing or gpus < 2:
+        print(f"gpu-check: cannot run the device checks: {', '.join(missing) or f'{gpus} GPU'} "
+              f"(needs every piece above and 2 or more GPUs)")
+        report["verdict"] = "FAIL: missing pieces"
+    else:
+        results, verdicts = device_checks(gpus, child_env())
+        report.update(results, verdicts=[dict(check=c, verdict=v, detail=d)
+                                         for c, v, d in verdicts])
+        report["verdict"] = "FAIL" if any(v == "FAIL" for _, v, _ in verdicts) else "PASS"
+        print(f"\n# gpu-check on {gpus} GPUs of {platform.node()} (results: {args.json})")
+        for check, verdict, detail in verdicts:
+            print(f"{verdict:>5}  {check}: {detail}")
+    with open(args.json, "w") as f:
+        json.dump(report, f, indent=1)
+    return 1 if report["verdict"].startswith("FAIL") else 0
+
+if __name__ == "__main__":
+    sys.exit(main())
