@@ -1,7 +1,9 @@
 """The NCCL backend's mapping onto nnabla-ext-cuda's communicator: against the fake at 2, 4 and
 6 ranks, and against real NCCL when nnabla-ext-cuda and two GPUs are present (else skipped)."""
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -36,6 +38,25 @@ def test_findings4_7_one_device_number_and_a_lazy_half_communicator():
     env = {"NNABLA_TORUS_BACKEND": "fake-nccl", "NNABLA_TORUS_RANKS_PER_HOST": "1"}
     out = run_mpi(2, ["tests/mpi/progs/check_nccl_findings.py"], timeout=90, env=env)
     assert out.count("OK nccl findings") == 2, out
+
+
+def test_finding3_a_hung_nccl_phase_ends_the_job_naming_it():
+    env = {"NNABLA_TORUS_BACKEND": "fake-nccl", "NNABLA_TORUS_TIMEOUT": "3"}
+    start = time.monotonic()
+    out = run_mpi(3, ["tests/mpi/progs/check_nccl_findings.py", "hang"], timeout=90, env=env,
+                  check=False)
+    elapsed = time.monotonic() - start
+    assert "RETURNED" not in out and "OK nccl findings" not in out, out
+    assert re.search(r"rank [01]: NCCL reduce_scatter on group \[0, 1, 2\] \(rank [01] on .*\) "
+                     r"did not finish within 3 s", out), out
+    assert elapsed < 40, elapsed
+
+
+def test_bad_input_no_cuda_extension_is_one_message_on_every_rank():
+    out = run_mpi(2, ["tests/mpi/progs/check_nccl_findings.py", "no-cuda"], timeout=90)
+    said = re.findall(r"NO-CUDA rank (\d): loading the nccl backend failed on rank 0 \(2 rank\(s\) "
+                      r"failed\): RuntimeError: the nccl backend needs nnabla-ext-cuda", out)
+    assert sorted(said) == ["0", "1"], out
 
 
 def cuda_gpus():

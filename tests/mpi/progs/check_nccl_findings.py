@@ -1,15 +1,21 @@
 """Issue 10's findings 4 and 7 on the NCCL mapping, under mpirun against the fake.
 
     NNABLA_TORUS_BACKEND=fake-nccl NNABLA_TORUS_RANKS_PER_HOST=1 \\
-        mpirun -np 2 python tests/mpi/progs/check_nccl_findings.py
+        mpirun -np 2 python tests/mpi/progs/check_nccl_findings.py [device-and-half|hang|no-cuda]
 
 4. One device number: with NNABLA_TORUS_RANKS_PER_HOST=1 (every rank its own "host" for the
    grid) on one machine, nnabla's NCCL communicator still uses GPU = earlier ranks with the
    same host name; ``comm.local_rank`` (what examples/imagenet/train.py uses) must say the same.
 7. Resources: one nnabla communicator (float32) until the first float16 call, which creates the
    second on every rank together (results exact); ``close()`` frees them.
+3. ``hang``: the last rank never joins a row reduce-scatter; the others' NCCL phase must end
+   in our watchdog's abort (NNABLA_TORUS_TIMEOUT) naming the phase, not spin for ever.
+Bad input, ``no-cuda``: the nccl backend with a CUDA context but no nnabla-ext-cuda: one
+message on every rank ("NO-CUDA rank r: ...").
 Prints "OK nccl findings rank r"; any failure aborts the job with the traceback.
 """
+import sys
+import time
 import gc
 import socket
 
@@ -25,7 +31,28 @@ RANK, P = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 Fake = fake_nccl.FakeMultiProcessDataParallelCommunicator
 
 
-def main():
+def hang():
+    comm = C.MultiProcessDataParallelCommunicator(get_extension_context("cpu"))
+    comm.init()
+    be = comm.backend
+    buf = be.flat(nd(data((64,), RANK)))
+    if RANK == P - 1:
+        time.sleep(60)  # never joins; the others' watchdog ends the job first
+    be.reduce_scatter(be.world_group, buf, "reduce_scatter")
+    print(f"RETURNED rank {RANK}", flush=True)
+
+
+def no_cuda():
+    import nnabla as nn
+    ctx = nn.Context(["cudnn:float", "cuda:float", "cpu:float"], "CudaCachedArray", "0")
+    comm = C.MultiProcessDataParallelCommunicator(ctx, backend="nccl")
+    try:
+        comm.init()
+    except RuntimeError as e:
+        print(f"NO-CUDA rank {RANK}: {e}", flush=True)
+
+
+def device_and_half():
     comm = C.MultiProcessDataParallelCommunicator(get_extension_context("cpu"))
     comm.init()
     hosts = MPI.COMM_WORLD.allgather(socket.gethostname().split(".")[0])
@@ -50,4 +77,6 @@ def main():
 
 
 if __name__ == "__main__":
-    run_or_abort(main, "nccl findings")
+    case = sys.argv[1] if len(sys.argv) > 1 else "device-and-half"
+    run_or_abort({"device-and-half": device_and_half, "hang": hang, "no-cuda": no_cuda}[case],
+                 "nccl findings")
