@@ -86,6 +86,8 @@ def test_fake_exposes_exactly_the_real_signatures():
         fake = inspect.signature(getattr(Fake, method))
         fake_params = [(p.name, p.default) for p in list(fake.parameters.values())[1:]]
         assert fake_params == [(n, d) for n, _, d in real_signature(method)], method
+    factory = inspect.signature(real.MultiProcessDataParallelCommunicator)  # (ctx)
+    assert list(inspect.signature(Fake).parameters) == list(factory.parameters) == ["ctx"]
     for prop in ("name", "size", "rank", "local_rank"):
         assert isinstance(inspect.getattr_static(real.Communicator, prop), type(
             real.Communicator.rank)) and prop in dir(Fake)
