@@ -78,8 +78,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..collectives import scale_numpy
-from ..rendezvous import CollectiveTimeout, RankLost, Watchdog, check_same_call, lost_ranks
-from ..rendezvous import wait_requests
+from ..rendezvous import (CollectiveTimeout, RankLost, Watchdog, check_same_call, lost_ranks,
+                          wait_requests)
 
 WIRE_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half"}
 
