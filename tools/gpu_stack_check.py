@@ -50,36 +50,46 @@ sys.path.insert(0, %r)
 import nnabla as nn
 CTX = nn.Context(["cudnn:float", "cuda:float", "cpu:float"], "CudaCachedArray", "0")
 """ % REPO
-# (name, code run after PRELUDE, regular expression an output line must match). The first two
-# stages use nnabla-ext-cuda as it is (the wheels' CUDA libraries on LD_LIBRARY_PATH); the
-# others go through nnabla_torus's cuda_env, which needs only the (stub) driver on the path.
+# (name, code run after PRELUDE, regular expression an output line must match, whether the
+# wheels' libraries are on LD_LIBRARY_PATH, processes under mpirun). The first two
+# stages use nnabla-ext-cuda as it is; the others go through nnabla_torus's cuda_env, which
+# needs only the (stub) driver on the path.
 STAGES = [
     ("import nnabla_ext.cuda",
      "from mpi4py import MPI\nimport nnabla_ext.cuda\nprint('imported', nnabla_ext.cuda.__version__)",
-     r"^imported 1\.39\.0", True),
+     r"^imported 1\.39\.0", True, 1),
     ("communicator registered without OMPI_HOME (finding 2)",
      "import os\nos.environ.pop('OMPI_HOME', None)\nfrom mpi4py import MPI\nimport nnabla_ext.cuda\n"
      "import nnabla.communicators as C\nC.MultiProcessDataParallelCommunicator(CTX)",
-     r"could not be found in \[\]", True),
+     r"could not be found in \[\]", True, 1),
     ("communicator registered with nnabla_torus's OMPI_HOME",
      "from nnabla_torus.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
      "import nnabla.communicators as C\nc = C.MultiProcessDataParallelCommunicator(CTX)\n"
      "print('constructed', c.name)",
-     r"^constructed MultiProcessDataParallelCommunicatorNccl$", False),
+     r"^constructed MultiProcessDataParallelCommunicatorNccl$", False, 1),
     ("argument conversion on the real NCCL communicator",
      "from nnabla_torus.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
      "import numpy as np\nimport nnabla.communicators as C\n"
      "c = C.MultiProcessDataParallelCommunicator(CTX)\nx = nn.NdArray((3,))\n"
      "for call in (lambda: c.bcast(x, '0'), lambda: c.all_reduce(x, group=0)):\n"
      "    try:\n        call()\n    except TypeError as e:\n        print('TypeError:', e)",
-     r"^TypeError: expected bytes, int found", False),
+     r"^TypeError: expected bytes, int found", False, 1),
     ("nnabla communicator init()",
      "from nnabla_torus.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
      "import nnabla.communicators as C\nc = C.MultiProcessDataParallelCommunicator(CTX)\nc.init()",
-     r"cudaErrorInsufficientDriver", False),
+     r"cudaErrorInsufficientDriver", False, 1),
+    ("nnabla init() under mpirun -np 2: its MPI part through mpi4py's Open MPI, device rule",
+     "from mpi4py import MPI\nfrom nnabla_torus.backends import cuda_env, nccl\n"
+     "cuda_env.import_cuda_extension()\nimport nnabla.communicators as C\n"
+     "c = C.MultiProcessDataParallelCommunicator(CTX)\ntry:\n    c.init()\n"
+     "except RuntimeError as e:\n    stop = str(e).strip().splitlines()[-1][:60]\n"
+     "ours = nccl.nnabla_device(MPI.COMM_WORLD)[0]\nMPI.COMM_WORLD.Barrier()\n"
+     "print(f'rank {c.rank}/{c.size}: nnabla local_rank {c.local_rank}, ours {ours}, '\n"
+     "      f'init stopped at {stop}')",
+     r"^rank 1/2: nnabla local_rank 1, ours 1, init stopped at \(cudaGetDevice", False, 2),
     ("nnabla_torus NCCLBackend",
      "from nnabla_torus.backends.nccl import NCCLBackend\nNCCLBackend(CTX, timeout=30)",
-     r"CUDA sees no GPU .*nccl backend needs a CUDA driver", False),
+     r"CUDA sees no GPU .*nccl backend needs a CUDA driver", False, 1),
 ]
 
 
@@ -131,9 +141,20 @@ def build_stub(venv, out_dir):
     return out_dir
 
 
-def run_stage(venv, env, code):
-    done = subprocess.run([venv_python(venv), "-c", PRELUDE + code], capture_output=True,
-                          text=True, env=env, timeout=300)
+def run_stage(venv, env, code, ranks):
+    """Output lines (nnabla's INFO lines dropped) of ``code`` on ``ranks`` processes."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(PRELUDE + code)
+    argv = [venv_python(venv), f.name]
+    if ranks > 1:
+        mpirun = os.path.join(venv, "bin", "mpirun")
+        argv = [mpirun, "--oversubscribe", "-np", str(ranks)] + argv
+        if os.geteuid() == 0:
+            argv.insert(1, "--allow-run-as-root")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    finally:
+        os.unlink(f.name)
     lines = [ln for ln in (done.stdout + done.stderr).splitlines()
              if ln.strip() and "[nnabla][INFO]" not in ln]
     return lines
@@ -156,9 +177,9 @@ def main(argv=None):
     paths = {True: [stub] + library_dirs(args.venv), False: [stub]}
     ok = True
     print(f"# GPU stack without a GPU: venv {args.venv}, stub driver {stub}/libcuda.so.1")
-    for name, code, expected, wheels_on_path in STAGES:
+    for name, code, expected, wheels_on_path, ranks in STAGES:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(paths[wheels_on_path])
-        lines = run_stage(args.venv, env, code)
+        lines = run_stage(args.venv, env, code, ranks)
         hit = next((ln for ln in reversed(lines) if re.search(expected, ln)), None)
         ok &= hit is not None
         print(f"{'as expected' if hit else 'UNEXPECTED':>12}  {name}\n{'':>14}"
