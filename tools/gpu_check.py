@@ -129,8 +129,9 @@ def records_of(done, prefix):
     return []
 
 
-def device_checks(gpus, env):
-    """(results dict, [(check, verdict, detail)]) of the checks on ``gpus`` GPUs."""
+def device_checks(gpus, env, json_path):
+    """(results dict, [(check, verdict, detail)]) of the checks on ``gpus`` GPUs; the
+    benchmark's own records go beside ``json_path``."""
     verdicts, results = [], {}
     tests = run([sys.executable, "-m", "pytest", "-q", "tests/mpi/test_nccl_mapping.py",
                  "tests/mpi/test_communicator.py", "-k", "real_nccl or nccl-"], env, 3600)
@@ -138,7 +139,7 @@ def device_checks(gpus, env):
     verdicts.append(("NCCL mapping and communicator tests", "PASS" if tests.returncode == 0
                      else "FAIL", tail))
     grids = [str(g) for g in factor_pairs(gpus)]
-    bench_json = os.path.join(REPO, ".gpu_check_allreduce.json")
+    bench_json = os.path.abspath(os.path.splitext(json_path)[0] + "_allreduce.json")
     bench = run(mpirun_command(gpus, ["tools/allreduce_bench.py", "--algorithms",
                                       "torus2d,native", "--grids", ",".join(grids), "--sizes",
                                       f"1M,{RESNET50_BYTES}", "--rounds", "3", "--json",
@@ -193,7 +194,7 @@ def main(argv=None):
               f"(needs every piece above and 2 or more GPUs)")
         report["verdict"] = "FAIL: missing pieces"
     else:
-        results, verdicts = device_checks(gpus, child_env())
+        results, verdicts = device_checks(gpus, child_env(), args.json)
         report.update(results, verdicts=[dict(check=c, verdict=v, detail=d)
                                          for c, v, d in verdicts])
         report["verdict"] = "FAIL" if any(v == "FAIL" for _, v, _ in verdicts) else "PASS"

@@ -27,3 +27,41 @@ def test_without_gpus_the_check_is_dry_and_passes(tmp_path):
     names = [p["piece"] for p in report["pieces"]]
     assert names[0] == "CUDA driver and GPUs" and "NCCL >= 2.10.3" in names, names
     assert all(p["found"] for p in report["pieces"])  # every piece says what it found or the fix
+
+
+def test_with_gpus_the_verdicts_come_from_the_runs(tmp_path, monkeypatch, capsys):
+    """The GPU path's plumbing, with the child runs replaced (no GPU here): commands, JSON,
+    verdicts, exit status."""
+    import subprocess as sp
+    monkeypatch.setattr(gpu_check, "gpu_count", lambda: (4, ""))
+    monkeypatch.setattr(gpu_check, "check_pieces",
+                        lambda: (4, [("CUDA driver and GPUs", True, "4 GPU(s)")]))
+    bench = [dict(algorithm=a, grid=g, bytes=gpu_check.RESNET50_BYTES, time_us=1e4,
+                  busbw_GBps=15.0, ratio_to_native=r, correct=True)
+             for a, g, r in [("torus2d", "2x2", 0.9), ("native", "-", 1.0)]]
+    commands = []
+
+    def run(argv, env, timeout):
+        commands.append(argv)
+        if "tools/allreduce_bench.py" in argv:
+            with open(argv[argv.index("--json") + 1], "w") as f:
+                json.dump(bench, f)
+        out = ""
+        if "tools/train_bench.py" in argv:
+            out = "RECORDS " + json.dumps([dict(overlap=o, images_per_sec=100.0 + o,
+                                                allreduce_share=0.2) for o in (False, True)])
+        return sp.CompletedProcess(argv, 0, out + "\n5 passed", "")
+    monkeypatch.setattr(gpu_check, "run", run)
+    out = tmp_path / "gpu_check.json"
+    assert gpu_check.main(["--no-install", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "PASS" and report["allreduce"] == bench
+    assert [r["type_config"] for r in report["train"]] == ["float", "float", "half", "half"]
+    bench_argv = next(a for a in commands if "tools/allreduce_bench.py" in a)
+    assert bench_argv[bench_argv.index("--grids") + 1] == "4x1,2x2,1x4"
+    assert bench_argv[bench_argv.index("-np") + 1] == "4"
+    text = capsys.readouterr().out
+    assert "PASS  all-reduce results exact" in text and "x0.90 of NCCL's all-reduce" in text
+    bench[0]["correct"] = False
+    assert gpu_check.main(["--no-install", "--json", str(out)]) == 1
+    assert json.loads(out.read_text())["verdict"] == "FAIL"
