@@ -48,10 +48,8 @@ def dl_mpi_search(environ):
 def test_finding2_ompi_home_points_nnabla_at_mpi4pys_open_mpi(tmp_path):
     loaded = cuda_env.loaded_libmpi()
     assert loaded and os.path.basename(loaded).startswith("libmpi.so"), loaded
-    env = {}
-    path, _ = dl_mpi_search(env)
-    if path is not None:  # a system MPI on the search path: it must be mpi4py's, or two load
-        assert os.path.samefile(path if os.path.isabs(path) else loaded, loaded), path
+    env = {}  # before: the registry's Open MPI has a linker script at lib/libmpi.so, found by
+    # none of nnabla's candidates (or a system MPI that is not mpi4py's is)
     home = cuda_env.prepare_ompi_home(env, cache_dir=str(tmp_path))
     assert env["OMPI_HOME"] == home
     path, handle = dl_mpi_search(env)
