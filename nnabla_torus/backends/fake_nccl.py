@@ -37,8 +37,9 @@ and nnabla-ext-cuda ``src/nbla/cuda/communicator/multi_process_data_parallel_com
   a whole array is silently converted (as on a GPU), and a narrowed view on another device
   raises; the communicator refuses narrowed arrays of another device likewise;
 - asynchronous completion: every collective is enqueued and returns; results land only at
-  ``synchronize(device_id)`` (nnabla_ext.cuda's ``cudaDeviceSynchronize``), and a collective a
-  peer never joins spins there for ever, as NCCL kernels do (nothing here times out).
+  ``synchronize(device_id)`` (nnabla_ext.cuda's ``cudaDeviceSynchronize``) or an ``Event``'s
+  ``synchronize()``, and a collective a peer never joins spins there for ever, as NCCL kernels
+  do (nothing here times out).
 
 What it cannot mimic: CUDA streams (a GPU's later kernels on the default stream see results
 without a host synchronisation; here only ``synchronize`` delivers them), device memory,
@@ -162,6 +163,20 @@ def synchronize(device_id="0"):
             while True:
                 time.sleep(1.0)
         finish()
+
+
+class Event:
+    """``nnabla_ext.cuda.init.Event`` on the fake GPU: ``record()`` then ``synchronize()`` waits
+    for the work enqueued so far (here: all of it), with the GIL released as nnabla's does."""
+
+    def __init__(self, device_id):
+        self.device_id = int(device_id)
+
+    def record(self):
+        pass
+
+    def synchronize(self):
+        synchronize(str(self.device_id))
 
 
 def _enqueue(requests, finish=lambda: None):

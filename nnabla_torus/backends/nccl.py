@@ -47,7 +47,8 @@ on every rank), which keeps overlapping creations from deadlocking.
 Completion and hangs: nnabla enqueues NCCL work and returns (reduce_scatter and all_gather on
 the default stream); its own watchdog (NNABLA_MPI_WATCH_DOG_*) is armed only in ``init()`` and
 ``all_reduce`` and times that host-side enqueue only, so it catches no hung NCCL kernel. Here
-each NCCL phase ends with a device synchronisation inside our watchdog (``timeout`` seconds):
+each NCCL phase ends with a device synchronisation inside our watchdog (``timeout`` seconds;
+a CUDA event wait, which releases the GIL, unlike nnabla_ext.cuda's ``synchronize``):
 a phase that hangs (a peer never joins; a dead peer leaves NCCL kernels spinning) aborts the
 job naming the phase, group, rank and host. Cost: one host round trip per phase. An MPI error
 inside nnabla (RuntimeError "`MPI_...` failed by ...") becomes ``RankLost`` naming the dead
@@ -189,15 +190,18 @@ class NCCLBackend:
         self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
         self.host = socket.gethostname()
         self.device_id, local_ranks = nnabla_device(self.world)
-        self._ext = None
+        self._ext = self._event_class = self._event = None
 
         def load():
             self._ext = _load_extension(ctx, fake)
             if fake:
                 self._ext.set_device(self.device_id)
+                self._event_class = self._ext.Event
             else:
+                from nnabla_ext.cuda.init import Event
                 from . import cuda_env
                 cuda_env.check_device(self.device_id, local_ranks)
+                self._event_class = Event
         agree(self.world, load, f"loading the {self.name} backend")
         self._ctx = _type_contexts(ctx, fake, self.device_id)
         self.ctx = self._ctx[np.dtype(np.float32)]
@@ -266,6 +270,7 @@ class NCCLBackend:
         """Free the nnabla communicators (NCCL communicators, streams), groups and workspaces."""
         self._comms.clear()
         self._pad.clear()
+        self._event = None
         for grp in list(self._groups.values()) + [self.world_group]:
             grp.control.Free()
         self._groups.clear()
@@ -273,8 +278,14 @@ class NCCLBackend:
 
     # -- completion, hangs, dead peers ---------------------------------------------------------
     def synchronize(self):
-        """Wait until the device has finished all work enqueued so far (cudaDeviceSynchronize)."""
-        self._ext.synchronize(device_id=str(self.device_id))
+        """Wait until the device has finished the work enqueued so far: a CUDA event recorded on
+        the default stream (which also waits for nnabla's blocking NCCL streams). Its wait
+        releases the GIL, so our watchdog thread can end a hang; nnabla_ext.cuda.synchronize
+        (cudaDeviceSynchronize) holds the GIL while it waits, and the watchdog would never run."""
+        if self._event is None:
+            self._event = self._event_class(self.device_id)
+        self._event.record()
+        self._event.synchronize()
 
     @contextlib.contextmanager
     def _phase(self, what, sync=True):
