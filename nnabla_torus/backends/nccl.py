@@ -50,7 +50,11 @@ the default stream); its own watchdog (NNABLA_MPI_WATCH_DOG_*) is armed only in 
 each NCCL phase ends with a device synchronisation inside our watchdog (``timeout`` seconds;
 a CUDA event wait, which releases the GIL, unlike nnabla_ext.cuda's ``synchronize``):
 a phase that hangs (a peer never joins; a dead peer leaves NCCL kernels spinning) aborts the
-job naming the phase, group, rank and host. Cost: one host round trip per phase. An MPI error
+job naming the phase, group, rank and host. Cost: one host round trip per phase. nnabla's
+``init()`` and ``new_group`` hold the GIL while they wait, so our watchdog cannot end a hang
+inside them: ``init()`` is covered by nnabla's watchdog (enabled with our timeout, unless
+NNABLA_MPI_WATCH_DOG_ENABLE is set), and every member of a group is checked to be present,
+with our timeout, before nnabla's ``new_group`` runs. An MPI error
 inside nnabla (RuntimeError "`MPI_...` failed by ...") becomes ``RankLost`` naming the dead
 rank(s) when the MPI library knows them (Open MPI with ``--mca mpi_ft_enable 1``).
 
@@ -73,6 +77,8 @@ Example (under ``mpirun -np 4``, one rank per GPU; the communicator normally dri
     be.all_gather(row, buf)                  # buf: the row's sum everywhere
 """
 import contextlib
+import math
+import os
 import socket
 
 import numpy as np
@@ -229,6 +235,10 @@ class NCCLBackend:
                 comm = self._ext.FakeMultiProcessDataParallelCommunicator(self._ctx[dtype])
             else:
                 import nnabla.communicators as C
+                # init() holds the GIL (our watchdog cannot run); nnabla's own watchdog, read
+                # at construction, covers it: enabled with our timeout unless set already.
+                os.environ.setdefault("NNABLA_MPI_WATCH_DOG_ENABLE", "1")
+                os.environ.setdefault("NNABLA_MPI_WATCH_DOG_TIMEOUT", str(math.ceil(self.timeout)))
                 comm = C.MultiProcessDataParallelCommunicator(self._ctx[dtype])
             comm.init()
         if comm.local_rank != self.device_id:
@@ -251,11 +261,16 @@ class NCCLBackend:
             if self.rank not in key:
                 raise ValueError(f"rank {self.rank} is not a member of group {list(key)}")
             name = "nnabla_torus:" + ",".join(map(str, key))
+            # nnabla's new_group holds the GIL while it waits for the members (no watchdog of
+            # ours could run): first make sure, with a timeout, that every member is here.
+            what = f"creating group {list(key)} on rank {self.rank} ({self.host})"
+            with self._dog.guard(what):  # mpi4py releases the GIL while it waits
+                control = self.world.Create_group(self.world.Get_group().Incl(list(key)))
+            check_same_call(control, list(key), ("new_group", name), self.timeout, what)
             for dtype, comm in self._comms.items():
                 with self._phase(f"new_group {name} ({dtype.name})", sync=False):
                     comm.new_group((name, list(key)))
             self._group_names.append((name, key))
-            control = self.world.Create_group(self.world.Get_group().Incl(list(key)))
             self._groups[key] = NCCLGroup(name, key, key.index(self.rank), control)
         return self._groups[key]
 
