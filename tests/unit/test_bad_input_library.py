@@ -4,6 +4,7 @@ silent default). One table per entry point; a row is (value(s), expected message
 """
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -130,6 +131,16 @@ def test_plan_cli_flags(capsys, argv, message):
         plan_cli.main(argv.split())
     text = f"{ended.value.code}\n{capsys.readouterr().err}"
     assert ended.value.code not in (0, None) and message in text, text
+
+
+def test_the_table_covers_every_flag_and_knob():
+    flags = {o for a in plan_cli.build_parser()._actions for o in a.option_strings} - {"-h", "--help"}
+    assert flags == {word for argv, _ in PLAN for word in argv.split() if word.startswith("--")}
+    read = set()
+    for module in ("communicator.py", "backends/mpi.py"):
+        with open(os.path.join(REPO, "nnabla_torus", module)) as f:
+            read |= set(re.findall(r'"(NNABLA_TORUS_[A-Z0-9_]+)"', f.read()))
+    assert read == {name for name, _, _ in COMMUNICATOR if name.isupper()}
 
 
 def test_plan_cli_environment_twins_are_checked_too(monkeypatch):
