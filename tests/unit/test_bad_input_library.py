@@ -134,7 +134,8 @@ def test_plan_cli_flags(capsys, argv, message):
 
 
 def test_the_table_covers_every_flag_and_knob():
-    flags = {o for a in plan_cli.build_parser()._actions for o in a.option_strings} - {"-h", "--help"}
+    flags = {o for a in plan_cli.build_parser()._actions for o in a.option_strings}
+    flags -= {"-h", "--help"}
     assert flags == {word for argv, _ in PLAN for word in argv.split() if word.startswith("--")}
     read = set()
     for module in ("communicator.py", "backends/mpi.py"):
