@@ -10,10 +10,11 @@ def test_batch_schedule_phases_and_parse():
     bs = BatchSchedule.parse("0:34K,5:68K")
     assert bs.phases == [(0.0, 34816), (5.0, 69632)]
     assert [bs.batch(e) for e in (0, 4.999, 5, 89)] == [34816, 34816, 69632, 69632]
-    assert str(BatchSchedule([(5, 2), (0, 1)])) == "0:1,5:2"
+    assert str(BatchSchedule([(0, 1), (5, 2)])) == "0:1,5:2"
 
 
-@pytest.mark.parametrize("bad", ["5:256", "0:abc", "0:0", "0:1,0:2"])
+@pytest.mark.parametrize("bad", ["5:256", "0:abc", "0:0", "0:1,0:2", "0:64,5:128,3:256",
+                                 "nan:128", "0:64,inf:128"])
 def test_batch_schedule_rejects(bad):
     with pytest.raises(ValueError):
         BatchSchedule.parse(bad)
