@@ -101,3 +101,55 @@ def add_knob(parser, flag, env, default, help, type=str, **kwargs):
     parse = parse_bool if type is bool else type
     return parser.add_argument(flag, type=parse, default=value,
                                help=f"{help} (env: {env}, default: {default})", **kwargs)
+
+
+def check_range(name, value, allowed):
+    """Raise ValueError unless ``value`` is a finite number in ``allowed``; return ``value``.
+
+    ``allowed``: "> 0", ">= 1", "(0, 1]", "[0, 1)" and the like (bounds may be floats).
+    The message names the knob, the bad value and the allowed range, e.g.
+    ``check_range("--epochs", -1.0, "> 0")`` -> "--epochs = -1.0 must be a finite number > 0".
+    """
+    text = allowed.strip()
+    if text[0] in "<>":
+        op, bound = text.split()
+        bound = float(bound)
+        ok = {">": value > bound, ">=": value >= bound, "<": value < bound, "<=": value <= bound}[op]
+    else:
+        low, high = (float(b) for b in text[1:-1].split(","))
+        ok = ((low < value) if text[0] == "(" else (low <= value)) and \
+             ((value < high) if text[-1] == ")" else (value <= high))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or not ok:
+        where = allowed if text[0] in "<>" else f"in {allowed}"
+        raise ValueError(f"{name} = {value!r} must be a finite number {where}")
+    return value
+
+
+def check_output_path(name, path, folder=False):
+    """Raise ValueError unless ``path`` (a file, or a folder with ``folder``) can be written.
+
+    Nothing is created: the path must be writable where it exists, else its nearest existing
+    parent must be a writable folder. Call it at parse time, on every rank, so that a bad
+    path fails before any work instead of losing a run's results at the end.
+    """
+    full = os.path.abspath(os.path.expanduser(path))
+    kind = "folder" if folder else "file"
+    if os.path.exists(full):
+        if folder != os.path.isdir(full):
+            problem = "is a file" if folder else "is a folder"
+        elif not os.access(full, os.W_OK | (os.X_OK if folder else 0)):
+            problem = "is not writable"
+        else:
+            return path
+    else:
+        parent = os.path.dirname(full)
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            problem = f"cannot be created: {parent} is a file"
+        elif not os.access(parent, os.W_OK | os.X_OK):
+            problem = f"cannot be created: {parent} is not writable"
+        else:
+            return path
+    raise ValueError(f"{name} = {path!r} {problem}; choose a writable {kind}")

@@ -12,6 +12,14 @@ validation pads with label ``-1`` (mask those out). Training: decode + random-re
 + normalise; validation: resize the shorter side to ``image_size / 0.875`` + centre crop.
 Output: numpy float32 NCHW images, int32 labels of shape (batch, 1).
 
+Undecodable images (truncated, empty, not an image) make DALI fail a whole batch. The loader
+then decodes the suspect batches' files one by one with PIL, adds the bad ones to
+``dataset.bad`` and rebuilds its pipeline at the same step with each bad image replaced by
+another image of the shard (training) or by a masked padding row (validation), so the number
+of steps, and with it every rank's collectives, is unchanged. ``on_bad="stop"`` raises
+``BadImageError`` naming the file instead. ``tools/make_imagenet_lists.py --verify`` finds
+them before training.
+
 Example::
 
     import data
@@ -36,6 +44,7 @@ batches.
 """
 import math
 import os
+import platform
 
 import numpy as np
 
@@ -47,23 +56,38 @@ VAL_RESIZE_RATIO = 0.875   # centre crop covers 87.5 % of the shorter side (224 
 PAD_LABEL = -1             # label of validation padding rows
 
 
+class BadImageError(RuntimeError):
+    """An image cannot be decoded and the loader was told to stop (``on_bad="stop"``)."""
+
+
 class Dataset:
-    """Absolute image paths and their int32 labels; ``num_classes`` = largest label + 1."""
+    """Absolute image paths and their int32 labels; ``num_classes`` = largest label + 1.
+
+    ``bad``: indices of images found undecodable (loaders skip them). ``outside``: (count,
+    first line) of list entries whose label is outside ``read_dataset``'s ``num_classes``.
+    """
 
     def __init__(self, root, files, labels):
         self.root = root
         self.files = list(files)
         self.labels = np.asarray(labels, dtype=np.int32)
         self.num_classes = int(self.labels.max()) + 1 if len(self.labels) else 0
+        self.bad = set()
+        self.outside = (0, None)
 
     def __len__(self):
         return len(self.files)
 
 
-def read_dataset(image_dir, list_file=None):
+def read_dataset(image_dir, list_file=None, num_classes=None):
     """Read an image folder: class folders when ``list_file`` is None, else a ``path label`` list.
 
-    Raises FileNotFoundError / ValueError naming the folder, file or line at fault.
+    Without ``num_classes`` (a training set) the list's labels must be 0..K-1 for its K
+    distinct labels: a label beyond that (a typo such as 999 among 10 classes would train a
+    1,000-class model) raises ValueError naming the line. With ``num_classes`` (a validation
+    set) labels >= num_classes become ``PAD_LABEL`` (left out of accuracy) and are counted in
+    ``dataset.outside``. Raises FileNotFoundError / ValueError naming the folder, file or line
+    at fault.
     """
     image_dir = os.path.abspath(os.path.expanduser(image_dir))
     if not os.path.isdir(image_dir):
@@ -72,10 +96,21 @@ def read_dataset(image_dir, list_file=None):
             f"(or images named in a list file), or leave the data flags unset to use the "
             f"embedded digits dataset")
     if list_file is None:
-        files, labels = scan_class_folders(image_dir)
-    else:
-        files, labels = read_list(list_file, image_dir)
-    return Dataset(image_dir, files, labels)
+        return Dataset(image_dir, *scan_class_folders(image_dir))
+    files, labels, lines = read_list(list_file, image_dir)
+    labels = np.asarray(labels, np.int32)
+    limit = len(np.unique(labels)) if num_classes is None else num_classes
+    outside = np.flatnonzero(labels >= limit)
+    if len(outside) and num_classes is None:
+        first = outside[0]
+        raise ValueError(f"{list_file}:{lines[first]}: label {labels[first]} is outside the "
+                         f"class set 0..{limit - 1} ({limit} distinct labels; labels must be "
+                         f"0..K-1 without gaps); fix the line or rewrite the list with "
+                         f"tools/make_imagenet_lists.py")
+    dataset = Dataset(image_dir, files, np.where(labels >= limit, PAD_LABEL, labels))
+    if len(outside):
+        dataset.outside = (len(outside), f"{list_file}:{lines[outside[0]]}")
+    return dataset
 
 
 def scan_class_folders(image_dir):
@@ -100,12 +135,14 @@ def scan_class_folders(image_dir):
 
 
 def read_list(list_file, image_dir):
-    """Parse a ``relative/path label`` list; every named image must exist under ``image_dir``."""
+    """Return (paths, labels, line numbers) of a ``relative/path label`` list under ``image_dir``.
+
+    Every named image must exist."""
     list_file = os.path.abspath(os.path.expanduser(list_file))
     if not os.path.isfile(list_file):
         raise FileNotFoundError(f"list file {list_file} does not exist; write it with "
                                 f"tools/make_imagenet_lists.py")
-    files, labels = [], []
+    files, labels, lines = [], [], []
     with open(list_file) as f:
         for number, line in enumerate(f, 1):
             fields = line.split()
@@ -116,10 +153,11 @@ def read_list(list_file, image_dir):
                                  f"a label >= 0, got {line.rstrip()!r}")
             files.append(os.path.join(image_dir, fields[0]))
             labels.append(int(fields[1]))
+            lines.append(number)
     if not files:
         raise ValueError(f"list file {list_file} names no images")
     _check_files_exist(files, list_file)
-    return files, labels
+    return files, labels, lines
 
 
 def _check_files_exist(files, list_file):
@@ -136,6 +174,17 @@ def _check_files_exist(files, list_file):
     if missing:
         raise FileNotFoundError(f"{len(missing)} image(s) named in {list_file} do not exist, "
                                 f"first: {missing[0]}; fix the list or the image folder")
+
+
+def decode_error(path):
+    """Return why PIL cannot decode the image at ``path`` (a short text), or None if it can."""
+    from PIL import Image
+    try:
+        with Image.open(path) as image:
+            image.load()                 # open() reads only the header; load() decodes it all
+    except Exception as error:           # PIL raises OSError, SyntaxError, ValueError, ...
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def write_list(path, entries):
@@ -183,24 +232,89 @@ class Loader:
     """
 
     def __init__(self, dataset, batch_size, rank, size, train, image_size, seed, epoch,
-                 start_image, device_id, num_threads, prefetch, crop_scale, flip):
+                 start_image, device_id, num_threads, prefetch, crop_scale, flip, on_bad):
         self.batch_size, self.train, self.epoch = batch_size, train, epoch
         self.start_image = self.position = start_image
         self.images_per_epoch = len(dataset)
         self.num_classes = dataset.num_classes
-        indices, self.shard_size = shard_plan(len(dataset), batch_size, rank, size, train, seed,
-                                              epoch, start_image)
-        self.steps = len(indices) // batch_size
+        self._indices, self.shard_size = shard_plan(len(dataset), batch_size, rank, size, train,
+                                                    seed, epoch, start_image)
+        self.steps = len(self._indices) // batch_size
         self._per_rank = math.ceil(len(dataset) / size)
         self._step = 0
         self._pipe = None
+        self._dataset, self._rank, self._on_bad = dataset, rank, on_bad
+        pipe_seed = int(np.random.SeedSequence([seed, rank, epoch, start_image, batch_size])
+                        .generate_state(1)[0] & 0x7FFFFFFF)
+        self._build = lambda files, labels: _build_pipeline(
+            files, labels, batch_size, train, image_size, pipe_seed, device_id, num_threads,
+            prefetch, crop_scale, flip)
+        self._window = prefetch + 2      # batches DALI may have decoded ahead of the one asked
         if self.steps:
-            files = [dataset.files[i] for i in indices]
-            pipe_seed = int(np.random.SeedSequence([seed, rank, epoch, start_image, batch_size])
-                            .generate_state(1)[0] & 0x7FFFFFFF)
-            self._pipe = _build_pipeline(files, dataset.labels[indices].tolist(), batch_size,
-                                         train, image_size, pipe_seed, device_id, num_threads,
-                                         prefetch, crop_scale, flip)
+            self._start()
+
+    def _start(self):
+        """(Re)build the pipeline from the current step on, known bad images replaced."""
+        first = self._step * self.batch_size
+        rows = self._indices[first:].copy()
+        bad = np.isin(rows, list(self._dataset.bad))
+        if bad.any():
+            good = [i for i in self._indices[:self.shard_size] if i not in self._dataset.bad] \
+                or [i for i in range(len(self._dataset)) if i not in self._dataset.bad]
+            if not good:
+                raise BadImageError(f"no image of {self._dataset.root} can be decoded")
+            rows[bad] = np.resize(good, bad.sum())       # training: other images of the shard
+        labels = self._dataset.labels[rows]
+        if not self.train:
+            # Padding rows (past this rank's shard) and bad images are masked out of validation.
+            labels[max(0, self.shard_size - first):] = PAD_LABEL
+            labels[bad] = PAD_LABEL
+        self._pipe = None                                # DALI's failed pipeline is unusable
+        self._pipe = self._build([self._dataset.files[i] for i in rows], labels.tolist())
+
+    def _run(self):
+        """One batch from DALI; on a decoding failure find the bad image(s), skip or stop."""
+        for _ in range(self.steps * self.batch_size):    # each retry removes >= 1 image
+            try:
+                return self._pipe.run()
+            except RuntimeError as error:
+                found = self._find_bad()
+                if not found:
+                    raise RuntimeError(f"rank {self._rank} on {platform.node()}: DALI failed on "
+                                       f"a batch whose images all decode with PIL: {error}") from None
+                if self._on_bad == "stop":
+                    path, reason = found[0]
+                    raise BadImageError(
+                        f"rank {self._rank} on {platform.node()}: cannot decode {path} "
+                        f"({reason}); leave it out with tools/make_imagenet_lists.py --verify, "
+                        f"or skip undecodable images with --bad-images skip") from None
+                self._start()
+        raise RuntimeError("unreachable: every image of the shard was retried")
+
+    def _find_bad(self):
+        """Add the undecodable images of the next batches to ``dataset.bad``; return them.
+
+        The batches DALI may have read ahead are checked first, then the rest of the shard.
+        Returns [(path, reason), ...].
+        """
+        first = self._step * self.batch_size
+        window = first + self._window * self.batch_size
+        found = []
+        for rows in (self._indices[first:window], self._indices[window:]):
+            for i in dict.fromkeys(rows.tolist()):
+                if i in self._dataset.bad:
+                    continue
+                reason = decode_error(self._dataset.files[i])
+                if reason:
+                    self._dataset.bad.add(i)
+                    found.append((self._dataset.files[i], reason))
+            if found:
+                return found
+        return found
+
+    def skipped(self):
+        """Images of this rank's shard (from ``start_image`` on) left out as undecodable."""
+        return len(set(self._indices[:self.shard_size].tolist()) & self._dataset.bad)
 
     def __len__(self):
         return self.steps
@@ -211,11 +325,8 @@ class Loader:
     def __next__(self):
         if self._step >= self.steps:
             raise StopIteration
-        images, labels = (_to_numpy(t) for t in self._pipe.run())
+        images, labels = (_to_numpy(t) for t in self._run())
         labels = labels.reshape(self.batch_size, 1).astype(np.int32)
-        first = self._step * self.batch_size
-        if not self.train:
-            labels[max(0, self.shard_size - first):] = PAD_LABEL
         self._step += 1
         # Counted in whole batches (not real images) so that it is the same on every rank.
         self.position = min(self.start_image + self._step * self.batch_size, self._per_rank)
@@ -229,7 +340,7 @@ class Loader:
 
 def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, seed=0,
                 device_id=None, list_file=None, epoch=0, start_image=0, resume=None,
-                num_threads=1, prefetch=2, crop_scale=(0.08, 1.0), flip=True):
+                num_threads=1, prefetch=2, crop_scale=(0.08, 1.0), flip=True, on_bad="skip"):
     """Return a ``Loader`` over rank ``rank``'s batches of epoch ``epoch``.
 
     source: a ``Dataset`` or an image folder (read with ``read_dataset(source, list_file)``).
@@ -242,7 +353,8 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
     consumed steps so that images and augmentation continue exactly.
     num_threads, prefetch: DALI worker threads and batches prepared ahead (memory: prefetch
     batches). crop_scale: area fraction range of the training random-resized crop. flip: random
-    horizontal flips in training.
+    horizontal flips in training. on_bad: "skip" undecodable images (see the module doc) or
+    "stop" (raise BadImageError naming the file).
     """
     dataset = source if isinstance(source, Dataset) else read_dataset(source, list_file)
     replay = 0
@@ -250,7 +362,7 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
         epoch, start_image = resume["epoch"], resume["start_image"]
         batch_size, replay = resume["batch_size"], resume["consumed_steps"]
     loader = Loader(dataset, batch_size, rank, size, train, image_size, seed, epoch, start_image,
-                    device_id, num_threads, prefetch, tuple(crop_scale), flip)
+                    device_id, num_threads, prefetch, tuple(crop_scale), flip, on_bad)
     for _ in range(replay):
         next(loader)
     return loader
