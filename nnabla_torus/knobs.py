@@ -153,3 +153,23 @@ def check_output_path(name, path, folder=False):
         else:
             return path
     raise ValueError(f"{name} = {path!r} {problem}; choose a writable {kind}")
+
+
+def check_ranges(parser, args, ranges):
+    """``parser.error`` (usage, message, exit 2) for the first flag of ``args`` out of range.
+
+    ``ranges``: flag -> allowed range in ``check_range`` syntax, e.g. {"--iters": ">= 1"}.
+    """
+    for flag, allowed in ranges.items():
+        try:
+            check_range(flag, getattr(args, flag.lstrip("-").replace("-", "_")), allowed)
+        except ValueError as e:
+            parser.error(str(e))
+
+
+def check_output_flag(parser, flag, path, folder=False):
+    """``parser.error`` unless ``path`` is empty or writable (``check_output_path``)."""
+    try:
+        return path and check_output_path(flag, path, folder)
+    except ValueError as e:
+        parser.error(str(e))

@@ -30,13 +30,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "examples", "imagenet"))
 
-from nnabla_torus.knobs import add_knob  # noqa: E402
+from nnabla_torus.knobs import add_knob, check_output_flag, check_ranges  # noqa: E402
+
+RANGES = {"--width": "> 0", "--image-size": ">= 1", "--classes": ">= 1", "--batch": ">= 1",
+          "--iters": ">= 1", "--warmup": ">= 0", "--bucket-mib": "> 0"}
 
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_knob(parser, "--arch", env="NNABLA_TORUS_BENCH_ARCH", default="resnet18",
-             help="network: resnet18 | resnet34 | resnet50")
+             help="network", choices=("resnet18", "resnet34", "resnet50"))
     add_knob(parser, "--width", env="NNABLA_TORUS_BENCH_WIDTH", default=0.25, type=float,
              help="channel width multiplier")
     add_knob(parser, "--image-size", env="NNABLA_TORUS_BENCH_IMAGE_SIZE", default=32, type=int,
@@ -62,6 +65,21 @@ def build_parser():
     add_knob(parser, "--scaling", env="NNABLA_TORUS_BENCH_SCALING", default="",
              help="comma-separated rank counts: launch mpirun for each and add efficiency")
     return parser
+
+
+def parse_args(argv=None):
+    """Parse and check every flag, on every rank alike, before any work."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_ranges(parser, args, RANGES)
+    try:
+        args.scaling = [int(n) for n in args.scaling.split(",") if n.strip()]
+    except ValueError:
+        parser.error(f"--scaling {args.scaling!r} must be comma-separated rank counts, e.g. 1,2,4")
+    if any(n < 1 for n in args.scaling):
+        parser.error(f"--scaling {args.scaling}: every rank count must be >= 1")
+    check_output_flag(parser, "--json", args.json)       # before the run, not after
+    return args
 
 
 class TimedComm:
@@ -198,7 +216,7 @@ def append_json(path, records):
 def run_scaling(args):
     """Launch one mpirun per rank count; add scaling efficiency against the fewest ranks."""
     from nnabla_torus.launch import mpirun_command
-    counts = [int(n) for n in args.scaling.split(",")]
+    counts = args.scaling
     passed_on = ("arch", "width", "image_size", "classes", "batch", "iters", "warmup",
                  "bucket_mib", "overlap", "context", "type_config")
     inner = sum((["--" + name.replace("_", "-"), str(getattr(args, name))]
@@ -228,7 +246,7 @@ def run_scaling(args):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if args.scaling:
         run_scaling(args)
     else:

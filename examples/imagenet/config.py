@@ -25,6 +25,7 @@ DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is gi
 DEFAULT_DATA_RECIPE = "resnet50-90ep"  # used with --data-dir and no -C
 
 CHOICES = {
+    "arch": ("resnet18", "resnet34", "resnet50"),      # models.ARCHS
     "optimizer": ("momentum", "lars"),
     "lr_decay": DECAYS,
     "lr_scaling": LR_SCALINGS,

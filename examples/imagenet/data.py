@@ -12,13 +12,16 @@ validation pads with label ``-1`` (mask those out). Training: decode + random-re
 + normalise; validation: resize the shorter side to ``image_size / 0.875`` + centre crop.
 Output: numpy float32 NCHW images, int32 labels of shape (batch, 1).
 
-Undecodable images (truncated, empty, not an image) make DALI fail a whole batch. The loader
-then decodes the suspect batches' files one by one with PIL, adds the bad ones to
-``dataset.bad`` and rebuilds its pipeline at the same step with each bad image replaced by
-another image of the shard (training) or by a masked padding row (validation), so the number
-of steps, and with it every rank's collectives, is unchanged. ``on_bad="stop"`` raises
-``BadImageError`` naming the file instead. ``tools/make_imagenet_lists.py --verify`` finds
-them before training.
+Undecodable images (empty, not an image, truncated) make DALI fail a whole batch, and DALI
+1.x can crash the process on a later failure, so a loader never hands DALI a file that fails
+``screen``: each rank reads the first and last bytes of every image of its shard once (an
+image format signature, a JPEG/PNG end marker). A bad image is added to ``dataset.bad`` and
+replaced by another image of the shard (training) or by a masked padding row (validation),
+so the number of steps, and with it every rank's collectives, is unchanged. Corruption that
+only a full decode shows still makes DALI fail: the loader then decodes the batches DALI may
+have read with PIL, leaves out what fails and rebuilds its pipeline at the same step.
+``on_bad="stop"`` raises ``BadImageError`` naming the file instead of skipping.
+``tools/make_imagenet_lists.py --verify`` decodes every image before training.
 
 Example::
 
@@ -42,6 +45,7 @@ augmentation) rebuilds the loader from its ``state()`` (``make_loader(..., resum
 decodes and discards the batches already consumed: that replay costs the decoding time of those
 batches.
 """
+import gc
 import math
 import os
 import platform
@@ -73,6 +77,7 @@ class Dataset:
         self.labels = np.asarray(labels, dtype=np.int32)
         self.num_classes = int(self.labels.max()) + 1 if len(self.labels) else 0
         self.bad = set()
+        self.screened = np.zeros(len(self.files), bool)
         self.outside = (0, None)
 
     def __len__(self):
@@ -176,6 +181,31 @@ def _check_files_exist(files, list_file):
                                 f"first: {missing[0]}; fix the list or the image folder")
 
 
+# Leading bytes of the formats DALI decodes, and the end marker of those that have one.
+SIGNATURES = ((b"\xff\xd8\xff", b"\xff\xd9"), (b"\x89PNG\r\n\x1a\n", b"IEND"), (b"BM", b""),
+              (b"II*\x00", b""), (b"MM\x00*", b""), (b"RIFF", b""), (b"\x00\x00\x00\x0cjP", b""),
+              (b"P1", b""), (b"P2", b""), (b"P3", b""), (b"P4", b""), (b"P5", b""), (b"P6", b""))
+TAIL_BYTES = 1024   # the end marker must lie in the last TAIL_BYTES (some files carry padding)
+
+
+def screen(path):
+    """Return why ``path`` is surely not a decodable image (empty, unknown format, no end
+    marker: truncated), or None. Reads at most 16 + TAIL_BYTES bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+            f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
+            tail = f.read()
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+    if not head:
+        return "empty file"
+    for magic, end in SIGNATURES:
+        if head.startswith(magic):
+            return None if end in tail else "truncated (no end marker)"
+    return f"not an image (starts with {head[:8]!r})"
+
+
 def decode_error(path):
     """Return why PIL cannot decode the image at ``path`` (a short text), or None if it can."""
     from PIL import Image
@@ -256,6 +286,7 @@ class Loader:
     def _start(self):
         """(Re)build the pipeline from the current step on, known bad images replaced."""
         first = self._step * self.batch_size
+        self._screen(self._indices[first:])
         rows = self._indices[first:].copy()
         bad = np.isin(rows, list(self._dataset.bad))
         if bad.any():
@@ -272,45 +303,59 @@ class Loader:
         self._pipe = None                                # DALI's failed pipeline is unusable
         self._pipe = self._build([self._dataset.files[i] for i in rows], labels.tolist())
 
+    def _screen(self, rows):
+        """Add the images among ``rows`` that fail ``screen`` to ``dataset.bad`` (once each)."""
+        todo = np.unique(rows[~self._dataset.screened[rows]])
+        for i in todo.tolist():
+            reason = screen(self._dataset.files[i])
+            if reason:
+                self._bad(i, reason)
+        self._dataset.screened[todo] = True
+
+    def _bad(self, index, reason):
+        """Record an undecodable image, or raise BadImageError naming it (``on_bad="stop"``)."""
+        if self._on_bad == "stop":
+            raise BadImageError(
+                f"rank {self._rank} on {platform.node()}: cannot decode "
+                f"{self._dataset.files[index]} ({reason}); leave it out with "
+                f"tools/make_imagenet_lists.py --verify, or skip undecodable images with "
+                f"--bad-images skip")
+        self._dataset.bad.add(index)
+
     def _run(self):
         """One batch from DALI; on a decoding failure find the bad image(s), skip or stop."""
         for _ in range(self.steps * self.batch_size):    # each retry removes >= 1 image
             try:
                 return self._pipe.run()
             except RuntimeError as error:
-                found = self._find_bad()
-                if not found:
-                    raise RuntimeError(f"rank {self._rank} on {platform.node()}: DALI failed on "
-                                       f"a batch whose images all decode with PIL: {error}") from None
-                if self._on_bad == "stop":
-                    path, reason = found[0]
-                    raise BadImageError(
-                        f"rank {self._rank} on {platform.node()}: cannot decode {path} "
-                        f"({reason}); leave it out with tools/make_imagenet_lists.py --verify, "
-                        f"or skip undecodable images with --bad-images skip") from None
-                self._start()
+                failure = str(error)
+            # Out of the except block: its traceback holds the failed pipeline, which DALI
+            # must have released before a new one runs (else the next failure crashes).
+            self._pipe = None
+            gc.collect()
+            if not self._find_bad():
+                raise RuntimeError(f"rank {self._rank} on {platform.node()}: DALI failed on a "
+                                   f"batch whose images all decode with PIL: {failure}")
+            self._start()
         raise RuntimeError("unreachable: every image of the shard was retried")
 
     def _find_bad(self):
-        """Add the undecodable images of the next batches to ``dataset.bad``; return them.
+        """Decode the next batches' images with PIL; record the bad ones; return how many.
 
-        The batches DALI may have read ahead are checked first, then the rest of the shard.
-        Returns [(path, reason), ...].
+        The batches DALI may have read ahead are tried first, then the rest of the shard.
         """
         first = self._step * self.batch_size
         window = first + self._window * self.batch_size
-        found = []
         for rows in (self._indices[first:window], self._indices[window:]):
+            found = 0
             for i in dict.fromkeys(rows.tolist()):
-                if i in self._dataset.bad:
-                    continue
-                reason = decode_error(self._dataset.files[i])
+                reason = None if i in self._dataset.bad else decode_error(self._dataset.files[i])
                 if reason:
-                    self._dataset.bad.add(i)
-                    found.append((self._dataset.files[i], reason))
+                    self._bad(i, reason)
+                    found += 1
             if found:
                 return found
-        return found
+        return 0
 
     def skipped(self):
         """Images of this rank's shard (from ``start_image`` on) left out as undecodable."""
