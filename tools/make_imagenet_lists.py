@@ -27,7 +27,7 @@ from data import IMAGE_EXTENSIONS, decode_error, scan_class_folders, write_list 
 from nnabla_torus.knobs import add_knob, check_output_path, check_ranges  # noqa: E402
 
 
-def parse_args(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_knob(parser, "--train-dir", env="NNABLA_TORUS_TRAIN_DIR", default=None,
              help="training folder holding <wnid>/*.JPEG (required)")
@@ -41,10 +41,21 @@ def parse_args(argv=None):
              help="decode every image once and leave the undecodable ones out of the lists")
     add_knob(parser, "--workers", env="NNABLA_TORUS_VERIFY_WORKERS", default=os.cpu_count(),
              type=int, help="processes decoding in parallel with --verify")
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.train_dir is None:
         parser.error("--train-dir (or NNABLA_TORUS_TRAIN_DIR) is required")
     check_ranges(parser, args, {"--workers": ">= 1"})
+    # Checked before any work: a wrong --val-dir must not cost a --verify of the training set.
+    for flag, path, exists in (("--train-dir", args.train_dir, os.path.isdir),
+                               ("--val-dir", args.val_dir, os.path.isdir),
+                               ("--val-map", args.val_map, os.path.isfile)):
+        if path and not exists(os.path.expanduser(path)):
+            parser.error(f"{flag} {path} does not exist")
     return args
 
 
@@ -135,8 +146,6 @@ def _index(wnid, classes, source):
 def main(argv=None):
     args = parse_args(argv)
     train_dir = os.path.abspath(os.path.expanduser(args.train_dir))
-    if not os.path.isdir(train_dir):
-        raise SystemExit(f"error: training folder {train_dir} does not exist")
     out_dir = args.out_dir or os.path.dirname(train_dir)
     try:
         check_output_path("--out-dir", out_dir, folder=True)   # before hours of --verify

@@ -17,6 +17,7 @@ import yaml
 from nnabla_torus.collectives import ALGORITHMS
 from nnabla_torus.controller import LR_SCALINGS, BatchSizeController
 from nnabla_torus.knobs import add_knob, check_output_path, check_range, env_value
+from nnabla_torus.profile import load_profile
 from nnabla_torus.schedules import DECAYS, BatchSchedule, LearningRateSchedule
 from nnabla_torus.topology import parse_grid
 
@@ -171,10 +172,11 @@ def load_recipe(name):
         try:
             values = yaml.safe_load(f) or {}
         except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
+            mark, start = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
             where = f"{path}:{mark.line + 1}" if mark else path
-            raise ValueError(f"recipe {where}: not valid YAML ({getattr(e, 'problem', None) or e}); "
-                             f"write one 'key: value' per line") from None
+            context = f", {e.context} at line {start.line + 1}" if start and e.context else ""
+            raise ValueError(f"recipe {where}: not valid YAML ({getattr(e, 'problem', None) or e}"
+                             f"{context}); write one 'key: value' per line") from None
     if not isinstance(values, dict):
         raise ValueError(f"recipe {path} must be a mapping of knob: value, got {type(values).__name__}")
     valid = {f.name: f for f in knob_fields()}
@@ -243,6 +245,12 @@ def validate(cfg):
             parse(getattr(cfg, name))
         except ValueError as e:
             raise ValueError(f"{name} = {getattr(cfg, name)!r}: {e} ({flag_of(name)})") from None
+    if cfg.data_dir and not os.path.isdir(os.path.expanduser(cfg.data_dir)):
+        raise ValueError(f"data_dir = {cfg.data_dir!r} is not a folder; pass the root holding "
+                         f"train/, val/, train.txt and val.txt (--data-dir), or none for the "
+                         f"embedded digits data")
+    if cfg.profile:
+        load_profile(cfg.profile)            # names the shipped profiles when unknown
     check_output_path(flag_of("output_dir"), cfg.output_dir, folder=True)
 
 
