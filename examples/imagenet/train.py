@@ -268,15 +268,16 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, updater):
 def validate(val_set, model, cfg, comm, device_id, log):
     """Return (top1, top5) accuracy over the whole validation set (all ranks' shards summed).
 
-    Undecodable images are left out (logged with their count), whatever ``--bad-images``
-    says: they do not change the model.
+    Undecodable images are left out and counted in the log (``--bad-images skip``) or raise
+    BadImageError (``stop``).
     """
     batch = min(cfg.local_batch, math.ceil(len(val_set) / comm.size))
     x = nn.Variable((batch, 3, cfg.image_size, cfg.image_size))
     logits = model(x, test=True)
     counts = np.zeros(4, np.float32)              # correct top-1, correct top-5, images, bad
     loader = data.make_loader(val_set, batch, comm.rank, comm.size, train=False,
-                              image_size=cfg.image_size, device_id=device_id)
+                              image_size=cfg.image_size, device_id=device_id,
+                              on_bad=cfg.bad_images)
     for images, labels in loader:
         x.d = images
         logits.forward(clear_buffer=True)
@@ -509,6 +510,18 @@ def json_value(value):
     return None if value is None or not math.isfinite(value) else round(float(value), 4)
 
 
+def strict_json(value):
+    """``value`` with every non-finite float (anywhere in dicts and lists) replaced by None,
+    so that ``json.dumps`` writes strict JSON (no NaN or Infinity)."""
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def main(argv=None):
     cfg = parse_config(argv)
     t_start = time.time()
@@ -657,7 +670,7 @@ def main(argv=None):
     wall = time.time() - t_start
     if rank0:
         plot_series(cfg.output_dir, os.path.join(cfg.output_dir, "training.png"))
-        print(json.dumps({
+        print(json.dumps(strict_json({
             "val_top1": json_value(top1), "val_top5": json_value(top5),
             "epochs": round(stream.epoch(), 3), "steps": step,
             "images_per_sec": round(images_seen / max(train_time, 1e-9), 1),
@@ -665,7 +678,7 @@ def main(argv=None):
             "grid": str(comm.grid),
             "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in history),
             "plan": run_planner and run_planner.summary,
-            "bad_images": len(reported_bad)}, allow_nan=False), flush=True)
+            "bad_images": len(reported_bad)})), flush=True)
 
 
 def replan(run_planner, batch_plan, comm, log):
