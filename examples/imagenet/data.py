@@ -300,7 +300,6 @@ class Loader:
             # Padding rows (past this rank's shard) and bad images are masked out of validation.
             labels[max(0, self.shard_size - first):] = PAD_LABEL
             labels[bad] = PAD_LABEL
-        self._pipe = None                                # DALI's failed pipeline is unusable
         self._pipe = self._build([self._dataset.files[i] for i in rows], labels.tolist())
 
     def _screen(self, rows):
@@ -324,7 +323,7 @@ class Loader:
 
     def _run(self):
         """One batch from DALI; on a decoding failure find the bad image(s), skip or stop."""
-        for _ in range(self.steps * self.batch_size):    # each retry removes >= 1 image
+        while True:                      # ends: each retry leaves out at least one more image
             try:
                 return self._pipe.run()
             except RuntimeError as error:
@@ -337,7 +336,6 @@ class Loader:
                 raise RuntimeError(f"rank {self._rank} on {platform.node()}: DALI failed on a "
                                    f"batch whose images all decode with PIL: {failure}")
             self._start()
-        raise RuntimeError("unreachable: every image of the shard was retried")
 
     def _find_bad(self):
         """Decode the next batches' images with PIL; record the bad ones; return how many.
