@@ -43,9 +43,13 @@ def summary_of(out):
 
 def test_bad_images_are_skipped_named_and_counted_with_ranks_in_step(tmp_path):
     data_flags = bad_dataset(tmp_path / "data", "--val-label", "7")
-    out = run_mpi(2, [CHECK] + data_flags + SMALL + ["--output-dir", str(tmp_path / "run")],
+    out = run_mpi(2, [CHECK] + data_flags + SMALL + ["--output-dir", str(tmp_path / "run"),
+                                                     "--progress", "1", "--log-every", "5"],
                   timeout=180)
     assert "PARAMS_EQUAL" in out, out
+    # Readable output: library lines once, plain progress lines (stderr is not a terminal).
+    assert out.count("schedule phase from epoch 0") == 1, out
+    assert "step 5: 80/198 images (40.4%), loss " in out and "\r" not in out, out
     assert "epoch 1.00: 3 undecodable training image(s) left out; new: " in out, out
     assert "epoch 2.00: 3 undecodable training image(s) left out\n" in out, out
     for name in BAD:
