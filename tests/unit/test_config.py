@@ -4,11 +4,11 @@ import pytest
 from examples.imagenet.config import TrainConfig, build_schedules, load_recipe, parse_config
 
 
-def test_default_is_digits_recipe_and_data_dir_picks_resnet50(monkeypatch):
+def test_default_is_digits_recipe_and_data_dir_picks_resnet50(monkeypatch, tmp_path):
     monkeypatch.delenv("NNABLA_TORUS_RECIPE", raising=False)
     cfg = parse_config([])
     assert cfg.recipe == "digits-cpu" and cfg.arch == "resnet18" and cfg.data_dir == ""
-    cfg = parse_config(["--data-dir", "/data/imagenet"])
+    cfg = parse_config(["--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")])
     assert cfg.recipe == "resnet50-90ep" and cfg.arch == "resnet50"
 
 
