@@ -454,18 +454,23 @@ def plot_series(output_dir, path):
 # main
 
 def configure_logging(rank, log):
-    """Show the library's log lines (``nnabla_torus.*``) once: rank 0's warnings through
-    ``log``, other ranks' errors only (on stderr, with their rank)."""
-    class ToLog(logging.Handler):
+    """Print the library's warnings (``nnabla_torus.*``) through ``log`` on rank 0, beside the
+    script's lines and without breaking the progress bar; on other ranks (only the records the
+    communicator lets through there: those that differ per rank) on stderr with the rank.
+    Its INFO lines are left out: they repeat what the loop logs (the batch changes)."""
+    class Handler(logging.Handler):
         def emit(self, record):
-            log(self.format(record))
+            text = self.format(record)
+            if rank == 0:
+                log(text)
+            else:
+                print(f"rank {rank}: {text}", file=sys.stderr, flush=True)
 
-    handler = ToLog() if rank == 0 else logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        "%(name)s: %(message)s" if rank == 0 else f"rank {rank}: %(name)s: %(message)s"))
+    handler = Handler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     logger = logging.getLogger("nnabla_torus")
     logger.handlers[:] = [handler]
-    logger.setLevel(logging.WARNING if rank == 0 else logging.ERROR)
+    logger.setLevel(logging.WARNING)
     logger.propagate = False
 
 
