@@ -20,9 +20,10 @@ class BadValue(argparse.ArgumentTypeError, ValueError):
     """A value outside its allowed range; argparse prints the text after the flag's name."""
 
 
-def number(kind=float, low=None, strict=False, high=None, hint=""):
+def number(kind=float, low=None, strict=False, high=None, hint="", strict_high=False):
     """A parser for ``type=`` and :func:`env_value`: ``kind(text)``, finite, >= ``low`` (> when
-    ``strict``) and <= ``high``; else BadValue saying the allowed range and ``hint``.
+    ``strict``) and <= ``high`` (< when ``strict_high``); else BadValue saying the allowed range
+    and ``hint``.
 
     >>> number(int, low=1)("8"), number(float, low=0, strict=True)("2.5")
     (8, 2.5)
@@ -31,7 +32,7 @@ def number(kind=float, low=None, strict=False, high=None, hint=""):
     if low is not None:
         what += f" {'>' if strict else '>='} {low:g}"
     if high is not None:
-        what += f"{' and' if low is not None else ''} <= {high:g}"
+        what += f"{' and' if low is not None else ''} {'<' if strict_high else '<='} {high:g}"
     what += f" ({hint})" if hint else ""
 
     def parse(text):
@@ -42,7 +43,8 @@ def number(kind=float, low=None, strict=False, high=None, hint=""):
         except (TypeError, ValueError):
             raise BadValue(f"must be {what}, got {text!r}") from None
         below = low is not None and (value < low or strict and value == low)
-        if not math.isfinite(value) or below or (high is not None and value > high):
+        above = high is not None and (value > high or strict_high and value == high)
+        if not math.isfinite(value) or below or above:
             raise BadValue(f"must be {what}, got {text!r}")
         return value
     parse.__name__ = what
@@ -103,31 +105,9 @@ def add_knob(parser, flag, env, default, help, type=str, **kwargs):
                                help=f"{help} (env: {env}, default: {default})", **kwargs)
 
 
-def check_range(name, value, allowed):
-    """Raise ValueError unless ``value`` is a finite number in ``allowed``; return ``value``.
-
-    ``allowed``: "> 0", ">= 1", "(0, 1]", "[0, 1)" and the like (bounds may be floats).
-    The message names the knob, the bad value and the allowed range, e.g.
-    ``check_range("--epochs", -1.0, "> 0")`` -> "--epochs = -1.0 must be a finite number > 0".
-    """
-    text = allowed.strip()
-    if text[0] in "<>":
-        op, bound = text.split()
-        bound = float(bound)
-        ok = {">": value > bound, ">=": value >= bound, "<": value < bound, "<=": value <= bound}[op]
-    else:
-        low, high = (float(b) for b in text[1:-1].split(","))
-        ok = ((low < value) if text[0] == "(" else (low <= value)) and \
-             ((value < high) if text[-1] == ")" else (value <= high))
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not math.isfinite(value) or not ok:
-        where = allowed if text[0] in "<>" else f"in {allowed}"
-        raise ValueError(f"{name} = {value!r} must be a finite number {where}")
-    return value
-
-
 def check_output_path(name, path, folder=False):
-    """Raise ValueError unless ``path`` (a file, or a folder with ``folder``) can be written.
+    """Raise BadValue (a ValueError) unless ``path`` (a file, or a folder with ``folder``) can
+    be written.
 
     Nothing is created: the path must be writable where it exists, else its nearest existing
     parent must be a writable folder. Call it at parse time, on every rank, so that a bad
@@ -152,19 +132,7 @@ def check_output_path(name, path, folder=False):
             problem = f"cannot be created: {parent} is not writable"
         else:
             return path
-    raise ValueError(f"{name} = {path!r} {problem}; choose a writable {kind}")
-
-
-def check_ranges(parser, args, ranges):
-    """``parser.error`` (usage, message, exit 2) for the first flag of ``args`` out of range.
-
-    ``ranges``: flag -> allowed range in ``check_range`` syntax, e.g. {"--iters": ">= 1"}.
-    """
-    for flag, allowed in ranges.items():
-        try:
-            check_range(flag, getattr(args, flag.lstrip("-").replace("-", "_")), allowed)
-        except ValueError as e:
-            parser.error(str(e))
+    raise BadValue(f"{name} = {path!r} {problem}; choose a writable {kind}")
 
 
 def check_output_flag(parser, flag, path, folder=False):

@@ -27,7 +27,7 @@ import nnabla as nn  # noqa: E402
 import nnabla_torus  # noqa: E402
 from nnabla_torus.backends import synchronize  # noqa: E402
 from nnabla_torus.collectives import ALGORITHMS  # noqa: E402
-from nnabla_torus.knobs import add_knob, check_output_flag, check_ranges  # noqa: E402
+from nnabla_torus.knobs import add_knob, check_output_flag, number  # noqa: E402
 from nnabla_torus.topology import parse_grid  # noqa: E402
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -59,10 +59,13 @@ def build_parser():
              "torus2d grids XxY, comma list (empty: the communicator's default grid)")
     add_knob(p, "--dtype", "NNABLA_TORUS_BENCH_DTYPE", "float32", "element type",
              choices=("float32", "float16"))
-    add_knob(p, "--iters", "NNABLA_TORUS_BENCH_ITERS", 10, "timed calls per round", type=int)
+    add_knob(p, "--iters", "NNABLA_TORUS_BENCH_ITERS", 10, "timed calls per round",
+             type=number(int, low=1))
     add_knob(p, "--rounds", "NNABLA_TORUS_BENCH_ROUNDS", 1,
-             "rounds over all algorithms per size (interleaving evens out machine noise)", type=int)
-    add_knob(p, "--warmup", "NNABLA_TORUS_BENCH_WARMUP", 2, "untimed calls first", type=int)
+             "rounds over all algorithms per size (interleaving evens out machine noise)",
+             type=number(int, low=1))
+    add_knob(p, "--warmup", "NNABLA_TORUS_BENCH_WARMUP", 2, "untimed calls first",
+             type=number(int, low=0))
     add_knob(p, "--json", "NNABLA_TORUS_BENCH_JSON", "", "write the records to this JSON file")
     return p
 
@@ -71,7 +74,6 @@ def parse_args(argv=None):
     """Parse and check every flag (on every rank alike, before any all-reduce); sizes in bytes."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_ranges(parser, args, {"--iters": ">= 1", "--rounds": ">= 1", "--warmup": ">= 0"})
     itemsize = np.dtype(args.dtype).itemsize
     try:
         args.sizes = [parse_size(s) for s in parse_list(args.sizes)] or [0]

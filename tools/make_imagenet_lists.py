@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples", "imagenet"))
 from data import IMAGE_EXTENSIONS, decode_error, scan_class_folders, write_list  # noqa: E402
-from nnabla_torus.knobs import add_knob, check_output_path, check_ranges  # noqa: E402
+from nnabla_torus.knobs import add_knob, check_output_path, number  # noqa: E402
 
 
 def build_parser():
@@ -40,7 +40,7 @@ def build_parser():
     add_knob(parser, "--verify", env="NNABLA_TORUS_VERIFY", default=False, type=bool,
              help="decode every image once and leave the undecodable ones out of the lists")
     add_knob(parser, "--workers", env="NNABLA_TORUS_VERIFY_WORKERS", default=os.cpu_count(),
-             type=int, help="processes decoding in parallel with --verify")
+             type=number(int, low=1), help="processes decoding in parallel with --verify")
     return parser
 
 
@@ -49,7 +49,6 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.train_dir is None:
         parser.error("--train-dir (or NNABLA_TORUS_TRAIN_DIR) is required")
-    check_ranges(parser, args, {"--workers": ">= 1"})
     # Checked before any work: a wrong --val-dir must not cost a --verify of the training set.
     for flag, path, exists in (("--train-dir", args.train_dir, os.path.isdir),
                                ("--val-dir", args.val_dir, os.path.isdir),

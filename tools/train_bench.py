@@ -30,29 +30,33 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "examples", "imagenet"))
 
-from nnabla_torus.knobs import add_knob, check_output_flag, check_ranges  # noqa: E402
-
-RANGES = {"--width": "> 0", "--image-size": ">= 1", "--classes": ">= 1", "--batch": ">= 1",
-          "--iters": ">= 1", "--warmup": ">= 0", "--bucket-mib": "> 0"}
+from nnabla_torus.knobs import add_knob, check_output_flag, number  # noqa: E402
 
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_knob(parser, "--arch", env="NNABLA_TORUS_BENCH_ARCH", default="resnet18",
              help="network", choices=("resnet18", "resnet34", "resnet50"))
-    add_knob(parser, "--width", env="NNABLA_TORUS_BENCH_WIDTH", default=0.25, type=float,
+    add_knob(parser, "--width", env="NNABLA_TORUS_BENCH_WIDTH", default=0.25,
+             type=number(float, low=0, strict=True),
              help="channel width multiplier")
-    add_knob(parser, "--image-size", env="NNABLA_TORUS_BENCH_IMAGE_SIZE", default=32, type=int,
+    add_knob(parser, "--image-size", env="NNABLA_TORUS_BENCH_IMAGE_SIZE", default=32,
+             type=number(int, low=1),
              help="input side, pixels")
-    add_knob(parser, "--classes", env="NNABLA_TORUS_BENCH_CLASSES", default=1000, type=int,
+    add_knob(parser, "--classes", env="NNABLA_TORUS_BENCH_CLASSES", default=1000,
+             type=number(int, low=1),
              help="classifier outputs")
-    add_knob(parser, "--batch", env="NNABLA_TORUS_BENCH_BATCH", default=8, type=int,
+    add_knob(parser, "--batch", env="NNABLA_TORUS_BENCH_BATCH", default=8,
+             type=number(int, low=1),
              help="images per rank per step")
-    add_knob(parser, "--iters", env="NNABLA_TORUS_BENCH_ITERS", default=10, type=int,
+    add_knob(parser, "--iters", env="NNABLA_TORUS_BENCH_ITERS", default=10,
+             type=number(int, low=1),
              help="timed steps per setting (after --warmup untimed ones)")
-    add_knob(parser, "--warmup", env="NNABLA_TORUS_BENCH_WARMUP", default=2, type=int,
+    add_knob(parser, "--warmup", env="NNABLA_TORUS_BENCH_WARMUP", default=2,
+             type=number(int, low=0),
              help="untimed steps before timing")
-    add_knob(parser, "--bucket-mib", env="NNABLA_TORUS_BUCKET_MIB", default=25.0, type=float,
+    add_knob(parser, "--bucket-mib", env="NNABLA_TORUS_BUCKET_MIB", default=25.0,
+             type=number(float, low=0, strict=True),
              help="bucket size for the overlapped all-reduce, MiB")
     add_knob(parser, "--overlap", env="NNABLA_TORUS_BENCH_OVERLAP", default="both",
              choices=("0", "1", "both"), help="without (0), with (1) or both")
@@ -71,13 +75,11 @@ def parse_args(argv=None):
     """Parse and check every flag, on every rank alike, before any work."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_ranges(parser, args, RANGES)
     try:
-        args.scaling = [int(n) for n in args.scaling.split(",") if n.strip()]
-    except ValueError:
-        parser.error(f"--scaling {args.scaling!r} must be comma-separated rank counts, e.g. 1,2,4")
-    if any(n < 1 for n in args.scaling):
-        parser.error(f"--scaling {args.scaling}: every rank count must be >= 1")
+        count = number(int, low=1, hint="rank counts, e.g. 1,2,4")
+        args.scaling = [count(n) for n in args.scaling.split(",") if n.strip()]
+    except ValueError as e:
+        parser.error(f"--scaling: {e}")
     check_output_flag(parser, "--json", args.json)       # before the run, not after
     return args
 

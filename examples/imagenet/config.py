@@ -16,7 +16,7 @@ import yaml
 
 from nnabla_torus.collectives import ALGORITHMS
 from nnabla_torus.controller import LR_SCALINGS, BatchSizeController
-from nnabla_torus.knobs import add_knob, check_output_path, check_range, env_value
+from nnabla_torus.knobs import add_knob, check_output_path, env_value, number
 from nnabla_torus.profile import load_profile
 from nnabla_torus.schedules import DECAYS, BatchSchedule, LearningRateSchedule
 from nnabla_torus.topology import parse_grid
@@ -36,14 +36,21 @@ CHOICES = {
     "plan": ("auto", "off"),
     "bad_images": ("skip", "stop"),
 }
-# Allowed range of every numeric knob (nnabla_torus.knobs.check_range syntax).
+# Allowed range of every numeric knob: a parser for the flag, the variable and the recipe value.
+POSITIVE, FRACTION = dict(low=0, strict=True), dict(low=0, high=1, strict_high=True)
 RANGES = {
-    "width": "> 0", "image_size": ">= 1", "min_crop_area": "(0, 1]", "train_images": ">= 0",
-    "local_batch": ">= 1", "min_batch": ">= 0", "max_batch": ">= 0", "epochs": "> 0",
-    "base_lr": "> 0", "reference_batch": ">= 1", "warmup_epochs": ">= 0", "gamma": "(0, 1]",
-    "power": "> 0", "momentum": "[0, 1)", "weight_decay": ">= 0", "lars_coefficient": ">= 0",
-    "label_smoothing": "[0, 1)", "loss_scale": "> 0", "seed": "[0, 4294967295]",
-    "bucket_mib": "> 0", "checkpoint_every": ">= 0", "max_steps": ">= 0", "log_every": ">= 0",
+    "width": number(float, **POSITIVE), "image_size": number(int, low=1),
+    "min_crop_area": number(float, low=0, strict=True, high=1),
+    "train_images": number(int, low=0), "local_batch": number(int, low=1),
+    "min_batch": number(int, low=0), "max_batch": number(int, low=0),
+    "epochs": number(float, **POSITIVE), "base_lr": number(float, **POSITIVE),
+    "reference_batch": number(int, low=1), "warmup_epochs": number(float, low=0),
+    "gamma": number(float, low=0, strict=True, high=1), "power": number(float, **POSITIVE),
+    "momentum": number(float, **FRACTION), "weight_decay": number(float, low=0),
+    "lars_coefficient": number(float, low=0), "label_smoothing": number(float, **FRACTION),
+    "loss_scale": number(float, **POSITIVE), "seed": number(int, low=0, high=2 ** 32 - 1),
+    "bucket_mib": number(float, **POSITIVE), "checkpoint_every": number(int, low=0),
+    "max_steps": number(int, low=0), "log_every": number(int, low=0),
 }
 
 
@@ -155,8 +162,8 @@ def build_parser():
         help_text = field.metadata["help"]
         choices = CHOICES.get(field.name)
         add_knob(parser, flag_of(field.name), env=env_of(field.name),
-                 default=getattr(defaults, field.name), type=field.type, help=help_text,
-                 choices=choices, dest=field.name)
+                 default=getattr(defaults, field.name), type=RANGES.get(field.name, field.type),
+                 help=help_text, choices=choices, dest=field.name)
     return parser
 
 
@@ -227,11 +234,11 @@ def validate(cfg):
         if getattr(cfg, name) not in allowed:
             raise ValueError(f"{name} = {getattr(cfg, name)!r} is not one of {allowed}; "
                              f"set {flag_of(name)} or the recipe key {name}")
-    for name, allowed in RANGES.items():
+    for name, parse in RANGES.items():            # again: recipe values skip the parser
         try:
-            check_range(name, getattr(cfg, name), allowed)
+            parse(getattr(cfg, name))
         except ValueError as e:
-            raise ValueError(f"{e} (set {flag_of(name)}, the recipe key {name} or "
+            raise ValueError(f"{name} {e} (set {flag_of(name)}, the recipe key {name} or "
                              f"{env_of(name)})") from None
     if cfg.warmup_epochs >= cfg.epochs:
         raise ValueError(f"warmup_epochs = {cfg.warmup_epochs} must be below epochs = {cfg.epochs}; "
@@ -261,7 +268,7 @@ def milestones(text):
     except ValueError:
         raise ValueError("expected comma-separated epochs, e.g. 30,60,80") from None
     for value in values:
-        check_range("milestone", value, ">= 0")
+        number(float, low=0)(value)
     if values != sorted(set(values)):
         raise ValueError("milestones must be strictly increasing, e.g. 30,60,80")
     return values

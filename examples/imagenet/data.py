@@ -14,8 +14,8 @@ Output: numpy float32 NCHW images, int32 labels of shape (batch, 1).
 
 Undecodable images (empty, not an image, truncated) make DALI fail a whole batch, and DALI
 2.4 crashed the process (segfault) at a second failure after a non-image file, so a loader
-never hands DALI a file that fails ``screen``: each rank reads the first and last bytes of every image of its shard once (an
-image format signature, a JPEG/PNG end marker). A bad image is added to ``dataset.bad`` and
+never hands DALI a file that fails ``screen``: each rank reads the first and last bytes of
+every image of its shard once (an image format signature, a JPEG/PNG end marker). A bad image is added to ``dataset.bad`` and
 replaced by another image of the shard (training) or by a masked padding row (validation),
 so the number of steps, and with it every rank's collectives, is unchanged. Corruption that
 only a full decode shows still makes DALI fail: the loader then decodes the batches DALI may
