@@ -495,9 +495,10 @@ class Progress:
         else:
             print(text, flush=True)
 
-    def update(self, step, images, seen, loss, lr, batch):
+    def update(self, step, seen, loss, lr, batch):
+        """After optimizer step ``step``: ``seen`` images so far, ``batch`` in this step."""
         if self.bar is not None:
-            self.bar.update(images)
+            self.bar.update(batch)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=batch, refresh=False)
         elif self.enabled and self.every and step % self.every == 0:
             print(f"step {step}: {seen:,}/{self.total:,} images ({seen / self.total:.1%}), "
@@ -649,7 +650,7 @@ def main(argv=None):
                                 ("images_per_sec", plan.global_batch / step_time)):
                 monitors[name].add(step, value)
         if progress is not None:
-            progress.update(step, plan.global_batch, images_seen, loss, lr, plan.global_batch)
+            progress.update(step, images_seen, loss, lr, plan.global_batch)
 
         finished = stream.epoch() >= cfg.epochs or (cfg.max_steps and step >= cfg.max_steps)
         if math.floor(stream.epoch()) > math.floor(epoch) or finished:   # an epoch ended
