@@ -107,6 +107,8 @@ TRAIN_BENCH = [
     (["--warmup", "-1"], "argument --warmup: must be an integer >= 0, got '-1'"),
     (["--bucket-mib", "inf"], "argument --bucket-mib: must be a finite number > 0, got 'inf'"),
     (["--overlap", "2"], "invalid choice: '2'"),
+    (["--context", "gpu"], "invalid choice: 'gpu'"),
+    (["--type-config", "double"], "invalid choice: 'double'"),
     (["--json", FILE], "--json = "),
     (["--scaling", "1,x"], "--scaling: must be an integer >= 1 (rank counts, e.g. 1,2,4), got 'x'"),
     (["--scaling", "0,2"], "--scaling: must be an integer >= 1 (rank counts, e.g. 1,2,4), got '0'"),
