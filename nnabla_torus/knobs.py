@@ -20,9 +20,10 @@ class BadValue(argparse.ArgumentTypeError, ValueError):
     """A value outside its allowed range; argparse prints the text after the flag's name."""
 
 
-def number(kind=float, low=None, strict=False, high=None, hint=""):
+def number(kind=float, low=None, strict=False, high=None, hint="", strict_high=False):
     """A parser for ``type=`` and :func:`env_value`: ``kind(text)``, finite, >= ``low`` (> when
-    ``strict``) and <= ``high``; else BadValue saying the allowed range and ``hint``.
+    ``strict``) and <= ``high`` (< when ``strict_high``); else BadValue saying the allowed range
+    and ``hint``.
 
     >>> number(int, low=1)("8"), number(float, low=0, strict=True)("2.5")
     (8, 2.5)
@@ -31,7 +32,7 @@ def number(kind=float, low=None, strict=False, high=None, hint=""):
     if low is not None:
         what += f" {'>' if strict else '>='} {low:g}"
     if high is not None:
-        what += f"{' and' if low is not None else ''} <= {high:g}"
+        what += f"{' and' if low is not None else ''} {'<' if strict_high else '<='} {high:g}"
     what += f" ({hint})" if hint else ""
 
     def parse(text):
@@ -42,7 +43,8 @@ def number(kind=float, low=None, strict=False, high=None, hint=""):
         except (TypeError, ValueError):
             raise BadValue(f"must be {what}, got {text!r}") from None
         below = low is not None and (value < low or strict and value == low)
-        if not math.isfinite(value) or below or (high is not None and value > high):
+        above = high is not None and (value > high or strict_high and value == high)
+        if not math.isfinite(value) or below or above:
             raise BadValue(f"must be {what}, got {text!r}")
         return value
     parse.__name__ = what
@@ -101,3 +103,41 @@ def add_knob(parser, flag, env, default, help, type=str, **kwargs):
     parse = parse_bool if type is bool else type
     return parser.add_argument(flag, type=parse, default=value,
                                help=f"{help} (env: {env}, default: {default})", **kwargs)
+
+
+def check_output_path(name, path, folder=False):
+    """Raise BadValue (a ValueError) unless ``path`` (a file, or a folder with ``folder``) can
+    be written.
+
+    Nothing is created: the path must be writable where it exists, else its nearest existing
+    parent must be a writable folder. Call it at parse time, on every rank, so that a bad
+    path fails before any work instead of losing a run's results at the end.
+    """
+    full = os.path.abspath(os.path.expanduser(path))
+    kind = "folder" if folder else "file"
+    if os.path.exists(full):
+        if folder != os.path.isdir(full):
+            problem = "is a file" if folder else "is a folder"
+        elif not os.access(full, os.W_OK | (os.X_OK if folder else 0)):
+            problem = "is not writable"
+        else:
+            return path
+    else:
+        parent = os.path.dirname(full)
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            problem = f"cannot be created: {parent} is a file"
+        elif not os.access(parent, os.W_OK | os.X_OK):
+            problem = f"cannot be created: {parent} is not writable"
+        else:
+            return path
+    raise BadValue(f"{name} = {path!r} {problem}; choose a writable {kind}")
+
+
+def check_output_flag(parser, flag, path, folder=False):
+    """``parser.error`` unless ``path`` is empty or writable (``check_output_path``)."""
+    try:
+        return path and check_output_path(flag, path, folder)
+    except ValueError as e:
+        parser.error(str(e))

@@ -26,7 +26,9 @@ import nnabla as nn  # noqa: E402
 
 import nnabla_torus  # noqa: E402
 from nnabla_torus.backends import synchronize  # noqa: E402
-from nnabla_torus.knobs import add_knob  # noqa: E402
+from nnabla_torus.collectives import ALGORITHMS  # noqa: E402
+from nnabla_torus.knobs import add_knob, check_output_flag, number  # noqa: E402
+from nnabla_torus.topology import parse_grid  # noqa: E402
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -38,8 +40,8 @@ def parse_size(text):
     number = text[:-1] if unit else text
     try:
         return int(float(number) * UNITS[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not a number with K/M/G suffix") from None
+    except (ValueError, OverflowError):
+        raise ValueError(f"size {text!r} is not a number with K/M/G suffix") from None
 
 
 def parse_list(text):
@@ -55,13 +57,41 @@ def build_parser():
              "algorithms to compare (native is always run: it is the reference)")
     add_knob(p, "--grids", "NNABLA_TORUS_BENCH_GRIDS", "",
              "torus2d grids XxY, comma list (empty: the communicator's default grid)")
-    add_knob(p, "--dtype", "NNABLA_TORUS_BENCH_DTYPE", "float32", "float32 or float16")
-    add_knob(p, "--iters", "NNABLA_TORUS_BENCH_ITERS", 10, "timed calls per round", type=int)
+    add_knob(p, "--dtype", "NNABLA_TORUS_BENCH_DTYPE", "float32", "element type",
+             choices=("float32", "float16"))
+    add_knob(p, "--iters", "NNABLA_TORUS_BENCH_ITERS", 10, "timed calls per round",
+             type=number(int, low=1))
     add_knob(p, "--rounds", "NNABLA_TORUS_BENCH_ROUNDS", 1,
-             "rounds over all algorithms per size (interleaving evens out machine noise)", type=int)
-    add_knob(p, "--warmup", "NNABLA_TORUS_BENCH_WARMUP", 2, "untimed calls first", type=int)
+             "rounds over all algorithms per size (interleaving evens out machine noise)",
+             type=number(int, low=1))
+    add_knob(p, "--warmup", "NNABLA_TORUS_BENCH_WARMUP", 2, "untimed calls first",
+             type=number(int, low=0))
     add_knob(p, "--json", "NNABLA_TORUS_BENCH_JSON", "", "write the records to this JSON file")
     return p
+
+
+def parse_args(argv=None):
+    """Parse and check every flag (on every rank alike, before any all-reduce); sizes in bytes."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    itemsize = np.dtype(args.dtype).itemsize
+    try:
+        args.sizes = [parse_size(s) for s in parse_list(args.sizes)] or [0]
+        for size in args.sizes:
+            if size < itemsize:
+                raise ValueError(f"size {size} must be >= {itemsize} bytes (one {args.dtype})")
+    except ValueError as e:
+        parser.error(f"--sizes: {e}")
+    unknown = [a for a in parse_list(args.algorithms) if a not in ALGORITHMS]
+    if unknown:
+        parser.error(f"--algorithms: unknown {unknown}; choose from {', '.join(ALGORITHMS)}")
+    try:
+        for grid in parse_list(args.grids):
+            parse_grid(grid)
+    except ValueError as e:
+        parser.error(f"--grids: {e}")
+    check_output_flag(parser, "--json", args.json)       # before the run, not after
+    return args
 
 
 def variants(comm, algorithms, grids):
@@ -89,13 +119,13 @@ def time_calls(comm, nd, source, count, world):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     world = MPI.COMM_WORLD
     comm = nnabla_torus.MultiProcessDataParallelCommunicator()
     comm.init()
     p, rank = comm.size, comm.rank
     dtype = np.dtype(args.dtype)
-    sizes = [parse_size(s) for s in parse_list(args.sizes)]
+    sizes = args.sizes
     runs = variants(comm, parse_list(args.algorithms), parse_list(args.grids))
     hosts = world.gather(platform.node(), root=0)
     if rank == 0:

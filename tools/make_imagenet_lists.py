@@ -6,7 +6,9 @@ nnabla-examples and torchvision use). Validation images are either in class fold
 ``ILSVRC2012_val_00000001.JPEG n01751748`` (image name with or without extension, then wnid), or
 Kaggle's ``LOC_val_solution.csv`` (``ImageId,PredictionString`` whose first word is the wnid).
 
-Example::
+``--verify 1`` decodes every image once (PIL, ``--workers`` processes; a progress bar on a
+terminal) and leaves the undecodable ones (truncated, empty, not an image) out of the lists,
+naming each with the reason and giving the count. Example::
 
     python tools/make_imagenet_lists.py --train-dir ~/imagenet/train --val-dir ~/imagenet/val \\
         --val-map ~/imagenet/LOC_val_solution.csv            # writes ~/imagenet/{train,val}.txt
@@ -16,15 +18,16 @@ import argparse
 import csv
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples", "imagenet"))
-from data import IMAGE_EXTENSIONS, scan_class_folders, write_list  # noqa: E402
-from nnabla_torus.knobs import add_knob  # noqa: E402
+from data import IMAGE_EXTENSIONS, decode_error, scan_class_folders, write_list  # noqa: E402
+from nnabla_torus.knobs import add_knob, check_output_path, number  # noqa: E402
 
 
-def parse_args(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_knob(parser, "--train-dir", env="NNABLA_TORUS_TRAIN_DIR", default=None,
              help="training folder holding <wnid>/*.JPEG (required)")
@@ -34,10 +37,51 @@ def parse_args(argv=None):
              help="'image wnid' lines or LOC_val_solution.csv, for a flat validation folder")
     add_knob(parser, "--out-dir", env="NNABLA_TORUS_LIST_DIR", default=None,
              help="where train.txt/val.txt go; none: the parent of --train-dir")
+    add_knob(parser, "--verify", env="NNABLA_TORUS_VERIFY", default=False, type=bool,
+             help="decode every image once and leave the undecodable ones out of the lists")
+    add_knob(parser, "--workers", env="NNABLA_TORUS_VERIFY_WORKERS", default=os.cpu_count(),
+             type=number(int, low=1), help="processes decoding in parallel with --verify")
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.train_dir is None:
         parser.error("--train-dir (or NNABLA_TORUS_TRAIN_DIR) is required")
+    # Checked before any work: a wrong --val-dir must not cost a --verify of the training set.
+    for flag, path, exists in (("--train-dir", args.train_dir, os.path.isdir),
+                               ("--val-dir", args.val_dir, os.path.isdir),
+                               ("--val-map", args.val_map, os.path.isfile)):
+        if path and not exists(os.path.expanduser(path)):
+            parser.error(f"{flag} {path} does not exist")
     return args
+
+
+def verify(paths, workers):
+    """Return {path: reason} of the images in ``paths`` that do not decode (each decoded once)."""
+    if workers == 1:
+        reasons = map(decode_error, paths)
+    else:
+        pool = ProcessPoolExecutor(workers)
+        reasons = pool.map(decode_error, paths, chunksize=max(1, min(256, len(paths) // workers)))
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        reasons = tqdm(reasons, total=len(paths), unit="img", desc="verify")
+    bad = {path: reason for path, reason in zip(paths, reasons) if reason}
+    if workers > 1:
+        pool.shutdown()
+    return bad
+
+
+def keep_decodable(entries, folder, workers, list_name):
+    """``entries`` without the images that do not decode; print those with the count."""
+    bad = verify([os.path.join(folder, name) for name, _ in entries], workers)
+    if bad:
+        print(f"{list_name}: {len(bad)} of {len(entries)} image(s) do not decode, left out:")
+        for path, reason in bad.items():
+            print(f"  {path}: {reason}")
+    return [e for e in entries if os.path.join(folder, e[0]) not in bad]
 
 
 def train_entries(train_dir):
@@ -101,15 +145,22 @@ def _index(wnid, classes, source):
 def main(argv=None):
     args = parse_args(argv)
     train_dir = os.path.abspath(os.path.expanduser(args.train_dir))
-    if not os.path.isdir(train_dir):
-        raise SystemExit(f"error: training folder {train_dir} does not exist")
     out_dir = args.out_dir or os.path.dirname(train_dir)
+    try:
+        check_output_path("--out-dir", out_dir, folder=True)   # before hours of --verify
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    os.makedirs(out_dir, exist_ok=True)
     entries, classes = train_entries(train_dir)
+    if args.verify:
+        entries = keep_decodable(entries, train_dir, args.workers, "train.txt")
     write_list(os.path.join(out_dir, "train.txt"), entries)
     print(f"{os.path.join(out_dir, 'train.txt')}: {len(entries)} images, {len(classes)} classes")
     if args.val_dir:
         val_dir = os.path.abspath(os.path.expanduser(args.val_dir))
         entries = val_entries(val_dir, classes, args.val_map)
+        if args.verify:
+            entries = keep_decodable(entries, val_dir, args.workers, "val.txt")
         write_list(os.path.join(out_dir, "val.txt"), entries)
         print(f"{os.path.join(out_dir, 'val.txt')}: {len(entries)} images")
 

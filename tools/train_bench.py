@@ -30,26 +30,33 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "examples", "imagenet"))
 
-from nnabla_torus.knobs import add_knob  # noqa: E402
+from nnabla_torus.knobs import add_knob, check_output_flag, number  # noqa: E402
 
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_knob(parser, "--arch", env="NNABLA_TORUS_BENCH_ARCH", default="resnet18",
-             help="network: resnet18 | resnet34 | resnet50")
-    add_knob(parser, "--width", env="NNABLA_TORUS_BENCH_WIDTH", default=0.25, type=float,
+             help="network", choices=("resnet18", "resnet34", "resnet50"))
+    add_knob(parser, "--width", env="NNABLA_TORUS_BENCH_WIDTH", default=0.25,
+             type=number(float, low=0, strict=True),
              help="channel width multiplier")
-    add_knob(parser, "--image-size", env="NNABLA_TORUS_BENCH_IMAGE_SIZE", default=32, type=int,
+    add_knob(parser, "--image-size", env="NNABLA_TORUS_BENCH_IMAGE_SIZE", default=32,
+             type=number(int, low=1),
              help="input side, pixels")
-    add_knob(parser, "--classes", env="NNABLA_TORUS_BENCH_CLASSES", default=1000, type=int,
+    add_knob(parser, "--classes", env="NNABLA_TORUS_BENCH_CLASSES", default=1000,
+             type=number(int, low=1),
              help="classifier outputs")
-    add_knob(parser, "--batch", env="NNABLA_TORUS_BENCH_BATCH", default=8, type=int,
+    add_knob(parser, "--batch", env="NNABLA_TORUS_BENCH_BATCH", default=8,
+             type=number(int, low=1),
              help="images per rank per step")
-    add_knob(parser, "--iters", env="NNABLA_TORUS_BENCH_ITERS", default=10, type=int,
+    add_knob(parser, "--iters", env="NNABLA_TORUS_BENCH_ITERS", default=10,
+             type=number(int, low=1),
              help="timed steps per setting (after --warmup untimed ones)")
-    add_knob(parser, "--warmup", env="NNABLA_TORUS_BENCH_WARMUP", default=2, type=int,
+    add_knob(parser, "--warmup", env="NNABLA_TORUS_BENCH_WARMUP", default=2,
+             type=number(int, low=0),
              help="untimed steps before timing")
-    add_knob(parser, "--bucket-mib", env="NNABLA_TORUS_BUCKET_MIB", default=25.0, type=float,
+    add_knob(parser, "--bucket-mib", env="NNABLA_TORUS_BUCKET_MIB", default=25.0,
+             type=number(float, low=0, strict=True),
              help="bucket size for the overlapped all-reduce, MiB")
     add_knob(parser, "--overlap", env="NNABLA_TORUS_BENCH_OVERLAP", default="both",
              choices=("0", "1", "both"), help="without (0), with (1) or both")
@@ -62,6 +69,19 @@ def build_parser():
     add_knob(parser, "--scaling", env="NNABLA_TORUS_BENCH_SCALING", default="",
              help="comma-separated rank counts: launch mpirun for each and add efficiency")
     return parser
+
+
+def parse_args(argv=None):
+    """Parse and check every flag, on every rank alike, before any work."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        count = number(int, low=1, hint="rank counts, e.g. 1,2,4")
+        args.scaling = [count(n) for n in args.scaling.split(",") if n.strip()]
+    except ValueError as e:
+        parser.error(f"--scaling: {e}")
+    check_output_flag(parser, "--json", args.json)       # before the run, not after
+    return args
 
 
 class TimedComm:
@@ -198,7 +218,7 @@ def append_json(path, records):
 def run_scaling(args):
     """Launch one mpirun per rank count; add scaling efficiency against the fewest ranks."""
     from nnabla_torus.launch import mpirun_command
-    counts = [int(n) for n in args.scaling.split(",")]
+    counts = args.scaling
     passed_on = ("arch", "width", "image_size", "classes", "batch", "iters", "warmup",
                  "bucket_mib", "overlap", "context", "type_config")
     inner = sum((["--" + name.replace("_", "-"), str(getattr(args, name))]
@@ -228,7 +248,7 @@ def run_scaling(args):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if args.scaling:
         run_scaling(args)
     else:

@@ -131,3 +131,32 @@ def check_ranks(meta, path, ranks):
         raise ValueError(f"--resume: {path} was written by {saved} ranks but this run has "
                          f"{ranks}; its data position and batch split hold for {saved} ranks: "
                          f"resume with the same rank count (mpirun -np {saved})")
+
+
+MODEL_FLAGS = {"arch": "--arch", "width": "--width", "classes": "the training list's labels"}
+
+
+def check_model(meta, path, model, shapes, arrays):
+    """Raise ValueError unless the checkpoint at ``path`` holds this run's model.
+
+    ``model``: this run's {arch, width, classes, image_size, recipe}, compared with the one
+    the checkpoint recorded (``meta["model"]``); ``shapes``: parameter name -> shape of this
+    run, compared with the checkpoint's ``arrays`` (also for checkpoints without the record).
+    Returns a note for the log when only the recipe or image size differ (they change the
+    training, not the parameters), else "".
+    """
+    saved = meta.get("model") or {}
+    differ = [f"{key} {saved[key]!r} (this run: {model[key]!r}, {flag})"
+              for key, flag in MODEL_FLAGS.items() if key in saved and saved[key] != model[key]]
+    wrong = [name for name, shape in shapes.items()
+             if name not in arrays or arrays[name].shape != tuple(shape)]
+    if differ or wrong:
+        what = ", ".join(differ) if differ else (
+            f"parameters that do not fit this model (first: {wrong[0]}, "
+            f"{arrays[wrong[0]].shape if wrong[0] in arrays else 'missing'} there, "
+            f"{tuple(shapes[wrong[0]])} here)")
+        raise ValueError(f"--resume: {path} was written with {what}; resume with that run's "
+                         f"settings, or start a new run in another --output-dir")
+    changed = [f"{key} {saved[key]!r} -> {model[key]!r}" for key in ("image_size", "recipe")
+               if key in saved and saved[key] != model[key]]
+    return f"resume: changed since the checkpoint: {', '.join(changed)}" if changed else ""

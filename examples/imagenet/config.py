@@ -16,14 +16,17 @@ import yaml
 
 from nnabla_torus.collectives import ALGORITHMS
 from nnabla_torus.controller import LR_SCALINGS, BatchSizeController
-from nnabla_torus.knobs import add_knob, env_value
+from nnabla_torus.knobs import add_knob, check_output_path, env_value, number
+from nnabla_torus.profile import load_profile
 from nnabla_torus.schedules import DECAYS, BatchSchedule, LearningRateSchedule
+from nnabla_torus.topology import parse_grid
 
 RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is given
 DEFAULT_DATA_RECIPE = "resnet50-90ep"  # used with --data-dir and no -C
 
 CHOICES = {
+    "arch": ("resnet18", "resnet34", "resnet50"),      # models.ARCHS
     "optimizer": ("momentum", "lars"),
     "lr_decay": DECAYS,
     "lr_scaling": LR_SCALINGS,
@@ -31,6 +34,23 @@ CHOICES = {
     "context": ("cpu", "cudnn"),
     "algorithm": ("auto", *ALGORITHMS),
     "plan": ("auto", "off"),
+    "bad_images": ("skip", "stop"),
+}
+# Allowed range of every numeric knob: a parser for the flag, the variable and the recipe value.
+POSITIVE, FRACTION = dict(low=0, strict=True), dict(low=0, high=1, strict_high=True)
+RANGES = {
+    "width": number(float, **POSITIVE), "image_size": number(int, low=1),
+    "min_crop_area": number(float, low=0, strict=True, high=1),
+    "train_images": number(int, low=0), "local_batch": number(int, low=1),
+    "min_batch": number(int, low=0), "max_batch": number(int, low=0),
+    "epochs": number(float, **POSITIVE), "base_lr": number(float, **POSITIVE),
+    "reference_batch": number(int, low=1), "warmup_epochs": number(float, low=0),
+    "gamma": number(float, low=0, strict=True, high=1), "power": number(float, **POSITIVE),
+    "momentum": number(float, **FRACTION), "weight_decay": number(float, low=0),
+    "lars_coefficient": number(float, low=0), "label_smoothing": number(float, **FRACTION),
+    "loss_scale": number(float, **POSITIVE), "seed": number(int, low=0, high=2 ** 32 - 1),
+    "bucket_mib": number(float, **POSITIVE), "checkpoint_every": number(int, low=0),
+    "max_steps": number(int, low=0), "log_every": number(int, low=0),
 }
 
 
@@ -52,6 +72,8 @@ class TrainConfig:
     min_crop_area: float = knob(0.08, "smallest area fraction of the random-resized training crop")
     flip: bool = knob(True, "random horizontal flips in training (off for digits and text)")
     train_images: int = knob(0, "use only N training images, a subset drawn with --seed (0 = all)")
+    bad_images: str = knob("skip", "undecodable images: skip (leave them out, count and name "
+                                   "them each epoch) | stop (end the job naming the file)")
     # global batch and its control
     batch_schedule: str = knob("0:256", "global batch per epoch range, epoch:images,... (images per step)")
     local_batch: int = knob(32, "at most this many images per rank per forward/backward")
@@ -93,7 +115,10 @@ class TrainConfig:
     checkpoint_every: int = knob(0, "optimizer steps between checkpoints (0 = only at the end)")
     resume: bool = knob(False, "continue from the newest good checkpoint in output_dir")
     max_steps: int = knob(0, "stop after this many optimizer steps (0 = run all epochs); for tests")
-    progress: bool = knob(True, "tqdm progress bar on rank 0")
+    progress: bool = knob(True, "progress on rank 0: a tqdm bar when stderr is a terminal, "
+                                "else a line every log_every steps")
+    log_every: int = knob(50, "optimizer steps between progress lines when stderr is not a "
+                              "terminal (0 = none)")
     # filled by parse_config: where each value came from (cli | recipe | env | default)
     recipe: str = ""
     source: dict = dataclasses.field(default_factory=dict, repr=False)
@@ -137,8 +162,8 @@ def build_parser():
         help_text = field.metadata["help"]
         choices = CHOICES.get(field.name)
         add_knob(parser, flag_of(field.name), env=env_of(field.name),
-                 default=getattr(defaults, field.name), type=field.type, help=help_text,
-                 choices=choices, dest=field.name)
+                 default=getattr(defaults, field.name), type=RANGES.get(field.name, field.type),
+                 help=help_text, choices=choices, dest=field.name)
     return parser
 
 
@@ -151,7 +176,14 @@ def load_recipe(name):
         raise ValueError(f"recipe {name!r} not found (looked for {path}); "
                          f"use one of {known} or a path to a YAML file")
     with open(path) as f:
-        values = yaml.safe_load(f) or {}
+        try:
+            values = yaml.safe_load(f) or {}
+        except yaml.YAMLError as e:
+            mark, start = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark else path
+            context = f", {e.context} at line {start.line + 1}" if start and e.context else ""
+            raise ValueError(f"recipe {where}: not valid YAML ({getattr(e, 'problem', None) or e}"
+                             f"{context}); write one 'key: value' per line") from None
     if not isinstance(values, dict):
         raise ValueError(f"recipe {path} must be a mapping of knob: value, got {type(values).__name__}")
     valid = {f.name: f for f in knob_fields()}
@@ -202,24 +234,44 @@ def validate(cfg):
         if getattr(cfg, name) not in allowed:
             raise ValueError(f"{name} = {getattr(cfg, name)!r} is not one of {allowed}; "
                              f"set {flag_of(name)} or the recipe key {name}")
-    if not 0 < cfg.min_crop_area <= 1:
-        raise ValueError(f"min_crop_area = {cfg.min_crop_area} must be in (0, 1] (--min-crop-area)")
-    positive = ("width", "image_size", "local_batch", "epochs", "base_lr", "reference_batch",
-                "bucket_mib", "loss_scale")
-    non_negative = ("warmup_epochs", "weight_decay", "momentum", "train_images", "min_batch",
-                    "max_batch", "checkpoint_every", "max_steps", "lars_coefficient")
-    for name in positive:
-        if not getattr(cfg, name) > 0:
-            raise ValueError(f"{name} = {getattr(cfg, name)!r} must be > 0 ({flag_of(name)})")
-    for name in non_negative:
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"{name} = {getattr(cfg, name)!r} must be >= 0 ({flag_of(name)})")
+    for name, parse in RANGES.items():            # again: recipe values skip the parser
+        try:
+            parse(getattr(cfg, name))
+        except ValueError as e:
+            raise ValueError(f"{name} {e} (set {flag_of(name)}, the recipe key {name} or "
+                             f"{env_of(name)})") from None
     if cfg.warmup_epochs >= cfg.epochs:
         raise ValueError(f"warmup_epochs = {cfg.warmup_epochs} must be below epochs = {cfg.epochs}; "
                          f"lower --warmup-epochs (0 = no warm-up) or raise --epochs")
-    if not 0 <= cfg.label_smoothing < 1:
-        raise ValueError(f"label_smoothing = {cfg.label_smoothing} must be in [0, 1) "
-                         f"(--label-smoothing)")
+    if cfg.min_batch and cfg.max_batch and cfg.min_batch > cfg.max_batch:
+        raise ValueError(f"min_batch = {cfg.min_batch} must be <= max_batch = {cfg.max_batch} "
+                         f"(--min-batch, --max-batch)")
+    for name, parse in (("batch_schedule", BatchSchedule.parse), ("milestones", milestones),
+                        ("grid", lambda text: text and parse_grid(text))):
+        try:
+            parse(getattr(cfg, name))
+        except ValueError as e:
+            raise ValueError(f"{name} = {getattr(cfg, name)!r}: {e} ({flag_of(name)})") from None
+    if cfg.data_dir and not os.path.isdir(os.path.expanduser(cfg.data_dir)):
+        raise ValueError(f"data_dir = {cfg.data_dir!r} is not a folder; pass the root holding "
+                         f"train/, val/, train.txt and val.txt (--data-dir), or none for the "
+                         f"embedded digits data")
+    if cfg.profile:
+        load_profile(cfg.profile)            # names the shipped profiles when unknown
+    check_output_path(flag_of("output_dir"), cfg.output_dir, folder=True)
+
+
+def milestones(text):
+    """"30,60,80" -> [30.0, 60.0, 80.0]; raise ValueError unless finite, >= 0 and increasing."""
+    try:
+        values = [float(m) for m in text.split(",") if m.strip()]
+    except ValueError:
+        raise ValueError("expected comma-separated epochs, e.g. 30,60,80") from None
+    for value in values:
+        number(float, low=0)(value)
+    if values != sorted(set(values)):
+        raise ValueError("milestones must be strictly increasing, e.g. 30,60,80")
+    return values
 
 
 def build_schedules(cfg, world_size, noise_scale=None):
@@ -237,6 +289,6 @@ def build_schedules(cfg, world_size, noise_scale=None):
         max_batch=cfg.max_batch or None)
     lr_schedule = LearningRateSchedule(
         cfg.base_lr, cfg.epochs, warmup_epochs=cfg.warmup_epochs, decay=cfg.lr_decay,
-        milestones=[float(m) for m in cfg.milestones.split(",") if m.strip()],
+        milestones=milestones(cfg.milestones),
         gamma=cfg.gamma, power=cfg.power)
     return controller, lr_schedule

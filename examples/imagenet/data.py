@@ -12,6 +12,17 @@ validation pads with label ``-1`` (mask those out). Training: decode + random-re
 + normalise; validation: resize the shorter side to ``image_size / 0.875`` + centre crop.
 Output: numpy float32 NCHW images, int32 labels of shape (batch, 1).
 
+Undecodable images (empty, not an image, truncated) make DALI fail a whole batch, and DALI
+2.4 crashed the process (segfault) at a second failure after a non-image file, so a loader
+never hands DALI a file that fails ``screen``: each rank reads the first and last bytes of
+every image of its shard once (an image format signature, a JPEG/PNG end marker). A bad image is added to ``dataset.bad`` and
+replaced by another image of the shard (training) or by a masked padding row (validation),
+so the number of steps, and with it every rank's collectives, is unchanged. Corruption that
+only a full decode shows still makes DALI fail: the loader then decodes the batches DALI may
+have read with PIL, leaves out what fails and rebuilds its pipeline at the same step.
+``on_bad="stop"`` raises ``BadImageError`` naming the file instead of skipping.
+``tools/make_imagenet_lists.py --verify`` decodes every image before training.
+
 Example::
 
     import data
@@ -34,8 +45,10 @@ augmentation) rebuilds the loader from its ``state()`` (``make_loader(..., resum
 decodes and discards the batches already consumed: that replay costs the decoding time of those
 batches.
 """
+import gc
 import math
 import os
+import platform
 
 import numpy as np
 
@@ -47,23 +60,39 @@ VAL_RESIZE_RATIO = 0.875   # centre crop covers 87.5 % of the shorter side (224 
 PAD_LABEL = -1             # label of validation padding rows
 
 
+class BadImageError(RuntimeError):
+    """An image cannot be decoded and the loader was told to stop (``on_bad="stop"``)."""
+
+
 class Dataset:
-    """Absolute image paths and their int32 labels; ``num_classes`` = largest label + 1."""
+    """Absolute image paths and their int32 labels; ``num_classes`` = largest label + 1.
+
+    ``bad``: indices of images found undecodable (loaders skip them). ``outside``: (count,
+    first line) of list entries whose label is outside ``read_dataset``'s ``num_classes``.
+    """
 
     def __init__(self, root, files, labels):
         self.root = root
         self.files = list(files)
         self.labels = np.asarray(labels, dtype=np.int32)
         self.num_classes = int(self.labels.max()) + 1 if len(self.labels) else 0
+        self.bad = set()
+        self.screened = np.zeros(len(self.files), bool)
+        self.outside = (0, None)
 
     def __len__(self):
         return len(self.files)
 
 
-def read_dataset(image_dir, list_file=None):
+def read_dataset(image_dir, list_file=None, num_classes=None):
     """Read an image folder: class folders when ``list_file`` is None, else a ``path label`` list.
 
-    Raises FileNotFoundError / ValueError naming the folder, file or line at fault.
+    Without ``num_classes`` (a training set) the list's labels must be 0..K-1 for its K
+    distinct labels: a label beyond that (a typo such as 999 among 10 classes would train a
+    1,000-class model) raises ValueError naming the line. With ``num_classes`` (a validation
+    set) labels >= num_classes become ``PAD_LABEL`` (left out of accuracy) and are counted in
+    ``dataset.outside``. Raises FileNotFoundError / ValueError naming the folder, file or line
+    at fault.
     """
     image_dir = os.path.abspath(os.path.expanduser(image_dir))
     if not os.path.isdir(image_dir):
@@ -72,10 +101,21 @@ def read_dataset(image_dir, list_file=None):
             f"(or images named in a list file), or leave the data flags unset to use the "
             f"embedded digits dataset")
     if list_file is None:
-        files, labels = scan_class_folders(image_dir)
-    else:
-        files, labels = read_list(list_file, image_dir)
-    return Dataset(image_dir, files, labels)
+        return Dataset(image_dir, *scan_class_folders(image_dir))
+    files, labels, lines = read_list(list_file, image_dir)
+    labels = np.asarray(labels, np.int32)
+    limit = len(np.unique(labels)) if num_classes is None else num_classes
+    outside = np.flatnonzero(labels >= limit)
+    if len(outside) and num_classes is None:
+        first = outside[0]
+        raise ValueError(f"{list_file}:{lines[first]}: label {labels[first]} is outside the "
+                         f"class set 0..{limit - 1} ({limit} distinct labels; labels must be "
+                         f"0..K-1 without gaps); fix the line or rewrite the list with "
+                         f"tools/make_imagenet_lists.py")
+    dataset = Dataset(image_dir, files, np.where(labels >= limit, PAD_LABEL, labels))
+    if len(outside):
+        dataset.outside = (len(outside), f"{list_file}:{lines[outside[0]]}")
+    return dataset
 
 
 def scan_class_folders(image_dir):
@@ -100,12 +140,14 @@ def scan_class_folders(image_dir):
 
 
 def read_list(list_file, image_dir):
-    """Parse a ``relative/path label`` list; every named image must exist under ``image_dir``."""
+    """Return (paths, labels, line numbers) of a ``relative/path label`` list under ``image_dir``.
+
+    Every named image must exist."""
     list_file = os.path.abspath(os.path.expanduser(list_file))
     if not os.path.isfile(list_file):
         raise FileNotFoundError(f"list file {list_file} does not exist; write it with "
                                 f"tools/make_imagenet_lists.py")
-    files, labels = [], []
+    files, labels, lines = [], [], []
     with open(list_file) as f:
         for number, line in enumerate(f, 1):
             fields = line.split()
@@ -116,10 +158,11 @@ def read_list(list_file, image_dir):
                                  f"a label >= 0, got {line.rstrip()!r}")
             files.append(os.path.join(image_dir, fields[0]))
             labels.append(int(fields[1]))
+            lines.append(number)
     if not files:
         raise ValueError(f"list file {list_file} names no images")
     _check_files_exist(files, list_file)
-    return files, labels
+    return files, labels, lines
 
 
 def _check_files_exist(files, list_file):
@@ -136,6 +179,42 @@ def _check_files_exist(files, list_file):
     if missing:
         raise FileNotFoundError(f"{len(missing)} image(s) named in {list_file} do not exist, "
                                 f"first: {missing[0]}; fix the list or the image folder")
+
+
+# Leading bytes of the formats DALI decodes, and the end marker of those that have one.
+SIGNATURES = ((b"\xff\xd8\xff", b"\xff\xd9"), (b"\x89PNG\r\n\x1a\n", b"IEND"), (b"BM", b""),
+              (b"II*\x00", b""), (b"MM\x00*", b""), (b"RIFF", b""), (b"\x00\x00\x00\x0cjP", b""),
+              (b"P1", b""), (b"P2", b""), (b"P3", b""), (b"P4", b""), (b"P5", b""), (b"P6", b""))
+TAIL_BYTES = 1024   # the end marker must lie in the last TAIL_BYTES (some files carry padding)
+
+
+def screen(path):
+    """Return why ``path`` is surely not a decodable image (empty, unknown format, no end
+    marker: truncated), or None. Reads at most 16 + TAIL_BYTES bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+            f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
+            tail = f.read()
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+    if not head:
+        return "empty file"
+    for magic, end in SIGNATURES:
+        if head.startswith(magic):
+            return None if end in tail else "truncated (no end marker)"
+    return f"not an image (starts with {head[:8]!r})"
+
+
+def decode_error(path):
+    """Return why PIL cannot decode the image at ``path`` (a short text), or None if it can."""
+    from PIL import Image
+    try:
+        with Image.open(path) as image:
+            image.load()                 # open() reads only the header; load() decodes it all
+    except Exception as error:           # PIL raises OSError, SyntaxError, ValueError, ...
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def write_list(path, entries):
@@ -183,24 +262,102 @@ class Loader:
     """
 
     def __init__(self, dataset, batch_size, rank, size, train, image_size, seed, epoch,
-                 start_image, device_id, num_threads, prefetch, crop_scale, flip):
+                 start_image, device_id, num_threads, prefetch, crop_scale, flip, on_bad):
         self.batch_size, self.train, self.epoch = batch_size, train, epoch
         self.start_image = self.position = start_image
         self.images_per_epoch = len(dataset)
         self.num_classes = dataset.num_classes
-        indices, self.shard_size = shard_plan(len(dataset), batch_size, rank, size, train, seed,
-                                              epoch, start_image)
-        self.steps = len(indices) // batch_size
+        self._indices, self.shard_size = shard_plan(len(dataset), batch_size, rank, size, train,
+                                                    seed, epoch, start_image)
+        self.steps = len(self._indices) // batch_size
         self._per_rank = math.ceil(len(dataset) / size)
         self._step = 0
         self._pipe = None
+        self._dataset, self._rank, self._on_bad = dataset, rank, on_bad
+        pipe_seed = int(np.random.SeedSequence([seed, rank, epoch, start_image, batch_size])
+                        .generate_state(1)[0] & 0x7FFFFFFF)
+        self._build = lambda files, labels: _build_pipeline(
+            files, labels, batch_size, train, image_size, pipe_seed, device_id, num_threads,
+            prefetch, crop_scale, flip)
+        self._window = prefetch + 2      # batches DALI may have decoded ahead of the one asked
         if self.steps:
-            files = [dataset.files[i] for i in indices]
-            pipe_seed = int(np.random.SeedSequence([seed, rank, epoch, start_image, batch_size])
-                            .generate_state(1)[0] & 0x7FFFFFFF)
-            self._pipe = _build_pipeline(files, dataset.labels[indices].tolist(), batch_size,
-                                         train, image_size, pipe_seed, device_id, num_threads,
-                                         prefetch, crop_scale, flip)
+            self._start()
+
+    def _start(self):
+        """(Re)build the pipeline from the current step on, known bad images replaced."""
+        first = self._step * self.batch_size
+        self._screen(self._indices[first:])
+        rows = self._indices[first:].copy()
+        bad = np.isin(rows, list(self._dataset.bad))
+        if bad.any():
+            good = [i for i in self._indices[:self.shard_size] if i not in self._dataset.bad] \
+                or [i for i in range(len(self._dataset)) if i not in self._dataset.bad]
+            if not good:
+                raise BadImageError(f"no image of {self._dataset.root} can be decoded")
+            rows[bad] = np.resize(good, bad.sum())       # training: other images of the shard
+        labels = self._dataset.labels[rows]
+        if not self.train:
+            # Padding rows (past this rank's shard) and bad images are masked out of validation.
+            labels[max(0, self.shard_size - first):] = PAD_LABEL
+            labels[bad] = PAD_LABEL
+        self._pipe = self._build([self._dataset.files[i] for i in rows], labels.tolist())
+
+    def _screen(self, rows):
+        """Add the images among ``rows`` that fail ``screen`` to ``dataset.bad`` (once each)."""
+        todo = np.unique(rows[~self._dataset.screened[rows]])
+        for i in todo.tolist():
+            reason = screen(self._dataset.files[i])
+            if reason:
+                self._bad(i, reason)
+        self._dataset.screened[todo] = True
+
+    def _bad(self, index, reason):
+        """Record an undecodable image, or raise BadImageError naming it (``on_bad="stop"``)."""
+        if self._on_bad == "stop":
+            raise BadImageError(
+                f"rank {self._rank} on {platform.node()}: cannot decode "
+                f"{self._dataset.files[index]} ({reason}); leave it out with "
+                f"tools/make_imagenet_lists.py --verify, or skip undecodable images with "
+                f"--bad-images skip")
+        self._dataset.bad.add(index)
+
+    def _run(self):
+        """One batch from DALI; on a decoding failure find the bad image(s), skip or stop."""
+        while True:                      # ends: each retry leaves out at least one more image
+            try:
+                return self._pipe.run()
+            except RuntimeError as error:
+                failure = str(error)
+            # Out of the except block: its traceback holds the failed pipeline, which DALI
+            # must have released before a new one runs (else the next failure crashes).
+            self._pipe = None
+            gc.collect()
+            if not self._find_bad():
+                raise RuntimeError(f"rank {self._rank} on {platform.node()}: DALI failed on a "
+                                   f"batch whose images all decode with PIL: {failure}")
+            self._start()
+
+    def _find_bad(self):
+        """Decode the next batches' images with PIL; record the bad ones; return how many.
+
+        The batches DALI may have read ahead are tried first, then the rest of the shard.
+        """
+        first = self._step * self.batch_size
+        window = first + self._window * self.batch_size
+        for rows in (self._indices[first:window], self._indices[window:]):
+            found = 0
+            for i in dict.fromkeys(rows.tolist()):
+                reason = None if i in self._dataset.bad else decode_error(self._dataset.files[i])
+                if reason:
+                    self._bad(i, reason)
+                    found += 1
+            if found:
+                return found
+        return 0
+
+    def skipped(self):
+        """Images of this rank's shard (from ``start_image`` on) left out as undecodable."""
+        return len(set(self._indices[:self.shard_size].tolist()) & self._dataset.bad)
 
     def __len__(self):
         return self.steps
@@ -211,11 +368,8 @@ class Loader:
     def __next__(self):
         if self._step >= self.steps:
             raise StopIteration
-        images, labels = (_to_numpy(t) for t in self._pipe.run())
+        images, labels = (_to_numpy(t) for t in self._run())
         labels = labels.reshape(self.batch_size, 1).astype(np.int32)
-        first = self._step * self.batch_size
-        if not self.train:
-            labels[max(0, self.shard_size - first):] = PAD_LABEL
         self._step += 1
         # Counted in whole batches (not real images) so that it is the same on every rank.
         self.position = min(self.start_image + self._step * self.batch_size, self._per_rank)
@@ -229,7 +383,7 @@ class Loader:
 
 def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, seed=0,
                 device_id=None, list_file=None, epoch=0, start_image=0, resume=None,
-                num_threads=1, prefetch=2, crop_scale=(0.08, 1.0), flip=True):
+                num_threads=1, prefetch=2, crop_scale=(0.08, 1.0), flip=True, on_bad="skip"):
     """Return a ``Loader`` over rank ``rank``'s batches of epoch ``epoch``.
 
     source: a ``Dataset`` or an image folder (read with ``read_dataset(source, list_file)``).
@@ -242,7 +396,8 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
     consumed steps so that images and augmentation continue exactly.
     num_threads, prefetch: DALI worker threads and batches prepared ahead (memory: prefetch
     batches). crop_scale: area fraction range of the training random-resized crop. flip: random
-    horizontal flips in training.
+    horizontal flips in training. on_bad: "skip" undecodable images (see the module doc) or
+    "stop" (raise BadImageError naming the file).
     """
     dataset = source if isinstance(source, Dataset) else read_dataset(source, list_file)
     replay = 0
@@ -250,7 +405,7 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
         epoch, start_image = resume["epoch"], resume["start_image"]
         batch_size, replay = resume["batch_size"], resume["consumed_steps"]
     loader = Loader(dataset, batch_size, rank, size, train, image_size, seed, epoch, start_image,
-                    device_id, num_threads, prefetch, tuple(crop_scale), flip)
+                    device_id, num_threads, prefetch, tuple(crop_scale), flip, on_bad)
     for _ in range(replay):
         next(loader)
     return loader

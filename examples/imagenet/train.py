@@ -21,12 +21,18 @@ With ``--plan auto`` (default) and ``--algorithm auto`` (default) the planner ch
 all-reduce algorithm and grid from a cluster profile (``--profile``; default ``cpu-2core`` on
 a CPU, ``abci`` otherwise) at each global batch, and logs the rank count that profile would
 be fastest with; an explicit ``--algorithm`` or ``--grid`` is kept and only advised on.
-The last line on rank 0 is a JSON summary (val_top1, val_top5, images_per_sec, wall_s, ...).
+The last line on rank 0 is a JSON summary (val_top1, val_top5, images_per_sec, wall_s, ...;
+strict JSON: null where a value is missing). Only rank 0 logs, except errors; progress is a
+tqdm bar when stderr is a terminal, else a line every ``--log-every`` steps. Undecodable
+training images are skipped and named at the epoch end (``--bad-images stop`` ends the job
+naming the file instead); labels outside the class set are refused (training) or left out of
+the accuracy with a warning (validation).
 Rank 0 writes the monitors (``*.series.txt``), ``training.png`` and the checkpoints to
 ``--output-dir``; ``--resume`` reads them on every rank, so on several hosts put it on a
 shared file system.
 """
 import json
+import logging
 import math
 import os
 import sys
@@ -49,8 +55,8 @@ from nnabla_torus.topology import Grid, parse_grid
 
 import data
 import digits
-from checkpoint import (CheckpointError, check_ranks, checkpoint_path, checkpoint_step,
-                        load_latest_checkpoint, read_checkpoint, save_checkpoint)
+from checkpoint import (CheckpointError, check_model, check_ranks, checkpoint_path,
+                        checkpoint_step, load_latest_checkpoint, read_checkpoint, save_checkpoint)
 from config import build_schedules, parse_config
 from models import get_model, is_bn_or_bias
 from planning import RunPlanner
@@ -79,11 +85,17 @@ def make_context_and_comm(cfg, log_all):
     return ctx, comm, type_config
 
 
-def open_datasets(cfg):
+def open_datasets(cfg, log):
     """Return (train_set, val_set); the embedded digits data when no --data-dir is given."""
     root = cfg.data_dir or digits.ensure_digits_dataset()
     train_set = data.read_dataset(os.path.join(root, "train"), os.path.join(root, "train.txt"))
-    val_set = data.read_dataset(os.path.join(root, "val"), os.path.join(root, "val.txt"))
+    val_set = data.read_dataset(os.path.join(root, "val"), os.path.join(root, "val.txt"),
+                                num_classes=train_set.num_classes)
+    count, first = val_set.outside
+    if count:
+        log(f"warning: {count} validation image(s) have a label outside the "
+            f"{train_set.num_classes} training classes (first: {first}); they are left out of "
+            f"val top-1/top-5")
     if cfg.train_images:
         # A seeded subset mixes the classes (the list is ordered by class folder).
         keep = np.sort(np.random.default_rng(cfg.seed).permutation(len(train_set))
@@ -104,7 +116,7 @@ class TrainStream:
         self.make = lambda **kw: data.make_loader(
             train_set, rank=comm.rank, size=comm.size, train=True, image_size=cfg.image_size,
             seed=cfg.seed, device_id=device_id, crop_scale=(cfg.min_crop_area, 1.0),
-            flip=cfg.flip, **kw)
+            flip=cfg.flip, on_bad=cfg.bad_images, **kw)
         self.per_rank = math.ceil(len(train_set) / comm.size)
         self.loader = self.make(batch_size=state["batch_size"], resume=state) if state else None
 
@@ -253,22 +265,50 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, updater):
     return float(np.mean(losses)), float(np.mean(errors))
 
 
-def validate(val_set, model, cfg, comm, device_id):
-    """Return (top1, top5) accuracy over the whole validation set (all ranks' shards summed)."""
+def validate(val_set, model, cfg, comm, device_id, log):
+    """Return (top1, top5) accuracy over the whole validation set (all ranks' shards summed).
+
+    Undecodable images are left out and counted in the log (``--bad-images skip``) or raise
+    BadImageError (``stop``).
+    """
     batch = min(cfg.local_batch, math.ceil(len(val_set) / comm.size))
     x = nn.Variable((batch, 3, cfg.image_size, cfg.image_size))
     logits = model(x, test=True)
-    counts = np.zeros(3, np.float32)              # correct top-1, correct top-5, images
-    for images, labels in data.make_loader(val_set, batch, comm.rank, comm.size, train=False,
-                                           image_size=cfg.image_size, device_id=device_id):
+    counts = np.zeros(4, np.float32)              # correct top-1, correct top-5, images, bad
+    loader = data.make_loader(val_set, batch, comm.rank, comm.size, train=False,
+                              image_size=cfg.image_size, device_id=device_id,
+                              on_bad=cfg.bad_images)
+    for images, labels in loader:
         x.d = images
         logits.forward(clear_buffer=True)
         valid = labels[:, 0] >= 0
         top5 = np.argsort(-logits.d, axis=1)[:, :5]
         hits = top5 == labels
-        counts += [hits[valid, 0].sum(), hits[valid].any(axis=1).sum(), valid.sum()]
+        counts[:3] += [hits[valid, 0].sum(), hits[valid].any(axis=1).sum(), valid.sum()]
+    counts[3] = loader.skipped()
     comm.allreduce_numpy(counts)
-    return counts[0] / counts[2], counts[1] / counts[2]
+    if counts[3]:
+        log(f"warning: {int(counts[3])} undecodable validation image(s) left out of the accuracy")
+    return (counts[0] / counts[2], counts[1] / counts[2]) if counts[2] else (None, None)
+
+
+def share_bad_images(dataset, comm, reported, log, epoch):
+    """Merge every rank's undecodable training images into ``dataset.bad`` (collective); log them.
+
+    A rank skips a bad image the moment it meets one (its step count stays the same); here, at
+    the epoch end, the others learn of it so that later epochs leave it out without a retry.
+    ``reported``: the indices logged before (updated). Logs the count and the new names.
+    """
+    total = comm.allreduce_numpy(np.array([len(dataset.bad)], np.float32))[0]
+    if total != len(reported) * comm.size:          # some rank found a new one
+        mask = np.zeros(len(dataset), np.float32)
+        mask[list(dataset.bad)] = 1
+        dataset.bad.update(np.flatnonzero(comm.allreduce_numpy(mask)).tolist())
+    new = sorted(dataset.bad - reported)
+    reported.update(new)
+    if reported:
+        log(f"epoch {epoch:.2f}: {len(reported)} undecodable training image(s) left out" +
+            (f"; new: {', '.join(dataset.files[i] for i in new)}" if new else ""))
 
 
 def average_running_stats(comm):
@@ -332,11 +372,18 @@ def load_agreed_checkpoint(directory, comm, log):
     return found
 
 
-def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log):
-    """Load the newest intact checkpoint; return its meta (the loop continues from it)."""
+def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
+    """Load the newest intact checkpoint; return its meta (the loop continues from it).
+
+    Raises ValueError on every rank when it was written by another rank count or model.
+    """
     arrays, meta, path = load_agreed_checkpoint(cfg.output_dir, comm, log)
     check_ranks(meta, path, comm.size)
     params = nn.get_parameters(grad_only=False)
+    note = check_model(meta, path, model_meta,
+                       {f"param/{k}": v.shape for k, v in params.items()}, arrays)
+    if note:
+        log(note)
     for name, var in params.items():
         var.d = arrays[f"param/{name}"]
     solvers.load_state_arrays(arrays, meta["solver_steps"])
@@ -406,26 +453,103 @@ def plot_series(output_dir, path):
 # ----------------------------------------------------------------------------------------------
 # main
 
+def configure_logging(rank, log):
+    """Print the library's warnings (``nnabla_torus.*``) through ``log`` on rank 0, beside the
+    script's lines and without breaking the progress bar; on other ranks (only the records the
+    communicator lets through there: those that differ per rank) on stderr with the rank.
+    Its INFO lines are left out: they repeat what the loop logs (the batch changes)."""
+    class Handler(logging.Handler):
+        def emit(self, record):
+            text = self.format(record)
+            if rank == 0:
+                log(text)
+            else:
+                print(f"rank {rank}: {text}", file=sys.stderr, flush=True)
+
+    handler = Handler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger = logging.getLogger("nnabla_torus")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+
+class Progress:
+    """Rank 0's progress: a tqdm bar on a terminal, else a plain line every ``every`` steps.
+
+    A bar written to a file is thousands of carriage-return frames; a line per N steps reads
+    well in a log. ``write`` prints a log line without breaking the bar.
+    """
+
+    def __init__(self, total, initial, every, enabled):
+        self.bar, self.every, self.enabled = None, every, enabled
+        self.total, self.tic = total, time.time()
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, initial=min(initial, total), unit="img",
+                            unit_scale=True, dynamic_ncols=True)   # stderr: stdout keeps the log
+
+    def write(self, text):
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def update(self, step, seen, loss, lr, batch):
+        """After optimizer step ``step``: ``seen`` images so far, ``batch`` in this step."""
+        if self.bar is not None:
+            self.bar.update(batch)
+            self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=batch, refresh=False)
+        elif self.enabled and self.every and step % self.every == 0:
+            print(f"step {step}: {seen:,}/{self.total:,} images ({seen / self.total:.1%}), "
+                  f"loss {loss:.4f}, lr {lr:.3g}, global batch {batch}, "
+                  f"{time.time() - self.tic:.0f} s", flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def json_value(value):
+    """``value`` rounded to 4 digits, or None (JSON null) when it is missing or not finite."""
+    return None if value is None or not math.isfinite(value) else round(float(value), 4)
+
+
+def strict_json(value):
+    """``value`` with every non-finite float (anywhere in dicts and lists) replaced by None,
+    so that ``json.dumps`` writes strict JSON (no NaN or Infinity)."""
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def main(argv=None):
     cfg = parse_config(argv)
     t_start = time.time()
     messages = []
-    ctx, comm, type_config = make_context_and_comm(cfg, messages.append)
-    rank0 = comm.rank == 0
-    bar = None
+    progress = None
 
     def log(text):
-        if rank0 and bar is not None:
-            bar.write(text)                 # keeps the progress bar intact
+        if rank0 and progress is not None:
+            progress.write(text)
         elif rank0:
             print(text, flush=True)
 
+    from mpi4py import MPI                 # the communicator starts MPI anyway
+    rank0 = MPI.COMM_WORLD.rank == 0
+    configure_logging(MPI.COMM_WORLD.rank, log)
+    ctx, comm, type_config = make_context_and_comm(cfg, messages.append)
     for text in messages:
         log(text)
     log(cfg.describe())
     device_id = None if cfg.context == "cpu" else comm.local_rank
 
-    train_set, val_set = open_datasets(cfg)
+    train_set, val_set = open_datasets(cfg, log)
     model = get_model(cfg.arch, train_set.num_classes, cfg.width)
     nn.seed(cfg.seed)
     build_graph(model, 1, cfg.image_size, 0.0, 1)               # create the parameters
@@ -448,8 +572,10 @@ def main(argv=None):
 
     step, images_seen, train_time, history = 0, 0, 0.0, []
     loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale
+    model_meta = dict(arch=cfg.arch, width=cfg.width, classes=train_set.num_classes,
+                      image_size=cfg.image_size, recipe=cfg.recipe)
     if cfg.resume:
-        meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log)
+        meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta)
         step, images_seen, train_time = meta["step"], meta["images_seen"], meta["train_time"]
         history, loader_state = meta["history"], meta["loader"]
         resumed_at = (step, meta["epoch"])
@@ -464,12 +590,14 @@ def main(argv=None):
         log("overlap off: with FP16, nnabla's DynamicLossScalingUpdater runs backward itself")
 
     graph, graph_key, reducer, updater = None, None, None, None
-    top1 = top5 = float("nan")
-    if rank0 and cfg.progress:
-        from tqdm import tqdm
-        bar = tqdm(total=round(cfg.epochs * len(train_set)), initial=min(
-            images_seen, round(cfg.epochs * len(train_set))), unit="img", unit_scale=True,
-            dynamic_ncols=True)          # on stderr: stdout keeps the log and the JSON line
+    top1 = top5 = None
+    reported_bad = set()
+    if cfg.max_steps and step >= cfg.max_steps:
+        log(f"nothing to train: the checkpoint is at step {step}, --max-steps is "
+            f"{cfg.max_steps}; raise --max-steps to continue")
+    if rank0:
+        progress = Progress(round(cfg.epochs * len(train_set)), images_seen, cfg.log_every,
+                            cfg.progress)
 
     while stream.epoch() < cfg.epochs and not (cfg.max_steps and step >= cfg.max_steps):
         epoch = stream.epoch()
@@ -521,42 +649,42 @@ def main(argv=None):
                                 ("global_batch", plan.global_batch),
                                 ("images_per_sec", plan.global_batch / step_time)):
                 monitors[name].add(step, value)
-        if bar is not None:
-            bar.update(plan.global_batch)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=plan.global_batch,
-                            refresh=False)
+        if progress is not None:
+            progress.update(step, images_seen, loss, lr, plan.global_batch)
 
         finished = stream.epoch() >= cfg.epochs or (cfg.max_steps and step >= cfg.max_steps)
         if math.floor(stream.epoch()) > math.floor(epoch) or finished:   # an epoch ended
+            share_bad_images(train_set, comm, reported_bad, log, stream.epoch())
             average_running_stats(comm)
-            top1, top5 = validate(val_set, model, cfg, comm, device_id)
-            if monitors:
+            top1, top5 = validate(val_set, model, cfg, comm, device_id, log)
+            if monitors and top1 is not None:
                 monitors["val_top1"].add(stream.epoch(), top1)
                 monitors["val_top5"].add(stream.epoch(), top5)
             log(f"epoch {stream.epoch():.2f} step {step}: train loss {loss:.4f}, val top-1 "
-                f"{top1:.4f} top-5 {top5:.4f}, {images_seen / train_time:.0f} images/s")
+                f"{json_value(top1)} top-5 {json_value(top5)}, "
+                f"{images_seen / train_time:.0f} images/s")
         if finished or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
             write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, dict(
                 epoch=stream.epoch(), images_seen=images_seen, train_time=train_time,
                 history=history, seed=cfg.seed, loss_scale=updater and updater.scale,
-                comm=[comm.algorithm, str(comm.grid)]))
+                comm=[comm.algorithm, str(comm.grid)], model=model_meta))
 
     if reducer is not None:
         reducer.close()
-    if bar is not None:
-        bar.close()
-        bar = None
+    if progress is not None:
+        progress.close()
     wall = time.time() - t_start
     if rank0:
         plot_series(cfg.output_dir, os.path.join(cfg.output_dir, "training.png"))
-        print(json.dumps({
-            "val_top1": round(float(top1), 4), "val_top5": round(float(top5), 4),
+        print(json.dumps(strict_json({
+            "val_top1": json_value(top1), "val_top5": json_value(top5),
             "epochs": round(stream.epoch(), 3), "steps": step,
             "images_per_sec": round(images_seen / max(train_time, 1e-9), 1),
             "wall_s": round(wall, 1), "ranks": comm.size, "algorithm": comm.algorithm,
             "grid": str(comm.grid),
             "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in history),
-            "plan": run_planner and run_planner.summary}), flush=True)
+            "plan": run_planner and run_planner.summary,
+            "bad_images": len(reported_bad)})), flush=True)
 
 
 def replan(run_planner, batch_plan, comm, log):

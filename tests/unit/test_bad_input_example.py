@@ -1,0 +1,209 @@
+"""Every flag of examples/imagenet/train.py and of the benchmarks, with its bad values.
+
+Each row: the flag's arguments and a fragment the error must contain (the value, the allowed
+range or the choices). Errors come at parse time, before MPI or any work, as ValueError (train.py
+config) or argparse's usage error (exit 2). Coverage tests check that every flag has a row.
+"""
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "examples", "imagenet"))
+import allreduce_bench  # noqa: E402
+import make_imagenet_lists  # noqa: E402
+import train_bench  # noqa: E402
+from config import build_parser, flag_of, knob_fields, parse_config  # noqa: E402
+from models import ARCHS  # noqa: E402
+
+FILE = "@file"          # replaced by a path below an existing file: cannot be created
+
+TRAIN = [
+    (["-C", "nope"], "recipe 'nope' not found"),
+    (["-C", "@bad.yaml"], ":2: not valid YAML"),
+    (["--data-dir", "/no/such/folder"], "data_dir = '/no/such/folder' is not a folder"),
+    (["--output-dir", FILE], "--output-dir = "),
+    (["--arch", "vgg"], "invalid choice: 'vgg'"),
+    (["--width", "0"], "argument --width: must be a finite number > 0, got '0'"),
+    (["--width", "nan"], "must be a finite number > 0, got 'nan'"),
+    (["--width", "inf"], "must be a finite number > 0, got 'inf'"),
+    (["--image-size", "0"], "argument --image-size: must be an integer >= 1, got '0'"),
+    (["--min-crop-area", "0"], "must be a finite number > 0 and <= 1, got '0'"),
+    (["--min-crop-area", "1.5"], "> 0 and <= 1, got '1.5'"),
+    (["--flip", "maybe"], "argument --flip"),
+    (["--train-images", "-1"], "argument --train-images: must be an integer >= 0"),
+    (["--bad-images", "ignore"], "invalid choice: 'ignore'"),
+    (["--batch-schedule", "0:0"], "batch_schedule = '0:0'"),
+    (["--batch-schedule", "x"], "batch_schedule = 'x'"),
+    (["--local-batch", "0"], "argument --local-batch: must be an integer >= 1, got '0'"),
+    (["--adaptive-batch", "maybe"], "argument --adaptive-batch"),
+    (["--min-batch", "-1"], "argument --min-batch: must be an integer >= 0"),
+    (["--max-batch", "-1"], "argument --max-batch: must be an integer >= 0"),
+    (["--min-batch", "256", "--max-batch", "128"], "min_batch = 256 must be <= max_batch = 128"),
+    (["--epochs", "0"], "argument --epochs: must be a finite number > 0, got '0'"),
+    (["--epochs", "-1"], "must be a finite number > 0, got '-1'"),
+    (["--epochs", "nan"], "must be a finite number > 0, got 'nan'"),
+    (["--optimizer", "adam"], "invalid choice: 'adam'"),
+    (["--base-lr", "0"], "argument --base-lr: must be a finite number > 0"),
+    (["--base-lr", "nan"], "got 'nan'"),
+    (["--reference-batch", "0"], "argument --reference-batch: must be an integer >= 1"),
+    (["--lr-scaling", "cube"], "invalid choice: 'cube'"),
+    (["--warmup-epochs", "-1"], "argument --warmup-epochs: must be a finite number >= 0"),
+    (["--warmup-epochs", "100"], "must be below epochs"),
+    (["--lr-decay", "exp"], "invalid choice: 'exp'"),
+    (["--milestones", "30,x"], "milestones = '30,x': expected comma-separated epochs"),
+    (["--milestones", "60,30"], "strictly increasing"),
+    (["--milestones", "30,-5"], "must be a finite number >= 0, got -5.0"),
+    (["--gamma", "0"], "argument --gamma: must be a finite number > 0 and <= 1"),
+    (["--gamma", "2"], "> 0 and <= 1, got '2'"),
+    (["--power", "0"], "argument --power: must be a finite number > 0"),
+    (["--momentum", "1"], "argument --momentum: must be a finite number >= 0 and < 1, got '1'"),
+    (["--momentum", "-0.1"], ">= 0 and < 1, got '-0.1'"),
+    (["--weight-decay", "-1"], "argument --weight-decay: must be a finite number >= 0"),
+    (["--lars-coefficient", "-1"], "argument --lars-coefficient: must be a finite number >= 0"),
+    (["--label-smoothing", "1"], "argument --label-smoothing: must be a finite number >= 0 and < 1"),
+    (["--context", "gpu"], "invalid choice: 'gpu'"),
+    (["--type-config", "double"], "invalid choice: 'double'"),
+    (["--loss-scale", "0"], "argument --loss-scale: must be a finite number > 0"),
+    (["--seed", "-1"], "argument --seed: must be an integer >= 0 and <= 4.29497e+09"),
+    (["--algorithm", "tree"], "invalid choice: 'tree'"),
+    (["--grid", "2y2"], "grid = '2y2'"),
+    (["--plan", "maybe"], "invalid choice: 'maybe'"),
+    (["--profile", "nope"], "no profile file or shipped profile 'nope'"),
+    (["--overlap", "maybe"], "argument --overlap"),
+    (["--bucket-mib", "0"], "argument --bucket-mib: must be a finite number > 0"),
+    (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be an integer >= 0"),
+    (["--resume", "maybe"], "argument --resume"),
+    (["--max-steps", "-1"], "argument --max-steps: must be an integer >= 0"),
+    (["--progress", "maybe"], "argument --progress"),
+    (["--log-every", "-1"], "argument --log-every: must be an integer >= 0"),
+]
+
+ALLREDUCE_BENCH = [
+    (["--sizes", "12Q"], "--sizes: size '12Q' is not a number with K/M/G suffix"),
+    (["--sizes", "-1"], "--sizes: size -1 must be >= 4 bytes (one float32)"),
+    (["--sizes", "2"], "size 2 must be >= 4 bytes"),
+    (["--sizes", "inf"], "is not a number"),
+    (["--sizes", ","], "size 0 must be >= 4 bytes"),
+    (["--algorithms", "torus"], "--algorithms: unknown ['torus']"),
+    (["--grids", "2y"], "--grids: grid '2y'"),
+    (["--dtype", "int8"], "invalid choice: 'int8'"),
+    (["--iters", "0"], "argument --iters: must be an integer >= 1, got '0'"),
+    (["--rounds", "0"], "argument --rounds: must be an integer >= 1, got '0'"),
+    (["--warmup", "-1"], "argument --warmup: must be an integer >= 0, got '-1'"),
+    (["--json", FILE], "--json = "),
+]
+
+TRAIN_BENCH = [
+    (["--arch", "vgg"], "invalid choice: 'vgg'"),
+    (["--width", "0"], "argument --width: must be a finite number > 0, got '0'"),
+    (["--width", "nan"], "got 'nan'"),
+    (["--image-size", "0"], "argument --image-size: must be an integer >= 1"),
+    (["--classes", "0"], "argument --classes: must be an integer >= 1"),
+    (["--batch", "0"], "argument --batch: must be an integer >= 1"),
+    (["--iters", "0"], "argument --iters: must be an integer >= 1, got '0'"),
+    (["--warmup", "-1"], "argument --warmup: must be an integer >= 0, got '-1'"),
+    (["--bucket-mib", "inf"], "argument --bucket-mib: must be a finite number > 0, got 'inf'"),
+    (["--overlap", "2"], "invalid choice: '2'"),
+    (["--context", "gpu"], "invalid choice: 'gpu'"),
+    (["--type-config", "double"], "invalid choice: 'double'"),
+    (["--json", FILE], "--json = "),
+    (["--scaling", "1,x"], "--scaling: must be an integer >= 1 (rank counts, e.g. 1,2,4), got 'x'"),
+    (["--scaling", "0,2"], "--scaling: must be an integer >= 1 (rank counts, e.g. 1,2,4), got '0'"),
+]
+
+LISTS = [
+    (["--train-dir", "@train", "--workers", "0"], "argument --workers: must be an integer >= 1"),
+    (["--train-dir", "@train", "--verify", "maybe"], "argument --verify"),
+    (["--train-dir", "@train", "--out-dir", FILE], "--out-dir = "),
+    (["--train-dir", "/no/such/train"], "--train-dir /no/such/train does not exist"),
+    (["--train-dir", "@train", "--val-dir", "/no/val"], "--val-dir /no/val does not exist"),
+    (["--train-dir", "@train", "--val-map", "/no/map.txt"], "--val-map /no/map.txt does not exist"),
+    ([], "--train-dir (or NNABLA_TORUS_TRAIN_DIR) is required"),
+]
+
+
+@pytest.fixture
+def paths(tmp_path):
+    """Substitutions for the placeholders of the tables."""
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "bad.yaml").write_text("epochs: 3\n  base_lr: 0.1\n")   # indented
+    (tmp_path / "train" / "n01").mkdir(parents=True)
+    return {FILE: str(tmp_path / "a-file" / "out"), "@bad.yaml": str(tmp_path / "bad.yaml"),
+            "@train": str(tmp_path / "train")}
+
+
+def error_of(parse, argv, capsys):
+    """The message ``parse(argv)`` fails with: ValueError's text or argparse's stderr."""
+    try:
+        parse(argv)
+    except ValueError as e:
+        return str(e)
+    except SystemExit as e:
+        assert e.code not in (0, None), argv
+        return e.code if isinstance(e.code, str) else capsys.readouterr().err
+    pytest.fail(f"{argv} was accepted")
+
+
+@pytest.mark.parametrize("parse,argv,fragment",
+                         [(parse_config, *row) for row in TRAIN] +
+                         [(allreduce_bench.parse_args, *row) for row in ALLREDUCE_BENCH] +
+                         [(train_bench.parse_args, *row) for row in TRAIN_BENCH] +
+                         [(make_imagenet_lists.main, *row) for row in LISTS],
+                         ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_flag_is_refused_with_a_message(parse, argv, fragment, paths, capsys, monkeypatch):
+    monkeypatch.delenv("NNABLA_TORUS_RECIPE", raising=False)
+    argv = [paths.get(a, a) for a in argv]
+    message = error_of(parse, argv, capsys)
+    assert fragment in message, message
+    assert "Traceback" not in message
+
+
+@pytest.mark.parametrize("env,value,fragment", [
+    ("NNABLA_TORUS_BUCKET_MIB", "nan", r"NNABLA_TORUS_BUCKET_MIB='nan' .*must be a finite number > 0"),
+    ("NNABLA_TORUS_LOCAL_BATCH", "many", "NNABLA_TORUS_LOCAL_BATCH='many'"),
+    ("NNABLA_TORUS_BAD_IMAGES", "ignore", "NNABLA_TORUS_BAD_IMAGES='ignore'"),
+])
+def test_bad_environment_twin_is_named(env, value, fragment, monkeypatch):
+    monkeypatch.setenv(env, value)
+    with pytest.raises(ValueError, match=fragment):
+        parse_config([])
+
+
+def test_bad_recipe_value_names_the_recipe_key(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("epochs: -3\n")
+    with pytest.raises(ValueError, match=r"epochs must be a finite number > 0, got -3.0 .*recipe key"):
+        parse_config(["-C", str(path)])
+
+
+def flags_of(parser):
+    return {s for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"--help"}
+
+
+@pytest.mark.parametrize("parser,table", [
+    (build_parser(), TRAIN), (allreduce_bench.build_parser(), ALLREDUCE_BENCH),
+    (train_bench.build_parser(), TRAIN_BENCH), (make_imagenet_lists.build_parser(), LISTS)])
+def test_every_flag_has_a_bad_value_row(parser, table):
+    covered = {a for argv, _ in table for a in argv if a.startswith("-")} | {"--recipe"}
+    assert flags_of(parser) - covered == set()
+
+
+def test_every_numeric_knob_has_a_range_and_arch_choices_match_the_models():
+    from config import CHOICES, RANGES
+    numeric = {f.name for f in knob_fields() if f.type in (int, float)}
+    assert numeric == set(RANGES), numeric ^ set(RANGES)
+    assert set(CHOICES["arch"]) == set(ARCHS)
+    assert all(flag_of(name) in {a for argv, _ in TRAIN for a in argv} for name in RANGES)
+
+
+def test_json_summary_values_are_strict_json():
+    import json
+    import train
+    summary = train.strict_json({"val_top1": train.json_value(float("nan")), "speedup": float("inf"),
+                                 "plan": {"times": [1.5, float("-inf")]}, "steps": 3})
+    assert json.dumps(summary) == ('{"val_top1": null, "speedup": null, "plan": {"times": '
+                                   '[1.5, null]}, "steps": 3}')
+    assert train.json_value(None) is None and train.json_value(0.123456) == 0.1235
