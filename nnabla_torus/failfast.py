@@ -13,9 +13,9 @@ handles the three ways a rank leaves early:
   script simply returning early): Python cannot tell an exit hook the exit status, so instead
   an exiting rank tells the others, with one small message each, that it has gone; a rank
   still waiting in a collective that needs the gone rank then aborts the job, naming it, after
-  ``EXIT_GRACE_S`` (messages the gone rank sent before leaving may still be arriving). This
-  covers the communicator's collectives (every wait that polls); a blocking library call
-  (``native`` all-reduce with ``NNABLA_TORUS_CHECK=0``) still ends at the timeout;
+  ``EXIT_GRACE_S`` (messages the gone rank sent before leaving may still be arriving). The
+  communicator's polling waits and the watchdog of its blocking ``MPI_Allreduce`` watch for
+  it; a rank blocked in the script's own MPI calls does not;
 - expected errors (bad input): ``abort_job(message)`` prints the message once, prefixed with
   the rank and host, and ends the job without a traceback.
 

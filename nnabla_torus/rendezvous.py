@@ -29,6 +29,7 @@ from . import failfast
 CHECK_TAG = 7301
 VERDICT_TAG = 7302
 LOST_CHECK_S = 0.01  # seconds between checks for dead ranks while a wait polls (< 1 us each)
+GONE_CHECK_S = 0.1   # seconds between the watchdog's checks for ranks that left their script
 
 
 class CollectiveTimeout(RuntimeError):
@@ -150,28 +151,31 @@ class Watchdog:
 
     For calls that cannot be polled (the library's own blocking ``MPI_Allreduce``, which is
     faster than its non-blocking twin). One daemon thread sleeps until the deadline of the
-    guarded call; entering and leaving a guard costs a lock and a notify. Example::
+    guarded call; entering and leaving a guard costs a lock and a notify. Given the call's
+    ``peers``, it also wakes every ``GONE_CHECK_S`` and aborts at once when one of them has
+    left its script (``failfast.gone``). Example::
 
         dog = Watchdog(rank=0, timeout=300, abort=lambda: MPI.COMM_WORLD.Abort(70))
-        with dog.guard("native all_reduce"):
+        with dog.guard("native all_reduce", peers=[1, 2, 3]):
             comm.Allreduce(MPI.IN_PLACE, buf)
     """
 
     def __init__(self, rank, timeout, abort):
         self.rank, self.timeout, self.abort = rank, timeout, abort
-        self._what = None
+        self._what, self._peers = None, []
         self._deadline = 0.0
         self._cond = threading.Condition()
         self._thread = None
 
     @contextlib.contextmanager
-    def guard(self, what):
+    def guard(self, what, peers=()):
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="nnabla-torus-watchdog",
                                                 daemon=True)
                 self._thread.start()
-            self._what, self._deadline = what, time.monotonic() + self.timeout
+            self._what, self._peers = what, list(peers)
+            self._deadline = time.monotonic() + self.timeout
             self._cond.notify()
         try:
             yield
@@ -186,13 +190,17 @@ class Watchdog:
                     self._cond.wait()
                     continue
                 left = self._deadline - time.monotonic()
-                if left > 0:
-                    self._cond.wait(left)
+                # The guarded thread is blocked in its call (it holds no MPI request of ours),
+                # and it cannot leave the guard while we hold the lock: gone() is ours alone.
+                gone = failfast.gone(self._peers) if self._peers else []
+                if left > 0 and not gone:
+                    self._cond.wait(min(left, GONE_CHECK_S) if self._peers else left)
                     continue
-                print(f"nnabla_torus: rank {self.rank}: {self._what} did not finish within "
-                      f"{self.timeout:g} s (a blocking library call: it cannot tell which rank is "
-                      f"missing); aborting the job (NNABLA_TORUS_TIMEOUT sets the limit)",
-                      file=sys.stderr, flush=True)
+                why = (f"{RankGone(self.rank, gone, self._what)}" if gone else
+                       f"rank {self.rank}: {self._what} did not finish within {self.timeout:g} s "
+                       f"(a blocking library call: it cannot tell which rank is missing); "
+                       f"NNABLA_TORUS_TIMEOUT sets the limit")
+                print(f"nnabla_torus: {why}; aborting the job", file=sys.stderr, flush=True)
                 self.abort()
                 return
 

@@ -245,7 +245,7 @@ class MPIBackend:
             return
         # Blocking MPI_Allreduce: Open MPI's non-blocking one is a slower algorithm (half
         # duplex on TCP), so the watchdog, not polling, enforces the timeout here.
-        with self.watchdog.guard(what):
+        with self.watchdog.guard(what, group.ranks):
             group.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
 
     def bcast(self, group, buf, root, what="bcast"):
