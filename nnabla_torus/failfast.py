@@ -124,8 +124,8 @@ def _post():
     _watch["request"] = MPI.COMM_WORLD.Irecv(_watch["buffer"], source=MPI.ANY_SOURCE, tag=EXIT_TAG)
 
 
-def gone(peers):
-    """The ranks among ``peers`` that announced their exit at least ``EXIT_GRACE_S`` ago.
+def gone(peers, grace=EXIT_GRACE_S):
+    """The ranks among ``peers`` that announced their exit at least ``grace`` seconds ago.
 
     Cheap (one ``MPI_Test``); polled by the communicator's waits (rendezvous.Pacer).
     """
@@ -139,7 +139,7 @@ def gone(peers):
     if not _watch["seen"]:
         return []
     now = time.monotonic()
-    return sorted(r for r in set(peers) if now - _watch["seen"].get(r, now) >= EXIT_GRACE_S)
+    return sorted(r for r in set(peers) if now - _watch["seen"].get(r, now) >= grace)
 
 
 def _announce_exit():

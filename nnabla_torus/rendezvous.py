@@ -30,6 +30,9 @@ CHECK_TAG = 7301
 VERDICT_TAG = 7302
 LOST_CHECK_S = 0.01  # seconds between checks for dead ranks while a wait polls (< 1 us each)
 GONE_CHECK_S = 0.1   # seconds between the watchdog's checks for ranks that left their script
+# A blocking library all-reduce can return on one rank (which may then exit normally) while
+# another still waits for a third: the watchdog trusts an exit notice only after this long.
+BLOCKING_EXIT_GRACE_S = 10.0
 
 
 class CollectiveTimeout(RuntimeError):
@@ -152,8 +155,8 @@ class Watchdog:
     For calls that cannot be polled (the library's own blocking ``MPI_Allreduce``, which is
     faster than its non-blocking twin). One daemon thread sleeps until the deadline of the
     guarded call; entering and leaving a guard costs a lock and a notify. Given the call's
-    ``peers``, it also wakes every ``GONE_CHECK_S`` and aborts at once when one of them has
-    left its script (``failfast.gone``). Example::
+    ``peers``, it also wakes every ``GONE_CHECK_S`` and aborts when one of them has
+    left its script ``BLOCKING_EXIT_GRACE_S`` ago (``failfast.gone``). Example::
 
         dog = Watchdog(rank=0, timeout=300, abort=lambda: MPI.COMM_WORLD.Abort(70))
         with dog.guard("native all_reduce", peers=[1, 2, 3]):
@@ -192,7 +195,8 @@ class Watchdog:
                 left = self._deadline - time.monotonic()
                 # The guarded thread is blocked in its call (it holds no MPI request of ours),
                 # and it cannot leave the guard while we hold the lock: gone() is ours alone.
-                gone = failfast.gone(self._peers) if self._peers else []
+                gone = (failfast.gone(self._peers, BLOCKING_EXIT_GRACE_S)
+                        if self._peers else [])
                 if left > 0 and not gone:
                     self._cond.wait(min(left, GONE_CHECK_S) if self._peers else left)
                     continue
