@@ -33,8 +33,10 @@ _STOP = None          # queued instead of a bucket index: the communication thre
 class BucketedAllReduce:
     """Average the gradients of ``params`` over ranks in buckets of ``bucket_mib`` MiB."""
 
-    def __init__(self, comm, loss, params, bucket_mib=25.0, division=True, threaded=True):
-        """``loss``: the graph's output (used once to count how often each parameter is used)."""
+    def __init__(self, comm, loss, params, bucket_mib=25.0, division=True, threaded=True,
+                 grad_bytes=4):
+        """``loss``: the graph's output (used once to count how often each parameter is used);
+        ``grad_bytes``: bytes per gradient element (4: float32; 2: FP16, ``type_config='half'``)."""
         if bucket_mib <= 0:
             raise ValueError(f"bucket_mib = {bucket_mib} must be > 0 (e.g. 25)")
         self.comm = comm
@@ -45,7 +47,8 @@ class BucketedAllReduce:
         # Parameters the graph never reads keep a zero gradient but are still averaged (in
         # the last bucket, at flush) so that every rank issues the same collectives.
         unused = [v for v in params if v not in uses]
-        self.buckets = make_buckets(order, bucket_mib * MIB) + ([unused] if unused else [])
+        self.buckets = (make_buckets(order, bucket_mib * MIB, grad_bytes) +
+                        ([unused] if unused else []))
         self.bucket_of = {v: i for i, bucket in enumerate(self.buckets) for v in bucket}
         self.pending = queue.Queue() if threaded else None
         self.error = None
@@ -153,11 +156,11 @@ def count_uses(loss, params):
     return uses, order
 
 
-def make_buckets(order, bucket_bytes):
+def make_buckets(order, bucket_bytes, grad_bytes=4):
     """Split parameters, last used first, into lists of at most ``bucket_bytes`` (>= 1 each)."""
     buckets, current, size = [], [], 0
     for var in reversed(order):
-        nbytes = var.size * 4                  # gradients are all-reduced as float32 (fp16: less)
+        nbytes = var.size * grad_bytes
         if current and size + nbytes > bucket_bytes:
             buckets.append(current)
             current, size = [], 0
