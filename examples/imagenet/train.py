@@ -48,6 +48,7 @@ from nnabla.monitor import Monitor, MonitorSeries
 import nnabla_torus as C
 from nnabla_torus.communicator import DEFAULTS
 from nnabla_torus.controller import BatchPlan
+from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.costmodel import ALGORITHMS
 from nnabla_torus.noise_scale import NoiseScaleEstimator
 from nnabla_torus.overlap import BucketedAllReduce
@@ -74,7 +75,8 @@ def make_context_and_comm(cfg, log_all):
     type_config = cfg.type_config
     if cfg.context == "cpu" and type_config == "half":
         type_config = "float"          # nnabla's CPU extension has no FP16 kernels
-        log_all("type_config half needs a CUDA context; this CPU run trains in fp32")
+        log_all("type_config half needs a CUDA context; this CPU run trains in fp32 (with "
+                "the FP16 dynamic loss scaling, so that code path runs)")
     ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
     # auto starts on the communicator's default; the planner switches before the first step.
     algorithm = DEFAULTS["algorithm"] if cfg.algorithm == "auto" else cfg.algorithm
@@ -169,7 +171,7 @@ class SolverGroup:
     """Two nnabla solvers as one: weight decay (and LARS) only for conv/affine weights.
 
     BN parameters and biases get plain momentum and no decay (Jia et al. 2018). Duck-types
-    the solver methods that DynamicLossScalingUpdater and the loop call.
+    the solver methods that DynamicLossScaling and the loop call.
     """
 
     def __init__(self, cfg, params):
@@ -224,40 +226,28 @@ class SolverGroup:
             solver.set_states(states)
 
 
-class AveragingComm:
-    """Make DynamicLossScalingUpdater's summing all_reduce an average (our gradients are means)."""
-
-    def __init__(self, comm):
-        self.comm = comm
-
-    def all_reduce(self, data, division=False, inplace=False):
-        self.comm.all_reduce(data, division=True, inplace=inplace)
-
-
 # ----------------------------------------------------------------------------------------------
 # the steps: train, validate, checkpoint
 
-def train_step(stream, graph, plan, solvers, comm, grads, reducer, updater):
-    """One optimizer step over plan.accum_steps micro-batches; returns (loss, error) means."""
+def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
+    """One step's gradients over plan.accum_steps micro-batches; returns (loss, error) means.
+
+    The gradients are all-reduced on return; with ``scaler`` (FP16) they are still multiplied
+    by ``scaler.scale``: ``scaler.unscale(solvers)`` decides whether the update may run.
+    """
     x, t, loss, objective, logits = graph
     losses, errors = [], []
-
-    def feed():
-        x.d, t.d = stream.next_batch(plan.local_batch)
-
-    if updater is not None:           # FP16 on CUDA: nnabla's dynamic loss scaling loop
-        updater.data_feeder = feed
-        updater.accum_grad = plan.accum_steps
-        updater.update()
-        return float(loss.d), float("nan")
     solvers.zero_grad()
     for micro in range(plan.accum_steps):
-        feed()
+        x.d, t.d = stream.next_batch(plan.local_batch)
         objective.forward(clear_no_need_grad=True)
         losses.append(float(loss.d))
         errors.append(float(np.mean(logits.d.argmax(axis=1) != t.d[:, 0])))
-        if reducer is not None and micro == plan.accum_steps - 1:
-            reducer.backward(objective, clear_buffer=True)   # all-reduce overlaps backward
+        reduce_now = reducer if micro == plan.accum_steps - 1 else None
+        if scaler is not None:                                 # FP16: seeded with the scale
+            scaler.backward(objective, reduce_now, clear_buffer=True)
+        elif reduce_now is not None:
+            reduce_now.backward(objective, clear_buffer=True)  # all-reduce overlaps backward
         else:
             objective.backward(clear_buffer=True)              # accumulate locally
     if reducer is None:
@@ -585,11 +575,10 @@ def main(argv=None):
             run_planner.settled = True
     stream = TrainStream(train_set, cfg, comm, device_id, loader_state)
     monitors = make_monitors(cfg, comm.rank, resumed_at)
-    use_dlsu = type_config == "half"
-    if use_dlsu and cfg.overlap:
-        log("overlap off: with FP16, nnabla's DynamicLossScalingUpdater runs backward itself")
+    # FP16: nnabla's dynamic loss scaling rules around the (overlapped) all-reduce.
+    scaler = DynamicLossScaling(loss_scale) if cfg.type_config == "half" else None
 
-    graph, graph_key, reducer, updater = None, None, None, None
+    graph, graph_key, reducer = None, None, None
     top1 = top5 = None
     reported_bad = set()
     if cfg.max_steps and step >= cfg.max_steps:
@@ -613,32 +602,30 @@ def main(argv=None):
                 reducer.close()          # its thread serves the old graph's buckets
             graph = build_graph(model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
                                 plan.accum_steps)
-            if use_dlsu:
-                from nnabla.experimental.mixed_precision_training import \
-                    DynamicLossScalingUpdater
-                updater = DynamicLossScalingUpdater(
-                    solvers, graph[3], scale=loss_scale if updater is None else updater.scale,
-                    comm=AveragingComm(comm), grads=grads, weight_decay=cfg.weight_decay)
-            elif cfg.overlap:
-                reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=cfg.bucket_mib)
+            if cfg.overlap:
+                reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=cfg.bucket_mib,
+                                            grad_bytes=2 if type_config == "half" else 4)
         lr = lr_schedule.lr(epoch) * plan.lr_factor
         solvers.set_learning_rate(lr)
 
         if noise is not None:
             comm.pop_sqnorms()          # drop what other all-reduces (BN statistics) added
         # FP16: the norms are of gradients times the loss scale in force for this step (an
-        # overflow retried at a lower scale leaves inf in them: the estimator skips it).
-        grad_scale = 1.0 if updater is None else updater.scale
+        # overflowed, skipped step leaves inf in them: the estimator skips it).
+        grad_scale = 1.0 if scaler is None else scaler.scale
         tic = time.time()
-        loss, error = train_step(stream, graph, plan, solvers, comm, grads, reducer, updater)
+        loss, error = train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler)
         if noise is not None:
             local_sqnorm, global_sqnorm = comm.pop_sqnorms()
             if comm.size > 1:
                 noise.update(local_sqnorm / grad_scale ** 2, plan.local_batch * plan.accum_steps,
                              global_sqnorm / grad_scale ** 2, plan.global_batch)
-        if updater is None:
+        if scaler is None or scaler.unscale(solvers):
             solvers.weight_decay(cfg.weight_decay)
             solvers.update()
+        else:
+            log(f"step {step}: FP16 gradients overflowed, update skipped; loss scale now "
+                f"{scaler.scale:g}")
         step += 1
         step_time = time.time() - tic
         train_time += step_time
@@ -666,7 +653,7 @@ def main(argv=None):
         if finished or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
             write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, dict(
                 epoch=stream.epoch(), images_seen=images_seen, train_time=train_time,
-                history=history, seed=cfg.seed, loss_scale=updater and updater.scale,
+                history=history, seed=cfg.seed, loss_scale=scaler and scaler.scale,
                 comm=[comm.algorithm, str(comm.grid)], model=model_meta))
 
     if reducer is not None:

@@ -2,7 +2,8 @@
 
 A small network without batch norm (so the per-rank batch does not change the function), label
 smoothing, weight decay on weights only, momentum SGD and LARS, with and without overlapped
-all-reduce and through nnabla's DynamicLossScalingUpdater (the FP16 path, run in fp32 here),
+all-reduce and through the FP16 path's dynamic loss scaling (run in fp32 here; with and without
+overlap),
 one and two micro-batches. Two optimizer steps (the second uses momentum state)
 must match the single-process reference within 1e-5, and the parameters must be bitwise
 identical on every rank. Prints OK on rank 0.
@@ -16,12 +17,12 @@ import nnabla as nn
 import nnabla.functions as F
 import nnabla.parametric_functions as PF
 from mpi4py import MPI
-from nnabla.experimental.mixed_precision_training import DynamicLossScalingUpdater
 from nnabla.ext_utils import get_extension_context
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "imagenet"))
 import nnabla_torus as C  # noqa: E402
 from nnabla_torus.controller import BatchPlan  # noqa: E402
+from nnabla_torus.loss_scaling import DynamicLossScaling  # noqa: E402
 from nnabla_torus.overlap import BucketedAllReduce  # noqa: E402
 import train  # noqa: E402
 from config import TrainConfig  # noqa: E402
@@ -66,8 +67,8 @@ def run_reference(cfg, images, labels):
 
 
 def run_data_parallel(cfg, comm, images, labels, accum, mode, initial):
-    """mode: "plain" (all-reduce after backward), "overlap" (buckets during backward) or
-    "dlsu" (nnabla's DynamicLossScalingUpdater, the FP16 path, here in fp32 with scale 8)."""
+    """mode: "plain" (all-reduce after backward), "overlap" (buckets during backward), and
+    "fp16-plain" / "fp16-overlap": the same with dynamic loss scaling (scale 8, in fp32 here)."""
     nn.clear_parameters()
     with nn.parameter_scope("dp"):
         graph = train.build_graph(tiny_model, LOCAL_BATCH, IMAGE, SMOOTHING, accum_steps=accum)
@@ -77,15 +78,13 @@ def run_data_parallel(cfg, comm, images, labels, accum, mode, initial):
         solvers = train.SolverGroup(cfg, params)
         grads = [v.grad for v in params.values()]
         reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=1e-4) \
-            if mode == "overlap" else None
-        updater = DynamicLossScalingUpdater(
-            solvers, graph[3], scale=8.0, comm=train.AveragingComm(comm), grads=grads,
-            weight_decay=DECAY) if mode == "dlsu" else None
+            if mode.endswith("overlap") else None
+        scaler = DynamicLossScaling(8.0) if mode.startswith("fp16") else None
         plan = BatchPlan(LOCAL_BATCH * accum * comm.size, LOCAL_BATCH, accum, 1.0, True, "test")
         stream = SliceStream(images, labels, comm.rank, accum)
         for _ in range(STEPS):
-            train.train_step(stream, graph, plan, solvers, comm, grads, reducer, updater)
-            if updater is None:
+            train.train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler)
+            if scaler is None or scaler.unscale(solvers):
                 solvers.weight_decay(DECAY)
                 solvers.update()
         return {k: v.d.copy() for k, v in params.items()}
@@ -109,7 +108,7 @@ def main():
                 train.build_graph(tiny_model, 1, IMAGE, 0.0, 1)
                 initial = {k: v.d.copy() for k, v in nn.get_parameters().items()}
             reference = run_reference(cfg, images, labels)
-            for mode in ("plain", "overlap", "dlsu"):
+            for mode in ("plain", "overlap", "fp16-plain", "fp16-overlap"):
                 result = run_data_parallel(cfg, comm, images, labels, accum, mode, initial)
                 for name in reference:
                     assert not np.allclose(reference[name], initial[name]), name
