@@ -10,7 +10,11 @@ steps, ``len(loader) = ceil(ceil(N / size) / batch)``, so collectives never wait
 ran out: training pads a short shard with its own images again (a few duplicates per epoch),
 validation pads with label ``-1`` (mask those out). Training: decode + random-resized crop + flip
 + normalise; validation: resize the shorter side to ``image_size / 0.875`` + centre crop.
-Output: numpy float32 NCHW images, int32 labels of shape (batch, 1).
+Output: NCHW images and int32 labels of shape (batch, 1). Images are float32 (``dtype="half"``:
+float16, for ``type_config='half'``): a numpy array from a CPU pipeline, and from a GPU pipeline
+the DALI batch in device memory, which ``feed(x, images)`` copies into the input variable's device
+array without passing through the host (as nnabla-ext-cuda's ``DaliIterator`` does). ``feed``
+takes either, so a training loop is written once.
 
 Undecodable images (empty, not an image, truncated) make DALI fail a whole batch, and DALI
 2.4 crashed the process (segfault) at a second failure after a non-image file, so a loader
@@ -31,7 +35,8 @@ Example::
         loader = data.make_loader(train_set, batch_size=32, rank=comm.rank, size=comm.size,
                                   train=True, image_size=224, seed=0, epoch=epoch)
         for images, labels in loader:        # len(loader) steps, identical on every rank
-            ...                              # images (32, 3, 224, 224) float32, labels (32, 1) int32
+            data.feed(x, images)             # x: nn.Variable of shape (32, 3, 224, 224)
+            t.d = labels                     # (32, 1) int32
     val = data.make_loader(data.read_dataset("imagenet/val", "imagenet/val.txt"), 50,
                            comm.rank, comm.size, train=False, image_size=224)
     for images, labels in val:
@@ -45,6 +50,7 @@ augmentation) rebuilds the loader from its ``state()`` (``make_loader(..., resum
 decodes and discards the batches already consumed: that replay costs the decoding time of those
 batches.
 """
+import ctypes
 import gc
 import math
 import os
@@ -58,6 +64,8 @@ PIXEL_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 PIXEL_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 VAL_RESIZE_RATIO = 0.875   # centre crop covers 87.5 % of the shorter side (224 of 256)
 PAD_LABEL = -1             # label of validation padding rows
+DTYPES = {"float": "FLOAT", "half": "FLOAT16"}   # make_loader's dtype -> DALI output type
+LEGACY_DEFAULT_STREAM = ctypes.c_void_p(0)       # CUDA stream 0, nnabla-ext-cuda's compute stream
 
 
 class BadImageError(RuntimeError):
@@ -262,8 +270,9 @@ class Loader:
     """
 
     def __init__(self, dataset, batch_size, rank, size, train, image_size, seed, epoch,
-                 start_image, device_id, num_threads, prefetch, crop_scale, flip, on_bad):
+                 start_image, device_id, num_threads, prefetch, crop_scale, flip, on_bad, dtype):
         self.batch_size, self.train, self.epoch = batch_size, train, epoch
+        self.on_device = device_id is not None
         self.start_image = self.position = start_image
         self.images_per_epoch = len(dataset)
         self.num_classes = dataset.num_classes
@@ -278,7 +287,7 @@ class Loader:
                         .generate_state(1)[0] & 0x7FFFFFFF)
         self._build = lambda files, labels: _build_pipeline(
             files, labels, batch_size, train, image_size, pipe_seed, device_id, num_threads,
-            prefetch, crop_scale, flip)
+            prefetch, crop_scale, flip, dtype)
         self._window = prefetch + 2      # batches DALI may have decoded ahead of the one asked
         if self.steps:
             self._start()
@@ -368,8 +377,10 @@ class Loader:
     def __next__(self):
         if self._step >= self.steps:
             raise StopIteration
-        images, labels = (_to_numpy(t) for t in self._run())
-        labels = labels.reshape(self.batch_size, 1).astype(np.int32)
+        images, labels = self._run()
+        # A GPU batch stays in device memory (valid until the next batch: feed it first).
+        images = images if self.on_device else images.as_array()
+        labels = labels.as_array().reshape(self.batch_size, 1).astype(np.int32)  # reader: CPU
         self._step += 1
         # Counted in whole batches (not real images) so that it is the same on every rank.
         self.position = min(self.start_image + self._step * self.batch_size, self._per_rank)
@@ -383,7 +394,8 @@ class Loader:
 
 def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, seed=0,
                 device_id=None, list_file=None, epoch=0, start_image=0, resume=None,
-                num_threads=1, prefetch=2, crop_scale=(0.08, 1.0), flip=True, on_bad="skip"):
+                num_threads=1, prefetch=2, crop_scale=(0.08, 1.0), flip=True, on_bad="skip",
+                dtype="float"):
     """Return a ``Loader`` over rank ``rank``'s batches of epoch ``epoch``.
 
     source: a ``Dataset`` or an image folder (read with ``read_dataset(source, list_file)``).
@@ -397,22 +409,26 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
     num_threads, prefetch: DALI worker threads and batches prepared ahead (memory: prefetch
     batches). crop_scale: area fraction range of the training random-resized crop. flip: random
     horizontal flips in training. on_bad: "skip" undecodable images (see the module doc) or
-    "stop" (raise BadImageError naming the file).
+    "stop" (raise BadImageError naming the file). dtype: "float" (float32 images) or "half"
+    (float16, for FP16 training on a GPU: half the bytes of the copy in ``feed``, no cast before
+    the first layer).
     """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     dataset = source if isinstance(source, Dataset) else read_dataset(source, list_file)
     replay = 0
     if resume is not None:
         epoch, start_image = resume["epoch"], resume["start_image"]
         batch_size, replay = resume["batch_size"], resume["consumed_steps"]
     loader = Loader(dataset, batch_size, rank, size, train, image_size, seed, epoch, start_image,
-                    device_id, num_threads, prefetch, tuple(crop_scale), flip, on_bad)
+                    device_id, num_threads, prefetch, tuple(crop_scale), flip, on_bad, dtype)
     for _ in range(replay):
         next(loader)
     return loader
 
 
 def _build_pipeline(files, labels, batch_size, train, image_size, seed, device_id, num_threads,
-                    prefetch, crop_scale, flip):
+                    prefetch, crop_scale, flip, dtype):
     # DALI is imported here so that list tools and tests of the pure-Python parts run without it.
     from nvidia.dali import Pipeline, fn, types
 
@@ -439,7 +455,8 @@ def _build_pipeline(files, labels, batch_size, train, image_size, seed, device_i
             images = fn.resize(images, device=device,
                                resize_shorter=round(image_size / VAL_RESIZE_RATIO))
             mirror = 0
-        images = fn.crop_mirror_normalize(images, device=device, dtype=types.FLOAT,
+        images = fn.crop_mirror_normalize(images, device=device,
+                                          dtype=getattr(types, DTYPES[dtype]),
                                           output_layout="CHW", crop=(image_size, image_size),
                                           mean=list(PIXEL_MEAN), std=list(PIXEL_STD),
                                           mirror=mirror)
@@ -448,7 +465,46 @@ def _build_pipeline(files, labels, batch_size, train, image_size, seed, device_i
     return pipe
 
 
-def _to_numpy(tensor_list):
-    if hasattr(tensor_list, "as_cpu"):
-        tensor_list = tensor_list.as_cpu()
-    return tensor_list.as_array()
+def feed(variable, images, ctx=None):
+    """Write a batch from a ``Loader`` into ``variable``, the graph's input.
+
+    numpy (CPU pipeline): ``variable.d = images``, as before. A DALI batch (GPU pipeline): copied
+    into ``variable``'s array in ``ctx`` (default: the current context) by ``copy_to_array``.
+    """
+    if isinstance(images, np.ndarray):
+        variable.d = images
+    else:
+        import nnabla as nn           # here, so that the list tools run without loading nnabla
+        copy_to_array(images, variable.data, ctx or nn.get_current_context())
+
+
+def copy_to_array(batch, array, ctx):
+    """Copy a dense DALI batch into nnabla NdArray ``array`` as ``ctx``'s array, in its dtype.
+
+    The way of nnabla-ext-cuda's ``DaliIterator`` (``feed_ndarray`` in
+    ``nnabla_ext/cuda/experimental/_dali_iterator.py``): ``array.data_ptr(dtype, ctx,
+    write_only=True)`` (write-only: no zero-fill racing the copy) and DALI's ``copy_to_external``.
+    A GPU batch goes device to device on CUDA's legacy default stream, where nnabla-ext-cuda runs
+    its kernels: the copy waits for the previous step's kernels that still read the input, the
+    next forward waits for the copy, and the call returns when the copy is done. A CPU batch (CPU
+    context) is a host memcpy.
+    """
+    on_gpu = hasattr(batch, "device_id")          # TensorListGPU; a TensorListCPU has no device
+    if on_gpu != (ctx.backend[0].split(":")[0] in ("cuda", "cudnn")):
+        raise ValueError(f"a DALI {'GPU' if on_gpu else 'CPU'} batch cannot be copied into a "
+                         f"{ctx.backend[0]} array; build the loader with device_id=None for a "
+                         f"CPU context and with the context's GPU id for a CUDA one")
+    if on_gpu and batch.device_id() != int(ctx.device_id):
+        raise ValueError(f"the DALI batch is on GPU {batch.device_id()} but the context uses "
+                         f"GPU {ctx.device_id}; build the loader with device_id={ctx.device_id}")
+    tensor = batch.as_tensor()                    # a view; ``batch`` keeps the memory alive
+    if tuple(tensor.shape()) != tuple(array.shape):
+        raise ValueError(f"a DALI batch of shape {tuple(tensor.shape())} cannot fill an input of "
+                         f"shape {tuple(array.shape)}; build the loader with the graph's batch "
+                         f"and image size")
+    from nvidia.dali.types import to_numpy_type
+    pointer = ctypes.c_void_p(array.data_ptr(to_numpy_type(tensor.dtype), ctx, True))
+    if on_gpu:
+        tensor.copy_to_external(pointer, cuda_stream=LEGACY_DEFAULT_STREAM)
+    else:
+        tensor.copy_to_external(pointer)

@@ -114,11 +114,11 @@ class TrainStream:
     every rank. A new batch size continues the current epoch at ``loader.position``.
     """
 
-    def __init__(self, train_set, cfg, comm, device_id, state=None):
+    def __init__(self, train_set, cfg, comm, device_id, state=None, dtype="float"):
         self.make = lambda **kw: data.make_loader(
             train_set, rank=comm.rank, size=comm.size, train=True, image_size=cfg.image_size,
             seed=cfg.seed, device_id=device_id, crop_scale=(cfg.min_crop_area, 1.0),
-            flip=cfg.flip, on_bad=cfg.bad_images, **kw)
+            flip=cfg.flip, on_bad=cfg.bad_images, dtype=dtype, **kw)
         self.per_rank = math.ceil(len(train_set) / comm.size)
         self.loader = self.make(batch_size=state["batch_size"], resume=state) if state else None
 
@@ -239,7 +239,8 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
     losses, errors = [], []
     solvers.zero_grad()
     for micro in range(plan.accum_steps):
-        x.d, t.d = stream.next_batch(plan.local_batch)
+        images, t.d = stream.next_batch(plan.local_batch)
+        data.feed(x, images)          # on a GPU: device to device, in the compute dtype
         objective.forward(clear_no_need_grad=True)
         losses.append(float(loss.d))
         errors.append(float(np.mean(logits.d.argmax(axis=1) != t.d[:, 0])))
@@ -255,7 +256,7 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
     return float(np.mean(losses)), float(np.mean(errors))
 
 
-def validate(val_set, model, cfg, comm, device_id, log):
+def validate(val_set, model, cfg, comm, device_id, log, dtype="float"):
     """Return (top1, top5) accuracy over the whole validation set (all ranks' shards summed).
 
     Undecodable images are left out and counted in the log (``--bad-images skip``) or raise
@@ -267,9 +268,9 @@ def validate(val_set, model, cfg, comm, device_id, log):
     counts = np.zeros(4, np.float32)              # correct top-1, correct top-5, images, bad
     loader = data.make_loader(val_set, batch, comm.rank, comm.size, train=False,
                               image_size=cfg.image_size, device_id=device_id,
-                              on_bad=cfg.bad_images)
+                              on_bad=cfg.bad_images, dtype=dtype)
     for images, labels in loader:
-        x.d = images
+        data.feed(x, images)
         logits.forward(clear_buffer=True)
         valid = labels[:, 0] >= 0
         top5 = np.argsort(-logits.d, axis=1)[:, :5]
@@ -573,7 +574,7 @@ def main(argv=None):
         if run_planner is not None and run_planner.applies and meta.get("comm"):
             comm.set_algorithm(*meta["comm"])     # the planner's choice in force at the checkpoint
             run_planner.settled = True
-    stream = TrainStream(train_set, cfg, comm, device_id, loader_state)
+    stream = TrainStream(train_set, cfg, comm, device_id, loader_state, dtype=type_config)
     monitors = make_monitors(cfg, comm.rank, resumed_at)
     # FP16: nnabla's dynamic loss scaling rules around the (overlapped) all-reduce.
     scaler = DynamicLossScaling(loss_scale) if cfg.type_config == "half" else None
@@ -643,7 +644,7 @@ def main(argv=None):
         if math.floor(stream.epoch()) > math.floor(epoch) or finished:   # an epoch ended
             share_bad_images(train_set, comm, reported_bad, log, stream.epoch())
             average_running_stats(comm)
-            top1, top5 = validate(val_set, model, cfg, comm, device_id, log)
+            top1, top5 = validate(val_set, model, cfg, comm, device_id, log, type_config)
             if monitors and top1 is not None:
                 monitors["val_top1"].add(stream.epoch(), top1)
                 monitors["val_top5"].add(stream.epoch(), top5)
