@@ -21,7 +21,8 @@ The result equals ``comm.all_reduce(all_grads, division=True)`` after backward. 
     reducer.close()                             # ends the communication thread
 
 With gradient accumulation, only the last micro-batch's backward should go through
-``reducer.backward``; earlier ones call ``loss.backward`` and just accumulate.
+``reducer.backward``; earlier ones call ``loss.backward`` and just accumulate. For FP16 with
+dynamic loss scaling around the reducer see ``nnabla_torus.loss_scaling``.
 """
 import queue
 import threading
