@@ -8,5 +8,6 @@ from tests.mpirun import run_mpi
 def test_loss_scaling_matches_nnabla_updater(ranks):
     out = run_mpi(ranks, ["tests/mpi/progs/check_loss_scaling.py"], timeout=180)
     assert "OK" in out, out
-    for mode in ("plain", "overlap"):
-        assert f"{ranks} ranks {mode}:" in out, out
+    for scenario in ("natural", "injected"):
+        for mode in ("plain", "overlap"):
+            assert f"{ranks} ranks {scenario} {mode}:" in out, out

@@ -102,8 +102,8 @@ def test_backward_through_the_reducer_seeds_the_scale():
     assert reducer.kwargs == {"grad": 64.0, "clear_buffer": True}
 
 
-@pytest.mark.parametrize("kwargs, word", [({"scale": 0}, "scale"), ({"scaling_factor": 1}, "factor"),
-                                          ({"N": -1}, "N")])
+@pytest.mark.parametrize("kwargs, word", [({"scale": 0}, "scale"),
+                                          ({"scaling_factor": 1}, "factor"), ({"N": -1}, "N")])
 def test_bad_arguments_are_refused(kwargs, word):
     with pytest.raises(ValueError, match=word):
         DynamicLossScaling(**kwargs)
