@@ -4,6 +4,7 @@ No GPU here, so: the FP16 output and ``copy_to_array`` (nnabla-ext-cuda's way: `
 DALI's ``copy_to_external``) run for real with a CPU pipeline into nnabla CPU arrays; the GPU
 path runs with a fake DALI GPU batch and a fake nnabla array that record the calls, checking
 the context, dtype, write-only flag and CUDA stream passed, and that nothing goes to the host.
+The last test runs only where nnabla-ext-cuda finds a GPU: the real device copy, bitwise.
 """
 import ctypes
 import os
@@ -157,3 +158,28 @@ def test_a_cpu_batch_is_refused_for_a_cuda_context(indexed):  # noqa: F811
 def test_unknown_dtype_is_named(indexed):  # noqa: F811
     with pytest.raises(ValueError, match="dtype must be one of .*'half'.* got 'fp16'"):
         data.make_loader(indexed, 4, dtype="fp16")
+
+
+def cuda_device_count():
+    try:
+        from nnabla_ext.cuda import get_device_count
+        return get_device_count()
+    except Exception:                     # no nnabla-ext-cuda, no driver, no device
+        return 0
+
+
+@pytest.mark.skipif(cuda_device_count() < 1, reason="needs nnabla-ext-cuda and a GPU (not run "
+                    "on the machines this project is built on)")
+@pytest.mark.parametrize("dtype", ["float", "half"])
+def test_on_a_gpu_the_batch_lands_in_device_memory_unchanged(indexed, dtype):  # noqa: F811
+    ctx = get_extension_context("cudnn", device_id="0", type_config=dtype)
+    loader = data.make_loader(indexed, 5, train=False, image_size=16, device_id=0, dtype=dtype)
+    images, _ = next(loader)
+    expected = images.as_cpu().as_array()          # the host round trip, for comparison only
+    x = nn.Variable((5, 3, 16, 16))
+    with nn.context_scope(ctx):
+        data.feed(x, images)
+        y = F.mean(x, axis=(2, 3))
+        y.forward()
+    np.testing.assert_array_equal(x.d, expected)
+    np.testing.assert_allclose(y.d, expected.astype(np.float32).mean(axis=(2, 3)), rtol=1e-2)
