@@ -2,7 +2,7 @@
 
 Both drive the same recording fake solver and loss through a seeded pattern of overflowing
 batches; the backward seeds (loss scales), unscale factors and updates must be identical.
-The numerical comparison with real gradients and all-reduce is tests/mpi/test_loss_scaling.py.
+The numerical comparison with real gradients and all-reduce is tests/mpi/test_loss_scaling_mpi.py.
 """
 import numpy as np
 import pytest
