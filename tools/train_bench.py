@@ -121,6 +121,7 @@ def measure(args, comm, settings):
     from models import get_model
     from nnabla_torus.controller import BatchPlan
     from nnabla_torus.backends import synchronize
+    from nnabla_torus.loss_scaling import DynamicLossScaling
     from nnabla_torus.overlap import BucketedAllReduce
 
     nn.clear_parameters()
@@ -131,7 +132,11 @@ def measure(args, comm, settings):
     solvers = train.SolverGroup(TrainConfig(), params)
     grads = [v.grad for v in params.values()]
     timed = TimedComm(comm)
-    reducers = {False: None, True: BucketedAllReduce(timed, graph[3], params, args.bucket_mib)}
+    reducers = {False: None, True: BucketedAllReduce(timed, graph[3], params, args.bucket_mib,
+                                                     grad_bytes=2 if args.type_config == "half"
+                                                     else 4)}
+    # FP16 steps as train.py takes them: dynamic loss scaling around the (overlapped) all-reduce.
+    scaler = DynamicLossScaling() if args.type_config == "half" else None
     rng = np.random.RandomState(comm.rank)
     stream = FixedBatch(rng.randn(args.batch, 3, args.image_size, args.image_size),
                         rng.randint(0, args.classes, (args.batch, 1)))
@@ -142,9 +147,10 @@ def measure(args, comm, settings):
         for overlap in settings:
             timed.seconds = 0.0
             tic = time.perf_counter()
-            train.train_step(stream, graph, plan, solvers, timed, grads, reducers[overlap], None)
-            solvers.weight_decay(1e-4)
-            solvers.update()
+            train.train_step(stream, graph, plan, solvers, timed, grads, reducers[overlap], scaler)
+            if scaler is None or scaler.unscale(solvers):
+                solvers.weight_decay(1e-4)
+                solvers.update()
             synchronize(comm)  # the step's kernels, not just their launches
             if i >= args.warmup:
                 times[overlap][0].append(time.perf_counter() - tic)
