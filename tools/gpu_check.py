@@ -8,7 +8,8 @@ nnabla-ext-cuda it finds (one message per missing piece, with the fix), then on 
 this host:
 
 1. the NCCL mapping and communicator tests on real NCCL (tests/mpi/test_nccl_mapping.py,
-   tests/mpi/test_communicator.py -k nccl);
+   tests/mpi/test_communicator.py -k nccl) and DALI's batches copied into device arrays
+   (tests/unit/test_data_device.py -k on_a_gpu);
 2. ``allreduce_bench``: torus2d on every grid the GPU count allows against NCCL's own
    all-reduce (``native``), device-synchronised times, busbw, exactness, at 1 MiB and at
    ResNet-50's 102,228,128 bytes of float32 gradients;
@@ -134,10 +135,11 @@ def device_checks(gpus, env, json_path):
     benchmark's own records go beside ``json_path``."""
     verdicts, results = [], {}
     tests = run([sys.executable, "-m", "pytest", "-q", "tests/mpi/test_nccl_mapping.py",
-                 "tests/mpi/test_communicator.py", "-k", "real_nccl or nccl-"], env, 3600)
+                 "tests/mpi/test_communicator.py", "tests/unit/test_data_device.py", "-k",
+                 "real_nccl or nccl- or on_a_gpu"], env, 3600)
     tail = (tests.stdout.strip().splitlines() or ["no output"])[-1]
-    verdicts.append(("NCCL mapping and communicator tests", "PASS" if tests.returncode == 0
-                     else "FAIL", tail))
+    verdicts.append(("NCCL mapping, communicator, DALI device feed tests",
+                     "PASS" if tests.returncode == 0 else "FAIL", tail))
     grids = [str(g) for g in factor_pairs(gpus)]
     bench_json = os.path.abspath(os.path.splitext(json_path)[0] + "_allreduce.json")
     bench = run(mpirun_command(gpus, ["tools/allreduce_bench.py", "--algorithms",
