@@ -176,10 +176,14 @@ class ResizeAdvisor:
         self.fixed = BatchSchedule.parse(fixed) if fixed else None
         self.slots = env_value(elastic.ENV_SLOTS, None, int)
         self.cost = env_value(elastic.ENV_COST, None, float)
+        self.decided = None      # (global batch, fixed count) of the latest decision
 
     def due(self, plan, epoch):
         """True when a decision is needed: a new global batch, or the fixed schedule moved."""
-        return plan.changed or (self.fixed is not None and self.fixed.batch(epoch) != self.size)
+        return self._key(plan, epoch) != self.decided
+
+    def _key(self, plan, epoch):
+        return plan.global_batch, self.fixed.batch(epoch) if self.fixed else None
 
     def phase_end(self, epoch):
         """Epoch at which the current phase ends (the run's end in adaptive mode)."""
@@ -190,7 +194,8 @@ class ResizeAdvisor:
     def decide(self, plan, epoch):
         """(ranks, ResizeDecision) for the rest of the phase; ranks fit the slots and batch."""
         rp = self.run_planner
-        fixed = self.fixed.batch(epoch) if self.fixed else None
+        self.decided = self._key(plan, epoch)
+        fixed = self.decided[1]
         images = (self.phase_end(epoch) - epoch) * self.dataset_size
         d = planner.plan_resize(
             rp.prof, rp.model, plan.global_batch, self.size, images,

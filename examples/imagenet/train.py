@@ -11,8 +11,11 @@ backward, the batch-size controller, the planner, checkpoints. Launch commands:
     mpirun -np 8 python examples/imagenet/train.py --data-dir /data/imagenet --context cudnn
     # Sony's 224-second recipe: batch 34K -> 68K, FP16, LARS (recipes/sony-224s.yaml)
     mpirun -np 2176 python examples/imagenet/train.py -C sony-224s --data-dir /data/imagenet
-    # continue the run in --output-dir from its newest intact checkpoint
+    # continue the run in --output-dir from its newest intact checkpoint (any rank count)
     mpirun -np 4 python examples/imagenet/train.py --resume 1
+    # elastic: relaunched on 1, 2, then 4 ranks as the batch grows (nnabla-torus-run, README)
+    nnabla-torus-run --slots 4 --ranks-schedule 0:1,2:2,4:4 -- \
+        python examples/imagenet/train.py --batch-schedule 0:32,2:64,4:128
 
 ``--data-dir`` holds ``train/<wnid>/*.JPEG``, ``val/`` and the ``path label`` lists
 ``train.txt`` / ``val.txt`` (nnabla-examples' layout). Every knob is a flag, an environment
@@ -29,7 +32,10 @@ naming the file instead); labels outside the class set are refused (training) or
 the accuracy with a warning (validation).
 Rank 0 writes the monitors (``*.series.txt``), ``training.png`` and the checkpoints to
 ``--output-dir``; ``--resume`` reads them on every rank, so on several hosts put it on a
-shared file system.
+shared file system. A checkpoint resumes on another rank count with the same global batch and
+data position (resize.py); with ``--elastic 1`` (set by ``nnabla-torus-run``) the script exits
+with status 75 after a checkpoint when the planner says another rank count pays for the new
+batch phase, and with 76 after a checkpoint on SIGUSR1 (the launcher's Ctrl-C).
 """
 import json
 import logging
@@ -610,6 +616,9 @@ def main(argv=None):
     advisor = None if run_planner is None else resize.ResizeAdvisor(
         run_planner, BatchSchedule.parse(cfg.batch_schedule), cfg.adaptive_batch, cfg.epochs,
         len(train_set), comm.size)
+    if cfg.elastic and advisor is None:
+        log(f"elastic: --plan off leaves no planner to choose rank counts: the run keeps "
+            f"{comm.size} ranks (use --plan auto)")
     stop_signal = []
     if cfg.elastic:          # the launcher's Ctrl-C: checkpoint at the end of this step
         signal.signal(signal.SIGUSR1, lambda signum, frame: stop_signal.append(signum))
@@ -745,9 +754,8 @@ def elastic_request(advisor, plan, epoch, acting, log):
     """
     ranks, decision, note = advisor.decide(plan, epoch)
     move = decision.resize and ranks != advisor.size
-    verb = ("requesting a relaunch on" if acting else "nnabla-torus-run would relaunch on") \
-        if move else "keeping"
-    log(f"elastic: {verb} {ranks if move else advisor.size} ranks: {decision.reason}"
+    verb = "requesting a relaunch on" if acting else "nnabla-torus-run would relaunch on"
+    log("elastic: " + (f"{verb} {ranks} ranks: " if move else "") + decision.reason
         + (f" ({note})" if note else ""))
     if not (acting and move):
         return None
