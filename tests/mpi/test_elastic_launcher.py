@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from tests.mpirun import REPO, run_mpi
 
@@ -59,17 +58,21 @@ def test_restart_limit():
     assert "above --max-restarts 2: stopping" in out, out
 
 
-def test_ctrl_c_is_forwarded_and_leaves_a_resumable_stop():
-    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAKE, "wait")
+def interrupt_when(proc, marker, timeout=120):
+    """Read ``proc``'s output until a line starts with ``marker``, send Ctrl-C; the output."""
     lines = []
-    deadline = time.time() + 60
     for line in proc.stdout:
         lines.append(line)
-        if "WAITING" in line or time.time() > deadline:
+        if line.startswith(marker):
             break
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
-    out = "".join(lines) + out
+    out, _ = proc.communicate(timeout=timeout)
+    return "".join(lines) + out
+
+
+def test_ctrl_c_is_forwarded_and_leaves_a_resumable_stop():
+    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAKE, "wait")
+    out = interrupt_when(proc, "WAITING")
     assert proc.returncode == 130, out
     assert "checkpoint is resumable" in out, out
 
@@ -96,14 +99,7 @@ def test_train_py_grows_from_one_to_two_ranks(tmp_path):
 def test_train_py_stops_on_ctrl_c_with_a_resumable_checkpoint(tmp_path):
     proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", TRAIN, *TINY,
                     "--epochs", "50", "--batch-schedule", "0:32", "--output-dir", str(tmp_path))
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("epoch 1.00"):            # a validation line: training is under way
-            break
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    out = "".join(lines) + out
+    out = interrupt_when(proc, "epoch 1.00")          # a validation line: training under way
     assert proc.returncode == 130, out
     assert "stopped on a signal; checkpoint written" in out, out
     status, out = run("--slots", "2", "--ranks-schedule", "0:1", "--", "python", TRAIN, *TINY,
