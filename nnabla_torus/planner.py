@@ -301,9 +301,11 @@ def plan_resize(prof, model, global_batch, current_gpus, phase_images, restart_c
             f"against a restart of {restart_cost_s:.1f} s (break-even "
             f"{break_even:.3g} images)")
     if best.gpus == current_gpus:
+        why = ("the fixed GPU-count schedule" if fixed_gpus is not None else
+               "the planner's fastest count")
         return ResizeDecision(best.gpus, best, False, 0.0, restart_cost_s, math.inf,
                               f"keep {_ranks(current_gpus)} at global batch {global_batch}: "
-                              f"the planner's fastest count ({best.algorithm} on {best.grid})")
+                              f"{why} ({best.algorithm} on {best.grid})")
     if fixed_gpus is not None:
         return ResizeDecision(best.gpus, best, True, gain, restart_cost_s, break_even,
                               f"resize (fixed GPU-count schedule): {head}")
