@@ -30,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from . import planner
 from .knobs import add_knob
@@ -54,6 +55,7 @@ ENV_SLOTS = "NNABLA_TORUS_ELASTIC_SLOTS"
 ENV_RANKS = "NNABLA_TORUS_ELASTIC_RANKS"
 ENV_COST = "NNABLA_TORUS_RESTART_COST"
 TAIL_LINES = 20
+STARTED = time.monotonic()
 
 
 def restart_cost(profile_name, given=None):
@@ -122,12 +124,14 @@ def decide(args, prof, global_batch, current, images, epoch):
     common = dict(fixed_gpus=fixed, dataset_size=args.dataset_size, epochs=args.epochs,
                   local_batches=[args.local_batch] if args.local_batch else None)
     cost = restart_cost(prof.name, args.restart_cost)
-    d = planner.plan_resize(prof, args.model, global_batch, current, images, cost, **common)
-    if d.gpus > args.total_slots:
-        note = (f"the planner wants {d.gpus} ranks but only {args.total_slots} slots exist: "
-                f"planning within them")
-        d = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
-                                max_gpus=args.total_slots, **common)
+    d = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
+                            max_gpus=args.total_slots, **common)
+    if fixed is None and d.gpus == args.total_slots:        # at the cap: would it want more?
+        wanted = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
+                                     **common).gpus
+        if wanted > args.total_slots:
+            note = (f"the planner wants {wanted} ranks but only {args.total_slots} slots "
+                    f"exist: planning within them")
     return d, note
 
 
@@ -154,7 +158,8 @@ def launch_sequence(args, prof):
 
 
 def log(text):
-    print(f"nnabla-torus-run: {text}", flush=True)
+    """One launcher line, with the seconds since the launcher started."""
+    print(f"nnabla-torus-run [{time.monotonic() - STARTED:.1f} s]: {text}", flush=True)
 
 
 def run_once(argv, ranks, mpirun_args, env):

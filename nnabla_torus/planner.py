@@ -284,7 +284,7 @@ def plan_resize(prof, model, global_batch, current_gpus, phase_images, restart_c
         best = plan(prof, model, max_gpus=max_gpus, **common).best
     if current_gpus is None:
         why = ("fixed GPU-count schedule" if fixed_gpus is not None else
-               f"the planner's fastest count of {max_gpus}")
+               f"the planner's fastest count up to {max_gpus}")
         return ResizeDecision(best.gpus, best, True, 0.0, 0.0, 0.0,
                               f"launch {_ranks(best.gpus)} ({best.algorithm} on {best.grid}, "
                               f"{best.local_batch} x {best.accum_steps} per rank) at global "

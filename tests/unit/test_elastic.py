@@ -78,3 +78,15 @@ def test_bad_launcher_input_is_one_line(tmp_path, capsys):
         elastic.main(["--slots", "2", "--dry-run"])
     with pytest.raises(SystemExit, match="--hostfile or --slots, not both"):
         elastic.main(["--slots", "2", "--hostfile", "x", "--", "python", "t.py"])
+
+
+def test_dry_run_on_fewer_slots_than_wanted_says_so(tmp_path, capsys):
+    hosts = tmp_path / "three.hosts"
+    hosts.write_text("".join(f"node{i} slots=4\n" for i in range(3)))
+    elastic.main(["--hostfile", str(hosts), "--profile", "abci", "--model", "resnet50",
+                  "--schedule", "0:34816,5:69632", "--local-batch", "32", "--dataset-size",
+                  "1281167", "--epochs", "90", "--dry-run"])
+    out = capsys.readouterr().out
+    assert "the planner wants 1088 ranks but only 12 slots exist: planning within them" in out
+    assert "global batch 34816 does not split over 12 ranks: falling back to 8" in out, out
+    assert "launch at epoch 0: 8 ranks" in out, out
