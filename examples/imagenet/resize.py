@@ -7,7 +7,7 @@ redone here:
 
 1. The batch split: the saved global batch B is split anew over M ranks
    (``controller.split_batch``: per-rank batch x accumulation); when no split gives B exactly
-   the nearest one is used and said.
+   the nearest one is used and logged.
 2. The rest of the epoch. At the checkpoint every old rank r had read the first p images of
    its padded shard (``data.shard_plan``). The images still ahead form a stream in the old
    run's step order: step t, old rank r, its k images (k = per-rank batch x accumulation per
@@ -26,6 +26,9 @@ loader batch]) and the order is rebuilt from the epoch's seeded permutation thro
     order, left, per_rank = epoch_order(1438, seed=1, epoch=0, segments=[[4, 48, 16, 0, 16]],
                                         size=2, step_images=32)
     # rank r of 2 reads order[len(order) * r // 2:...]; the epoch is 1 - left done
+
+``ResizeAdvisor`` asks the planner, at each new global batch, whether another rank count pays
+for the rest of the phase: the decision ``nnabla-torus-run`` acts on (train.py --elastic 1).
 """
 import math
 
