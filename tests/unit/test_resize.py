@@ -100,3 +100,41 @@ def test_a_grid_that_does_not_fit_the_new_size_falls_back():
     assert resize.fit_grid("", 8) == ("", "")
     grid, message = resize.fit_grid("2x2", 8)
     assert grid == "" and "grid 2x2 does not fit 8 ranks: falling back" in message
+
+
+def advisor(monkeypatch, size, fixed=None, slots=None, adaptive=False):
+    from types import SimpleNamespace
+
+    from nnabla_torus.profile import load_profile
+    from nnabla_torus.schedules import BatchSchedule
+    for name, value in (("NNABLA_TORUS_ELASTIC_RANKS", fixed),
+                        ("NNABLA_TORUS_ELASTIC_SLOTS", slots)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.delenv("NNABLA_TORUS_RESTART_COST", raising=False)
+    planner = SimpleNamespace(prof=load_profile("cpu-2core"), model="resnet18-w0.125-16px",
+                              common=dict(dataset_size=1438, epochs=12))
+    return resize.ResizeAdvisor(planner, BatchSchedule.parse("0:32,2:64,4:128"), adaptive, 12,
+                                1438, size)
+
+
+def test_advisor_decides_once_per_batch_and_fixed_count(monkeypatch):
+    a = advisor(monkeypatch, 1, fixed="0:1,2:2,4:4", slots="4")
+    plan = BatchPlan(32, 32, 1, 0.5, True, "")
+    assert a.due(plan, 0.0)
+    ranks, decision, note = a.decide(plan, 0.0)
+    assert ranks == 1 and not decision.resize and "fixed GPU-count schedule" in decision.reason
+    assert not a.due(plan._replace(changed=False), 1.5)       # nothing new: no second decision
+    plan = BatchPlan(64, 32, 2, 1.0, True, "")
+    assert a.due(plan, 2.0) and a.phase_end(2.0) == 4.0
+    ranks, decision, note = a.decide(plan, 2.0)
+    assert ranks == 2 and decision.resize and "2876 images left in the phase" in decision.reason
+
+
+def test_advisor_caps_at_the_slots_and_plans_to_the_end_in_adaptive_mode(monkeypatch):
+    a = advisor(monkeypatch, 1, fixed="0:4", slots="2")
+    ranks, decision, note = a.decide(BatchPlan(64, 32, 2, 1.0, True, ""), 0.0)
+    assert ranks == 2 and "wanted 4 ranks but only 2 slots exist: using 2" in note
+    assert advisor(monkeypatch, 2, adaptive=True).phase_end(3.0) == 12
