@@ -211,7 +211,8 @@ def run(args, prof):
     else:
         raise ValueError("give --schedule (the batch schedule to plan the first launch from) "
                          "or --ranks-schedule (fixed rank counts per epoch)")
-    log(f"decision: {first.reason if first else 'fixed GPU-count schedule (--ranks-schedule)'}"
+    log("decision: " + (first.reason if first else
+                        f"launch {ranks} ranks: fixed GPU-count schedule (--ranks-schedule)")
         + (f" ({note})" if note else ""))
     env = dict(os.environ, **{ENV_ELASTIC: "1", ENV_SLOTS: str(args.total_slots),
                               ENV_COST: str(restart_cost(prof.name, args.restart_cost))})
