@@ -33,7 +33,7 @@ import sys
 import time
 
 from . import planner
-from .knobs import add_knob
+from .knobs import add_knob, number
 from .launch import mpirun_command
 from .profile import load_profile
 from .schedules import BatchSchedule
@@ -258,7 +258,8 @@ def build_parser():
     add_knob(parser, "--hostfile", "NNABLA_TORUS_RUN_HOSTFILE", None,
              "Open MPI hostfile ('host slots=N' lines); its slots bound the rank count")
     add_knob(parser, "--slots", "NNABLA_TORUS_RUN_SLOTS", None,
-             "ranks this machine may run when there is no hostfile (None: CPU cores)", type=int)
+             "ranks this machine may run when there is no hostfile (None: CPU cores)",
+             type=number(int, low=1))
     add_knob(parser, "--profile", "NNABLA_TORUS_PROFILE", "cpu-2core",
              "cluster profile the planner plans with (shipped name or YAML path)")
     add_knob(parser, "--model", "NNABLA_TORUS_RUN_MODEL", "resnet18-w0.125-16px",
@@ -268,19 +269,21 @@ def build_parser():
              "from; the script's own schedule drives later resizes")
     add_knob(parser, "--local-batch", "NNABLA_TORUS_RUN_LOCAL_BATCH", None,
              "fixed per-rank batch (None: powers of two up to the profile's memory limit)",
-             type=int)
+             type=number(int, low=1))
     add_knob(parser, "--dataset-size", "NNABLA_TORUS_RUN_DATASET_SIZE", 1438,
-             "training images per epoch (1,438: the digits data; ImageNet: 1281167)", type=int)
+             "training images per epoch (1,438: the digits data; ImageNet: 1281167)",
+             type=number(int, low=1))
     add_knob(parser, "--epochs", "NNABLA_TORUS_RUN_EPOCHS", 12.0, "epochs of the run",
-             type=float)
+             type=number(float, low=0, strict=True))
     add_knob(parser, "--restart-cost", ENV_COST, None,
              "seconds one checkpoint-restart costs (None: measured for cpu-2core, "
-             f"{ASSUMED_RESTART_COST_S:g} s assumed for other profiles)", type=float)
+             f"{ASSUMED_RESTART_COST_S:g} s assumed for other profiles)",
+             type=number(float, low=0))
     add_knob(parser, "--ranks-schedule", ENV_RANKS, None,
              "fixed rank count per epoch 'epoch:ranks,...' instead of the planner's choice "
              "(the planner's predicted gain is still logged)")
     add_knob(parser, "--max-restarts", "NNABLA_TORUS_RUN_MAX_RESTARTS", 10,
-             "relaunches allowed before the launcher gives up", type=int)
+             "relaunches allowed before the launcher gives up", type=number(int, low=0))
     add_knob(parser, "--mpirun-args", "NNABLA_TORUS_RUN_MPIRUN_ARGS", "",
              "extra mpirun arguments, space-separated")
     add_knob(parser, "--dry-run", "NNABLA_TORUS_RUN_DRY_RUN", False,
@@ -304,12 +307,6 @@ def parse_args(argv=None):
         log(f"hostfile {args.hostfile}: {len(hosts)} host(s), {args.total_slots} slots")
     else:
         args.total_slots = args.slots or os.cpu_count() or 1
-    for name in ("total_slots", "max_restarts", "dataset_size"):
-        if getattr(args, name) < (0 if name == "max_restarts" else 1):
-            raise ValueError(f"{name.replace('total_', '--')} = {getattr(args, name)} is too "
-                             f"small")
-    if args.restart_cost is not None and args.restart_cost < 0:
-        raise ValueError(f"--restart-cost {args.restart_cost} must be >= 0 seconds")
     if not args.dry_run and not args.command:
         raise ValueError("no training command: put it after --, e.g. -- python "
                          "examples/imagenet/train.py")

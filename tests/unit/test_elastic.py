@@ -90,3 +90,11 @@ def test_dry_run_on_fewer_slots_than_wanted_says_so(tmp_path, capsys):
     assert "the planner wants 1088 ranks but only 12 slots exist: planning within them" in out
     assert "global batch 34816 does not split over 12 ranks: falling back to 8" in out, out
     assert "launch at epoch 0: 8 ranks" in out, out
+
+
+def test_bad_numbers_are_refused_where_parsed(capsys):
+    for flag, value in (("--slots", "0"), ("--max-restarts", "-1"), ("--restart-cost", "-5"),
+                        ("--epochs", "0")):
+        with pytest.raises(SystemExit):
+            elastic.main([flag, value, "--dry-run", "--schedule", "0:32"])
+        assert f"argument {flag}: must be" in capsys.readouterr().err
