@@ -163,7 +163,7 @@ def log(text):
 
 
 def run_once(argv, ranks, mpirun_args, env):
-    """Run one mpirun; return (status, request dict or None, last output lines)."""
+    """Run one mpirun; return (status, request dict or None, last output lines, interrupted)."""
     cmd = mpirun_command(ranks, argv, mpirun_args)
     log(f"launch: {' '.join(cmd)}")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -190,7 +190,7 @@ def run_once(argv, ranks, mpirun_args, env):
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    return status, request, list(tail)
+    return status, request, list(tail), bool(interrupts)
 
 
 def run(args, prof):
@@ -226,7 +226,12 @@ def run(args, prof):
             mpirun_args += ["-x", name]
     restarts = 0
     while True:
-        status, request, tail = run_once(argv, ranks, mpirun_args, env)
+        status, request, tail, interrupted = run_once(argv, ranks, mpirun_args, env)
+        if interrupted and status not in (0, EXIT_STOPPED):
+            log(f"stopped by a signal before the ranks could checkpoint (status {status}; "
+                f"during start-up they do not handle SIGUSR1 yet): the newest earlier "
+                f"checkpoint, if any, is the one to resume from")
+            return 130
         if status == 0:
             log(f"finished after {restarts} restart(s)")
             return 0

@@ -77,6 +77,14 @@ def test_ctrl_c_is_forwarded_and_leaves_a_resumable_stop():
     assert "checkpoint is resumable" in out, out
 
 
+def test_ctrl_c_during_start_up_stops_without_a_loop():
+    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAKE, "early")
+    out = interrupt_when(proc, "STARTING")
+    assert proc.returncode == 130, out
+    assert "stopped by a signal before the ranks could checkpoint" in out, out
+    assert out.count("launch: ") == 1, out
+
+
 TRAIN = "examples/imagenet/train.py"
 TINY = ["--train-images", "128", "--image-size", "16", "--local-batch", "16",
         "--reference-batch", "32", "--warmup-epochs", "0.5", "--progress", "0",

@@ -5,6 +5,7 @@ Usage: elastic_fake.py MODE [--resume 1]. Modes:
   always  asks for 2 ranks every time (the launcher's restart limit stops it)
   fail    prints a few lines, then exits with status 3
   wait    waits for SIGUSR1 (the launcher's Ctrl-C), then exits 76 as train.py does
+  early   sleeps without a SIGUSR1 handler (a Ctrl-C during start-up kills it)
 """
 import json
 import signal
@@ -38,6 +39,7 @@ def main():
     if mode == "wait":
         got = []
         signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+        comm.Barrier()                       # every rank handles SIGUSR1 before WAITING
         if comm.rank == 0:
             print("WAITING", flush=True)
         deadline = time.time() + 60
@@ -45,6 +47,11 @@ def main():
             time.sleep(0.05)
         comm.Barrier()
         sys.exit(elastic.EXIT_STOPPED)
+    if mode == "early":
+        comm.Barrier()
+        if comm.rank == 0:
+            print("STARTING", flush=True)
+        time.sleep(60)
     if comm.rank == 0:
         print(f"RAN ON {comm.size}", flush=True)
 
