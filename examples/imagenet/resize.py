@@ -138,22 +138,6 @@ def resplit(saved, size, max_local_batch, lr_factor):
                          lr_factor=lr_factor(batch), changed=False, reason=message), message
 
 
-def check_same_run(meta, path, recipe, model):
-    """Raise ValueError unless the checkpoint was written by the same recipe and model.
-
-    A run may resume on another world size, not with another recipe or network: their
-    parameters, schedules and data positions do not carry over. Older checkpoints without
-    these names pass.
-    """
-    for what, saved, here, fix in (("recipe", meta.get("recipe"), recipe, f"-C {meta.get('recipe')}"),
-                                   ("model", meta.get("model"), model, "the same --arch, "
-                                    "--width and --image-size")):
-        if saved is not None and saved != here:
-            raise ValueError(f"--resume: {path} was written by {what} {saved!r} but this run is "
-                             f"{what} {here!r}; resume with {fix}, or point --output-dir at a "
-                             f"fresh folder to start anew")
-
-
 def fit_grid(grid, size):
     """(grid text or "", message): ``grid`` ("XxY") if it fits ``size`` ranks, else "" (the
     planner or the communicator chooses) and a message saying so."""
