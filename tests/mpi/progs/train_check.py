@@ -38,7 +38,7 @@ def main():
 
 def final_loss(argv):
     cfg = parse_config(argv)
-    train_set, _ = train.open_datasets(cfg)
+    train_set, _ = train.open_datasets(cfg, log=print)
     images, labels = next(data.make_loader(train_set, 64, train=True, image_size=cfg.image_size,
                                            seed=0, crop_scale=(1.0, 1.0), flip=False))
     x, t, loss, _, _ = train.build_graph(get_model(cfg.arch, train_set.num_classes, cfg.width),
