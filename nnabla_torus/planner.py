@@ -241,3 +241,80 @@ def plan_schedule(prof, model, schedule, local_batch, **kwargs):
                       local_batches=[local_batch], accum_steps=[1], **kwargs)
         phases.append((start, result.best))
     return phases
+
+
+ResizeDecision = namedtuple("ResizeDecision", [
+    "gpus",               # GPU count to run the rest of the phase on
+    "plan",               # Plan on ``gpus`` (grid, algorithm, local batch, accumulation)
+    "resize",             # True: restart on ``gpus``; False: keep the current count
+    "gain_s",             # predicted seconds saved over the phase by ``plan``'s count (no cost)
+    "restart_cost_s",     # seconds one checkpoint-restart costs
+    "break_even_images",  # phase length (images) from which the restart pays; inf if never
+    "reason",             # one line: what, why, predicted gain
+])
+
+
+def plan_resize(prof, model, global_batch, current_gpus, phase_images, restart_cost_s,
+                max_gpus=None, fixed_gpus=None, local_batches=None, **kwargs):
+    """Whether to restart on another GPU count for the rest of a batch phase; a ResizeDecision.
+
+    The phase has ``phase_images`` images left at ``global_batch`` (fixed by the schedule, so
+    the statistical efficiency is equal and throughput decides). A restart costs
+    ``restart_cost_s`` seconds (process start, import, graph build, checkpoint write and read,
+    input pipeline start); it is made only when the time saved over the rest of the phase,
+    ``phase_images * (1/throughput_now - 1/throughput_new)``, exceeds that cost. Break-even:
+    ``restart_cost_s / (1/throughput_now - 1/throughput_new)`` images. ``current_gpus`` None
+    is the first launch (no restart to pay). ``fixed_gpus`` (a fixed GPU-count schedule)
+    overrides the choice, and the reason still gives the planner's prediction for it.
+    ``max_gpus``: the slots that exist (default: the profile's). Example (the paper's second
+    phase, 85 epochs of ImageNet at 69,632 on 1,088 GPUs)::
+
+        d = plan_resize(load_profile("abci"), "resnet50", 69632, 1088, 85 * 1281167, 60.0,
+                        local_batches=[32])
+        d.gpus, d.resize        # (2176, True)
+    """
+    limit = prof.hosts * prof.network.gpus_per_host
+    max_gpus = min(max_gpus or limit, limit)
+    if local_batches is None:
+        local_batches = 2 ** np.arange(int(math.log2(model_of(prof, model).max_local_batch)) + 1)
+    common = dict(target_batch=global_batch, local_batches=local_batches, **kwargs)
+    if fixed_gpus is not None:
+        best = plan(prof, model, counts=[fixed_gpus], **common).best
+    else:
+        best = plan(prof, model, max_gpus=max_gpus, **common).best
+    if current_gpus is None:
+        why = ("fixed GPU-count schedule" if fixed_gpus is not None else
+               f"the planner's fastest count up to {max_gpus}")
+        return ResizeDecision(best.gpus, best, True, 0.0, 0.0, 0.0,
+                              f"launch {_ranks(best.gpus)} ({best.algorithm} on {best.grid}, "
+                              f"{best.local_batch} x {best.accum_steps} per rank) at global "
+                              f"batch {global_batch}: {why}, predicted "
+                              f"{best.images_per_s:.0f} images/s")
+    now = plan(prof, model, counts=[current_gpus], **common).best
+    per_image = 1.0 / now.images_per_s - 1.0 / best.images_per_s     # seconds saved per image
+    gain = phase_images * per_image
+    break_even = restart_cost_s / per_image if per_image > 0 else math.inf
+    head = (f"global batch {global_batch}, {phase_images:.0f} images left in the phase: "
+            f"{current_gpus} -> {_ranks(best.gpus)} ({best.algorithm} on {best.grid}, "
+            f"{best.local_batch} x {best.accum_steps} per rank) predicted "
+            f"{now.images_per_s:.0f} -> {best.images_per_s:.0f} images/s, saves {gain:.1f} s "
+            f"against a restart of {restart_cost_s:.1f} s (break-even "
+            f"{break_even:.3g} images)")
+    if best.gpus == current_gpus:
+        why = ("the fixed GPU-count schedule" if fixed_gpus is not None else
+               "the planner's fastest count")
+        return ResizeDecision(best.gpus, best, False, 0.0, restart_cost_s, math.inf,
+                              f"keep {_ranks(current_gpus)} at global batch {global_batch}: "
+                              f"{why} ({best.algorithm} on {best.grid})")
+    if fixed_gpus is not None:
+        return ResizeDecision(best.gpus, best, True, gain, restart_cost_s, break_even,
+                              f"resize (fixed GPU-count schedule): {head}")
+    if gain > restart_cost_s:
+        return ResizeDecision(best.gpus, best, True, gain, restart_cost_s, break_even,
+                              f"resize: {head}")
+    return ResizeDecision(current_gpus, now, False, gain, restart_cost_s, break_even,
+                          f"decline: {head}; the restart does not pay")
+
+
+def _ranks(count):
+    return f"{count} rank" + ("" if count == 1 else "s")

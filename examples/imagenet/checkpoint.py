@@ -119,20 +119,6 @@ def load_latest_checkpoint(directory, log=print):
                           ". Delete them and start without --resume")
 
 
-def check_ranks(meta, path, ranks):
-    """Raise ValueError unless the checkpoint at ``path`` was written by ``ranks`` ranks.
-
-    Its data position and batch split (ranks x per-rank batch x accumulation) hold for the
-    world size that wrote it; another one would silently train at another global batch.
-    Checkpoints without ``ranks`` in ``meta`` (older ones) pass.
-    """
-    saved = meta.get("ranks")
-    if saved is not None and saved != ranks:
-        raise ValueError(f"--resume: {path} was written by {saved} ranks but this run has "
-                         f"{ranks}; its data position and batch split hold for {saved} ranks: "
-                         f"resume with the same rank count (mpirun -np {saved})")
-
-
 MODEL_FLAGS = {"arch": "--arch", "width": "--width", "classes": "the training list's labels"}
 
 

@@ -114,6 +114,9 @@ class TrainConfig:
     # bookkeeping
     checkpoint_every: int = knob(0, "optimizer steps between checkpoints (0 = only at the end)")
     resume: bool = knob(False, "continue from the newest good checkpoint in output_dir")
+    elastic: bool = knob(False, "driven by nnabla-torus-run: at a new batch phase, checkpoint and "
+                                "exit 75 to be relaunched on the rank count the planner picks; "
+                                "SIGUSR1: checkpoint and exit 76 (0 = only log what it would do)")
     max_steps: int = knob(0, "stop after this many optimizer steps (0 = run all epochs); for tests")
     progress: bool = knob(True, "progress on rank 0: a tqdm bar when stderr is a terminal, "
                                 "else a line every log_every steps")

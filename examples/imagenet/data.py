@@ -231,17 +231,23 @@ def write_list(path, entries):
         f.writelines(f"{name} {label}\n" for name, label in entries)
 
 
-def shard_plan(num_images, batch_size, rank, size, train, seed=0, epoch=0, start_image=0):
+def shard_plan(num_images, batch_size, rank, size, train, seed=0, epoch=0, start_image=0,
+               order=None):
     """Return (indices, real) of the images rank ``rank`` reads this epoch, from ``start_image`` on.
 
     ``indices`` has ``steps * batch_size`` entries with ``steps = ceil((ceil(N/size) - start_image)
     / batch_size)`` on every rank; the first ``real`` entries are this rank's shard (contiguous
     block of the epoch order, which for training is a permutation seeded by (seed, epoch)), the
-    rest pad it (training: the shard again; validation: entries to mask out).
+    rest pad it (training: the shard again; validation: entries to mask out). ``order``: the
+    epoch's image order when it is not the seeded one (an epoch resharded over another world
+    size, resize.py); ``num_images`` is then ``len(order)``.
     """
+    if order is not None:
+        num_images = len(order)
     _check_shard_args(num_images, batch_size, rank, size, start_image)
-    order = (np.random.default_rng([seed, epoch]).permutation(num_images) if train
-             else np.arange(num_images))
+    if order is None:
+        order = (np.random.default_rng([seed, epoch]).permutation(num_images) if train
+                 else np.arange(num_images))
     shard = order[num_images * rank // size: num_images * (rank + 1) // size]
     remaining = shard[start_image:]
     steps = math.ceil((math.ceil(num_images / size) - start_image) / batch_size)
@@ -270,16 +276,17 @@ class Loader:
     """
 
     def __init__(self, dataset, batch_size, rank, size, train, image_size, seed, epoch,
-                 start_image, device_id, num_threads, prefetch, crop_scale, flip, on_bad, dtype):
+                 start_image, device_id, num_threads, prefetch, crop_scale, flip, on_bad, dtype,
+                 order=None):
         self.batch_size, self.train, self.epoch = batch_size, train, epoch
         self.on_device = device_id is not None
         self.start_image = self.position = start_image
         self.images_per_epoch = len(dataset)
         self.num_classes = dataset.num_classes
         self._indices, self.shard_size = shard_plan(len(dataset), batch_size, rank, size, train,
-                                                    seed, epoch, start_image)
+                                                    seed, epoch, start_image, order)
         self.steps = len(self._indices) // batch_size
-        self._per_rank = math.ceil(len(dataset) / size)
+        self._per_rank = math.ceil((len(dataset) if order is None else len(order)) / size)
         self._step = 0
         self._pipe = None
         self._dataset, self._rank, self._on_bad = dataset, rank, on_bad
@@ -395,7 +402,7 @@ class Loader:
 def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, seed=0,
                 device_id=None, list_file=None, epoch=0, start_image=0, resume=None,
                 num_threads=1, prefetch=2, crop_scale=(0.08, 1.0), flip=True, on_bad="skip",
-                dtype="float"):
+                dtype="float", order=None):
     """Return a ``Loader`` over rank ``rank``'s batches of epoch ``epoch``.
 
     source: a ``Dataset`` or an image folder (read with ``read_dataset(source, list_file)``).
@@ -411,7 +418,8 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
     horizontal flips in training. on_bad: "skip" undecodable images (see the module doc) or
     "stop" (raise BadImageError naming the file). dtype: "float" (float32 images) or "half"
     (float16, for FP16 training on a GPU: half the bytes of the copy in ``feed``, no cast before
-    the first layer).
+    the first layer). order: the epoch's image order (indices into the dataset) instead of the
+    seeded one, for an epoch resharded over another world size (resize.py).
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -421,7 +429,8 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
         epoch, start_image = resume["epoch"], resume["start_image"]
         batch_size, replay = resume["batch_size"], resume["consumed_steps"]
     loader = Loader(dataset, batch_size, rank, size, train, image_size, seed, epoch, start_image,
-                    device_id, num_threads, prefetch, tuple(crop_scale), flip, on_bad, dtype)
+                    device_id, num_threads, prefetch, tuple(crop_scale), flip, on_bad, dtype,
+                    order)
     for _ in range(replay):
         next(loader)
     return loader

@@ -11,8 +11,11 @@ backward, the batch-size controller, the planner, checkpoints. Launch commands:
     mpirun -np 8 python examples/imagenet/train.py --data-dir /data/imagenet --context cudnn
     # Sony's 224-second recipe: batch 34K -> 68K, FP16, LARS (recipes/sony-224s.yaml)
     mpirun -np 2176 python examples/imagenet/train.py -C sony-224s --data-dir /data/imagenet
-    # continue the run in --output-dir from its newest intact checkpoint
+    # continue the run in --output-dir from its newest intact checkpoint (any rank count)
     mpirun -np 4 python examples/imagenet/train.py --resume 1
+    # elastic: relaunched on 1, 2, then 4 ranks as the batch grows (nnabla-torus-run, README)
+    nnabla-torus-run --slots 4 --ranks-schedule 0:1,2:2,4:4 -- \
+        python examples/imagenet/train.py --batch-schedule 0:32,2:64,4:128
 
 ``--data-dir`` holds ``train/<wnid>/*.JPEG``, ``val/`` and the ``path label`` lists
 ``train.txt`` / ``val.txt`` (nnabla-examples' layout). Every knob is a flag, an environment
@@ -29,12 +32,16 @@ naming the file instead); labels outside the class set are refused (training) or
 the accuracy with a warning (validation).
 Rank 0 writes the monitors (``*.series.txt``), ``training.png`` and the checkpoints to
 ``--output-dir``; ``--resume`` reads them on every rank, so on several hosts put it on a
-shared file system.
+shared file system. A checkpoint resumes on another rank count with the same global batch and
+data position (resize.py); with ``--elastic 1`` (set by ``nnabla-torus-run``) the script exits
+with status 75 after a checkpoint when the planner says another rank count pays for the new
+batch phase, and with 76 after a checkpoint on SIGUSR1 (the launcher's Ctrl-C).
 """
 import json
 import logging
 import math
 import os
+import signal
 import sys
 import time
 
@@ -46,18 +53,21 @@ from nnabla.ext_utils import get_extension_context
 from nnabla.monitor import Monitor, MonitorSeries
 
 import nnabla_torus as C
+from nnabla_torus import elastic
 from nnabla_torus.communicator import DEFAULTS
 from nnabla_torus.controller import BatchPlan
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.costmodel import ALGORITHMS
 from nnabla_torus.noise_scale import NoiseScaleEstimator
 from nnabla_torus.overlap import BucketedAllReduce
+from nnabla_torus.schedules import BatchSchedule
 from nnabla_torus.topology import Grid, parse_grid
 
 import data
 import digits
-from checkpoint import (CheckpointError, check_model, check_ranks, checkpoint_path,
-                        checkpoint_step, load_latest_checkpoint, read_checkpoint, save_checkpoint)
+import resize
+from checkpoint import (CheckpointError, check_model, checkpoint_path, checkpoint_step,
+                        load_latest_checkpoint, read_checkpoint, save_checkpoint)
 from config import build_schedules, parse_config
 from models import get_model, is_bn_or_bias
 from planning import RunPlanner
@@ -78,6 +88,11 @@ def make_context_and_comm(cfg, log_all):
         log_all("type_config half needs a CUDA context; this CPU run trains in fp32 (with "
                 "the FP16 dynamic loss scaling, so that code path runs)")
     ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
+    if cfg.elastic:
+        from mpi4py import MPI
+        cfg.grid, note = resize.fit_grid(cfg.grid, MPI.COMM_WORLD.size)
+        if note:
+            log_all(note)
     # auto starts on the communicator's default; the planner switches before the first step.
     algorithm = DEFAULTS["algorithm"] if cfg.algorithm == "auto" else cfg.algorithm
     comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=algorithm, grid=cfg.grid or None)
@@ -110,25 +125,26 @@ def open_datasets(cfg, log):
 class TrainStream:
     """Endless per-rank training batches, epoch after epoch, at a changeable batch size.
 
-    ``epoch()`` is fractional: loader epoch + share of this rank's shard consumed, the same on
-    every rank. A new batch size continues the current epoch at ``loader.position``.
+    ``epoch()`` is fractional: loader epoch + share of the epoch consumed, the same on every
+    rank. A new batch size continues the current epoch at ``loader.position``; an epoch begun
+    on another world size continues in its resharded order (``resize.EpochLayout``).
     """
 
     def __init__(self, train_set, cfg, comm, device_id, state=None, dtype="float"):
+        self.layout = resize.EpochLayout(len(train_set), cfg.seed, comm.size, state)
         self.make = lambda **kw: data.make_loader(
             train_set, rank=comm.rank, size=comm.size, train=True, image_size=cfg.image_size,
             seed=cfg.seed, device_id=device_id, crop_scale=(cfg.min_crop_area, 1.0),
-            flip=cfg.flip, on_bad=cfg.bad_images, dtype=dtype, **kw)
-        self.per_rank = math.ceil(len(train_set) / comm.size)
+            flip=cfg.flip, on_bad=cfg.bad_images, dtype=dtype, order=self.layout.order, **kw)
         self.loader = self.make(batch_size=state["batch_size"], resume=state) if state else None
 
     def epoch(self):
         if self.loader is None:
             return 0.0
-        return self.loader.epoch + self.loader.position / self.per_rank
+        return self.loader.epoch + self.layout.fraction(self.loader.position)
 
     def at_epoch_end(self):
-        return self.loader is not None and self.loader.position >= self.per_rank
+        return self.loader is not None and self.loader.position >= self.layout.per_rank
 
     def state(self):
         """Data position for the checkpoint (at an epoch end: the start of the next one)."""
@@ -137,12 +153,13 @@ class TrainStream:
         if self.at_epoch_end():
             return {"epoch": self.loader.epoch + 1, "start_image": 0,
                     "batch_size": self.loader.batch_size, "consumed_steps": 0}
-        return self.loader.state()
+        return dict(self.loader.state(), **self.layout.state())
 
     def next_batch(self, batch_size):
         if self.loader is None:
             self.loader = self.make(batch_size=batch_size, epoch=0)
         elif self.at_epoch_end():
+            self.layout.start(self.loader.epoch + 1)
             self.loader = self.make(batch_size=batch_size, epoch=self.loader.epoch + 1)
         elif self.loader.batch_size != batch_size:
             self.loader = self.make(batch_size=batch_size, epoch=self.loader.epoch,
@@ -366,10 +383,11 @@ def load_agreed_checkpoint(directory, comm, log):
 def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
     """Load the newest intact checkpoint; return its meta (the loop continues from it).
 
-    Raises ValueError on every rank when it was written by another rank count or model.
+    Raises ValueError on every rank when it was written for another model. A checkpoint of
+    another world size resumes with the global batch split anew and the rest of the epoch
+    resharded (resize.py).
     """
     arrays, meta, path = load_agreed_checkpoint(cfg.output_dir, comm, log)
-    check_ranks(meta, path, comm.size)
     params = nn.get_parameters(grad_only=False)
     note = check_model(meta, path, model_meta,
                        {f"param/{k}": v.shape for k, v in params.items()}, arrays)
@@ -378,7 +396,18 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
     for name, var in params.items():
         var.d = arrays[f"param/{name}"]
     solvers.load_state_arrays(arrays, meta["solver_steps"])
-    if meta["plan"]:
+    saved_ranks = meta.get("ranks", comm.size)
+    if meta["plan"] and saved_ranks != comm.size:
+        old = BatchPlan(*meta["plan"])
+        ctrl.current, message = resize.resplit(meta["plan"], comm.size, ctrl.max_local_batch,
+                                               ctrl.lr_factor)
+        meta["loader"] = resize.resized_loader_state(
+            meta["loader"], saved_ranks, old.local_batch * old.accum_steps, comm.size,
+            ctrl.current)
+        meta["comm"] = None          # the planner's grid was for the old size: plan anew
+        log(f"checkpoint {path} was written by {saved_ranks} ranks, this run has {comm.size}: "
+            + message)
+    elif meta["plan"]:
         ctrl.current = BatchPlan(*meta["plan"])
     if noise and meta["noise"]:
         for key, value in meta["noise"].items():
@@ -575,6 +604,16 @@ def main(argv=None):
             comm.set_algorithm(*meta["comm"])     # the planner's choice in force at the checkpoint
             run_planner.settled = True
     stream = TrainStream(train_set, cfg, comm, device_id, loader_state, dtype=type_config)
+    advisor = None if run_planner is None else resize.ResizeAdvisor(
+        run_planner, BatchSchedule.parse(cfg.batch_schedule), cfg.adaptive_batch, cfg.epochs,
+        len(train_set), comm.size)
+    if cfg.elastic and advisor is None:
+        log(f"elastic: --plan off leaves no planner to choose rank counts: the run keeps "
+            f"{comm.size} ranks (use --plan auto)")
+    stop_signal = []
+    if cfg.elastic:          # the launcher's Ctrl-C: checkpoint at the end of this step
+        signal.signal(signal.SIGUSR1, lambda signum, frame: stop_signal.append(signum))
+    exit_status, request = 0, None
     monitors = make_monitors(cfg, comm.rank, resumed_at)
     # FP16: nnabla's dynamic loss scaling rules around the (overlapped) all-reduce.
     scaler = DynamicLossScaling(loss_scale) if cfg.type_config == "half" else None
@@ -582,6 +621,11 @@ def main(argv=None):
     graph, graph_key, reducer = None, None, None
     top1 = top5 = None
     reported_bad = set()
+
+    def checkpoint_extra():
+        return dict(epoch=stream.epoch(), images_seen=images_seen, train_time=train_time,
+                    history=history, seed=cfg.seed, loss_scale=scaler and scaler.scale,
+                    comm=[comm.algorithm, str(comm.grid)], model=model_meta)
     if cfg.max_steps and step >= cfg.max_steps:
         log(f"nothing to train: the checkpoint is at step {step}, --max-steps is "
             f"{cfg.max_steps}; raise --max-steps to continue")
@@ -597,6 +641,11 @@ def main(argv=None):
             history.append([round(epoch, 4), plan.global_batch])
         if run_planner is not None and plan.global_batch != run_planner.batch:
             replan(run_planner, plan, comm, log)
+        if advisor is not None and advisor.due(plan, epoch):
+            request = elastic_request(advisor, plan, epoch, cfg.elastic, log)
+            if request is not None:
+                exit_status = elastic.EXIT_RESIZE
+                break
         if (plan.local_batch, plan.accum_steps) != graph_key:
             graph_key = (plan.local_batch, plan.accum_steps)
             if reducer is not None:
@@ -651,16 +700,26 @@ def main(argv=None):
             log(f"epoch {stream.epoch():.2f} step {step}: train loss {loss:.4f}, val top-1 "
                 f"{json_value(top1)} top-5 {json_value(top5)}, "
                 f"{images_seen / train_time:.0f} images/s")
-        if finished or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-            write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, dict(
-                epoch=stream.epoch(), images_seen=images_seen, train_time=train_time,
-                history=history, seed=cfg.seed, loss_scale=scaler and scaler.scale,
-                comm=[comm.algorithm, str(comm.grid)], model=model_meta))
+        stopping = cfg.elastic and comm.allreduce_numpy(
+            np.array([len(stop_signal)], np.float32))[0] > 0    # every rank stops together
+        if finished or stopping or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, checkpoint_extra())
+        if stopping:
+            log(f"step {step}: stopped on a signal; checkpoint written, resume with --resume 1")
+            exit_status = elastic.EXIT_STOPPED
+            break
 
     if reducer is not None:
         reducer.close()
     if progress is not None:
         progress.close()
+    if exit_status == elastic.EXIT_RESIZE:
+        write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, checkpoint_extra())
+        if rank0:
+            print(elastic.REQUEST_PREFIX + json.dumps(request), flush=True)
+    if exit_status:
+        comm.barrier()               # rank 0's checkpoint is on disk before any rank exits
+        return exit_status
     wall = time.time() - t_start
     if rank0:
         plot_series(cfg.output_dir, os.path.join(cfg.output_dir, "training.png"))
@@ -673,6 +732,24 @@ def main(argv=None):
             "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in history),
             "plan": run_planner and run_planner.summary,
             "bad_images": len(reported_bad)})), flush=True)
+
+
+def elastic_request(advisor, plan, epoch, acting, log):
+    """The launcher request for ``plan`` at ``epoch`` (dict), or None to go on as launched.
+
+    Without --elastic (``acting`` False) the decision is only logged: what nnabla-torus-run
+    would do here.
+    """
+    ranks, decision, note = advisor.decide(plan, epoch)
+    move = decision.resize and ranks != advisor.size
+    verb = "requesting a relaunch on" if acting else "nnabla-torus-run would relaunch on"
+    log("elastic: " + (f"{verb} {ranks} ranks: " if move else "") + decision.reason
+        + (f" ({note})" if note else ""))
+    if not (acting and move):
+        return None
+    return {"ranks": ranks, "epoch": epoch, "global_batch": plan.global_batch,
+            "reason": decision.reason, "gain_s": decision.gain_s,
+            "restart_cost_s": decision.restart_cost_s}
 
 
 def replan(run_planner, batch_plan, comm, log):
@@ -693,7 +770,7 @@ def replan(run_planner, batch_plan, comm, log):
 
 if __name__ == "__main__":
     try:
-        main()
+        sys.exit(main())
     except (ValueError, FileNotFoundError, CheckpointError) as error:
         # A message, not a traceback; abort_job ends every rank even when only this one raised
         # (after sys.exit it would wait in MPI_Finalize while the others wait for it).

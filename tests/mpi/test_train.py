@@ -49,10 +49,6 @@ def test_resume_continues_exactly(tmp_path):
     out = run_mpi(2, [PROG, "--save-params", str(tmp_path / "part.npz")] + common +
                   ["--max-steps", "7", "--output-dir", str(part), "--resume", "1"], timeout=180)
     assert "resumed from" in out and "step 3" in out
-    # Another rank count would train at another global batch: refused before any step.
-    out = run_mpi(1, [PROG] + common + ["--output-dir", str(part), "--resume", "1"],
-                  timeout=120, check=False)
-    assert "written by 2 ranks but this run has 1" in out and "mpirun -np 2" in out, out
     whole_params, part_params = np.load(tmp_path / "whole.npz"), np.load(tmp_path / "part.npz")
     assert sorted(whole_params.files) == sorted(part_params.files)
     for name in whole_params.files:

@@ -76,6 +76,7 @@ TRAIN = [
     (["--bucket-mib", "0"], "argument --bucket-mib: must be a finite number > 0"),
     (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be an integer >= 0"),
     (["--resume", "maybe"], "argument --resume"),
+    (["--elastic", "maybe"], "argument --elastic"),
     (["--max-steps", "-1"], "argument --max-steps: must be an integer >= 0"),
     (["--progress", "maybe"], "argument --progress"),
     (["--log-every", "-1"], "argument --log-every: must be an integer >= 0"),

@@ -1,0 +1,340 @@
+"""nnabla-torus-run: an elastic launcher that runs each batch phase on the GPU count it pays.
+
+The planner (:func:`nnabla_torus.planner.plan_resize`) gives the GPU count, grid and per-rank
+batch of the current batch phase; the launcher starts ``mpirun`` with that many ranks. The
+training script (``examples/imagenet/train.py --elastic 1``) asks for another size when its
+batch schedule enters a new phase (or the noise-scale batch leaves the hysteresis band) and
+the planner predicts that the restart pays; it then writes a checkpoint, prints one request
+line (``REQUEST_PREFIX`` + JSON) and exits with ``EXIT_RESIZE``; the launcher relaunches on
+the requested count with ``--resume 1`` appended. Exit statuses of the script:
+
+    0             finished: the launcher exits 0
+    75            EXIT_RESIZE: checkpoint written, relaunch on the requested rank count
+    76            EXIT_STOPPED: stopped on a signal, checkpoint written (resumable)
+    anything else the launcher stops and reports the status and the last lines (no relaunch)
+
+Ctrl-C (SIGINT) or SIGTERM: the launcher forwards SIGUSR1 (Open MPI's mpirun passes it to
+every rank); the ranks agree, checkpoint at the end of the step and exit 76. A second Ctrl-C
+kills the job. Examples::
+
+    nnabla-torus-run --slots 4 --ranks-schedule 0:1,1:2,2:4 -- \\
+        python examples/imagenet/train.py --batch-schedule 0:32,1:64,2:128
+    nnabla-torus-run --hostfile abci.hosts --profile abci --model resnet50 \\
+        --schedule 0:34816,5:69632 --local-batch 32 --dry-run -- \\
+        python examples/imagenet/train.py -C sony-224s --data-dir /data/imagenet
+"""
+import argparse
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from . import planner
+from .knobs import add_knob, number
+from .launch import mpirun_command
+from .profile import load_profile
+from .schedules import BatchSchedule
+
+EXIT_RESIZE = 75          # the script checkpointed and asks to run on another rank count
+EXIT_STOPPED = 76         # the script checkpointed after SIGUSR1 (the launcher's Ctrl-C)
+REQUEST_PREFIX = "nnabla-torus-elastic: "   # + JSON {"ranks", "reason", ...} on stdout
+# Seconds one checkpoint-restart costs, per profile. cpu-2core: measured by
+# tools/restart_cost.py on this machine (digits ResNet-18 x0.125, 4 ranks, median of 5 with
+# other jobs running: 12.4 s, of which 10.2 s are 4 ranks importing nnabla and DALI at once;
+# README). Other profiles: *assumed* 30 s (mpirun start and NCCL set-up of ~2,000 ranks, a
+# 200 MB checkpoint on a shared file system; no published figure): measure yours and pass
+# --restart-cost.
+RESTART_COST_S = {"cpu-2core": 12.0}
+ASSUMED_RESTART_COST_S = 30.0
+# What the launcher tells the script (environment; -x passes them to every host).
+ENV_ELASTIC = "NNABLA_TORUS_ELASTIC"
+ENV_SLOTS = "NNABLA_TORUS_ELASTIC_SLOTS"
+ENV_RANKS = "NNABLA_TORUS_ELASTIC_RANKS"
+ENV_COST = "NNABLA_TORUS_RESTART_COST"
+TAIL_LINES = 20
+STARTED = time.monotonic()
+
+
+def restart_cost(profile_name, given=None):
+    """Seconds per restart: ``given`` (--restart-cost), else the profile's measured/assumed."""
+    if given is not None:
+        return float(given)
+    return RESTART_COST_S.get(profile_name, ASSUMED_RESTART_COST_S)
+
+
+def read_hostfile(path):
+    """[(host, slots)] of an Open MPI hostfile (``host slots=N``; no slots= counts 1)."""
+    hosts = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            slots = 1
+            for field in fields[1:]:
+                key, _, value = field.partition("=")
+                if key == "slots":
+                    if not value.isdigit() or int(value) < 1:
+                        raise ValueError(f"{path}:{number}: slots={value!r} must be an integer "
+                                         f">= 1 (e.g. 'node01 slots=4')")
+                    slots = int(value)
+            hosts.append((fields[0], slots))
+    if not hosts:
+        raise ValueError(f"hostfile {path} names no host; write one 'host slots=N' per line")
+    return hosts
+
+
+def fit_ranks(wanted, slots, global_batch=None):
+    """(ranks, message): ``wanted`` capped at the ``slots`` that exist, and then the largest
+    count that splits ``global_batch`` exactly (a count no batch split fits falls back)."""
+    ranks, notes = wanted, []
+    if wanted > slots:
+        ranks = slots
+        notes.append(f"wanted {wanted} ranks but only {slots} slots exist: using {slots}")
+    if global_batch and global_batch % ranks:
+        fit = max(p for p in range(1, ranks + 1) if global_batch % p == 0)
+        notes.append(f"global batch {global_batch} does not split over {ranks} ranks: "
+                     f"falling back to {fit}")
+        ranks = fit
+    return ranks, "; ".join(notes)
+
+
+def phase_images(schedule, start, epochs, dataset_size):
+    """Images in the phase of ``schedule`` that starts at epoch ``start`` (to ``epochs``)."""
+    later = [s for s, _ in schedule.phases if s > start]
+    return (min(later + [epochs]) - start) * dataset_size
+
+
+def decide(args, prof, global_batch, current, images, epoch):
+    """(ResizeDecision, note) of plan_resize for the launcher's flags at ``epoch``.
+
+    The planner first plans over the whole profile; when it wants more ranks than the slots
+    that exist, it plans again within them and the note says so. A fixed --ranks-schedule
+    overrides the count (capped at the slots, also noted).
+    """
+    fixed = BatchSchedule.parse(args.ranks_schedule).batch(epoch) if args.ranks_schedule \
+        else None
+    note = ""
+    if fixed is not None and fixed > args.total_slots:
+        note = f"--ranks-schedule wants {fixed} ranks but only {args.total_slots} slots exist"
+        fixed = args.total_slots
+    common = dict(fixed_gpus=fixed, dataset_size=args.dataset_size, epochs=args.epochs,
+                  local_batches=[args.local_batch] if args.local_batch else None)
+    cost = restart_cost(prof.name, args.restart_cost)
+    d = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
+                            max_gpus=args.total_slots, **common)
+    if fixed is None and d.gpus == args.total_slots:        # at the cap: would it want more?
+        wanted = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
+                                     **common).gpus
+        if wanted > args.total_slots:
+            note = (f"the planner wants {wanted} ranks but only {args.total_slots} slots "
+                    f"exist: planning within them")
+    return d, note
+
+
+def launch_sequence(args, prof):
+    """[(epoch, ranks, decision)] of the launches the schedule leads to (for --dry-run)."""
+    schedule = BatchSchedule.parse(args.schedule)
+    starts = sorted({s for s, _ in schedule.phases} |
+                    ({s for s, _ in BatchSchedule.parse(args.ranks_schedule).phases}
+                     if args.ranks_schedule else set()))
+    launches, current = [], None
+    for start in starts:
+        if start >= args.epochs:
+            break
+        batch = schedule.batch(start)
+        end = min([s for s in starts if s > start] + [args.epochs])
+        d, note = decide(args, prof, batch, current, (end - start) * args.dataset_size, start)
+        ranks, fit = fit_ranks(d.gpus, args.total_slots, batch)
+        note = "; ".join(n for n in (note, fit) if n)
+        log(f"epoch {start:g}: {d.reason}" + (f" ({note})" if note else ""))
+        if current is None or (d.resize and ranks != current):
+            launches.append((start, ranks, d))
+            current = ranks
+    return launches
+
+
+def log(text):
+    """One launcher line, with the seconds since the launcher started."""
+    print(f"nnabla-torus-run [{time.monotonic() - STARTED:.1f} s]: {text}", flush=True)
+
+
+def run_once(argv, ranks, mpirun_args, env):
+    """Run one mpirun; return (status, request dict or None, last output lines, interrupted)."""
+    cmd = mpirun_command(ranks, argv, mpirun_args)
+    log(f"launch: {' '.join(cmd)}")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)   # Ctrl-C reaches us only
+    interrupts = []
+
+    def on_signal(signum, frame):
+        interrupts.append(signum)
+        if len(interrupts) == 1:
+            log("stopping: the ranks checkpoint at the end of this step (again to kill)")
+            os.kill(proc.pid, signal.SIGUSR1)
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    tail, request = collections.deque(maxlen=TAIL_LINES), None
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            tail.append(line.rstrip("\n"))
+            if line.startswith(REQUEST_PREFIX):
+                request = json.loads(line[len(REQUEST_PREFIX):])
+        status = proc.wait()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return status, request, list(tail), bool(interrupts)
+
+
+def run(args, prof):
+    """Launch, relaunch on requests, stop on anything else; returns the exit status."""
+    argv = list(args.command)
+    if argv and os.path.basename(argv[0]).startswith("python"):
+        argv = argv[1:]                              # mpirun_command adds this interpreter
+    if args.schedule:
+        epoch0, batch0 = BatchSchedule.parse(args.schedule).phases[0]
+        first, note = decide(args, prof, batch0, None, phase_images(
+            BatchSchedule.parse(args.schedule), epoch0, args.epochs, args.dataset_size), 0.0)
+        ranks, fit = fit_ranks(first.gpus, args.total_slots, batch0)
+        note = "; ".join(n for n in (note, fit) if n)
+    elif args.ranks_schedule:
+        ranks, note = fit_ranks(BatchSchedule.parse(args.ranks_schedule).batch(0.0),
+                                args.total_slots)
+        first = None
+    else:
+        raise ValueError("give --schedule (the batch schedule to plan the first launch from) "
+                         "or --ranks-schedule (fixed rank counts per epoch)")
+    log("decision: " + (first.reason if first else
+                        f"launch {ranks} ranks: fixed GPU-count schedule (--ranks-schedule)")
+        + (f" ({note})" if note else ""))
+    env = dict(os.environ, **{ENV_ELASTIC: "1", ENV_SLOTS: str(args.total_slots),
+                              ENV_COST: str(restart_cost(prof.name, args.restart_cost))})
+    if args.ranks_schedule:
+        env[ENV_RANKS] = args.ranks_schedule
+    mpirun_args = list(args.mpirun_args.split()) if args.mpirun_args else []
+    if args.hostfile:
+        mpirun_args += ["--hostfile", args.hostfile]
+    for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS):
+        if name in env:
+            mpirun_args += ["-x", name]
+    restarts = 0
+    while True:
+        status, request, tail, interrupted = run_once(argv, ranks, mpirun_args, env)
+        if interrupted and status not in (0, EXIT_STOPPED):
+            log(f"stopped by a signal before the ranks could checkpoint (status {status}; "
+                f"during start-up they do not handle SIGUSR1 yet): the newest earlier "
+                f"checkpoint, if any, is the one to resume from")
+            return 130
+        if status == 0:
+            log(f"finished after {restarts} restart(s)")
+            return 0
+        if status == EXIT_STOPPED:
+            log("stopped on a signal; the checkpoint is resumable: run the same command with "
+                "--resume 1")
+            return 130
+        if status != EXIT_RESIZE or request is None:
+            log(f"the training command exited with status {status} (not a resize request): "
+                f"stopping. Last lines:\n" + "\n".join(f"  | {line}" for line in tail))
+            return status or 1
+        restarts += 1
+        if restarts > args.max_restarts:
+            log(f"the script asked for restart {restarts}, above --max-restarts "
+                f"{args.max_restarts}: stopping (its checkpoint is resumable)")
+            return 1
+        ranks, note = fit_ranks(int(request["ranks"]), args.total_slots,
+                                request.get("global_batch"))
+        log(f"decision at epoch {request.get('epoch', 0):.3f}: {request['reason']}"
+            + (f" ({note})" if note else "") + f"; relaunching on {ranks} ranks")
+        if "--resume" not in argv:
+            argv += ["--resume", "1"]
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="nnabla-torus-run", description=__doc__.split("\n")[0],
+        epilog="Everything after -- is the training command (python script.py args...).")
+    add_knob(parser, "--hostfile", "NNABLA_TORUS_RUN_HOSTFILE", None,
+             "Open MPI hostfile ('host slots=N' lines); its slots bound the rank count")
+    add_knob(parser, "--slots", "NNABLA_TORUS_RUN_SLOTS", None,
+             "ranks this machine may run when there is no hostfile (None: CPU cores)",
+             type=number(int, low=1))
+    add_knob(parser, "--profile", "NNABLA_TORUS_PROFILE", "cpu-2core",
+             "cluster profile the planner plans with (shipped name or YAML path)")
+    add_knob(parser, "--model", "NNABLA_TORUS_RUN_MODEL", "resnet18-w0.125-16px",
+             "model in the profile (the digits example's network by default)")
+    add_knob(parser, "--schedule", "NNABLA_TORUS_RUN_SCHEDULE", None,
+             "global-batch schedule 'epoch:batch,...' the first launch (and --dry-run) plans "
+             "from; the script's own schedule drives later resizes")
+    add_knob(parser, "--local-batch", "NNABLA_TORUS_RUN_LOCAL_BATCH", None,
+             "fixed per-rank batch (None: powers of two up to the profile's memory limit)",
+             type=number(int, low=1))
+    add_knob(parser, "--dataset-size", "NNABLA_TORUS_RUN_DATASET_SIZE", 1438,
+             "training images per epoch (1,438: the digits data; ImageNet: 1281167)",
+             type=number(int, low=1))
+    add_knob(parser, "--epochs", "NNABLA_TORUS_RUN_EPOCHS", 12.0, "epochs of the run",
+             type=number(float, low=0, strict=True))
+    add_knob(parser, "--restart-cost", ENV_COST, None,
+             "seconds one checkpoint-restart costs (None: measured for cpu-2core, "
+             f"{ASSUMED_RESTART_COST_S:g} s assumed for other profiles)",
+             type=number(float, low=0))
+    add_knob(parser, "--ranks-schedule", ENV_RANKS, None,
+             "fixed rank count per epoch 'epoch:ranks,...' instead of the planner's choice "
+             "(the planner's predicted gain is still logged)")
+    add_knob(parser, "--max-restarts", "NNABLA_TORUS_RUN_MAX_RESTARTS", 10,
+             "relaunches allowed before the launcher gives up", type=number(int, low=0))
+    add_knob(parser, "--mpirun-args", "NNABLA_TORUS_RUN_MPIRUN_ARGS", "",
+             "extra mpirun arguments, space-separated")
+    add_knob(parser, "--dry-run", "NNABLA_TORUS_RUN_DRY_RUN", False,
+             "print the launches the schedule leads to and exit", type=bool, nargs="?",
+             const=True)
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the training command, after --")
+    return parser
+
+
+def parse_args(argv=None):
+    """Parse and validate; sets ``total_slots``. Raises ValueError naming the bad value."""
+    args = build_parser().parse_args(argv)
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    if args.hostfile and args.slots:
+        raise ValueError("give --hostfile or --slots, not both")
+    if args.hostfile:
+        hosts = read_hostfile(args.hostfile)
+        args.total_slots = sum(s for _, s in hosts)
+        log(f"hostfile {args.hostfile}: {len(hosts)} host(s), {args.total_slots} slots")
+    else:
+        args.total_slots = args.slots or os.cpu_count() or 1
+    if not args.dry_run and not args.command:
+        raise ValueError("no training command: put it after --, e.g. -- python "
+                         "examples/imagenet/train.py")
+    if args.dry_run and not args.schedule:
+        raise ValueError("--dry-run needs --schedule (the global-batch schedule to plan)")
+    return args
+
+
+def main(argv=None):
+    try:
+        args = parse_args(argv)
+        prof = load_profile(args.profile)
+        if args.dry_run:
+            for epoch, ranks, d in launch_sequence(args, prof):
+                grid = d.plan.grid if d.gpus == ranks else "(planner re-plans)"
+                print(f"launch at epoch {epoch:g}: {ranks} ranks, {d.plan.algorithm} on {grid}, "
+                      f"{d.plan.local_batch} x {d.plan.accum_steps} per rank, global batch "
+                      f"{d.plan.global_batch}")
+            return 0
+        return run(args, prof)
+    except (ValueError, OSError) as e:
+        sys.exit(f"nnabla-torus-run: error: {e}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The elastic launcher's planning side: hostfiles, slot limits, resize-or-decline, dry run."""
+import math
+
+import pytest
+
+from nnabla_torus import elastic, planner
+from nnabla_torus.profile import load_profile
+
+
+def test_hostfile_slots_and_errors(tmp_path):
+    path = tmp_path / "hosts"
+    path.write_text("# ABCI\nnode1 slots=4\nnode2 slots=4 max_slots=4\nnode3\n\n")
+    assert elastic.read_hostfile(str(path)) == [("node1", 4), ("node2", 4), ("node3", 1)]
+    path.write_text("node1 slots=four\n")
+    with pytest.raises(ValueError, match=r"hosts:1: slots='four' must be an integer >= 1"):
+        elastic.read_hostfile(str(path))
+    path.write_text("# nothing\n")
+    with pytest.raises(ValueError, match="names no host"):
+        elastic.read_hostfile(str(path))
+
+
+def test_fit_ranks_uses_what_exists_and_falls_back_to_a_split():
+    assert elastic.fit_ranks(4, 8, 64) == (4, "")
+    ranks, note = elastic.fit_ranks(8, 6, 64)
+    assert ranks == 4
+    assert "wanted 8 ranks but only 6 slots exist" in note
+    assert "global batch 64 does not split over 6 ranks: falling back to 4" in note
+
+
+def test_resize_only_when_the_gain_beats_the_restart_cost():
+    prof = load_profile("abci")
+    phase = 85 * planner.IMAGENET_TRAIN_IMAGES
+    paid = planner.plan_resize(prof, "resnet50", 69632, 1088, phase, 30.0, local_batches=[32])
+    assert paid.resize and paid.gpus == 2176 and paid.plan.grid == "64x34"
+    assert paid.gain_s > 30.0 and paid.reason.startswith("resize: ")
+    # The break-even phase: below it the same resize is declined, and the reason says so.
+    short = planner.plan_resize(prof, "resnet50", 69632, 1088, paid.break_even_images * 0.9,
+                                30.0, local_batches=[32])
+    assert not short.resize and short.gpus == 1088
+    assert short.reason.startswith("decline: ") and "does not pay" in short.reason
+    assert short.break_even_images == pytest.approx(paid.break_even_images)
+    assert paid.gain_s * paid.break_even_images / phase == pytest.approx(30.0)
+
+
+def test_fixed_schedule_overrides_and_first_launch_pays_nothing():
+    prof = load_profile("cpu-2core")
+    first = planner.plan_resize(prof, "resnet18-w0.125-16px", 32, None, 1438, 6.0, max_gpus=4)
+    assert first.resize and first.restart_cost_s == 0 and first.reason.startswith("launch ")
+    fixed = planner.plan_resize(prof, "resnet18-w0.125-16px", 64, 1, 1438, 6.0, fixed_gpus=2)
+    assert fixed.resize and fixed.gpus == 2 and "fixed GPU-count schedule" in fixed.reason
+    keep = planner.plan_resize(prof, "resnet18-w0.125-16px", 64, 2, 1438, 6.0, fixed_gpus=2)
+    assert not keep.resize and math.isinf(keep.break_even_images)
+
+
+def test_dry_run_sony_on_abci_hostfile(tmp_path, capsys):
+    hosts = tmp_path / "abci.hosts"
+    hosts.write_text("".join(f"node{i} slots=4\n" for i in range(1088)))
+    status = elastic.main(["--hostfile", str(hosts), "--profile", "abci", "--model", "resnet50",
+                           "--schedule", "0:34816,5:69632", "--local-batch", "32",
+                           "--dataset-size", "1281167", "--epochs", "90", "--dry-run"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "launch at epoch 0: 1088 ranks, torus2d on 64x17, 32 x 1 per rank" in out, out
+    assert "launch at epoch 5: 2176 ranks, torus2d on 64x34, 32 x 1 per rank" in out, out
+    assert "restart of 30.0 s" in out
+    # With a restart dearer than the predicted gain the same run stays on 1,088.
+    elastic.main(["--hostfile", str(hosts), "--profile", "abci", "--model", "resnet50",
+                  "--schedule", "0:34816,5:69632", "--local-batch", "32", "--dataset-size",
+                  "1281167", "--epochs", "90", "--restart-cost", "120", "--dry-run"])
+    out = capsys.readouterr().out
+    assert "launch at epoch 5" not in out and "the restart does not pay" in out, out
+
+
+def test_bad_launcher_input_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="no training command"):
+        elastic.main(["--slots", "2", "--ranks-schedule", "0:1"])
+    with pytest.raises(SystemExit, match="--dry-run needs --schedule"):
+        elastic.main(["--slots", "2", "--dry-run"])
+    with pytest.raises(SystemExit, match="--hostfile or --slots, not both"):
+        elastic.main(["--slots", "2", "--hostfile", "x", "--", "python", "t.py"])
+
+
+def test_dry_run_on_fewer_slots_than_wanted_says_so(tmp_path, capsys):
+    hosts = tmp_path / "three.hosts"
+    hosts.write_text("".join(f"node{i} slots=4\n" for i in range(3)))
+    elastic.main(["--hostfile", str(hosts), "--profile", "abci", "--model", "resnet50",
+                  "--schedule", "0:34816,5:69632", "--local-batch", "32", "--dataset-size",
+                  "1281167", "--epochs", "90", "--dry-run"])
+    out = capsys.readouterr().out
+    assert "the planner wants 1088 ranks but only 12 slots exist: planning within them" in out
+    assert "global batch 34816 does not split over 12 ranks: falling back to 8" in out, out
+    assert "launch at epoch 0: 8 ranks" in out, out
+
+
+def test_bad_numbers_are_refused_where_parsed(capsys):
+    for flag, value in (("--slots", "0"), ("--max-restarts", "-1"), ("--restart-cost", "-5"),
+                        ("--epochs", "0")):
+        with pytest.raises(SystemExit):
+            elastic.main([flag, value, "--dry-run", "--schedule", "0:32"])
+        assert f"argument {flag}: must be" in capsys.readouterr().err
