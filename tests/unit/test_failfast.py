@@ -1,4 +1,4 @@
-"""failfast on one process (the multi-rank behaviour: tests/mpi/test_failfast.py), the
+"""failfast on one process (the multi-rank behaviour: tests/mpi/test_failfast_mpi.py), the
 once-per-job log filter, and integer averaging by the rule floor(sum / p)."""
 import logging
 import sys

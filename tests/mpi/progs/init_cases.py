@@ -1,4 +1,4 @@
-"""Integer averages and per-rank settings, under mpirun (tests/mpi/test_failfast.py runs it).
+"""Integer averages and per-rank settings, under mpirun (tests/mpi/test_failfast_mpi.py runs it).
 
 ``ints``: all_reduce(division=True) of int32/int64/uint8 arrays (negative values too) for every
 algorithm, fused and in place, and reduce_scatter(division=True), against numpy's
