@@ -43,4 +43,5 @@ def test_explicit_algorithm_is_kept_and_bad_profile_is_an_error(tmp_path):
     out = run_mpi(2, [TRAIN] + TINY + ["--profile", "no-such-cluster", "--output-dir",
                                        str(tmp_path)], timeout=120, check=False)
     error = "train.py: error: no profile file or shipped profile 'no-such-cluster'"
-    assert out.count(error) == 2, out                  # one line from every rank
+    # Every rank finds the error; the first to print it ends the job (failfast.abort_job).
+    assert out.count(error) >= 1 and "Traceback" not in out, out
