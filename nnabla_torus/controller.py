@@ -4,7 +4,11 @@ The target global batch comes from a :class:`~nnabla_torus.schedules.BatchSchedu
 measured gradient noise scale (B_simple, McCandlish et al.: the critical batch). It is realised
 as ``world_size x local_batch x accum_steps`` with ``local_batch <= max_local_batch`` (memory),
 and the learning rate is scaled for it: ``linear`` (Goyal et al.: lr x B/base_batch), ``sqrt``
-(lr x sqrt(B/base_batch)) or ``none``. Every change is logged with its ``reason``.
+(lr x sqrt(B/base_batch)) or ``none``. At a later change of the batch, ``lr_at_change``
+says what the rate does: ``linear`` follows the rule above, ``keep`` keeps the rate of the
+starting batch (the schedule's first, or ``min_batch``) whatever the batch (batch-size control as a replacement for decaying the rate: Smith et al., "Don't Decay
+the Learning Rate, Increase the Batch Size", arXiv:1711.00489). Every change is logged with
+its ``reason``.
 
 Example (the paper: 34K -> 68K at epoch 5 on a fixed world of 1,088 ranks takes 2 micro-batches
 from epoch 5 on; the paper doubled the GPUs instead, see planner.plan_schedule)::
@@ -31,6 +35,7 @@ BatchPlan = namedtuple("BatchPlan", [
 ])
 
 LR_SCALINGS = ("linear", "sqrt", "none")
+LR_AT_CHANGE = ("linear", "keep")
 
 
 def split_batch(target, world_size, max_local_batch):
@@ -52,12 +57,15 @@ class BatchSizeController:
 
     def __init__(self, world_size, max_local_batch, schedule=None, noise_scale=None,
                  base_batch=256, lr_scaling="linear", min_batch=None, max_batch=None,
-                 hysteresis=0.05):
+                 hysteresis=0.05, lr_at_change="linear"):
         if (schedule is None) == (noise_scale is None):
             raise ValueError("give exactly one of schedule= (a BatchSchedule) or noise_scale= "
                              "(a NoiseScaleEstimator)")
         if lr_scaling not in LR_SCALINGS:
             raise ValueError(f"unknown lr_scaling {lr_scaling!r}; choose one of {LR_SCALINGS}")
+        if lr_at_change not in LR_AT_CHANGE:
+            raise ValueError(f"unknown lr_at_change {lr_at_change!r}; choose one of {LR_AT_CHANGE}")
+        self.lr_at_change = lr_at_change
         if world_size < 1 or max_local_batch < 1 or base_batch < 1:
             raise ValueError(f"world_size={world_size}, max_local_batch={max_local_batch} and "
                              f"base_batch={base_batch} must all be >= 1")
@@ -102,10 +110,14 @@ class BatchSizeController:
         if not changed:
             self.current = self.current._replace(changed=False)
             return self.current
-        factor = self.lr_factor(global_batch)
+        keep = self.lr_at_change == "keep"
+        start = self.schedule.batch(0) if self.schedule is not None else self.min_batch
+        factor = self.lr_factor(start if keep else global_batch)
+        rule = f"{self.lr_scaling} scaling from {self.base_batch}" + (
+            f" at the starting batch {start}, kept at batch changes" if keep else "")
         reason = (f"epoch {epoch:.2f}: {why}; realised as {self.world_size} ranks x "
                   f"{local} x {accum} accumulation = {global_batch}, "
-                  f"lr x {factor:.4g} ({self.lr_scaling} scaling from {self.base_batch})")
+                  f"lr x {factor:.4g} ({rule})")
         self.current = BatchPlan(global_batch, local, accum, factor, True, reason)
         LOG.info(reason)
         return self.current

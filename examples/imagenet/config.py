@@ -10,6 +10,7 @@ command line > recipe file (``-C``) > environment > the default written below. E
 """
 import argparse
 import dataclasses
+import difflib
 import os
 
 import yaml
@@ -18,12 +19,15 @@ from nnabla_torus.collectives import ALGORITHMS
 from nnabla_torus.controller import LR_SCALINGS, BatchSizeController
 from nnabla_torus.knobs import add_knob, check_output_path, env_value, number
 from nnabla_torus.profile import load_profile
+from nnabla_torus.provenance import load_tagged
 from nnabla_torus.schedules import DECAYS, BatchSchedule, LearningRateSchedule
 from nnabla_torus.topology import parse_grid
 
 RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is given
 DEFAULT_DATA_RECIPE = "resnet50-90ep"  # used with --data-dir and no -C
+# recipe blocks that are not knobs: citations of the provenance tags, the published results
+RECIPE_META_KEYS = ("sources", "expected")
 
 CHOICES = {
     "arch": ("resnet18", "resnet34", "resnet50"),      # models.ARCHS
@@ -35,6 +39,9 @@ CHOICES = {
     "algorithm": ("auto", *ALGORITHMS),
     "plan": ("auto", "off"),
     "bad_images": ("skip", "stop"),
+    "batch_change_lr": ("linear", "keep"),
+    "stride_on": ("3x3", "1x1"),
+    "bn_statistics": ("per_gpu",),
 }
 # Allowed range of every numeric knob: a parser for the flag, the variable and the recipe value.
 POSITIVE, FRACTION = dict(low=0, strict=True), dict(low=0, high=1, strict_high=True)
@@ -86,15 +93,24 @@ class TrainConfig:
     base_lr: float = knob(0.1, "learning rate at reference_batch images per step")
     reference_batch: int = knob(256, "the batch base_lr is meant for; lr follows lr_scaling from it")
     lr_scaling: str = knob("linear", "lr scaling with the global batch: " + " | ".join(LR_SCALINGS))
+    batch_change_lr: str = knob("linear", "lr when the global batch changes: linear (follow "
+                                          "lr_scaling) | keep (keep the first batch's lr)")
     warmup_epochs: float = knob(5.0, "linear warm-up from 0 to the scaled lr")
     lr_decay: str = knob("step", "lr decay after warm-up: " + " | ".join(DECAYS))
     milestones: str = knob("30,60,80", "step decay epochs")
     gamma: float = knob(0.1, "step decay factor per milestone")
     power: float = knob(2.0, "poly decay exponent")
     momentum: float = knob(0.9, "momentum coefficient")
-    weight_decay: float = knob(1e-4, "L2 weight decay; not applied to batch-norm parameters and biases")
+    weight_decay: float = knob(1e-4, "L2 weight decay (see no_decay_bn_bias)")
+    no_decay_bn_bias: bool = knob(True, "no weight decay (and no LARS) on batch-norm parameters "
+                                        "and biases")
     lars_coefficient: float = knob(0.001, "LARS trust coefficient (eta)")
     label_smoothing: float = knob(0.0, "epsilon: target = (1 - eps) * one_hot + eps / classes")
+    # model variant
+    stride_on: str = knob("3x3", "bottleneck stride: 3x3 (ResNet v1.5) | 1x1 (v1, He et al.)")
+    zero_init_last_gamma: bool = knob(True, "each residual block's last BN gamma starts at 0")
+    bn_statistics: str = knob("per_gpu", "batch-norm statistics over: per_gpu (each rank's "
+                                         "local batch; the only mode implemented)")
     # numerics and device
     context: str = knob("cpu", "nnabla extension: cpu | cudnn")
     type_config: str = knob("float", "float | half (half = FP16 with dynamic loss scaling; CUDA only)")
@@ -180,19 +196,23 @@ def load_recipe(name):
                          f"use one of {known} or a path to a YAML file")
     with open(path) as f:
         try:
-            values = yaml.safe_load(f) or {}
+            values, _ = load_tagged(f, f"recipe {path}")   # refuses a published tag without source
         except yaml.YAMLError as e:
             mark, start = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
             where = f"{path}:{mark.line + 1}" if mark else path
             context = f", {e.context} at line {start.line + 1}" if start and e.context else ""
             raise ValueError(f"recipe {where}: not valid YAML ({getattr(e, 'problem', None) or e}"
                              f"{context}); write one 'key: value' per line") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"recipe {path} must be a mapping of knob: value, got {type(values).__name__}")
+    values = {k: v for k, v in values.items() if k not in RECIPE_META_KEYS}
     valid = {f.name: f for f in knob_fields()}
     unknown = sorted(set(values) - set(valid))
     if unknown:
-        raise ValueError(f"recipe {path}: unknown key(s) {unknown}; valid keys are {sorted(valid)}")
+        hints = [f"{k} -> {close[0]}" for k in unknown
+                 for close in [difflib.get_close_matches(k, list(valid), 1)] if close]
+        raise ValueError(f"recipe {path}: unknown key(s) {unknown}"
+                         + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+                         + f"; valid keys are {sorted(valid)} and the blocks "
+                         f"{list(RECIPE_META_KEYS)}; rename or remove the key")
     return {key: coerce(key, valid[key].type, value, path) for key, value in values.items()}
 
 
@@ -288,6 +308,7 @@ def build_schedules(cfg, world_size, noise_scale=None):
     controller = BatchSizeController(
         world_size, cfg.local_batch, schedule=None if noise_scale else schedule,
         noise_scale=noise_scale, base_batch=cfg.reference_batch, lr_scaling=cfg.lr_scaling,
+        lr_at_change=cfg.batch_change_lr,
         min_batch=cfg.min_batch or (schedule.batch(0) if noise_scale else None),
         max_batch=cfg.max_batch or None)
     lr_schedule = LearningRateSchedule(

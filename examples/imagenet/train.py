@@ -187,13 +187,15 @@ def build_graph(model, batch_size, image_size, label_smoothing, accum_steps, tes
 class SolverGroup:
     """Two nnabla solvers as one: weight decay (and LARS) only for conv/affine weights.
 
-    BN parameters and biases get plain momentum and no decay (Jia et al. 2018). Duck-types
+    BN parameters and biases get plain momentum and no decay (Jia et al. 2018) unless
+    ``cfg.no_decay_bn_bias`` is off (then every parameter is in the first). Duck-types
     the solver methods that DynamicLossScaling and the loop call.
     """
 
     def __init__(self, cfg, params):
-        decayed = {k: v for k, v in params.items() if not is_bn_or_bias(k)}
-        plain = {k: v for k, v in params.items() if is_bn_or_bias(k)}
+        exempt = is_bn_or_bias if cfg.no_decay_bn_bias else (lambda name: False)
+        decayed = {k: v for k, v in params.items() if not exempt(k)}
+        plain = {k: v for k, v in params.items() if exempt(k)}
         main = S.Lars(cfg.base_lr, cfg.momentum, cfg.lars_coefficient) \
             if cfg.optimizer == "lars" else S.Momentum(cfg.base_lr, cfg.momentum)
         main.set_parameters(decayed)
@@ -570,7 +572,8 @@ def main(argv=None):
     device_id = None if cfg.context == "cpu" else comm.local_rank
 
     train_set, val_set = open_datasets(cfg, log)
-    model = get_model(cfg.arch, train_set.num_classes, cfg.width)
+    model = get_model(cfg.arch, train_set.num_classes, cfg.width, stride_on=cfg.stride_on,
+                      zero_init_last_gamma=cfg.zero_init_last_gamma)
     nn.seed(cfg.seed)
     build_graph(model, 1, cfg.image_size, 0.0, 1)               # create the parameters
     params = nn.get_parameters()

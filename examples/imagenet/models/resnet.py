@@ -1,8 +1,11 @@
-"""ResNet-18/34/50 (v1.5: stride on the 3x3 conv) with fused batch norm, width multiplier, any input size.
+"""ResNet-18/34/50 with fused batch norm, width multiplier, any input size.
 
 Parameters are created in the caller's ``nn.parameter_scope`` under names such as
-``res2/block1/conv3/conv/W`` and ``res2/block1/conv3/bn/gamma``. The last BN gamma of every
-residual block starts at zero, so each block starts as the identity (Goyal et al. 2017).
+``res2/block1/conv3/conv/W`` and ``res2/block1/conv3/bn/gamma``. Two variants are parameters
+(defaults first): a bottleneck's stride on its 3x3 conv (``stride_on="3x3"``, ResNet v1.5 as
+NVIDIA's DeepLearningExamples) or on its first 1x1 conv (``"1x1"``, He et al. 2016's v1);
+the last BN gamma of every residual block starting at zero, so each block starts as the
+identity (``zero_init_last_gamma=True``, Goyal et al. 2017), or at one.
 Inputs below ``SMALL_STEM_BELOW`` pixels get a "small stem" (3x3 conv, stride 1, no max-pool,
 as CIFAR ResNets) unless ``small_stem`` says otherwise: 32 px, even 8 px inputs work.
 Parameter initialisers draw from ``nnabla.random.prng``; seed it (``nn.seed``) identically on
@@ -32,13 +35,16 @@ STAGE_CHANNELS = (64, 128, 256, 512)   # at width 1.0 (bottleneck: inner channel
 BOTTLENECK_EXPANSION = 4
 SMALL_STEM_BELOW = 64                  # pixels; smaller inputs get the 3x3 stride-1 stem
 NO_DECAY_NAMES = ("beta", "gamma", "b", "mean", "var")   # last component of a parameter name
+STRIDE_ON = ("3x3", "1x1")
 
 
-def get_model(arch, num_classes, width=1.0, small_stem=None):
+def get_model(arch, num_classes, width=1.0, small_stem=None, stride_on="3x3",
+              zero_init_last_gamma=True):
     """Return ``model(x, test) -> logits`` for x of shape (batch, 3, H, W), logits (batch, classes).
 
     arch: one of ``ARCHS``. width: channel multiplier (0.25 gives 16-32-64-128 stages).
     small_stem: True/False forces the stem; None picks the small stem when min(H, W) < 64.
+    stride_on, zero_init_last_gamma: the variants of the module doc.
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
@@ -46,7 +52,11 @@ def get_model(arch, num_classes, width=1.0, small_stem=None):
         raise ValueError(f"num_classes must be an integer >= 1, got {num_classes!r}")
     if not width > 0:
         raise ValueError(f"width must be > 0 (1.0 = the published network), got {width!r}")
+    if stride_on not in STRIDE_ON:
+        raise ValueError(f"stride_on must be one of {STRIDE_ON} (3x3: ResNet v1.5), "
+                         f"got {stride_on!r}")
     kind, depths = ARCHS[arch]
+    last_gamma = I.ConstantInitializer(0.0 if zero_init_last_gamma else 1.0)
 
     def model(x, test):
         small = min(x.shape[2:]) < SMALL_STEM_BELOW if small_stem is None else small_stem
@@ -55,7 +65,8 @@ def get_model(arch, num_classes, width=1.0, small_stem=None):
             for index in range(depth):
                 stride = 2 if stage > 0 and index == 0 else 1
                 with nn.parameter_scope(f"res{stage + 1}/block{index + 1}"):
-                    h = _block(kind, h, _scaled(channels, width), stride, test)
+                    h = _block(kind, h, _scaled(channels, width), stride, test,
+                               stride_on, last_gamma)
         return _classifier(F.mean(h, axis=(2, 3)), num_classes)
 
     return model
@@ -90,8 +101,8 @@ def _stem(x, channels, small, test):
     return F.max_pooling(h, (3, 3), (2, 2), pad=(1, 1))
 
 
-def _block(kind, x, channels, stride, test):
-    """One residual block: relu(bn_last(f(x)) + shortcut(x)), bn_last's gamma starting at 0."""
+def _block(kind, x, channels, stride, test, stride_on="3x3", last_gamma=None):
+    """One residual block: relu(bn_last(f(x)) + shortcut(x)), bn_last's gamma from ``last_gamma``."""
     if kind == "basic":
         out_channels = channels
         with nn.parameter_scope("conv1"):
@@ -101,17 +112,19 @@ def _block(kind, x, channels, stride, test):
         last = "conv2"
     else:
         out_channels = channels * BOTTLENECK_EXPANSION
+        first, middle = (1, stride) if stride_on == "3x3" else (stride, 1)
         with nn.parameter_scope("conv1"):
-            h = _conv_bn_relu(x, channels, 1, 1, test)
+            h = _conv_bn_relu(x, channels, 1, first, test)
         with nn.parameter_scope("conv2"):
-            h = _conv_bn_relu(h, channels, 3, stride, test)
+            h = _conv_bn_relu(h, channels, 3, middle, test)
         with nn.parameter_scope("conv3"):
             h = _conv(h, out_channels, 1)
         last = "conv3"
     shortcut = _shortcut(x, out_channels, stride, test)
     with nn.parameter_scope(last):
         return PF.fused_batch_normalization(h, shortcut, batch_stat=not test,
-                                            param_init={"gamma": I.ConstantInitializer(0.0)})
+                                            param_init={"gamma": last_gamma or
+                                                        I.ConstantInitializer(0.0)})
 
 
 def _shortcut(x, channels, stride, test):
