@@ -29,6 +29,21 @@ fitted on one host) and, when the job also spans hosts, ``(o - 1) * oversubscrib
 (fitted on emulated hosts: whatever its step count, a call waits ~1.8 ms, about a scheduler
 time slice, for each other rank sharing a core; see :func:`call_waits`).
 
+With a rack level (``hosts_per_rack`` > 0; ranks fill racks in order, rack of rank r =
+r // (gpus_per_host * hosts_per_rack)) a ring phase whose rings leave a rack also pays the
+rack's uplink to the spine, shared by every ring edge leaving the busiest rack at once::
+
+    spine hop = spine.latency_s + (m/k) * rack_flows * oversubscription
+                                   / (hosts_per_rack * spine.bandwidth_Bps)
+    step      = max(intra hop, inter hop, spine hop if the phase crosses racks) + ...
+
+(``spine.bandwidth_Bps``: per host, what full bisection would give; ABCI's rack has 1/3 of
+it, ``oversubscription`` 3.) For an X x Y torus the row phase crosses racks only when a row
+is longer than a rack; the columns cross as soon as the job spans racks, with min(X, ranks
+per rack) flows out of a rack: long rows (X = a rack) make the columns' few bytes share one
+uplink, short rows keep the uplink light but run more column steps. Not modelled across
+racks: recursive doubling (native below ``native_switch_bytes``) and coll/han.
+
 so with one link level (one host, share 1, no software cost) a reduce-scatter plus all-gather
 ring costs 2(p-1)(a + n/(pB)) + (p-1)/p n c: bandwidth term 2(p-1)/p * n/B (NOTES section 2).
 
@@ -83,7 +98,10 @@ Network = namedtuple("Network", [
     "native_hierarchical",    # native on several hosts is Open MPI 5's coll/han (default False)
     "oversubscribed_hosts_wait_s",  # per call and extra rank per slot, job on 2+ hosts (default 0)
     "torus_pipeline_bytes",   # torus2d pieces whose phases overlap (default 0: no pieces)
-], defaults=[0.0, 0, 0.0, False, 0.0, 0])
+    "hosts_per_rack",         # hosts under one leaf level (default 0: no rack level)
+    "spine",                  # Link between racks; bandwidth per host before oversubscription
+    "oversubscription",       # rack downlink / uplink bandwidth (ABCI: 3)
+], defaults=[0.0, 0, 0.0, False, 0.0, 0, 0, None, 1.0])
 
 Software = namedtuple("Software", [
     "step_s",       # seconds per ring or doubling step (calls, Python, synchronisation)
@@ -152,13 +170,30 @@ def grid_links(x, y, g, rows):
     return crosses.reshape(shape), flows.reshape(shape)
 
 
-def ring_phase(net, members, nbytes, crosses, flows, share, reduce, sw):
-    """Seconds of one ring reduce-scatter (``reduce``) or all-gather phase; see module doc."""
+def rack_links(net, x, y, rows):
+    """(crosses racks, flows out of the busiest rack) of the row or column phase of X x Y grids.
+
+    :func:`grid_links` with racks for hosts; (False, 0) when the net has no rack level.
+    """
+    if not net.hosts_per_rack:
+        return False, 0
+    return grid_links(x, y, net.gpus_per_host * net.hosts_per_rack, rows)
+
+
+def ring_phase(net, members, nbytes, crosses, flows, share, reduce, sw, racks=(False, 0)):
+    """Seconds of one ring reduce-scatter (``reduce``) or all-gather phase; see module doc.
+
+    ``racks``: (crosses racks, flows out of the busiest rack), see :func:`rack_links`.
+    """
     k = np.asarray(members, float)
     chunk = np.asarray(nbytes, float) / np.maximum(k, 1.0)
     intra = (net.intra.latency_s + chunk / net.intra.bandwidth_Bps) / share
     inter = net.inter.latency_s + chunk * np.maximum(flows, 1) / net.inter.bandwidth_Bps
     hop = np.where(crosses, np.maximum(intra, inter), intra)
+    if net.hosts_per_rack:
+        uplink = net.hosts_per_rack * net.spine.bandwidth_Bps / net.oversubscription
+        spine = net.spine.latency_s + chunk * np.maximum(racks[1], 1) / uplink
+        hop = np.where(racks[0], np.maximum(hop, spine), hop)
     add = chunk * net.reduce_s_per_byte / share if reduce else 0.0
     software = (sw.step_s + chunk * sw.s_per_byte) / share
     return (k - 1) * (hop + add + software)
@@ -291,15 +326,17 @@ def han_terms(net, ranks, nbytes, sw):
     return fill
 
 
-def _native_terms(net, ranks, nbytes, crosses, flows, share, sw, per_host, pair_flows):
+def _native_terms(net, ranks, nbytes, crosses, flows, share, sw, per_host, pair_flows,
+                  racks=(False, 0)):
     """native: {recursive_doubling, reduce_scatter, all_gather}, zeros where unused.
 
-    ``flows``: ring flows per host; ``per_host``, ``pair_flows``: see :func:`doubling_phase`.
+    ``flows``: ring flows per host; ``per_host``, ``pair_flows``: see :func:`doubling_phase`;
+    ``racks``: the ring's, see :func:`ring_phase`.
     """
     small = np.asarray(nbytes) < net.native_switch_bytes
     doubling = doubling_phase(net, ranks, nbytes, share, sw, per_host, pair_flows)
-    rs = ring_phase(net, ranks, nbytes, crosses, flows, share, True, sw)
-    ag = ring_phase(net, ranks, nbytes, crosses, flows, share, False, sw)
+    rs = ring_phase(net, ranks, nbytes, crosses, flows, share, True, sw, racks)
+    ag = ring_phase(net, ranks, nbytes, crosses, flows, share, False, sw, racks)
     return {"recursive_doubling": np.where(small, doubling, 0.0),
             "reduce_scatter": np.where(small, 0.0, rs),
             "all_gather": np.where(small, 0.0, ag)}
@@ -385,11 +422,14 @@ def _algorithm_terms(net, algorithm, p, nbytes, grid_x, share):
     sw = software_of(net, algorithm)
     if algorithm in ("ring", "native"):
         crosses, flows = p > g, np.ones_like(p)
+        racks = rack_links(net, p, 1, rows=True)
         if algorithm == "native":
-            terms = _native_terms(net, p, nbytes, crosses, flows, share, sw, g, g)
+            terms = _native_terms(net, p, nbytes, crosses, flows, share, sw, g, g, racks)
             return _with_han(net, p, nbytes, sw, terms) if net.native_hierarchical else terms
-        return {"reduce_scatter": ring_phase(net, p, nbytes, crosses, flows, share, True, sw),
-                "all_gather": ring_phase(net, p, nbytes, crosses, flows, share, False, sw)}
+        return {"reduce_scatter": ring_phase(net, p, nbytes, crosses, flows, share, True, sw,
+                                             racks),
+                "all_gather": ring_phase(net, p, nbytes, crosses, flows, share, False, sw,
+                                         racks)}
     if algorithm == "hierarchical":
         x = np.minimum(p, g)
     elif grid_x is None:
@@ -403,20 +443,25 @@ def _algorithm_terms(net, algorithm, p, nbytes, grid_x, share):
     shard = np.asarray(nbytes, float) / x
     row_c, row_f = grid_links(x, y, g, rows=True)
     col_c, col_f = grid_links(x, y, g, rows=False)
+    row_r, col_r = rack_links(net, x, y, rows=True), rack_links(net, x, y, rows=False)
     if algorithm == "torus2d":
-        return torus_terms(net, x, y, nbytes, share, sw, (row_c, row_f), (col_c, col_f))
+        return torus_terms(net, x, y, nbytes, share, sw, (row_c, row_f), (col_c, col_f),
+                           row_r, col_r)
     col = _native_terms(net, y, shard, col_c, col_f, share, software_of(net, "native"),
-                        np.where(col_c, 1, y), col_f)   # hierarchical: the library's column
+                        np.where(col_c, 1, y), col_f, col_r)   # hierarchical: the library's
     col["recursive_doubling"] = np.where(y > 1, col["recursive_doubling"], 0.0)
-    return {"row_reduce_scatter": ring_phase(net, x, nbytes, row_c, row_f, share, True, sw),
+    return {"row_reduce_scatter": ring_phase(net, x, nbytes, row_c, row_f, share, True, sw,
+                                             row_r),
             **{"column_native_" + k: v for k, v in col.items()},
-            "row_all_gather": ring_phase(net, x, nbytes, row_c, row_f, share, False, sw)}
+            "row_all_gather": ring_phase(net, x, nbytes, row_c, row_f, share, False, sw, row_r)}
 
 
-def torus_terms(net, x, y, nbytes, share, sw, row_links, col_links):
+def torus_terms(net, x, y, nbytes, share, sw, row_links, col_links, row_racks=(False, 0),
+                col_racks=(False, 0)):
     """torus2d terms: the four ring phases of one piece, then the pipeline's steady state.
 
-    ``row_links``, ``col_links``: (crosses, flows) of the row and column phases. Pieces
+    ``row_links``, ``col_links``: (crosses, flows) of the row and column phases; ``row_racks``,
+    ``col_racks``: the same for racks (:func:`rack_links`). Pieces
     overlap only where ``torus_pipeline_bytes`` > 0 and rows (X > 1) stay inside a host while
     columns (Y > 1) cross hosts (different links; the communicator pipelines only there),
     K = ceil(n / torus_pipeline_bytes), else K = 1 (the four phases on the whole buffer)::
@@ -441,10 +486,14 @@ def torus_terms(net, x, y, nbytes, share, sw, row_links, col_links):
     pieces = np.where(overlaps, np.maximum(1.0, np.ceil(n / max(net.torus_pipeline_bytes, 1))),
                       1.0)
     piece = n / pieces
-    terms = {"row_reduce_scatter": ring_phase(net, x, piece, row_c, row_f, share, True, sw),
-             "column_reduce_scatter": ring_phase(net, y, piece / x, col_c, col_f, share, True, sw),
-             "column_all_gather": ring_phase(net, y, piece / x, col_c, col_f, share, False, sw),
-             "row_all_gather": ring_phase(net, x, piece, row_c, row_f, share, False, sw)}
+    terms = {"row_reduce_scatter": ring_phase(net, x, piece, row_c, row_f, share, True, sw,
+                                              row_racks),
+             "column_reduce_scatter": ring_phase(net, y, piece / x, col_c, col_f, share, True,
+                                                 sw, col_racks),
+             "column_all_gather": ring_phase(net, y, piece / x, col_c, col_f, share, False, sw,
+                                             col_racks),
+             "row_all_gather": ring_phase(net, x, piece, row_c, row_f, share, False, sw,
+                                          row_racks)}
     if net.torus_pipeline_bytes:
         rows = terms["row_reduce_scatter"] + terms["row_all_gather"]
         column = terms["column_reduce_scatter"] + terms["column_all_gather"]

@@ -5,9 +5,12 @@ Examples::
     nnabla-torus-plan --profile abci --model resnet50 --schedule 0:34816,5:69632 --local-batch 32
     nnabla-torus-plan --profile abci --noise-scale 20000 --max-gpus 4096 --plot plan.png --explain
     nnabla-torus-plan --profile cpu-2core --model resnet18-w0.125-16px --json -
+    nnabla-torus-plan --profile abci --recipe sony-122s --fit-recipe sony-224s
 
 Prints one row per candidate GPU count (its best grid, algorithm and batch), then the
-recommendation. Every flag has an environment twin: NNABLA_TORUS_PLAN_* (``--max-gpus``:
+recommendation. With ``--recipe`` it predicts the recipe's end-to-end training time instead
+(per phase, plus the profile's fixed costs) beside the figures the recipe states as
+published. Every flag has an environment twin: NNABLA_TORUS_PLAN_* (``--max-gpus``:
 NNABLA_TORUS_PLAN_MAX_GPUS), except ``--profile``, which shares NNABLA_TORUS_PROFILE with
 train.py.
 """
@@ -18,7 +21,7 @@ import sys
 
 import numpy as np
 
-from . import costmodel, planner
+from . import costmodel, planner, runtime
 from .costmodel import ALGORITHMS
 from .knobs import BadValue, add_knob, number
 from .profile import list_profiles, load_profile, model_of
@@ -99,6 +102,12 @@ def build_parser():
     add_knob(parser, "--plot", "NNABLA_TORUS_PLAN_PLOT", None,
              "write a PNG of step time and scaling efficiency versus GPU count per algorithm",
              type=writable)
+    add_knob(parser, "--recipe", "NNABLA_TORUS_PLAN_RECIPE", None,
+             "predict this training recipe's end-to-end time (name in examples/imagenet/recipes "
+             "or a path) beside its published figures")
+    add_knob(parser, "--fit-recipe", "NNABLA_TORUS_PLAN_FIT_RECIPE", None,
+             "first fit the model's per-image compute (b_ms) to this recipe's published time, "
+             "then predict --recipe with it (a held-out check when the recipes differ)")
     add_knob(parser, "--explain", "NNABLA_TORUS_PLAN_EXPLAIN", False,
              "print the compute and all-reduce phase terms of the recommendation", type=bool,
              nargs="?", const=True)
@@ -161,8 +170,76 @@ def plot(path, result):
     plt.close(fig)
 
 
+def published_rows(prof, model, recipe, prediction, fitted_on):
+    """(what, published, predicted, error) rows for the figures ``recipe.expected`` states."""
+    rows, expected = [], recipe.expected
+    if "time_s" in expected:
+        note = " (fitted to it)" if fitted_on == recipe.name else ""
+        err = prediction.total_s / expected["time_s"] - 1
+        rows.append(("time to train", f"{expected['time_s']:g} s", f"{prediction.total_s:.1f} s",
+                     f"{err:+.1%}{note}"))
+    if "scaling_efficiency" in expected and "scaling_gpus" in expected:
+        eff = runtime.predict_efficiency(prof, model, int(expected["scaling_gpus"]),
+                                         recipe.local_batch)
+        rows.append((f"scaling efficiency, {expected['scaling_gpus']} GPUs",
+                     f"{expected['scaling_efficiency']:.2%}", f"{eff:.2%}",
+                     f"{(eff - expected['scaling_efficiency']) * 100:+.2f} points"))
+    if "gpus" in expected:
+        gpus = max(ph.plan.gpus for ph in prediction.phases)
+        rows.append(("GPUs (largest phase)", f"{expected['gpus']:g}", f"{gpus}",
+                     f"{gpus - expected['gpus']:+g} (batch / local_batch)"))
+    if "top1" in expected:
+        rows.append(("top-1", f"{expected['top1']:.2%}", "-", "not modelled"))
+    return rows
+
+
+def run_recipe(args, prof, out):
+    """--recipe: the whole-run prediction, after an optional fit of b_ms (--fit-recipe)."""
+    recipe = runtime.load_recipe(args.recipe)
+    report = {"recipe": recipe.name}
+    lines = [f"# recipe {recipe.name} on profile {prof.name}, model {args.model}"]
+    if args.fit_recipe:
+        fit = runtime.load_recipe(args.fit_recipe)
+        if "time_s" not in fit.expected:
+            raise ValueError(f"--fit-recipe {fit.name} states no published expected.time_s")
+        b_s = runtime.fit_compute(prof, args.model, fit, fit.expected["time_s"],
+                                  args.dataset_size)
+        comp = model_of(prof, args.model)
+        prof = runtime.with_compute(prof, args.model, b_s)
+        step = comp.a_s + b_s * recipe.local_batch
+        lines.append(f"# fitted b_ms = {b_s * 1e3:.4f} ms per image (profile: "
+                     f"{comp.b_s * 1e3:.4f}) to {fit.name}'s published {fit.expected['time_s']:g} s:"
+                     f" compute {step * 1e3:.1f} ms per step of {recipe.local_batch} "
+                     f"({recipe.local_batch / step:.0f} images/s per GPU)")
+        report["fitted_b_ms"], report["fitted_on"] = b_s * 1e3, fit.name
+    pred = runtime.predict_run(prof, args.model, recipe, args.dataset_size,
+                               args.algorithms.split(","))
+    lines.append(" epoch epochs  global   gpus     grid    algorithm  steps    step_s  seconds")
+    for ph in pred.phases:
+        p = ph.plan
+        lines.append(f"{ph.start_epoch:6g} {ph.epochs:6g} {p.global_batch:7d} {p.gpus:6d} "
+                     f"{p.grid:>8s} {p.algorithm:>12s} {ph.steps:6d} {p.step_time_s:9.4f} "
+                     f"{ph.seconds:8.1f}")
+    lines.append("fixed costs (profile run:): " + ", ".join(
+        f"{k} {v:.1f} s" for k, v in pred.fixed.items()))
+    lines.append(f"predicted end-to-end time: {pred.total_s:.1f} s")
+    rows = published_rows(prof, args.model, recipe, pred, report.get("fitted_on"))
+    if rows:
+        lines.append(f"{'':<34s} {'published':>10s} {'predicted':>10s}  error")
+        lines += [f"{what:<34s} {pub:>10s} {got:>10s}  {err}" for what, pub, got, err in rows]
+    print("\n".join(lines), file=out)
+    report.update(total_s=pred.total_s, fixed=pred.fixed, published=rows,
+                  phases=[dict(start_epoch=ph.start_epoch, epochs=ph.epochs, steps=ph.steps,
+                               seconds=ph.seconds, **ph.plan._asdict()) for ph in pred.phases])
+    return report
+
+
 def run(args, out=sys.stdout):
     prof = load_profile(args.profile)
+    if args.recipe:
+        return {"profile": prof.name, "model": args.model, **run_recipe(args, prof, out)}
+    if args.fit_recipe:
+        raise ValueError("--fit-recipe needs --recipe (the recipe to predict after the fit)")
     common = dict(algorithms=args.algorithms.split(","), b_noise=args.noise_scale,
                   base_batch=args.base_batch, dataset_size=args.dataset_size,
                   epochs=args.epochs, min_efficiency=args.min_efficiency,

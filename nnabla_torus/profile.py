@@ -11,6 +11,15 @@ named without their extension (``abci``, ``cpu-2core``). Format (units in the ke
     links:
       intra: {latency_us: 5.0, bandwidth_GBps: 50.0}   # inside a host, per rank pair
       inter: {latency_us: 6.0, bandwidth_GBps: 25.0}   # between hosts, per host (all NICs)
+    racks:                      # optional third level (costmodel module doc); hosts must be
+      hosts_per_rack: 34        # a multiple of hosts_per_rack; links.inter is inside a rack
+      spine: {latency_us: 6.2, bandwidth_GBps: 25.0}   # across racks, per host, full bisection
+      oversubscription: 3.0     # rack downlink / uplink (1 = full bisection to the spine)
+    run:                        # optional fixed costs of a whole run (nnabla_torus.runtime)
+      startup_s: 0.0            # launch, initialisation, first-step compilation
+      validation_s: 0.0         # one pass over the validation set
+      validations: 1            # passes per run (train.py validates at every epoch end)
+      loader_stall_ms: 0.0      # data-loader wait per optimizer step
     reduce_ns_per_byte: 0.0033  # time to add one received byte
     native_switch_bytes: 10000  # library all-reduce: recursive doubling below, ring above
     native_hierarchical: false  # native on several hosts is Open MPI 5's coll/han (CPU
@@ -50,10 +59,12 @@ Profile = namedtuple("Profile", ["name", "description", "hosts", "network", "mod
 _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", "links",
              "reduce_ns_per_byte", "native_switch_bytes", "software", "models", "oversubscribed_wait_us",
              "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
-             "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "calibration"}
+             "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "calibration", "racks", "run"}
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
 _MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host"}
+_RACK_KEYS = {"hosts_per_rack", "spine", "oversubscription"}
+RUN_KEYS = {"startup_s": 0.0, "validation_s": 0.0, "validations": 1, "loader_stall_ms": 0.0}
 
 
 def list_profiles():
@@ -110,11 +121,34 @@ def _compute(name, raw):
                    _number(where, raw, "slots_per_host", kind=int, default=0))
 
 
+def _racks(raw, hosts):
+    """Network fields of the optional ``racks:`` block ({} without one); ValueError names the key."""
+    if raw is None:
+        return {}
+    _check_keys("racks", raw, _RACK_KEYS, _RACK_KEYS)
+    per_rack = _number("racks", raw, "hosts_per_rack", 1, kind=int)
+    if per_rack > hosts or hosts % per_rack:
+        raise ValueError(f"profile racks.hosts_per_rack={per_rack} does not fit hosts={hosts}: "
+                         f"it must be an integer in 1..{hosts} that divides hosts; set hosts to "
+                         f"racks x hosts_per_rack (e.g. {max(1, hosts // per_rack)} racks of "
+                         f"{per_rack}) or drop the racks block for two link levels")
+    return {"hosts_per_rack": per_rack, "spine": _link("racks.spine", raw["spine"]),
+            # 1: full bisection to the spine, 3: a third of it
+            "oversubscription": _number("racks", raw, "oversubscription", low=1)}
+
+
+def _run(raw):
+    """The optional ``run:`` block with its defaults (seconds, counts, ms per step)."""
+    raw = raw or {}
+    _check_keys("run", raw, RUN_KEYS)
+    return {k: _number("run", raw, k, kind=type(v), default=v) for k, v in RUN_KEYS.items()}
+
+
 def profile_from_dict(raw):
     """Build a Profile from the parsed file; raise ValueError naming any bad key or value."""
     required = _TOP_KEYS - {"description", "calibration", "software", "oversubscribed_wait_us",
                             "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
-                            "oversubscribed_hosts_wait_us", "torus_pipeline_MiB"}
+                            "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "racks", "run"}
     _check_keys("top level", raw, _TOP_KEYS, required)
     _check_keys("links", raw["links"], {"intra", "inter"}, {"intra", "inter"})
     software = raw.get("software") or {}
@@ -136,7 +170,8 @@ def profile_from_dict(raw):
                       _number(top, raw, "cache_bandwidth_GBps", default=0.0) * 1e9,
                       _flag("native_hierarchical", raw.get("native_hierarchical", False)),
                       _number(top, raw, "oversubscribed_hosts_wait_us", default=0.0) * 1e-6,
-                      int(_number(top, raw, "torus_pipeline_MiB", default=0) * (1 << 20)))
+                      int(_number(top, raw, "torus_pipeline_MiB", default=0) * (1 << 20)),
+                      **_racks(raw.get("racks"), _number(top, raw, "hosts", 1, kind=int)))
     if network.cache_bytes and network.cache_bandwidth_Bps <= 0:
         raise ValueError("profile: cache_MiB > 0 needs cache_bandwidth_GBps > 0")
     _check_keys("models", raw["models"], raw["models"] or {})
@@ -144,7 +179,8 @@ def profile_from_dict(raw):
         raise ValueError("profile models: needs at least one model, e.g. resnet50: {a_ms: ..}")
     models = {name: _compute(name, m) for name, m in raw["models"].items()}
     return Profile(raw["name"], raw.get("description", ""), _number(top, raw, "hosts", 1, kind=int),
-                   network, models, {"calibration": raw.get("calibration")})
+                   network, models,
+                   {"calibration": raw.get("calibration"), "run": _run(raw.get("run"))})
 
 
 def profile_to_dict(prof):
@@ -173,6 +209,11 @@ def profile_to_dict(prof):
                              "max_local_batch": m.max_local_batch, "grad_bytes": m.grad_bytes,
                              "slots_per_host": m.slots_per_host}
                       for name, m in prof.models.items()}}
+    if net.hosts_per_rack:
+        out["racks"] = {"hosts_per_rack": net.hosts_per_rack, "spine": link(net.spine),
+                        "oversubscription": net.oversubscription}
+    if (prof.extra or {}).get("run") not in (None, RUN_KEYS):
+        out["run"] = prof.extra["run"]
     if (prof.extra or {}).get("calibration") is not None:
         out["calibration"] = prof.extra["calibration"]
     return out

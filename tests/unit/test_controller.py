@@ -72,3 +72,17 @@ def test_split_batch_and_errors():
         BatchSizeController(4, 8)
     with pytest.raises(ValueError, match="lr_scaling"):
         BatchSizeController(4, 8, schedule=BatchSchedule([(0, 8)]), lr_scaling="cube")
+
+
+def test_keep_holds_the_starting_batch_lr_through_batch_changes():
+    # The paper's 34K -> 68K: linear doubles the LR factor at epoch 5 (136 -> 272); keep
+    # stays at 34,816 / 256 = 136 (Smith et al.: raise the batch instead of moving the LR).
+    sched = BatchSchedule.parse("0:34816,5:69632")
+    for rule, after in (("linear", 272.0), ("keep", 136.0)):
+        ctrl = BatchSizeController(2176, 32, schedule=sched, lr_at_change=rule)
+        assert ctrl.plan(0.0).lr_factor == 136.0 and ctrl.plan(5.0).lr_factor == after
+    ctrl = BatchSizeController(2176, 32, schedule=sched, lr_at_change="keep")
+    assert ctrl.plan(7.0).lr_factor == 136.0          # stateless: same from a resume point
+    assert "kept at batch changes" in ctrl.current.reason
+    with pytest.raises(ValueError, match=r"unknown lr_at_change 'double'"):
+        BatchSizeController(8, 32, schedule=sched, lr_at_change="double")

@@ -103,3 +103,29 @@ def test_bn_and_bias_names():
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         get_model(**kwargs)
+
+
+def conv_strides(y):
+    """(kernel, stride) of every convolution in the graph of ``y``, inputs first."""
+    found = []
+    y.visit(lambda f: found.append((f.inputs[1].shape[2], f.info.args["stride"][0]))
+            if f.info.type_name == "Convolution" else None)
+    return found
+
+
+@pytest.mark.parametrize("stride_on, strided", [("3x3", {3: 3, 1: 3}), ("1x1", {1: 6})])
+def test_stride_on_picks_the_bottleneck_conv_that_downsamples(stride_on, strided):
+    _, y = build("resnet50", 10, 64, width=0.0625, stride_on=stride_on)
+    # Stages 2-4 downsample in their first block's main path and shortcut (a 1x1/2 each);
+    # the stem's 7x7/2 aside, v1.5 strides the 3x3, v1 the first 1x1.
+    kernels = [k for k, s in conv_strides(y) if s == 2 and k != 7]
+    assert {k: kernels.count(k) for k in set(kernels)} == strided
+    assert y.shape == (1, 10)
+
+
+def test_last_gamma_can_start_at_one():
+    build("resnet18", 10, 32, width=0.25, zero_init_last_gamma=False)
+    gammas = {k: v.d for k, v in nn.get_parameters().items() if k.endswith("conv2/bn/gamma")}
+    assert gammas and all(np.all(g == 1.0) for g in gammas.values())
+    with pytest.raises(ValueError, match=r"stride_on must be one of \('3x3', '1x1'\)"):
+        get_model("resnet50", 10, stride_on="2x2")

@@ -1,0 +1,130 @@
+"""Whole-run prediction: the end-to-end training time of a recipe on a cluster profile.
+
+A recipe's batch schedule is cut into phases; each phase runs at its global batch B on
+B / local_batch GPUs (the paper's rule, :func:`planner.plan_schedule`: the best algorithm and
+grid for that count) and the profile's ``run:`` block adds the fixed costs::
+
+    steps(phase)  = ceil(epochs of the phase * dataset_size / B)
+    time(phase)   = steps * step_time
+    total         = startup_s + validations * validation_s + steps * loader_stall_ms
+                    + sum of time(phase)
+
+:func:`fit_compute` solves for the one unknown the published runs leave most open, the
+per-image compute b of the model (T_c(b) = a + b * batch), so that a recipe's predicted time
+equals its published time; predictions of *other* published figures with that b are the
+held-out check (README, "published / predicted / error").
+
+Example::
+
+    >>> from nnabla_torus.profile import load_profile
+    >>> recipe = load_recipe("sony-224s")
+    >>> run = predict_run(load_profile("abci"), "resnet50", recipe)
+    >>> [(p.plan.gpus, p.steps) for p in run.phases]
+    [(1088, 184), (2176, 1564)]
+"""
+import math
+import os
+from collections import namedtuple
+
+from . import planner
+from .costmodel import ALGORITHMS
+from .profile import RUN_KEYS, model_of
+from .provenance import load_tagged
+from .schedules import BatchSchedule
+
+# The ImageNet example's recipes, found from a source checkout (an installed wheel has none:
+# give a path instead).
+RECIPE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "examples", "imagenet", "recipes")
+
+RunRecipe = namedtuple("RunRecipe", [
+    "name", "schedule", "local_batch", "epochs", "expected", "sources",
+])
+PhaseRun = namedtuple("PhaseRun", [
+    "start_epoch", "epochs", "steps", "plan", "seconds",   # plan: planner.Plan of the phase
+])
+RunPrediction = namedtuple("RunPrediction", [
+    "phases",   # [PhaseRun]
+    "fixed",    # {"startup": s, "validation": s, "loader_stalls": s}
+    "total_s",  # seconds end to end
+])
+
+
+def load_recipe(name_or_path):
+    """The parts of a training recipe a prediction needs (name in RECIPE_DIR or a path)."""
+    path = name_or_path
+    if not os.path.isfile(path):
+        path = os.path.join(RECIPE_DIR, name_or_path + ".yaml")
+    if not os.path.isfile(path):
+        known = sorted(f[:-5] for f in os.listdir(RECIPE_DIR) if f.endswith(".yaml")) \
+            if os.path.isdir(RECIPE_DIR) else []
+        raise ValueError(f"recipe {name_or_path!r} not found (looked for {path}); use one of "
+                         f"{known} or a path to a recipe YAML")
+    with open(path) as f:
+        values, _ = load_tagged(f, f"recipe {path}")
+    missing = [k for k in ("batch_schedule", "local_batch", "epochs") if k not in values]
+    if missing:
+        raise ValueError(f"recipe {path}: a run prediction needs {missing}; add them")
+    name = os.path.splitext(os.path.basename(path))[0]
+    return RunRecipe(name, BatchSchedule.parse(values["batch_schedule"]),
+                     int(values["local_batch"]), float(values["epochs"]),
+                     values.get("expected") or {}, values.get("sources") or {})
+
+
+def run_costs(prof):
+    """The profile's ``run:`` block (defaults: no fixed cost)."""
+    return (prof.extra or {}).get("run") or dict(RUN_KEYS)
+
+
+def predict_run(prof, model, recipe, dataset_size=planner.IMAGENET_TRAIN_IMAGES,
+                algorithms=ALGORITHMS):
+    """RunPrediction of ``recipe`` (a RunRecipe) for ``model`` on ``prof``."""
+    run = run_costs(prof)
+    phases = planner.plan_schedule(prof, model, recipe.schedule, recipe.local_batch,
+                                   algorithms=algorithms, dataset_size=dataset_size,
+                                   epochs=recipe.epochs)
+    ends = [start for start, _ in phases[1:]] + [recipe.epochs]
+    out, stall = [], run["loader_stall_ms"] * 1e-3
+    for (start, plan), end in zip(phases, ends):
+        epochs = max(0.0, min(end, recipe.epochs) - start)
+        steps = math.ceil(epochs * dataset_size / plan.global_batch)
+        out.append(PhaseRun(start, epochs, steps, plan, steps * plan.step_time_s))
+    fixed = {"startup": run["startup_s"], "validation": run["validations"] * run["validation_s"],
+             "loader_stalls": sum(p.steps for p in out) * stall}
+    return RunPrediction(out, fixed, sum(fixed.values()) + sum(p.seconds for p in out))
+
+
+def predict_efficiency(prof, model, gpus, local_batch, algorithms=ALGORITHMS):
+    """Predicted weak-scaling efficiency on ``gpus`` GPUs at ``local_batch`` each (best grid)."""
+    result = planner.plan(prof, model, counts=[gpus], target_batch=gpus * local_batch,
+                          local_batches=[local_batch], accum_steps=[1], algorithms=algorithms)
+    return result.best.scaling_efficiency
+
+
+def with_compute(prof, model, b_s):
+    """``prof`` with the model's seconds per image set to ``b_s``."""
+    comp = model_of(prof, model)._replace(b_s=float(b_s))
+    return prof._replace(models={**prof.models, model: comp})
+
+
+def fit_compute(prof, model, recipe, published_s, dataset_size=planner.IMAGENET_TRAIN_IMAGES,
+                algorithms=ALGORITHMS, tol_s=1e-3):
+    """Seconds per image b that make ``recipe``'s predicted time ``published_s`` (bisection).
+
+    Only b moves (a, the links and the run costs stay the profile's). Raises ValueError when
+    even b = 0 predicts more than ``published_s`` (the rest of the profile is already too slow).
+    """
+    def total(b):
+        return predict_run(with_compute(prof, model, b), model, recipe, dataset_size,
+                           algorithms).total_s
+    low, high = 1e-12, 1e-3          # b > 0: a step of no time has no throughput
+    if total(low) > published_s:
+        raise ValueError(f"recipe {recipe.name}: even with no per-image compute the profile "
+                         f"predicts {total(low):.1f} s > the published {published_s} s; "
+                         f"its links, a_ms or run costs are too slow to fit")
+    while total(high) < published_s:
+        high *= 2
+    while high - low > 1e-12 and total(high) - total(low) > tol_s:
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if total(mid) < published_s else (low, mid)
+    return 0.5 * (low + high)
