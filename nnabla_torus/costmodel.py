@@ -154,17 +154,26 @@ def _explicit_links(x, y, g, rows):
 def grid_links(x, y, g, rows):
     """Vectorised (crosses, flows) of the row or column phase of X x Y grids, block mapping.
 
-    Closed form when X divides g or g divides X (rows: cross iff X > g, one flow; columns:
-    cross iff p > g, min(X, g) flows); other grids fall back to :func:`ring_links`.
+    ``g``: ranks per unit (a host, or a rack: gpus_per_host x hosts_per_rack). When X divides
+    g or g divides X: rows cross iff X > g with one flow, columns cross iff p > g with
+    min(X, g) flows. Otherwise (p > g) rows straddle unit boundaries: a unit meets at most
+    two straddling rows (one at each end), two when X > g and Y > 1, or X < g, p > 2g and
+    m = X / gcd(X, g) >= 3 (the boundaries g and 2g both fall inside rows); else one.
+    Columns keep min(X, g) flows while every column spans units (p - X >= g); shorter grids
+    fall back to :func:`ring_links` (tests check every form against it).
     """
     shape = np.broadcast(np.asarray(x), np.asarray(y)).shape
     x, y = (np.broadcast_to(v, shape).astype(int).ravel() for v in (x, y))
     p = x * y
+    odd = (p > g) & (x % g != 0) & (g % x != 0)
     if rows:
-        crosses, flows = (x > g), np.ones_like(x)
+        m = x // np.gcd(x, g)
+        two = np.where(x > g, y > 1, (m >= 3) & (p > 2 * g))
+        crosses, flows = (x > g) | odd, np.where(odd & two, 2, 1)
+        odd = np.zeros_like(odd)
     else:
         crosses, flows = (p > g) & (y > 1), np.minimum(x, g)
-    odd = (p > g) & (x % g != 0) & (g % x != 0)
+        odd &= p - x < g
     for i in np.flatnonzero(odd):
         crosses[i], flows[i] = _explicit_links(int(x[i]), int(y[i]), g, rows)
     return crosses.reshape(shape), flows.reshape(shape)

@@ -137,6 +137,18 @@ def explain(prof, model, plan):
              f"{comp.grad_bytes / 1e6:.1f} MB of gradients, gamma={comp.gamma:g}:"]
     for name, value in terms.items():
         lines.append(f"  {name:<36s} {float(value) * 1e3:10.3f} ms")
+    net = prof.network
+    if plan.algorithm in ("torus2d", "hierarchical") and plan.gpus > 1:
+        x, y = grid_x, plan.gpus // grid_x
+        for rows, label in ((True, "row phases"), (False, "column phases")):
+            crosses, flows = costmodel.grid_links(x, y, net.gpus_per_host, rows)
+            line = f"  {label}: " + (f"cross hosts, {int(flows)} flow(s) out of a host"
+                                     if crosses else "inside each host")
+            if net.hosts_per_rack:
+                crosses, flows = costmodel.rack_links(net, x, y, rows)
+                line += (f"; cross the spine, {int(flows)} flow(s) out of a rack" if crosses
+                         else "; inside each rack")
+            lines.append(line)
     return lines
 
 

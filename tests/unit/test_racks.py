@@ -110,3 +110,26 @@ def test_rack_level_round_trips_through_the_file_form():
     prof = load_profile("abci")
     again = profile_from_dict(profile_to_dict(prof))
     assert again.network == prof.network and again.extra["run"] == prof.extra["run"]
+
+
+@pytest.mark.parametrize("rows", [True, False])
+def test_closed_form_links_match_the_ring_walk_for_every_small_grid(rows):
+    # Racks of any size against grids of any shape: straddling rows and short columns.
+    for g in range(1, 14):
+        x, y = np.meshgrid(np.arange(1, 14), np.arange(1, 14))
+        crosses, flows = cm.grid_links(x, y, g, rows)
+        for xi, yi, c, f in zip(x.ravel(), y.ravel(), crosses.ravel(), flows.ravel()):
+            walk = np.arange(xi * yi).reshape(yi, xi)
+            want = cm.ring_links(walk if rows else walk.T, np.arange(xi * yi) // g)
+            assert (bool(c), int(f) if c else 0) == want, (g, xi, yi)
+
+
+def test_explain_says_which_phase_crosses_the_spine():
+    from nnabla_torus import plan_cli
+    prof = load_profile("abci")
+    best = planner.plan(prof, "resnet50", counts=[2176], target_batch=69632,
+                        local_batches=[32], accum_steps=[1]).best
+    lines = plan_cli.explain(prof, "resnet50", best._replace(grid="4x544"))
+    assert lines[-2] == "  row phases: inside each host; inside each rack"
+    assert lines[-1] == ("  column phases: cross hosts, 4 flow(s) out of a host; cross the "
+                         "spine, 4 flow(s) out of a rack")
