@@ -9,7 +9,8 @@ backward, the batch-size controller, the planner, checkpoints. Launch commands:
     mpirun -np 4 python examples/imagenet/train.py
     # plain ResNet-50, 90 epochs, 8 GPUs (recipes/resnet50-90ep.yaml)
     mpirun -np 8 python examples/imagenet/train.py --data-dir /data/imagenet --context cudnn
-    # Sony's 224-second recipe: batch 34K -> 68K, FP16, LARS (recipes/sony-224s.yaml)
+    # Sony's 224-second recipe (v1): batch 34K -> 68K, FP16, LARS (recipes/sony-224s.yaml;
+    # v2 adds label smoothing: -C sony-122s)
     mpirun -np 2176 python examples/imagenet/train.py -C sony-224s --data-dir /data/imagenet
     # continue the run in --output-dir from its newest intact checkpoint (any rank count)
     mpirun -np 4 python examples/imagenet/train.py --resume 1
