@@ -6,9 +6,9 @@ as ``world_size x local_batch x accum_steps`` with ``local_batch <= max_local_ba
 and the learning rate is scaled for it: ``linear`` (Goyal et al.: lr x B/base_batch), ``sqrt``
 (lr x sqrt(B/base_batch)) or ``none``. At a later change of the batch, ``lr_at_change``
 says what the rate does: ``linear`` follows the rule above, ``keep`` keeps the rate of the
-starting batch (the schedule's first, or ``min_batch``) whatever the batch (batch-size control as a replacement for decaying the rate: Smith et al., "Don't Decay
-the Learning Rate, Increase the Batch Size", arXiv:1711.00489). Every change is logged with
-its ``reason``.
+starting batch (the schedule's first, or ``min_batch``) whatever the batch: batch-size
+control as a replacement for decaying the rate (Smith et al., "Don't Decay the Learning Rate,
+Increase the Batch Size", arXiv:1711.00489). Every change is logged with its ``reason``.
 
 Example (the paper: 34K -> 68K at epoch 5 on a fixed world of 1,088 ranks takes 2 micro-batches
 from epoch 5 on; the paper doubled the GPUs instead, see planner.plan_schedule)::

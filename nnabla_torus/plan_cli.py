@@ -220,7 +220,8 @@ def run_recipe(args, prof, out):
         prof = runtime.with_compute(prof, args.model, b_s)
         step = comp.a_s + b_s * recipe.local_batch
         lines.append(f"# fitted b_ms = {b_s * 1e3:.4f} ms per image (profile: "
-                     f"{comp.b_s * 1e3:.4f}) to {fit.name}'s published {fit.expected['time_s']:g} s:"
+                     f"{comp.b_s * 1e3:.4f}) to {fit.name}'s published "
+                     f"{fit.expected['time_s']:g} s:"
                      f" compute {step * 1e3:.1f} ms per step of {recipe.local_batch} "
                      f"({recipe.local_batch / step:.0f} images/s per GPU)")
         report["fitted_b_ms"], report["fitted_on"] = b_s * 1e3, fit.name

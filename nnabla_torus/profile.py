@@ -122,7 +122,7 @@ def _compute(name, raw):
 
 
 def _racks(raw, hosts):
-    """Network fields of the optional ``racks:`` block ({} without one); ValueError names the key."""
+    """Network fields of the optional ``racks:`` block ({} without one); errors name the key."""
     if raw is None:
         return {}
     _check_keys("racks", raw, _RACK_KEYS, _RACK_KEYS)

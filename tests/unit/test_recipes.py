@@ -48,7 +48,7 @@ def test_sony_recipes_state_their_published_results_and_versions():
     # v1: batch-size control only; v2: and label smoothing. local_batch is derived.
     assert v1["label_smoothing"] == 0 and v2["label_smoothing"] > 0
     assert tags1["local_batch"].kind == "derived" and tags1["batch_schedule"].kind == "derived"
-    assert tags1["warmup_epochs"].sources == ("infoq",) and tags1["type_config"].sources == ("infoq",)
+    assert tags1["warmup_epochs"].sources == tags1["type_config"].sources == ("infoq",)
     assert v1["batch_change_lr"] == "keep" and tags1["batch_change_lr"].kind == "assumed"
     for key in ("stride_on", "zero_init_last_gamma", "no_decay_bn_bias", "bn_statistics"):
         assert tags1[key].kind == "assumed", key

@@ -102,7 +102,7 @@ def _stem(x, channels, small, test):
 
 
 def _block(kind, x, channels, stride, test, stride_on="3x3", last_gamma=None):
-    """One residual block: relu(bn_last(f(x)) + shortcut(x)), bn_last's gamma from ``last_gamma``."""
+    """One residual block: relu(bn_last(f(x)) + shortcut(x)); bn_last's gamma: ``last_gamma``."""
     if kind == "basic":
         out_channels = channels
         with nn.parameter_scope("conv1"):
