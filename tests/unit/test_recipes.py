@@ -27,7 +27,7 @@ def test_every_recipe_value_is_tagged_and_published_ones_cite_a_source(path):
         if tag.kind == "published":
             assert tag.sources and all(s in values["sources"] for s in tag.sources), key
     for name, citation in (values.get("sources") or {}).items():
-        assert "arXiv:" in citation or "https://" in citation, (name, citation)
+        assert "arXiv:" in citation or "http" in citation, (name, citation)
     load_recipe(path)                      # and the training config still loads it
 
 
