@@ -187,7 +187,12 @@ def build_parser():
 
 
 def load_recipe(name):
-    """Read a recipe (name in recipes/ or a path) into a dict; reject unknown keys by name."""
+    """Read a recipe (name in recipes/ or a path) into a dict; reject unknown keys by name.
+
+    Values may carry provenance tags (``# published [source]: ...``, see
+    :mod:`nnabla_torus.provenance`); a published tag without a known source is an error. The
+    ``sources:`` and ``expected:`` blocks (citations, published results) are not knobs.
+    """
     path = name if os.path.sep in name or name.endswith((".yaml", ".yml")) else \
         os.path.join(RECIPE_DIR, name + ".yaml")
     if not os.path.isfile(path):
