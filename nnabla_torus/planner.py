@@ -14,7 +14,10 @@ Maximising goodput and minimising time to train rank candidates the same way; wi
 ``min_efficiency`` only candidates whose scaling efficiency reaches it are kept (minimum time
 under a minimum scaling efficiency). Among plans within ``tie`` (1 %) of the best, the one
 with the fewest GPUs wins. Candidate grids keep rows inside hosts or hosts inside rows
-(X divides gpus_per_host or the reverse); GPU counts are 1..g, then whole hosts.
+(X divides gpus_per_host or the reverse); GPU counts are 1..g, then whole hosts. With a rack
+level in the profile every grid is also costed for its spine crossings (rows that straddle
+racks, column flows through each rack's uplink: costmodel.rack_links), so the search trades
+them against the steps each grid needs.
 
 Example (the paper's first phase: 34,816 images at 32 per GPU)::
 
