@@ -45,7 +45,8 @@ uplink, short rows keep the uplink light but run more column steps. Not modelled
 racks: recursive doubling (native below ``native_switch_bytes``) and coll/han.
 
 so with one link level (one host, share 1, no software cost) a reduce-scatter plus all-gather
-ring costs 2(p-1)(a + n/(pB)) + (p-1)/p n c: bandwidth term 2(p-1)/p * n/B, the lower bound of Patarasuk & Yuan 2009.
+ring costs 2(p-1)(a + n/(pB)) + (p-1)/p n c: bandwidth term 2(p-1)/p * n/B, the lower bound
+of Patarasuk & Yuan 2009.
 
 Algorithms (grid X x Y: Y rows of X consecutive ranks, p = X*Y, see topology.Grid):
 
