@@ -98,7 +98,8 @@ def rack_profile(**racks):
     ({"hosts_per_rack": 33}, r"racks.hosts_per_rack=33 does not fit hosts=1088: .*divides "
                              r"hosts; set hosts to racks x hosts_per_rack"),
     ({"hosts_per_rack": 2000}, r"racks.hosts_per_rack=2000 does not fit hosts=1088"),
-    ({"oversubscription": 0.5}, r"racks.oversubscription=0.5 must be >= 1"),
+    ({"oversubscription": 0.5}, r"racks.oversubscription: 0.5 must be a number >= 1"),
+    ({"hosts_per_rack": 8.5}, r"racks.hosts_per_rack: 8.5 must be an integer >= 1"),
     ({"uplinks": 8}, r"profile racks: unknown key\(s\) \['uplinks'\]"),
 ])
 def test_inconsistent_rack_level_is_an_error_naming_the_key(racks, message):

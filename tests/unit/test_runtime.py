@@ -7,14 +7,15 @@ from nnabla_torus import plan_cli, runtime
 from nnabla_torus.profile import load_profile, profile_from_dict
 from nnabla_torus.schedules import BatchSchedule
 
-# 4 hosts x 1 GPU, links without latency, no gradients: a step is the compute a + b * batch.
+# 4 hosts x 1 GPU, links without latency, 1 byte of gradients at 1e9 GB/s: a step is the
+# compute a + b * batch (the all-reduce takes ~1e-18 s).
 TOY = {"name": "toy", "hosts": 4, "gpus_per_host": 1, "slots_per_host": 1,
-       "links": {"intra": {"latency_us": 0.0, "bandwidth_GBps": 1.0},
-                 "inter": {"latency_us": 0.0, "bandwidth_GBps": 1.0}},
+       "links": {"intra": {"latency_us": 0.0, "bandwidth_GBps": 1e9},
+                 "inter": {"latency_us": 0.0, "bandwidth_GBps": 1e9}},
        "reduce_ns_per_byte": 0.0, "native_switch_bytes": 0,
        "run": {"startup_s": 1.0, "validation_s": 0.5, "validations": 2, "loader_stall_ms": 2.0},
        "models": {"m": {"a_ms": 0.0, "b_ms": 1.0, "gamma": 1.0, "max_local_batch": 64,
-                        "grad_bytes": 0}}}
+                        "grad_bytes": 1}}}
 RECIPE = runtime.RunRecipe("toy", BatchSchedule.parse("0:16,1:32"), 8, 3.0, {}, {})
 
 
@@ -75,3 +76,13 @@ def test_cli_bad_recipe_input_is_named(tmp_path):
         plan_cli.main(["--recipe", str(bad)])
     with pytest.raises(SystemExit, match=r"recipe 'nope' not found.*sony-122s"):
         plan_cli.main(["--recipe", "nope"])
+
+
+@pytest.mark.parametrize("run, message", [
+    ({"startup_s": -1}, r"profile run.startup_s: -1 must be a number >= 0"),
+    ({"validations": 1.5}, r"profile run.validations: 1.5 must be an integer >= 0"),
+    ({"warmup_s": 3}, r"profile run: unknown key\(s\) \['warmup_s'\]"),
+])
+def test_bad_run_block_names_the_key(run, message):
+    with pytest.raises(ValueError, match=message):
+        profile_from_dict({**TOY, "run": run})
