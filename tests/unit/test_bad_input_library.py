@@ -122,6 +122,10 @@ PLAN = [
                                       "give a file path in an existing writable folder"),
     ("--plot /tmp", "argument --plot: cannot write '/tmp'"),
     ("--explain perhaps", "argument --explain: invalid parse_bool value"),
+    ("--recipe nope", "recipe 'nope' not found"),
+    ("--fit-recipe sony-224s", "--fit-recipe needs --recipe"),
+    ("--recipe sony-122s --fit-recipe digits-cpu", "--fit-recipe digits-cpu states no published "
+                                                    "expected.time_s"),
 ]
 
 
