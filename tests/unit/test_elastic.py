@@ -60,7 +60,8 @@ def test_dry_run_sony_on_abci_hostfile(tmp_path, capsys):
                            "--dataset-size", "1281167", "--epochs", "90", "--dry-run"])
     out = capsys.readouterr().out
     assert status == 0
-    assert "launch at epoch 0: 1088 ranks, torus2d on 64x17, 32 x 1 per rank" in out, out
+    # 32x34 (not 64x17) since the abci profile has racks: fewer column flows per rack uplink.
+    assert "launch at epoch 0: 1088 ranks, torus2d on 32x34, 32 x 1 per rank" in out, out
     assert "launch at epoch 5: 2176 ranks, torus2d on 64x34, 32 x 1 per rank" in out, out
     assert "restart of 30.0 s" in out
     # With a restart dearer than the predicted gain the same run stays on 1,088.
