@@ -119,7 +119,8 @@ def load_latest_checkpoint(directory, log=print):
                           ". Delete them and start without --resume")
 
 
-MODEL_FLAGS = {"arch": "--arch", "width": "--width", "classes": "the training list's labels"}
+MODEL_FLAGS = {"arch": "--arch", "width": "--width", "classes": "the training list's labels",
+               "recipe": "-C"}
 
 
 def check_model(meta, path, model, shapes, arrays):
@@ -128,7 +129,8 @@ def check_model(meta, path, model, shapes, arrays):
     ``model``: this run's {arch, width, classes, image_size, recipe}, compared with the one
     the checkpoint recorded (``meta["model"]``); ``shapes``: parameter name -> shape of this
     run, compared with the checkpoint's ``arrays`` (also for checkpoints without the record).
-    Returns a note for the log when only the recipe or image size differ (they change the
+    Another recipe is refused too (its schedule and optimizer would continue another run's
+    state). Returns a note for the log when only the image size differs (it changes the
     training, not the parameters), else "".
     """
     saved = meta.get("model") or {}
@@ -143,6 +145,6 @@ def check_model(meta, path, model, shapes, arrays):
             f"{tuple(shapes[wrong[0]])} here)")
         raise ValueError(f"--resume: {path} was written with {what}; resume with that run's "
                          f"settings, or start a new run in another --output-dir")
-    changed = [f"{key} {saved[key]!r} -> {model[key]!r}" for key in ("image_size", "recipe")
+    changed = [f"{key} {saved[key]!r} -> {model[key]!r}" for key in ("image_size",)
                if key in saved and saved[key] != model[key]]
     return f"resume: changed since the checkpoint: {', '.join(changed)}" if changed else ""

@@ -83,7 +83,7 @@ def test_resplit_keeps_the_global_batch_or_says_why_not():
     assert plan.lr_factor == plan.global_batch / 64
 
 
-def test_another_model_is_refused_by_name_another_recipe_is_noted():
+def test_another_model_or_recipe_is_refused_by_name_another_image_size_is_noted():
     # checkpoint.check_model (examples/imagenet) guards every resume, on any rank count.
     from checkpoint import check_model
     saved = {"model": {"arch": "resnet18", "width": 0.125, "classes": 10, "image_size": 16,
@@ -94,8 +94,10 @@ def test_another_model_is_refused_by_name_another_recipe_is_noted():
     assert check_model(saved, "ckpt", here, shapes, arrays) == ""
     with pytest.raises(ValueError, match=r"arch 'resnet18' \(this run: 'resnet50', --arch\)"):
         check_model(saved, "ckpt", dict(here, arch="resnet50"), shapes, arrays)
-    note = check_model(saved, "ckpt", dict(here, recipe="sony-224s"), shapes, arrays)
-    assert "recipe 'digits-cpu' -> 'sony-224s'" in note
+    with pytest.raises(ValueError, match=r"recipe 'digits-cpu' \(this run: 'sony-224s', -C\)"):
+        check_model(saved, "ckpt", dict(here, recipe="sony-224s"), shapes, arrays)
+    note = check_model(saved, "ckpt", dict(here, image_size=32), shapes, arrays)
+    assert "image_size 16 -> 32" in note
 
 
 def test_a_grid_that_does_not_fit_the_new_size_falls_back():
