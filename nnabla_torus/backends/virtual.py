@@ -157,7 +157,7 @@ class VirtualCommunicator(TorusCommunicator):
     """The real communicator's grid and plan logic for one virtual rank (no MPI)."""
 
     def __init__(self, backend, hosts, algorithm, grid=None):
-        super().__init__(algorithm=algorithm, grid=grid, backend="virtual", timeout=0,
+        super().__init__(algorithm=algorithm, grid=grid, backend="mpi", timeout=1e9,
                          check=False)
         self.backend, self.hosts = backend, hosts
         self._groups["world"] = list(range(backend.size))
