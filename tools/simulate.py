@@ -1,0 +1,133 @@
+"""Simulated all-reduce times: validation against the emulated cluster, and the paper's scale.
+
+Runs our own collective code on virtual ranks (nnabla_torus.backends.virtual) timed by the
+flow model of nnabla_torus.simulate, and prints markdown tables::
+
+    python tools/simulate.py validate            # emulated 2x4, 4x2, 8x2 hosts at 1 Gbit/s
+    python tools/simulate.py paper --ranks 2176  # ABCI: spine, straggler, slow link cases
+    python tools/simulate.py paper --ranks 1088 --cases base --algorithms torus2d
+
+``validate`` compares the 100 MiB medians of README.md's emulated-cluster table (measured
+with tools/allreduce_bench.py under tools/emucluster, 2 cores shared by all emulated hosts)
+with the simulation and the closed-form cost model, both on the network
+tools/emucluster_model_check.py builds for that run (cpu-2core's intra-host, software and
+reduction costs, 1 Gbit/s inter-host links, 20 us latency, 2/H cores per host).
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from nnabla_torus import costmodel  # noqa: E402
+from nnabla_torus.knobs import add_knob, number  # noqa: E402
+from nnabla_torus.profile import load_profile  # noqa: E402
+from nnabla_torus.simulate import Faults, simulate_allreduce  # noqa: E402
+from tools.emucluster_model_check import emulated_network  # noqa: E402
+
+MiB = 1 << 20
+RESNET50_FP16_BYTES = 25_557_032 * 2
+# README.md, "Emulated multi-host cluster": 100 MiB medians at 1 Gbit/s (hosts, ranks per
+# host) -> [(algorithm, grid or None, measured seconds)]; native (coll/han) is not simulated.
+MEASURED_100MIB = {
+    (2, 4): [("ring", None, 1.75), ("torus2d", "4x2", 1.05), ("torus2d", "2x4", 1.50),
+             ("hierarchical", None, 1.69)],
+    (4, 2): [("ring", None, 1.77), ("torus2d", "2x4", 1.61), ("torus2d", "4x2", 2.25),
+             ("hierarchical", None, 2.42)],
+    (8, 2): [("ring", None, 2.32), ("torus2d", "2x8", 2.44), ("torus2d", "8x2", 2.59),
+             ("hierarchical", None, 3.12)],
+}
+CASES = ("base", "full-bisection", "straggler", "slow-link")
+
+
+def closed_form(net, algorithm, ranks, nbytes, grid):
+    x = int(grid.split("x")[0]) if grid else None
+    return float(costmodel.allreduce_time(net, algorithm, ranks, nbytes, x))
+
+
+def validate(args, out):
+    prof = load_profile("cpu-2core")
+    print("| topology | algorithm (grid) | measured | simulated | closed form | sim vs meas "
+          "| sim vs closed | busiest link |", file=out)
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |", file=out)
+    for (hosts, per_host), rows in MEASURED_100MIB.items():
+        net = emulated_network(prof, 1e9, 20e-6, per_host, 2.0 / hosts)
+        p = hosts * per_host
+        for algorithm, grid, measured in rows:
+            r = simulate_allreduce(net, algorithm, p, 100 * MiB, grid=grid)
+            model = closed_form(net, algorithm, p, 100 * MiB, grid)
+            print(f"| {hosts} hosts x {per_host} | {algorithm}{f' ({grid})' if grid else ''} "
+                  f"| {measured:.2f} s | {r.seconds:.2f} s | {model:.2f} s "
+                  f"| {r.seconds / measured - 1:+.0%} | {r.seconds / model - 1:+.1%} "
+                  f"| {r.busiest} {r.utilisation:.0%} |", file=out)
+
+
+def case_network(net, case):
+    """(Network, Faults) of a paper-scale case; the faults sit in the middle of the job."""
+    if case == "full-bisection":
+        return net._replace(oversubscription=1.0), Faults()
+    if case == "straggler":
+        return net, Faults(straggler=1001)
+    if case == "slow-link":
+        return net, Faults(slow_host=250)
+    return net, Faults()
+
+
+def paper(args, out):
+    prof = load_profile(args.profile)
+    net = prof.network
+    if not getattr(net, "hosts_per_rack", 0) and set(args.cases) & {"base", "full-bisection"}:
+        raise SystemExit(f"profile {prof.name} has no racks level (racks: hosts_per_rack, "
+                         f"spine, oversubscription): the spine cases need it")
+    print(f"# {args.ranks} ranks of {prof.name}, {args.bytes} bytes (ResNet-50 FP16 "
+          f"gradients by default); simulated ms, busiest link, closed-form ms", file=out)
+    print("| case | algorithm (grid) | simulated | busiest link (use) | closed form "
+          "| messages | wall s |", file=out)
+    print("| --- | --- | --- | --- | --- | --- | --- |", file=out)
+    for case in args.cases:
+        case_net, faults = case_network(net, case)
+        for algorithm in args.algorithms:
+            grid = args.grid if algorithm == "torus2d" else None
+            r = simulate_allreduce(case_net, algorithm, args.ranks, args.bytes, grid=grid,
+                                   faults=faults, hosts=prof.hosts, max_wall=args.max_wall)
+            model = closed_form(case_net, algorithm, args.ranks, args.bytes, grid)
+            print(f"| {case} | {algorithm}{f' ({grid})' if grid else ''} "
+                  f"| {r.seconds * 1e3:.2f} ms | {r.busiest} ({r.utilisation:.0%}) "
+                  f"| {model * 1e3:.2f} ms | {r.messages} | {r.wall_s:.0f} |", file=out,
+                  flush=True)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("validate", help="emulated-cluster topologies against README's medians")
+    p = sub.add_parser("paper", help="ring, torus2d, hierarchical on a profile, with faults")
+    add_knob(p, "--profile", "NNABLA_TORUS_PROFILE", "abci", "cluster profile (with racks)")
+    add_knob(p, "--ranks", "NNABLA_TORUS_SIM_RANKS", 2176, "ranks to simulate",
+             type=number(int, low=2))
+    add_knob(p, "--grid", "NNABLA_TORUS_SIM_GRID", "64x34", "torus2d grid XxY")
+    add_knob(p, "--bytes", "NNABLA_TORUS_SIM_BYTES", RESNET50_FP16_BYTES,
+             "all-reduce size in bytes", type=number(int, low=1))
+    add_knob(p, "--cases", "NNABLA_TORUS_SIM_CASES", ",".join(CASES),
+             f"comma-separated cases of {', '.join(CASES)}",
+             type=lambda s: [c for c in s.split(",") if c in CASES] or
+             argparse.ArgumentTypeError(f"cases from {CASES}"))
+    add_knob(p, "--algorithms", "NNABLA_TORUS_SIM_ALGORITHMS", "ring,torus2d,hierarchical",
+             "comma-separated algorithms", type=lambda s: s.split(","))
+    add_knob(p, "--max-wall", "NNABLA_TORUS_SIM_MAX_WALL", None,
+             "wall-clock seconds allowed per simulation (None: no limit)",
+             type=number(float, low=0, strict=True))
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    start = time.monotonic()
+    {"validate": validate, "paper": paper}[args.command](args, sys.stdout)
+    print(f"# {time.monotonic() - start:.0f} s wall, numpy {np.__version__}", file=sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
