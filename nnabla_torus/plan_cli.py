@@ -111,7 +111,33 @@ def build_parser():
     add_knob(parser, "--explain", "NNABLA_TORUS_PLAN_EXPLAIN", False,
              "print the compute and all-reduce phase terms of the recommendation", type=bool,
              nargs="?", const=True)
+    add_knob(parser, "--simulate", "NNABLA_TORUS_PLAN_SIMULATE", 0,
+             "re-rank the K best candidates (the best plan of each GPU count, by goodput; "
+             "with --schedule: the phases) by a timed simulation of their all-reduce "
+             "(nnabla_torus.simulate; 0: off)", type=number(int, low=0))
+    add_knob(parser, "--max-wall", "NNABLA_TORUS_PLAN_MAX_WALL", 600.0,
+             "wall-clock seconds allowed per simulated all-reduce", type=number(float, low=0, strict=True))
     return parser
+
+
+def simulated(prof, model, plans, max_wall):
+    """Lines of the K plans re-ranked by simulated step time, with both all-reduce times."""
+    from .backends.virtual import WallLimit
+    from .simulate import rerank
+    lines = ["# re-ranked by simulated step time (simulated / closed-form all-reduce, ms)",
+             "  gpus     grid    algorithm  sim_ms  model_ms  sim_step_s  model_step_s"]
+    comp = model_of(prof, model)
+    try:
+        ranked = rerank(prof, model, plans, max_wall)
+    except WallLimit as e:
+        raise SystemExit(f"nnabla-torus-plan: {e}") from None
+    for plan, sim, step in ranked:
+        model_ms = float(costmodel.step_terms(prof.network, comp, plan.algorithm, plan.gpus,
+                                              plan.local_batch, plan.accum_steps,
+                                              parse_grid(plan.grid).x)["allreduce"]) * 1e3
+        lines.append(f"{plan.gpus:>6d} {plan.grid:>8s} {plan.algorithm:>12s} {sim * 1e3:7.2f} "
+                     f"{model_ms:9.2f} {step:11.4f} {plan.step_time_s:13.4f}")
+    return lines
 
 
 def format_row(plan):
@@ -270,6 +296,9 @@ def run(args, out=sys.stdout):
             if args.explain:
                 print("\n".join(explain(prof, args.model, best)), file=out)
         report["phases"] = [dict(start_epoch=s, **p._asdict()) for s, p in phases]
+        if args.simulate:
+            print("\n".join(simulated(prof, args.model, [p for _, p in phases][:args.simulate],
+                                       args.max_wall)), file=out)
         return report
     result = planner.plan(prof, args.model, max_gpus=args.max_gpus, counts=args.gpus,
                           target_batch=args.batch,
@@ -291,6 +320,9 @@ def run(args, out=sys.stdout):
         print("\n".join(explain(prof, args.model, best)), file=out)
     if args.plot:
         plot(args.plot, result)
+    if args.simulate:
+        top = sorted(result.per_gpus, key=lambda p: -p.goodput)[:args.simulate]
+        print("\n".join(simulated(prof, args.model, top, args.max_wall)), file=out)
     report.update(recommendation=best._asdict(), planning_seconds=result.seconds,
                   per_gpus=[p._asdict() for p in result.per_gpus])
     return report

@@ -40,7 +40,7 @@ Example (8 ranks, 2 hosts of 4, torus2d 4x2 on 1 MB)::
     >>> net = Network(Link(1e-6, 1e10), Link(2e-6, 1e9), 0.0, 4, 4, 0, {})
     >>> r = simulate_allreduce(net, "torus2d", 8, 1e6, grid="4x2")
     >>> round(r.seconds * 1e3, 3), r.busiest   # columns: 4 flows of 125 KB share a NIC: 2 x 502 us
-    (1.169, 'nic_out[0]')
+    (1.16, 'nic_out[0]')
 """
 import math
 import time
@@ -168,73 +168,100 @@ def max_min_rates(links, caps, capacity):
 
 class FlowNetwork:
     """The flows in flight on a Platform and their max-min fair rates; the virtual World's
-    ``network``. ``scale``: simulated bytes per byte of the small real buffers."""
+    ``network``. ``scale``: simulated bytes per byte of the small real buffers.
+
+    Rates change only when a flow starts or ends, so a flow's finish time is fixed between
+    such changes and the flows are moved only then (not at every event of the World). A
+    flow that starts on links no other flow uses, or ends leaving its links empty, changes
+    no other rate; only otherwise are all rates recomputed (progressive filling).
+    """
 
     def __init__(self, platform, scale=1.0):
         self.platform, self.scale = platform, float(scale)
-        self.at = None   # the World's at(when, callback), set by attach
-        self.t = 0.0
+        self.world = None      # set by attach
+        self.t = 0.0           # time at which ``left`` was last brought up to date
         self.left = np.zeros(0)
         self.rate = np.zeros(0)
+        self.finish = np.zeros(0)
         self.caps = np.zeros(0)
         self.links = np.zeros((0, 4), int)
         self.pending = []      # (links, latency, cap, bytes, done) started since last update
         self.active = []       # (latency, done) of the flows in self.left, same order
-        self.carried = np.zeros(len(platform.capacity))   # bytes per link
+        self.users = np.zeros(len(platform.capacity), int)   # active flows per link
+        self.carried = np.zeros(len(platform.capacity))      # bytes per link
 
     def attach(self, world):
-        self.at = world.at
+        self.world = world
 
     def start(self, src, dst, nbytes, done):
         links, latency, cap = self.platform.route(src, dst)
         size = nbytes * self.scale
         if size <= 0:
-            self.at(self.t + latency, done)
+            self.world.at(self.world.now + latency, done)
             return
         for link in links:
             self.carried[link] += size
         self.pending.append((links, latency, cap, size, done))
 
-    def _update(self):
-        if self.pending:
-            pad = len(self.platform.capacity) - 1
-            rows = np.full((len(self.pending), 4), pad)
-            for i, entry in enumerate(self.pending):
-                rows[i, :len(entry[0])] = entry[0]
-            self.links = np.concatenate([self.links, rows])
-            self.left = np.concatenate([self.left, [e[3] for e in self.pending]])
-            self.caps = np.concatenate([self.caps, [e[2] for e in self.pending]])
-            self.active += [(e[1], e[4]) for e in self.pending]
-            self.pending = []
+    def _move_to(self, t):
+        self.left = self.left - self.rate * (t - self.t)
+        self.t = t
+
+    def _rates(self):
         self.rate = max_min_rates(self.links, self.caps, self.platform.capacity)
+
+    def _add_pending(self):
+        self._move_to(self.world.now)
+        pad = len(self.platform.capacity) - 1
+        rows = np.full((len(self.pending), 4), pad)
+        for i, entry in enumerate(self.pending):
+            rows[i, :len(entry[0])] = entry[0]
+        caps = np.array([e[2] for e in self.pending])
+        used = np.bincount(rows.ravel(), minlength=len(self.users))
+        used[-1] = 0
+        free = used.max() <= 1 and not self.users[used > 0].any()
+        self.users += used
+        rates = np.minimum(caps, self.platform.capacity[rows].min(axis=1))
+        self.links = np.concatenate([self.links, rows])
+        self.left = np.concatenate([self.left, [e[3] for e in self.pending]])
+        self.caps = np.concatenate([self.caps, caps])
+        self.active += [(e[1], e[4]) for e in self.pending]
+        self.pending = []
+        if free:   # alone on its links: nobody else's rate changes
+            self.rate = np.concatenate([self.rate, rates])
+        else:
+            self._rates()
+        self.finish = self.t + self.left / self.rate
 
     def next_time(self):
         """Simulated time of the next flow to finish its transfer (inf: none in flight)."""
         if self.pending:
-            self._update()
-        if not len(self.left):
-            return math.inf
-        return self.t + float(np.min(self.left / self.rate))
+            self._add_pending()
+        return float(self.finish.min()) if len(self.finish) else math.inf
 
     def advance(self, t):
-        """Move the flows to time ``t``; schedule the delivery of those that finished."""
+        """At time ``t``: schedule the delivery of the flows that finished by then."""
         if self.pending:
-            self._update()
-        self.left -= self.rate * (t - self.t)
-        self.t = t
-        if not len(self.left):
+            self._add_pending()
+        if not len(self.finish):
             return
-        over = self.left <= 1e-9 * np.maximum(self.rate, 1.0)
-        if over.any():
-            for i in np.flatnonzero(over):
-                latency, done = self.active[i]
-                self.at(t + latency, done)
-            keep = ~over
-            self.active = [a for a, k in zip(self.active, keep) if k]
-            self.left, self.links, self.caps = self.left[keep], self.links[keep], self.caps[keep]
-            self.rate = self.rate[keep]
-            if len(self.left):
-                self.rate = max_min_rates(self.links, self.caps, self.platform.capacity)
+        over = self.finish <= t + 1e-12 * max(t, 1e-9)
+        if not over.any():
+            return
+        self._move_to(t)
+        for i in np.flatnonzero(over):
+            latency, done = self.active[i]
+            self.world.at(t + latency, done)
+        gone = self.links[over].ravel()
+        np.subtract.at(self.users, gone, 1)
+        self.users[-1] = 0
+        keep = ~over
+        self.active = [a for a, k in zip(self.active, keep) if k]
+        self.left, self.links, self.caps = self.left[keep], self.links[keep], self.caps[keep]
+        self.rate = self.rate[keep]
+        if len(self.left) and self.users[gone[gone < len(self.users) - 1]].any():
+            self._rates()   # the finished flows shared links with flows still running
+        self.finish = self.t + self.left / self.rate
 
     def cost(self, rank, reduce_bytes, send_bytes, sends):
         return self.platform.cost(rank, reduce_bytes * self.scale, send_bytes * self.scale,
@@ -295,3 +322,26 @@ def simulate_allreduce(net, algorithm, ranks, nbytes, grid=None, faults=Faults()
     top = int(np.argmax(use))
     return Result(seconds, platform.names[top], float(use[top]), world.messages,
                   time.monotonic() - start)
+
+
+def rerank(prof, model, plans, max_wall=None):
+    """Simulate each planner Plan's all-reduce; returns [(plan, simulated all-reduce s,
+    simulated step s)] fastest simulated step first (``native`` plans are skipped: the
+    simulation runs our algorithms only).
+
+    The step time is the cost model's (costmodel.step_terms: compute, overlap exponent,
+    accumulation) with the closed-form all-reduce replaced by the simulated one.
+    """
+    comp = prof.models[model]
+    rows = []
+    for plan in plans:
+        if plan.algorithm == "native" or plan.gpus < 2:
+            continue
+        grid = plan.grid if plan.algorithm == "torus2d" else None
+        sim = simulate_allreduce(prof.network, plan.algorithm, plan.gpus, comp.grad_bytes,
+                                 grid=grid, hosts=prof.hosts, max_wall=max_wall).seconds
+        t_c = float(costmodel.compute_time(comp, plan.gpus, plan.local_batch,
+                                           prof.network.gpus_per_host))
+        step = (plan.accum_steps - 1) * t_c + float(costmodel.overlap(t_c, sim, comp.gamma))
+        rows.append((plan, sim, step))
+    return sorted(rows, key=lambda row: row[2])
