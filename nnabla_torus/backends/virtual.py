@@ -27,6 +27,7 @@ Example (4 ranks, torus2d on 2x2, integer-valued float32 buffers)::
     >>> bufs[3].tolist()
     [6.0, 10.0, 14.0, 18.0, 22.0, 26.0]
 """
+import gc
 import heapq
 import time
 from collections import deque
@@ -274,7 +275,15 @@ class World:
         """
         self._hub = getcurrent()
         start = time.monotonic()
+        collecting = gc.isenabled()
+        gc.disable()   # thousands of live greenlets make every full collection slow
+        try:
+            return self._run(body, backends, start)
+        finally:
+            if collecting:
+                gc.enable()
 
+    def _run(self, body, backends, start):
         def make(b):
             def main():
                 body(b)
