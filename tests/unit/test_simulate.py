@@ -129,3 +129,21 @@ def test_plan_cli_max_wall_is_a_clear_error():
     with pytest.raises(SystemExit, match="exceeded --max-wall"):
         plan_cli.main(["--profile", "abci", "--gpus", "1024", "--local-batch", "32",
                        "--simulate", "1", "--max-wall", "0.1"])
+
+
+def test_validation_table_agrees_with_the_closed_form():
+    """tools/simulate.py validate: every emulated topology within 5 % of the closed form."""
+    from tools import simulate as tool
+    out = io.StringIO()
+    tool.validate(None, out)
+    rows = [r for r in out.getvalue().splitlines() if r.startswith("| ") and "hosts x" in r]
+    assert len(rows) == sum(len(v) for v in tool.MEASURED_100MIB.values())
+    for row in rows:
+        closed = float(row.split("|")[7].strip().rstrip("%"))
+        assert abs(closed) <= 5.0, row
+
+
+def test_paper_cases_need_a_racks_level():
+    from tools import simulate as tool
+    with pytest.raises(SystemExit, match="profile cpu-2core has no racks level"):
+        tool.main(["paper", "--profile", "cpu-2core", "--ranks", "8", "--grid", "4x2"])
