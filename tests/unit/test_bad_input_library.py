@@ -126,6 +126,8 @@ PLAN = [
     ("--fit-recipe sony-224s", "--fit-recipe needs --recipe"),
     ("--recipe sony-122s --fit-recipe digits-cpu", "--fit-recipe digits-cpu states no published "
                                                     "expected.time_s"),
+    ("--simulate -1", "argument --simulate: must be an integer >= 0, got '-1'"),
+    ("--max-wall 0", "argument --max-wall: must be a finite number > 0, got '0'"),
 ]
 
 
