@@ -279,9 +279,9 @@ def check_fits(net, algorithm, ranks, grid, hosts=None):
     if hosts is not None and ranks > hosts * g:
         raise ValueError(f"{ranks} ranks do not fit the simulated world: the profile has "
                          f"{hosts} hosts x {g} GPUs = {hosts * g}; use at most that many")
-    if ranks % g and algorithm == "hierarchical":
-        raise ValueError(f"hierarchical needs whole hosts: {ranks} ranks is not a multiple of "
-                         f"{g} GPUs per host")
+    if ranks % min(g, ranks):
+        raise ValueError(f"{ranks} ranks do not fill hosts of {g} GPUs (ranks are placed host "
+                         f"by host); use a multiple of {g}")
     if grid is not None and algorithm == "torus2d":
         grid = parse_grid(grid) if isinstance(grid, str) else grid
         if grid.size != ranks:
@@ -301,8 +301,6 @@ def simulate_allreduce(net, algorithm, ranks, nbytes, grid=None, faults=Faults()
     """
     check_fits(net, algorithm, ranks, grid, hosts)
     g = min(net.gpus_per_host, ranks)
-    if ranks % g:
-        raise ValueError(f"{ranks} ranks do not fill hosts of {g} GPUs (ranks host by host)")
     pipe = net.torus_pipeline_bytes
     pieces = max(1, math.ceil(nbytes / pipe)) if pipe and algorithm == "torus2d" else 1
     count = ranks * pieces

@@ -147,3 +147,9 @@ def test_paper_cases_need_a_racks_level():
     from tools import simulate as tool
     with pytest.raises(SystemExit, match="profile cpu-2core has no racks level"):
         tool.main(["paper", "--profile", "cpu-2core", "--ranks", "8", "--grid", "4x2"])
+
+
+def test_partial_hosts_are_refused():
+    net = load_profile("abci").network
+    with pytest.raises(ValueError, match="10 ranks do not fill hosts of 4 GPUs"):
+        simulate_allreduce(net, "hierarchical", 10, 1e6)
