@@ -116,7 +116,8 @@ def build_parser():
              "with --schedule: the phases) by a timed simulation of their all-reduce "
              "(nnabla_torus.simulate; 0: off)", type=number(int, low=0))
     add_knob(parser, "--max-wall", "NNABLA_TORUS_PLAN_MAX_WALL", 600.0,
-             "wall-clock seconds allowed per simulated all-reduce", type=number(float, low=0, strict=True))
+             "wall-clock seconds allowed per simulated all-reduce",
+             type=number(float, low=0, strict=True))
     return parser
 
 

@@ -32,7 +32,6 @@ import heapq
 import time
 from collections import deque
 
-import numpy as np
 from greenlet import greenlet, getcurrent
 
 from ..collectives import PIPELINE_BYTES, get_algorithm
@@ -139,19 +138,15 @@ class VirtualBackend(MPIBackend):
                 pending = [r for _, item in waiting if not callable(item[0])
                            for r in item[0] if not r.done]
                 what = next((item[1] for _, item in waiting if item[1]), "pipelined all-reduce")
+                if not pending:   # every lane waits for another lane: none can ever move
+                    raise Deadlock(f"virtual rank {self.rank}: its lanes wait for each other "
+                                   f"in {what!r}")
                 self.world_sim.block(self, pending, 1, what,
                                      [p for _, item in waiting for p in item[2]])
 
     def library_all_reduce(self, group, buf, what="native all_reduce"):
         """Stand-in for the library's all-reduce: our ring (see the module docstring)."""
         self.all_reduce(group, buf, what)
-
-    def barrier(self, what="barrier"):
-        tiny = np.zeros(1, np.int8)
-        self.all_reduce(self.world_group, tiny, what)
-
-    def abort(self, code=1):
-        raise RuntimeError(f"virtual rank {self.rank} aborted (code {code})")
 
 
 class VirtualCommunicator(TorusCommunicator):
@@ -192,7 +187,7 @@ class World:
         self._events = []   # (time, seq, callback)
         self._seq = 0
         self._sends, self._recvs = {}, {}
-        self._contexts = {}  # group's ranks -> small int (hashing a 2,176-tuple per message is slow)
+        self._contexts = {}  # group's ranks -> small int (hashing 2,176-tuples is slow)
         self._ready = deque()
         self._hub = None
         if network is not None:

@@ -107,3 +107,14 @@ def test_mismatched_message_sizes_are_refused():
         b.wait([req], "size mismatch", [])
     with pytest.raises(RuntimeError, match="has 24 bytes, the receive expects 16"):
         world.run(body, backends)
+
+
+def test_lanes_waiting_for_each_other_are_a_deadlock():
+    world = World(1)
+    backends, _ = make_ranks(world, 1, "ring")
+
+    def lane():
+        yield (lambda: False), "", []
+
+    with pytest.raises(RuntimeError, match="its lanes wait for each other"):
+        world.run(lambda b: b.run_lanes([lane(), lane()]), backends)
