@@ -64,14 +64,16 @@ def validate(args, out):
                   f"| {r.busiest} {r.utilisation:.0%} |", file=out)
 
 
-def case_network(net, case):
-    """(Network, Faults) of a paper-scale case; the faults sit in the middle of the job."""
+def case_network(net, case, ranks):
+    """(Network, Faults) of a paper-scale case. The faults sit 46 % into the job (host 250 of
+    544 at 2,176 ranks); the straggler is that host's second GPU."""
+    host = (ranks // net.gpus_per_host) * 250 // 544
     if case == "full-bisection":
         return net._replace(oversubscription=1.0), Faults()
     if case == "straggler":
-        return net, Faults(straggler=1001)
+        return net, Faults(straggler=host * net.gpus_per_host + 1)
     if case == "slow-link":
-        return net, Faults(slow_host=250)
+        return net, Faults(slow_host=host)
     return net, Faults()
 
 
@@ -87,7 +89,7 @@ def paper(args, out):
           "| messages | wall s | CPU s |", file=out)
     print("| --- | --- | --- | --- | --- | --- | --- | --- |", file=out)
     for case in args.cases:
-        case_net, faults = case_network(net, case)
+        case_net, faults = case_network(net, case, args.ranks)
         for algorithm in args.algorithms:
             grid = args.grid if algorithm == "torus2d" else None
             cpu = time.process_time()
