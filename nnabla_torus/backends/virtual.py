@@ -32,7 +32,11 @@ import heapq
 import time
 from collections import deque
 
-from greenlet import greenlet, getcurrent
+try:
+    from greenlet import greenlet, getcurrent
+except ImportError as e:   # an optional extra: the communicator itself does not need it
+    raise ImportError("virtual ranks and the simulator need greenlet: "
+                      "pip install 'nnabla-torus[simulate]' (or pip install greenlet)") from e
 
 from ..collectives import PIPELINE_BYTES, get_algorithm
 from ..communicator import TorusCommunicator
