@@ -16,8 +16,12 @@ A backend supplies ``reduce_scatter(group, buf)`` (returns our reduced chunk, a 
   has ``pieces`` and ``run_lanes``, as MPI does), large buffers are cut into pieces and the
   row phases of one piece overlap the column phase of another (``torus2d_lanes``). Inside one
   host both phases share the same cores and copies, so there is nothing to overlap.
+  When the plan says ``shared`` (the row's ranks share one host's memory and the backend
+  mapped it, ``MPIBackend.share``), the row phases go through shared memory instead
+  (``shared_all_reduce``) with the column all-reduce in between; on one host with the
+  default grid (X = p) that is the whole all-reduce. Pipelined plans keep messages.
 - ``hierarchical``: the torus with rows = the ranks of one host and the column phase done by
-  the library's own all-reduce (Horovod's hierarchical all-reduce).
+  the library's own all-reduce (Horovod's hierarchical all-reduce); rows shared as above.
 - ``native``: the library's own all-reduce over the world (``MPI_Allreduce`` or NCCL's).
 
 Averages (``division=True``) divide the sum after it is complete: floating types multiply by
@@ -37,11 +41,13 @@ class Plan:
     """The groups one rank uses: ``world``, and its ``row`` and ``column`` of the grid.
 
     ``pipelined``: torus2d overlaps its row and column phases on pieces of the buffer.
+    ``shared``: the row's members share memory (the backend's ``shared_all_reduce``).
     """
     world: object
     row: object
     column: object
     pipelined: bool = False
+    shared: bool = False
 
 
 def scale_numpy(data, factor):
@@ -63,6 +69,11 @@ def ring(backend, plan, buf):
 
 
 def torus2d(backend, plan, buf):
+    if plan.shared:
+        column = None if plan.column.size == 1 else (lambda shard: backend.all_reduce(
+            plan.column, shard, "torus2d column all_reduce"))
+        backend.shared_all_reduce(plan.row, buf, "torus2d row", column)
+        return
     pieces = backend.pieces(buf) if plan.pipelined else [buf]
     if len(pieces) > 1:
         backend.run_lanes(torus2d_lanes(backend, plan, pieces))
@@ -108,6 +119,11 @@ def torus2d_lanes(backend, plan, pieces):
 
 
 def hierarchical(backend, plan, buf):
+    if plan.shared:
+        column = None if plan.column.size == 1 else (lambda shard: backend.library_all_reduce(
+            plan.column, shard, "hierarchical cross-host all_reduce"))
+        backend.shared_all_reduce(plan.row, buf, "hierarchical host", column)
+        return
     shard = backend.reduce_scatter(plan.row, buf, "hierarchical host reduce-scatter")
     backend.library_all_reduce(plan.column, shard, "hierarchical cross-host all_reduce")
     backend.all_gather(plan.row, buf, "hierarchical host all-gather")
@@ -118,12 +134,17 @@ def native(backend, plan, buf):
 
 
 ALGORITHMS = {"torus2d": torus2d, "ring": ring, "hierarchical": hierarchical, "native": native}
+AUTO = "auto"  # not a function: the communicator picks one of ALGORITHMS per call (auto.py)
 
 
-def get_algorithm(name):
-    """The all-reduce function registered as ``name``; ValueError lists the known ones."""
+def get_algorithm(name, allow_auto=False):
+    """The all-reduce function registered as ``name`` (None for "auto" when ``allow_auto``);
+    ValueError lists the known ones."""
+    if allow_auto and name == AUTO:
+        return None
     try:
         return ALGORITHMS[name]
     except KeyError:
-        raise ValueError(f"unknown all-reduce algorithm {name!r}; choose one of "
-                         f"{', '.join(ALGORITHMS)} (NNABLA_TORUS_ALGORITHM or algorithm=)") from None
+        known = ", ".join(list(ALGORITHMS) + [AUTO] * allow_auto)
+        raise ValueError(f"unknown all-reduce algorithm {name!r}; choose one of {known} "
+                         f"(NNABLA_TORUS_ALGORITHM or algorithm=)") from None

@@ -12,7 +12,12 @@ Change one import line and keep the rest of an nnabla data-parallel script::
 
 Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else environment):
 
-- ``algorithm`` / NNABLA_TORUS_ALGORITHM: torus2d | ring | hierarchical | native (default torus2d)
+- ``algorithm`` / NNABLA_TORUS_ALGORITHM: torus2d | ring | hierarchical | native | auto
+  (default torus2d). ``auto`` routes each call (each fused buffer or in-place array) by its
+  size to native, torus2d or hierarchical, from a table fixed at ``init()`` (see
+  :mod:`nnabla_torus.auto`); ``comm.algorithm_counts`` counts the calls per algorithm
+- ``auto_profile`` / NNABLA_TORUS_AUTO_PROFILE: profile (name or path) whose cost model sets
+  auto's size ranges (default empty: measure them at ``init()``, about 0.5 s)
 - ``grid`` / NNABLA_TORUS_GRID: ``XxY`` for torus2d (default: X = ranks per host when that
   divides the world and ranks are placed host by host, else the most square factorisation)
 - ``backend`` / NNABLA_TORUS_BACKEND: mpi | nccl | fake-nccl (default: nccl for a CUDA
@@ -24,7 +29,10 @@ Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else envi
   error is at most about (p + 1) * 2**-11 * sum_r |x_r| and values above 65504 overflow)
   (default 0)
 - ``check`` / NNABLA_TORUS_CHECK: compare each call's shapes and dtypes across ranks
-  before moving data (two small messages per call) (default 1)
+  before moving data (ranks of one host: one flag each in shared memory; else two small
+  messages per call) (default 1)
+- NNABLA_TORUS_SHM / NNABLA_TORUS_SHM_BYTES: the MPI backend's shared-memory path inside a
+  host (default 1) and its piece size per rank (default 32 MiB), see backends/mpi.py
 - NNABLA_TORUS_RANKS_PER_HOST: treat each block of this many consecutive ranks as one host
   (default: group ranks by host name)
 
@@ -34,6 +42,7 @@ every rank names what each rank set) before anything that would hang if they dif
 Importing this module installs :mod:`nnabla_torus.failfast` (an error on one rank ends the
 job), so errors between the import and ``init()`` are covered too.
 """
+import collections
 import logging
 import sys
 import time
@@ -41,8 +50,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import failfast, topology
-from .collectives import Plan, get_algorithm
+from . import auto, failfast, topology
+from .collectives import AUTO, Plan, get_algorithm
 from .knobs import env_value, knob_value, number
 from .rendezvous import (CollectiveTimeout, RankGone, RankLost, check_same_call, lost_ranks,
                          rank_lost)
@@ -110,10 +119,17 @@ class TorusCommunicator:
     """nnabla's multi-process data-parallel communicator API over torus/ring/native all-reduce."""
 
     def __init__(self, ctx=None, algorithm=None, grid=None, backend=None, timeout=None,
-                 wire_fp16=None, check=None):
+                 wire_fp16=None, check=None, auto_profile=None):
         self.ctx = ctx
         self.algorithm = algorithm or env_value("NNABLA_TORUS_ALGORITHM", DEFAULTS["algorithm"])
-        get_algorithm(self.algorithm)  # fail early on a typo
+        get_algorithm(self.algorithm, allow_auto=True)  # fail early on a typo
+        self.auto_profile = auto_profile or env_value("NNABLA_TORUS_AUTO_PROFILE", "")
+        if self.auto_profile:
+            from .profile import load_profile
+            self._profile = load_profile(self.auto_profile)  # a bad name fails here
+        self.auto_table = None   # auto.Table, fixed by the first set_algorithm("auto")
+        self.auto_timer = time.perf_counter  # the clock of auto's measurement (tests skew it)
+        self.algorithm_counts = collections.Counter()  # world all-reduce calls per algorithm
         self._grid_request = grid or env_value("NNABLA_TORUS_GRID")
         if isinstance(self._grid_request, str):
             self._grid_request = topology.parse_grid(self._grid_request)
@@ -161,7 +177,14 @@ class TorusCommunicator:
             names = [f"host{r // per_host}" for r in range(self.size)]
         self.hosts = topology.HostLayout.from_names(names)
         self._groups["world"] = list(range(self.size))
+        self._share(self.backend.world_group)  # the argument check meets in shared memory
         self.set_algorithm(self.algorithm, self._grid_request)
+
+    def _share(self, group):
+        """Map shared memory for ``group`` when its ranks run on one host (collective over its
+        members; the MPI backend only). True when the group now shares memory."""
+        share = getattr(self.backend, "share", None)
+        return bool(share and not self.hosts.spans_hosts(group.ranks) and share(group))
 
     def _agree(self):
         """ValueError on every rank unless all ranks have the same settings (non-blocking, under
@@ -169,9 +192,9 @@ class TorusCommunicator:
         settings = dict(backend=self._backend_name, algorithm=self.algorithm,
                         grid=str(self._grid_request) if self._grid_request else None,
                         timeout=self.timeout, wire_fp16=self.wire_fp16, check=self.check,
-                        ranks_per_host=self._per_host)
+                        ranks_per_host=self._per_host, auto_profile=self.auto_profile)
         settings.update((k, v) for k, v in self._backend_knobs.items()
-                        if k in ("segment_bytes", "pipeline_bytes"))
+                        if k in ("segment_bytes", "pipeline_bytes", "shm", "shm_bytes"))
         names = list(settings)
 
         def describe(calls):
@@ -182,14 +205,81 @@ class TorusCommunicator:
                         self.timeout, "init", describe)
 
     def set_algorithm(self, algorithm, grid=None):
-        """Switch the world all-reduce to ``algorithm`` (and ``grid``); collective on all ranks."""
-        get_algorithm(algorithm)
+        """Switch the world all-reduce to ``algorithm`` (and ``grid``); collective on all ranks.
+
+        ``auto``: the plans of its candidates, and (first time) the table of size ranges."""
+        get_algorithm(algorithm, allow_auto=True)
+        if algorithm == AUTO:
+            grid = grid or self._grid_request or self._host_rows()
+            self._auto_plans = {name: self._plan_for(name, grid) for name in self._candidates()}
+            self.algorithm, self.grid = AUTO, self._grid_for("torus2d", grid)
+            self._plan = self._auto_plans["torus2d"]
+            if self.auto_table is None:
+                self.auto_table = self._auto_table()
+            return
+        self.algorithm, self.grid = algorithm, self._grid_for(algorithm, grid or self._grid_request)
+        self._plan = self._plan_for(algorithm, grid)
+
+    def _plan_for(self, algorithm, grid=None):
         grid = self._grid_for(algorithm, grid or self._grid_request)
         key = (algorithm, str(grid))
         if key not in self._plans:
             self._plans[key] = self._make_plan(algorithm, grid)
-        self.algorithm, self.grid = algorithm, grid
-        self._plan = self._plans[key]
+        return self._plans[key]
+
+    def _host_rows(self):
+        """auto's torus grid: one row per host (the row phase all in shared memory) when hosts
+        hold the same number of consecutive ranks, else None (the default grid)."""
+        per_host = self.hosts.ranks_per_host if self.hosts.is_blocked() else 0
+        return topology.Grid(per_host, self.size // per_host) if per_host > 1 else None
+
+    def _candidates(self):
+        """auto's algorithms: the library's, the torus, and hierarchical on several hosts."""
+        several = len(self.hosts.hosts) > 1 and self.hosts.ranks_per_host
+        return ["native", "torus2d"] + (["hierarchical"] if several else [])
+
+    def _auto_table(self):
+        """auto's size ranges, computed on rank 0 (profile, else measured) and broadcast:
+        identical on every rank by construction."""
+        candidates = self._candidates()
+        source = self.auto_profile
+        if source and auto.missing_terms(self._profile, candidates):
+            self._note(f"auto: profile {source!r} has no software term for "
+                       f"{auto.missing_terms(self._profile, candidates)}; measuring the size "
+                       f"ranges instead")
+            source = ""
+        if source:
+            per_host = self.hosts.ranks_per_host or self.size
+            times = auto.predicted_times(self._profile, candidates, self.size, per_host,
+                                         self.grid.x) if self.rank == 0 else None
+            name = f"profile {source}"
+        else:
+            times = self._measure_auto(candidates)
+            name = "measured at init"
+        table = auto.table_from_winners(auto.SIZES, auto.winners(times), name) \
+            if self.rank == 0 else None
+        table = MPI.COMM_WORLD.bcast(table, root=0)
+        self._note(f"auto ({name}, {self.size} ranks): {table.describe()}")
+        return table
+
+    def _measure_auto(self, candidates):
+        """Time the candidates at auto.SIZES on scratch buffers (collective)."""
+        be, world = self.backend, MPI.COMM_WORLD
+
+        def run(name, nbytes):
+            buf = self._buffer(np.float32, nbytes // 4)
+            buf.fill(1.0)
+            self._guarded(f"auto measurement ({name})", lambda: get_algorithm(name)(
+                be, self._auto_plans[name], buf))
+
+        return auto.measure(run, candidates, timer=self.auto_timer,
+                            slowest=lambda t: world.allreduce(t, op=MPI.MAX))
+
+    @staticmethod
+    def _note(text):
+        if text not in _notes_said:
+            _notes_said.add(text)
+            logger.warning(text)
 
     def _grid_for(self, algorithm, request):
         if algorithm == "hierarchical":
@@ -223,14 +313,19 @@ class TorusCommunicator:
             host = self.hosts.host_of(rank)
             local = host.index(rank)
             column = [h[local] for h in self.hosts.hosts]
-            return Plan(world, be.group(host), be.group(column))
+            row = be.group(host)
+            return Plan(world, row, be.group(column), shared=self._share(row))
         if algorithm == "torus2d":
             row, column = grid.row_of(rank), grid.column_of(rank)
             # Overlapping pays when rows and columns use different links (in-host, inter-host);
             # only backends with run_lanes (MPI) can overlap.
             pipelined = (hasattr(be, "run_lanes") and len(row) > 1 and len(column) > 1
                          and self.hosts.spans_hosts(column) and not self.hosts.spans_hosts(row))
-            return Plan(world, be.group(row), be.group(column), pipelined)
+            row, column = be.group(row), be.group(column)
+            # Pipelined plans overlap the row with the column over messages; else the row
+            # goes through shared memory when its ranks share a host.
+            return Plan(world, row, column, pipelined,
+                        shared=not pipelined and self._share(row))
         return Plan(world, world, None)
 
     # -- nnabla's properties ----------------------------------------------------------------
@@ -313,7 +408,8 @@ class TorusCommunicator:
         """Check the call across ``group``, then run ``body`` (see ``_guarded``)."""
         def checked():
             if self.check:
-                check_same_call(group.control, group.ranks, signature, self.timeout, what)
+                check_same_call(group.control, group.ranks, signature, self.timeout, what,
+                                sync=getattr(group, "sync", None))
             return body()
         return self._guarded(what, checked)
 
@@ -417,9 +513,10 @@ class TorusCommunicator:
         arrays = self._as_list(data)
         grp = self._group(group)
         if group == "world":
-            run, plan = get_algorithm(self.algorithm), self._plan
+            run = self._run_auto if self.algorithm == AUTO else self._run_world
         else:
-            run, plan = get_algorithm("ring"), Plan(grp, grp, None)
+            def run(buf):
+                get_algorithm("ring")(self.backend, Plan(grp, grp, None), buf)
         what = f"all_reduce ({self.algorithm if group == 'world' else 'ring'}, group {group!r})"
         # The algorithm, grid, wire format and pieces are part of the call: ranks that differ
         # in them would exchange mismatched messages.
@@ -428,7 +525,17 @@ class TorusCommunicator:
                self.track_sqnorms, self.algorithm if group == "world" else "ring",
                str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
         self._collective(grp, sig, what, lambda: self._all_reduce(
-            arrays, division, inplace, lambda buf: run(self.backend, plan, buf), grp.size))
+            arrays, division, inplace, run, grp.size))
+
+    def _run_world(self, buf):
+        self.algorithm_counts[self.algorithm] += 1
+        get_algorithm(self.algorithm)(self.backend, self._plan, buf)
+
+    def _run_auto(self, buf):
+        """One world all-reduce routed by its byte count (the same choice on every rank)."""
+        name = self.auto_table.choose(buf.nbytes)
+        self.algorithm_counts[name] += 1
+        get_algorithm(name)(self.backend, self._auto_plans[name], buf)
 
     def _all_reduce(self, arrays, division, inplace, run, p):
         be = self.backend

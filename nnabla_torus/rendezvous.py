@@ -1,8 +1,9 @@
 """Rendezvous: every rank of a group arrives at the same collective with matching arguments.
 
 Before a collective each member sends a 64-bit hash of its call (operation, dtypes, shapes,
-flags) to the group's first member, which answers with a verdict. This costs two small
-messages per call and turns the two classic failure modes of data-parallel jobs into errors:
+flags) to the group's first member, which answers with a verdict: two small messages per
+call. When the group's members share one host the hashes meet in an MPI-3 shared window
+instead (``HostSync``: one arrival flag per member, no message). Either way this turns the two classic failure modes of data-parallel jobs into errors:
 
 - arguments that differ across ranks (a silent wrong sum or a deadlock in other libraries)
   raise ``ValueError`` on every member, describing each rank's call;
@@ -17,6 +18,7 @@ early return) is named too (``RankGone``, from the exit notices of ``nnabla_toru
 """
 import contextlib
 import hashlib
+import os
 import sys
 import threading
 import time
@@ -215,15 +217,86 @@ def call_hash(signature):
     return int.from_bytes(digest, "little") >> 1
 
 
-def check_same_call(control, ranks, signature, timeout, what, describe=None):
+def allocate_shared(nbytes, comm):
+    """``MPI.Win.Allocate_shared`` of ``nbytes`` on this rank over ``comm`` (one host), byte
+    displacements. A module function so that a test can make the library refuse it."""
+    return MPI.Win.Allocate_shared(nbytes, 1, comm=comm)
+
+
+class HostSync:
+    """Arrival flags of a group whose members share one host, in an MPI-3 shared window.
+
+    Member i owns slot i (one 64-byte cache line): its arrival count, and per parity of the
+    count the 63-bit hash of the call it arrived at. ``arrive(value)`` is a barrier that also
+    compares the members' values: a member can run at most one arrival ahead of the slowest
+    (it cannot pass the next one alone), so the parity slot it writes is never the one a peer
+    still reads. Every member reads every slot, so a mismatch is seen by all of them. One
+    arrival costs a few numpy calls on shared memory, no message. ``comm`` is a communicator
+    over exactly the group's members in group order (``Split_type(COMM_TYPE_SHARED)``).
+    """
+    SLOT = 8  # int64 per member: a cache line, so members do not write the same line
+
+    def __init__(self, comm, spin=2e-4, poll_sleep=5e-5):
+        size, self.me = comm.Get_size(), comm.Get_rank()
+        self.win = allocate_shared(size * self.SLOT * 8 if self.me == 0 else 0, comm)
+        memory, _ = self.win.Shared_query(0)
+        self.slots = np.frombuffer(memory, dtype=np.int64, count=size * self.SLOT)
+        self.slots = self.slots.reshape(size, self.SLOT)
+        self.slots[self.me] = 0
+        # A passive epoch for the whole life of the window: Sync() is then the memory barrier
+        # that orders our stores and loads against the peers' (a no-op on x86, needed on ARM).
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+        comm.Barrier()  # every slot is zero before anyone arrives
+        self.spin, self.poll_sleep = spin, poll_sleep
+        self.count = 0
+
+    def arrive(self, value, timeout, what, ranks):
+        """Wait until every member arrived here; True when some member's ``value`` differs
+        from ours (0: no comparison). CollectiveTimeout names the members that did not arrive
+        within ``timeout`` s (``ranks``: their world ranks in group order)."""
+        self.count += 1
+        count, slots, win = self.count, self.slots, self.win
+        mine = slots[self.me]
+        mine[1 + (count & 1)] = value
+        win.Sync()   # the value is visible before the count that announces it
+        mine[0] = count
+        win.Sync()
+        arrived = slots[:, 0]
+        if arrived.min() < count:
+            pacer = Pacer(ranks[self.me], self.spin, self.poll_sleep)
+            while arrived.min() < count:
+                if time.monotonic() - pacer.start > timeout:
+                    late = [ranks[i] for i in np.flatnonzero(arrived < count)]
+                    raise CollectiveTimeout(
+                        f"rank {ranks[self.me]}: rank(s) {late} did not arrive at {what} within "
+                        f"{timeout:g} s; still waiting for rank(s) {late} (NNABLA_TORUS_TIMEOUT "
+                        f"sets the limit)")
+                # Oversubscribed cores: give the core to a peer that has not arrived yet.
+                os.sched_yield()
+                pacer.idle(what, [ranks[i] for i in np.flatnonzero(arrived < count)])
+                win.Sync()
+        return bool(value) and bool((slots[:, 1 + (count & 1)] != value).any())
+
+    def free(self):
+        self.win.Unlock_all()
+        self.win.Free()
+
+
+def check_same_call(control, ranks, signature, timeout, what, describe=None, sync=None):
     """Raise on every member of the group unless all members call with ``signature``.
 
     ``control`` is an mpi4py communicator over the group (position i is world rank
     ``ranks[i]``) used for nothing else; ``signature`` is any repr-able description.
-    ``describe(signatures)`` (one per member) may word the ValueError's message.
+    ``describe(signatures)`` (one per member) may word the ValueError's message. With ``sync``
+    (the group's ``HostSync``: its members share a host) the hashes meet in shared memory
+    instead of two messages through the first member.
     """
     size, me = control.Get_size(), control.Get_rank()
     if size == 1:
+        return
+    if sync is not None:
+        if sync.arrive(call_hash(signature) or 1, timeout, what, ranks):
+            _raise_mismatch(control, ranks, signature, what, describe)
         return
     mine = np.array([call_hash(signature)], dtype=np.int64)
     if me == 0:
@@ -249,9 +322,14 @@ def check_same_call(control, ranks, signature, timeout, what, describe=None):
         wait_requests([control.Irecv(verdict, source=0, tag=VERDICT_TAG)], 2 * timeout + 1,
                       what + " (waiting for the argument check)", [ranks[0]], ranks[me])
     if not verdict[0]:
-        calls = control.allgather(signature)  # everyone is here: safe to block
-        if describe is not None:
-            raise ValueError(describe(calls))
-        lines = "\n".join(f"  rank {ranks[i]}: {call}" for i, call in enumerate(calls))
-        raise ValueError(f"{what}: ranks called it with different arguments "
-                         f"(shapes, dtypes or flags must match on every rank):\n{lines}")
+        _raise_mismatch(control, ranks, signature, what, describe)
+
+
+def _raise_mismatch(control, ranks, signature, what, describe):
+    """The ValueError of a call whose members disagree, with each member's signature."""
+    calls = control.allgather(signature)  # everyone is here: safe to block
+    if describe is not None:
+        raise ValueError(describe(calls))
+    lines = "\n".join(f"  rank {ranks[i]}: {call}" for i, call in enumerate(calls))
+    raise ValueError(f"{what}: ranks called it with different arguments "
+                     f"(shapes, dtypes or flags must match on every rank):\n{lines}")

@@ -10,8 +10,21 @@ slowest rank's; the table shows the median. algbw = bytes / time, busbw = algbw 
 (nccl-tests' all-reduce convention), ratio = time / native time at the same size. Inputs are
 small integers, so every sum is exact and compared exactly (#wrong counts wrong elements).
 ``--json`` records also say whether the call was ``pipelined`` (torus2d in overlapping pieces).
+
+``auto`` routes each call by size (see nnabla_torus/auto.py); the ``chose`` column says which
+algorithm it ran at that size (from ``comm.algorithm_counts``).
+
+Memory bound (one host): summing p buffers of n bytes needs at least (p-1) n-byte adds and
+(p-1) n-byte copies (each rank's data in, each sum out), spread over the cores::
+
+    bound(p, n) = (p - 1) * (t_add(n) + t_copy(n)) / min(p, cores)
+
+t_add(n) is numpy's ``np.add(a, b, out=c)`` on n-byte arrays, t_copy(n) ``np.copyto`` of n
+bytes, both measured here by rank 0 alone (medians of 5) while the others sleep; ``%bound`` =
+bound / time (100 % is as fast as this machine's memory allows).
 """
 import argparse
+import collections
 import json
 import os
 import platform
@@ -53,7 +66,8 @@ def build_parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_knob(p, "--sizes", "NNABLA_TORUS_BENCH_SIZES", "4K,64K,1M,16M,128M",
              "message sizes in bytes, comma list with K/M/G suffixes")
-    add_knob(p, "--algorithms", "NNABLA_TORUS_BENCH_ALGORITHMS", "torus2d,ring,hierarchical,native",
+    add_knob(p, "--algorithms", "NNABLA_TORUS_BENCH_ALGORITHMS",
+             "auto,torus2d,ring,hierarchical,native",
              "algorithms to compare (native is always run: it is the reference)")
     add_knob(p, "--grids", "NNABLA_TORUS_BENCH_GRIDS", "",
              "torus2d grids XxY, comma list (empty: the communicator's default grid)")
@@ -118,6 +132,32 @@ def time_calls(comm, nd, source, count, world):
     return times
 
 
+def memory_bound(nbytes, ranks, world, repeats=5):
+    """bound(ranks, nbytes) in seconds (module docstring), the same on every rank: rank 0
+    times numpy's add and copy while the other ranks sleep (they would share its cores)."""
+    bound = None
+    if world.Get_rank() == 0:
+        count = max(nbytes // 4, 1)
+        a, b, c = (np.ones(count, np.float32) for _ in range(3))
+
+        def median(f):
+            f()
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                f()
+                times.append(time.perf_counter() - start)
+            return float(np.median(times))
+        t_add = median(lambda: np.add(a, b, out=c))
+        t_copy = median(lambda: np.copyto(c, a))
+        cores = len(os.sched_getaffinity(0))
+        bound = (ranks - 1) * (t_add + t_copy) / min(ranks, cores)
+    done = world.Ibarrier()
+    while not done.Test():
+        time.sleep(1e-3)
+    return world.bcast(bound, root=0)
+
+
 def main(argv=None):
     args = parse_args(argv)
     world = MPI.COMM_WORLD
@@ -127,14 +167,17 @@ def main(argv=None):
     dtype = np.dtype(args.dtype)
     sizes = args.sizes
     runs = variants(comm, parse_list(args.algorithms), parse_list(args.grids))
-    hosts = world.gather(platform.node(), root=0)
+    hosts = world.allgather(platform.node())
     if rank == 0:
         print(f"# nnabla_torus {nnabla_torus.__version__} allreduce_bench: {p} ranks, "
               f"dtype {dtype.name}, iters {args.iters} x rounds {args.rounds}, warmup {args.warmup}")
         print(f"# {MPI.Get_library_version().splitlines()[0].strip()}")
         print("# rank -> host: " + " ".join(f"{r}:{h}" for r, h in enumerate(hosts)))
+        if comm.auto_table is not None:
+            print(f"# auto ({comm.auto_table.source}): {comm.auto_table.describe()}")
         print(f"# {'size(B)':>11} {'count':>10} {'type':>7} {'algorithm':>12} {'grid':>5} "
-              f"{'time(us)':>11} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'ratio':>6} {'#wrong':>6}")
+              f"{'time(us)':>11} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'ratio':>6} "
+              f"{'bound(us)':>10} {'%bound':>6} {'chose':>12} {'#wrong':>6}")
     records = []
     for nbytes in sizes:
         count = max(nbytes // dtype.itemsize, 0)
@@ -143,11 +186,15 @@ def main(argv=None):
         nd = nn.NdArray.from_numpy_array(source.copy())
         times = {run: [] for run in runs}
         wrong = {}
+        chose = {run: collections.Counter() for run in runs}
+        bound = memory_bound(nbytes, p, world) if len(set(hosts)) == 1 else None
         for _ in range(args.rounds):
             for run in runs:
                 comm.set_algorithm(*run)
                 time_calls(comm, nd, source, args.warmup, world)
+                before = collections.Counter(comm.algorithm_counts)
                 times[run] += time_calls(comm, nd, source, args.iters, world)
+                chose[run] += comm.algorithm_counts - before
                 bad = int(np.count_nonzero(nd.data != expected))
                 wrong[run] = world.allreduce(bad, op=MPI.SUM) + wrong.get(run, 0)
         native = float(np.median(times[("native", None)]))
@@ -159,13 +206,18 @@ def main(argv=None):
                        pipelined=comm.pipelined, ranks=p, bytes=nbytes, dtype=dtype.name, time_us=t * 1e6,
                        algbw_GBps=algbw, busbw_GBps=algbw * 2 * (p - 1) / p,
                        ratio_to_native=t / native if native > 0 else float("nan"),
-                       correct=wrong[run] == 0, wrong=wrong[run])
+                       bound_us=bound * 1e6 if bound else None,
+                       fraction_of_bound=bound / t if bound and t > 0 else None,
+                       chose=dict(chose[run]), correct=wrong[run] == 0, wrong=wrong[run])
             records.append(rec)
             if rank == 0:
+                picked = "+".join(sorted(chose[run])) if run[0] == "auto" else "-"
                 print(f"  {nbytes:>11} {count:>10} {dtype.name:>7} {rec['algorithm']:>12} "
                       f"{rec['grid']:>5} {rec['time_us']:>11.1f} {algbw:>11.3f} "
-                      f"{rec['busbw_GBps']:>11.3f} {rec['ratio_to_native']:>6.2f} {wrong[run]:>6}",
-                      flush=True)
+                      f"{rec['busbw_GBps']:>11.3f} {rec['ratio_to_native']:>6.2f} "
+                      f"{rec['bound_us'] or 0:>10.1f} "
+                      f"{100 * (rec['fraction_of_bound'] or 0):>5.0f}% {picked:>12} "
+                      f"{wrong[run]:>6}", flush=True)
     all_ok = all(r["correct"] for r in records)
     if rank == 0:
         print(f"# Out of bounds values : {sum(r['wrong'] for r in records)} "

@@ -22,7 +22,20 @@ phase of another. The all-gathers run on their own communicator (``Group.gather_
 reduce-scatter and an all-gather of the same group may be in flight together. Sums of
 float16 are rounded to float16 at every hop (numpy's float16 add), so an element's error is at
 most about (p + 1) * 2**-11 * sum_r |x_r|.
+
+Inside one host a group can instead share memory (``share``: MPI-3 windows from
+``MPI.Win.Allocate_shared`` on ``Split_type(COMM_TYPE_SHARED)``) and ``shared_all_reduce``
+moves each byte the fewest times: each member copies the chunks others own into its segment,
+sums its own chunk straight from the others' segments (in cache-sized blocks, so the partial
+sum stays in cache across the p - 1 adds), publishes it, and copies the others' sums out::
+
+    per member, n bytes, m members: copy in (m-1)/m n, read n and write 2n/m to sum its chunk,
+    copy out (m-1)/m n; two arrivals (shared flags, no message) per piece of ``shm_bytes``.
+
+A ring over messages moves every byte through the library's own shared-memory copies twice
+more (sender's buffer into the transport's, transport's into the receiver's).
 """
+import logging
 import time
 
 import numpy as np
@@ -30,7 +43,11 @@ from mpi4py import MPI
 
 from ..collectives import PIPELINE_BYTES, scale_numpy
 from ..knobs import knob_value, number
-from ..rendezvous import Pacer, Watchdog, overdue, wait_requests
+from ..rendezvous import HostSync, Pacer, Watchdog, allocate_shared, overdue, wait_requests
+
+logger = logging.getLogger("nnabla_torus")
+_notes_said = set()  # notes are logged once per process
+SHM_BLOCK_BYTES = 256 << 10  # the shared path sums in blocks of this size (fits in L2 cache)
 
 
 def chunk_bounds(n, m):
@@ -51,14 +68,47 @@ class Group:
         self.rank = comm.Get_rank()  # position in the ring
         self.control = comm.Dup()    # small control messages, apart from the data traffic
         self.gather_comm = comm.Dup()  # all-gathers, apart from reduce-scatters
+        self.sync = None      # HostSync when the members share memory (MPIBackend.share)
+        self.segments = None  # SharedSegments, made by the first shared_all_reduce
+        self.node = None      # the members' Split_type(COMM_TYPE_SHARED) communicator
+        self.half = 0         # which half of the segments the next piece uses
+        self.share_tried = False
 
     def world_rank(self, position):
         return self.ranks[position % self.size]
 
 
-def settings(segment_bytes=None, pipeline_bytes=None, spin=None, poll_sleep=None):
+class SharedSegments:
+    """One segment per member in an MPI-3 shared window, in two halves of ``nbytes``.
+
+    Pieces alternate halves: a member writes a half only after everyone passed the arrivals
+    of the piece in between, so nobody still reads what it overwrites.
+    """
+
+    def __init__(self, node, nbytes):
+        self.nbytes = nbytes
+        self.win = allocate_shared(2 * nbytes, node)
+        self.memory = [np.frombuffer(self.win.Shared_query(j)[0], dtype=np.uint8, count=2 * nbytes)
+                       for j in range(node.Get_size())]
+
+    def views(self, half, dtype, count):
+        """Every member's segment ``half`` as ``count`` elements of ``dtype``."""
+        start = half * self.nbytes
+        size = count * np.dtype(dtype).itemsize
+        return [m[start:start + size].view(dtype) for m in self.memory]
+
+    def free(self):
+        self.win.Free()
+
+
+def settings(segment_bytes=None, pipeline_bytes=None, spin=None, poll_sleep=None, shm=None,
+             shm_bytes=None):
     """The backend's knobs (keyword argument, else environment, else default), validated."""
     return dict(
+        shm=knob_value(shm, "shm", "NNABLA_TORUS_SHM", True, bool),
+        shm_bytes=knob_value(shm_bytes, "shm_bytes", "NNABLA_TORUS_SHM_BYTES", 32 << 20,
+                             number(int, low=1, hint="bytes per member and shared piece, "
+                                    "e.g. 33554432")),
         segment_bytes=knob_value(segment_bytes, "segment_bytes", "NNABLA_TORUS_SEGMENT_BYTES",
                                  4 << 20, number(int, low=1, hint="bytes per ring message, "
                                                  "e.g. 4194304")),
@@ -82,13 +132,14 @@ class MPIBackend:
     name = "mpi"
 
     def __init__(self, comm=None, timeout=300.0, segment_bytes=None, pipeline_bytes=None,
-                 spin=None, poll_sleep=None):
+                 spin=None, poll_sleep=None, shm=None, shm_bytes=None):
         self.world = (comm if comm is not None else MPI.COMM_WORLD).Dup()
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self.timeout = float(timeout)
-        knobs = settings(segment_bytes, pipeline_bytes, spin, poll_sleep)
+        knobs = settings(segment_bytes, pipeline_bytes, spin, poll_sleep, shm, shm_bytes)
         self.segment_bytes, self.pipeline_bytes = knobs["segment_bytes"], knobs["pipeline_bytes"]
+        self.shm, self.shm_bytes = knobs["shm"], knobs["shm_bytes"]
         self.spin, self.poll_sleep = knobs["spin"], knobs["poll_sleep"]
         self._groups = {}
         self._scratch = {}
@@ -105,6 +156,48 @@ class MPIBackend:
             sub = self.world.Create_group(self.world.Get_group().Incl(list(key)))
             self._groups[key] = Group(sub, key)
         return self._groups[key]
+
+    def share(self, group):
+        """Map shared memory for ``group``, whose members the caller knows share a host;
+        collective over its members. True when it worked; else every member falls back to
+        messages and rank 0 says why once (the library refused, or the members are on more
+        than one node as the library sees it)."""
+        if group.sync is not None or group.size == 1 or not self.shm or group.share_tried:
+            return group.sync is not None
+        group.share_tried = True   # a refusal is said once and not retried
+        node, sync, reason = None, None, ""
+        try:
+            node = group.comm.Split_type(MPI.COMM_TYPE_SHARED, key=group.rank)
+            if node.Get_size() != group.size:
+                reason = (f"the MPI library puts them on {group.size // node.Get_size()}+ "
+                          f"nodes")
+        except (MPI.Exception, NotImplementedError) as e:
+            reason = f"Split_type(COMM_TYPE_SHARED) failed: {e}"
+        if not self._all_can(group, reason, node):
+            return False
+        try:
+            sync = HostSync(node, self.spin, self.poll_sleep)
+        except (MPI.Exception, NotImplementedError) as e:
+            reason = f"MPI.Win.Allocate_shared failed: {e}"
+        if not self._all_can(group, reason, node):
+            return False
+        group.node, group.sync = node, sync
+        return True
+
+    def _all_can(self, group, reason, node):
+        """True when no member of ``group`` gave a ``reason`` to fall back; else say it once."""
+        reasons = group.control.allgather(reason)
+        bad = [(group.ranks[i], r) for i, r in enumerate(reasons) if r]
+        if not bad:
+            return True
+        note = (f"shared-memory path off for ranks {group.ranks} (rank {bad[0][0]}: "
+                f"{bad[0][1]}); using point-to-point messages (NNABLA_TORUS_SHM=0 turns it off)")
+        if note not in _notes_said:
+            _notes_said.add(note)
+            logger.warning(note)
+        if node is not None:
+            node.Free()
+        return False
 
     # -- waiting ----------------------------------------------------------------------------
     def wait(self, requests, what, peers):
@@ -231,6 +324,58 @@ class MPIBackend:
         """``all_reduce`` as a generator of waits."""
         yield from self.reduce_scatter_steps(group, buf, what + " (reduce-scatter)")
         yield from self.all_gather_steps(group, buf, what + " (all-gather)")
+
+    def shared_all_reduce(self, group, buf, what="shared all_reduce", column=None):
+        """Sum ``buf`` over ``group`` through shared memory (``share`` must have worked).
+
+        ``column(shard)``, if given, runs between the reduce-scatter and the all-gather on this
+        member's summed chunk (torus2d's column phase, hierarchical's cross-host all-reduce).
+        Buffers larger than ``shm_bytes`` go in pieces.
+        """
+        m, q = group.size, group.rank
+        step = max(1, self.shm_bytes // buf.itemsize)
+        for start in range(0, buf.size, step):
+            piece = buf[start:start + step]
+            segments = self._shared_segments(group, piece, what)
+            group.half ^= 1
+            bounds = chunk_bounds(piece.size, m)
+            a, b = bounds[q], bounds[q + 1]
+            mine = segments[q]
+            mine[:a] = piece[:a]
+            mine[b:] = piece[b:]
+            self._arrive(group, f"{what} (shared reduce-scatter)")
+            own = piece[a:b]
+            block = max(1, SHM_BLOCK_BYTES // buf.itemsize)
+            for s in range(0, b - a, block):
+                part = own[s:s + block]
+                for j in range(m):
+                    if j != q:
+                        np.add(part, segments[j][a + s:a + s + part.size], out=part)
+            if column is not None:
+                column(own)
+            mine[a:b] = own
+            self._arrive(group, f"{what} (shared all-gather)")
+            for j in range(m):
+                if j != q:
+                    piece[bounds[j]:bounds[j + 1]] = segments[j][bounds[j]:bounds[j + 1]]
+
+    def _arrive(self, group, what):
+        group.sync.arrive(0, self.timeout, what, group.ranks)
+
+    def _shared_segments(self, group, piece, what):
+        """The members' segments for ``piece`` (half ``group.half``), grown collectively when
+        it does not fit: every member grows at the same piece, since pieces follow from the
+        buffer size that the argument check agreed on."""
+        seg = group.segments
+        if seg is None or seg.nbytes < piece.nbytes:
+            self._arrive(group, f"{what} (growing the shared window)")  # nobody reads the old
+            with self.watchdog.guard(f"{what} (allocating the shared window)"):
+                if seg is not None:
+                    seg.free()
+                nbytes = min(max(piece.nbytes, 1 << 16, 2 * (seg.nbytes if seg else 0)),
+                             max(self.shm_bytes, piece.nbytes))
+                seg = group.segments = SharedSegments(group.node, nbytes)
+        return seg.views(group.half, piece.dtype, piece.size)
 
     def library_all_reduce(self, group, buf, what="native all_reduce"):
         """The MPI library's own ``MPI_Allreduce``."""

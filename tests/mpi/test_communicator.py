@@ -50,8 +50,19 @@ def test_collectives_are_exact_on_every_grid_and_algorithm(backend, ranks):
         assert f"torus2d grid={grid}: layout" in ok, grid
         assert (f"torus2d grid={grid}: fused and in-place lists" in ok
                 or grid == default_grid(ranks, ranks)[0]), grid
-    for algorithm in ("ring", "native", "hierarchical", "torus2d wire_fp16"):
+    for algorithm in ("ring", "native", "hierarchical", "torus2d wire_fp16", "auto"):
         assert f"{algorithm}: fused and in-place lists" in ok, algorithm
+    assert "auto: routes by size" in ok
+    if backend == "mpi":
+        for name in ("torus2d", "native", "hierarchical"):
+            assert f"{name}: integers" in ok, name
+        assert "auto: same choice on every rank" in ok
+        assert out.count("has no software term for") == 1, out   # said once, on rank 0
+        if ranks > 1:
+            assert "hierarchical: shared pieces" in ok
+        if ranks % 2 == 0 and ranks > 2:
+            assert "auto hosts-of-2: routes by size" in ok
+            assert "hierarchical hosts-of-2: shared pieces" in ok
     for per_host in (2, 4):
         if ranks % per_host == 0 and ranks > per_host:
             assert f"hierarchical hosts-of-{per_host}: fused and in-place lists" in ok
@@ -74,6 +85,10 @@ def bad_input_lines(out, ranks, case):
 
 
 BAD_INPUT = {  # case: text every rank's error must contain
+    "shape_changes_after_agreement": "ValueError: all_reduce (torus2d, group 'world'): ranks "
+                                     "called it with different arguments",
+    "auto_routes_differ": "ValueError: all_reduce (auto, group 'world'): ranks called it with "
+                          "different arguments",
     "shapes_differ": "ValueError: all_reduce (torus2d, group 'world'): ranks called it with "
                      "different arguments",
     "dtypes_differ": "different arguments",
@@ -95,7 +110,7 @@ BAD_INPUT = {  # case: text every rank's error must contain
                          "one of 4x1, 2x2, 1x4",
     "malformed_grid": "ValueError: grid '2by2' is not of the form XxY",
     "unknown_algorithm": "ValueError: unknown all-reduce algorithm 'tree'; choose one of "
-                         "torus2d, ring, hierarchical, native",
+                         "torus2d, ring, hierarchical, native, auto",
     "unknown_algorithm_env": "unknown all-reduce algorithm 'bogus'",
     "hosts_do_not_divide": "ValueError: NNABLA_TORUS_RANKS_PER_HOST=3 does not divide the world "
                            "size 4",
@@ -110,6 +125,8 @@ def test_bad_input_raises_on_every_rank_and_leaves_the_communicator_usable():
     for case, text in BAD_INPUT.items():
         for rank, line in bad_input_lines(out, ranks, case).items():
             assert text in line, f"rank {rank}, {case}: {line}"
+    changed = bad_input_lines(out, ranks, "shape_changes_after_agreement")
+    assert all("rank 3: ('all_reduce', (('float32', (18,))" in line for line in changed.values())
     shapes = bad_input_lines(out, ranks, "shapes_differ")
     assert all("rank 3: ('all_reduce', (('float32', (18,))" in line for line in shapes.values())
     dtypes = bad_input_lines(out, ranks, "dtypes_differ")
@@ -118,6 +135,13 @@ def test_bad_input_raises_on_every_rank_and_leaves_the_communicator_usable():
     assert all(f"rank {r} is not a member of group 'only{(r + 1) % ranks}'" in members[r]
                for r in range(ranks))
     assert out.count("still works") == ranks, out
+
+
+def test_a_refused_shared_window_falls_back_and_says_why_once():
+    out = run_mpi(4, [PROG, "shm-refused"], timeout=120)
+    assert "ALL OK 1 cases on 4 ranks" in out, out
+    assert out.count("shared-memory path off for ranks [0, 1, 2, 3] (rank 0: "
+                     "MPI.Win.Allocate_shared failed: MPI_ERR_NO_MEM") == 1, out
 
 
 @pytest.mark.parametrize("check, missing", [("1", 2), ("1", 0), ("0", 2)])

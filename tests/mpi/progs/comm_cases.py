@@ -28,6 +28,7 @@ from mpi4py import MPI
 
 import nnabla as nn
 import nnabla_torus as C
+from nnabla_torus import auto
 from nnabla_torus.topology import Grid, default_grid, factor_pairs
 
 WORLD = MPI.COMM_WORLD
@@ -143,14 +144,14 @@ def device_context():
     return ctx
 
 
-def make_comm(config):
+def make_comm(config, **options):
     """A communicator for ``config``; NNABLA_TORUS_RANKS_PER_HOST emulates hosts during init."""
     if config.ranks_per_host:
         os.environ["NNABLA_TORUS_RANKS_PER_HOST"] = str(config.ranks_per_host)
     try:
         comm = C.MultiProcessDataParallelCommunicator(
             device_context(), algorithm=config.algorithm, grid=config.grid,
-            wire_fp16=config.wire_fp16)
+            wire_fp16=config.wire_fp16, **options)
         comm.init()
     finally:
         os.environ.pop("NNABLA_TORUS_RANKS_PER_HOST", None)
@@ -159,8 +160,8 @@ def make_comm(config):
 
 def expected_grid(config):
     per_host = config.ranks_per_host or P        # all ranks of a launch share one real host
-    if config.algorithm == "hierarchical":
-        return Grid(per_host, P // per_host)
+    if config.algorithm == "hierarchical" or config.algorithm == "auto" and per_host > 1:
+        return Grid(per_host, P // per_host)   # auto: one torus row per host
     if config.algorithm != "torus2d":
         return Grid(P, 1)
     return Grid(*map(int, config.grid.split("x"))) if config.grid else default_grid(P, per_host)[0]
@@ -171,11 +172,14 @@ def configs(p):
     out = [Config("torus2d", None, None, False)]
     out += [Config("torus2d", str(g), None, False) for g in factor_pairs(p)]
     out += [Config("ring", None, None, False), Config("native", None, None, False),
-            Config("hierarchical", None, None, False), Config("torus2d", None, None, True)]
+            Config("hierarchical", None, None, False), Config("torus2d", None, None, True),
+            Config("auto", None, None, False)]
     for per_host in (2, 4):
         if p % per_host == 0 and p > per_host:
             out += [Config("hierarchical", None, per_host, False),
                     Config("torus2d", None, per_host, False)]
+    if p % 2 == 0 and p > 2:
+        out.append(Config("auto", None, 2, False))
     return out
 
 
@@ -308,6 +312,107 @@ def case_lazily_zeroed(comm, config):
         check_reduced(arrays[:1], [(17,)], range(P), True,
                       f"inplace={inplace} next to a zeroed array")
         check_close(zeroed.data, np.zeros(7), 0, f"inplace={inplace} zeroed array")
+
+
+def case_integers(comm, config):
+    """int32 and int64 sums are exact; averages are floor(sum / p), fused and in place."""
+    shapes = [(17,), (17, 17), (100003,), (0,)]
+    for dtype in (np.int32, np.int64):
+        for division, inplace in ((False, False), (True, True), (True, False)):
+            arrays = ndarrays(shapes, RANK, dtype)
+            comm.all_reduce(arrays, division=division, inplace=inplace)
+            for k, (a, s) in enumerate(zip(arrays, shapes)):
+                want = expected_sum(s, k, range(P), np.int64)
+                want = want // P if division else want
+                assert a.dtype == dtype, a.dtype
+                check_close(a.data, want, 0, f"{np.dtype(dtype).name} division={division} "
+                                             f"inplace={inplace} array {k} {s}")
+
+
+def case_shared_pieces(comm, config):
+    """The shared-memory path in pieces of 4000 bytes (26 pieces of 100003 float32, halves
+    alternating), after a window grown by a larger call; float16 and integers too."""
+    be = comm.backend
+    assert comm._plan.shared, "rows inside one host share memory"
+    saved = be.shm_bytes
+    try:
+        be.shm_bytes = 4000
+        case_sizes(comm, config, True, False)
+        case_float16(comm, config, [(False, True)])
+        case_integers(comm, config)
+    finally:
+        be.shm_bytes = saved
+
+
+def forced_table(comm, bound=1000):
+    """auto's table replaced: native below ``bound`` bytes, torus2d from there on."""
+    comm.auto_table = auto.Table([bound], ["native", "torus2d"], "test")
+
+
+def case_auto_routes(comm, config):
+    """Each call (fused buffer per dtype, or in-place array) goes to the algorithm its byte
+    count selects; algorithm_counts says so; results are exact either way."""
+    saved = comm.auto_table
+    try:
+        forced_table(comm)
+        before = dict(comm.algorithm_counts)
+        shapes = [(17,), (100003,), (3, 0, 2)]
+        arrays = ndarrays(shapes, RANK)
+        comm.all_reduce(arrays, inplace=True)               # 68 B native, 400 kB torus2d, 0 B
+        check_reduced(arrays, shapes, range(P), False, "auto in place")
+        arrays = ndarrays(shapes, RANK, [np.float32, np.float16, np.float16])
+        comm.all_reduce(arrays, division=True)              # fused: 68 B, 200 kB
+        for k, (a, s) in enumerate(zip(arrays, shapes)):
+            check_reduced([a], [s], range(P), True, f"auto fused array {k}", True, first_k=k)
+        got = {k: comm.algorithm_counts[k] - before.get(k, 0) for k in comm.algorithm_counts}
+        if P > 1:
+            assert got.get("native") == 3 and got.get("torus2d") == 2, got
+        case_integers(comm, config)
+    finally:
+        comm.auto_table = saved
+
+
+def case_auto_same_choice(comm, config):
+    """Ranks with different local clocks still get one table: the measurement takes the
+    slowest rank's time and rank 0's table is broadcast. Each rank's clock here runs at its
+    own random pace, so its local timings alone would rank the algorithms differently."""
+    rng = np.random.RandomState(1000 + RANK)
+    clock = [0.0]
+
+    def skewed():
+        clock[0] += rng.exponential(1.0) * (1 + RANK)
+        return clock[0]
+    fresh = C.MultiProcessDataParallelCommunicator(device_context(), algorithm="auto")
+    fresh.auto_timer = skewed
+    fresh.init()
+    table = fresh.auto_table
+    everyone = WORLD.allgather((table.bounds, table.names, table.source))
+    assert all(t == everyone[0] for t in everyone), everyone
+    sizes = [1 << k for k in range(2, 28)]
+    choices = WORLD.allgather([table.choose(n) for n in sizes])
+    assert all(c == choices[0] for c in choices), choices
+    profiled = C.MultiProcessDataParallelCommunicator(device_context(), algorithm="auto",
+                                                      auto_profile="cpu-2core")
+    profiled.init()
+    assert profiled.auto_table.source == "profile cpu-2core", profiled.auto_table.source
+    everyone = WORLD.allgather(profiled.auto_table.describe())
+    assert len(set(everyone)) == 1, everyone
+    # A profile without software terms: measured instead, said once (rank 0).
+    import tempfile
+    from nnabla_torus.profile import load_profile, profile_to_dict
+    import yaml
+    path = None
+    if RANK == 0:
+        raw = profile_to_dict(load_profile("cpu-2core"))
+        del raw["software"]
+        path = os.path.join(tempfile.mkdtemp(), "no-software.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(raw, f)
+    path = WORLD.bcast(path)
+    bare = C.MultiProcessDataParallelCommunicator(device_context(), algorithm="auto",
+                                                  auto_profile=path)
+    bare.init()
+    assert bare.auto_table.source == "measured at init", bare.auto_table.source
 
 
 def case_bcast(comm, config):
@@ -477,6 +582,13 @@ def correctness_cases():
             cases.append((f"{name}: fused and in-place lists", on(config, case_fused_subset)))
             cases.append((f"{name}: float16", on(config, case_float16, [(True, False)])))
         cases.append((f"{name}: sqnorms", on(config, case_sqnorms)))
+        if (BACKEND == "mpi" and config.algorithm in ("torus2d", "hierarchical", "native")
+                and not config.wire_fp16):
+            cases.append((f"{name}: integers", on(config, case_integers)))
+        if config.algorithm == "auto":
+            cases.append((f"{name}: routes by size", on(config, case_auto_routes)))
+        if BACKEND == "mpi" and P > 1 and config.algorithm == "hierarchical":
+            cases.append((f"{name}: shared pieces", on(config, case_shared_pieces)))
         if config.wire_fp16:
             cases.append((f"{name}: random float32", on(config, case_wire_fp16_random)))
             cases.append((f"{name}: sqnorms of float16 data",
@@ -485,6 +597,8 @@ def correctness_cases():
     cases += [(f"{config_name(first)}: {fn.__name__[5:]}", on(first, fn)) for fn in (
         case_lazily_zeroed, case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
         case_loss_scaling, case_groups)]
+    if BACKEND == "mpi":
+        cases.append(("auto: same choice on every rank", on(first, case_auto_same_choice)))
     # ResNet-50's 25.6 M values cost seconds per rank on 2 cores: two rank counts only
     # (2x2: even chunks, 3x2: uneven chunks).
     if P in (4, 6) and os.environ.get("SKIP_RESNET50") != "1":
@@ -580,6 +694,16 @@ def bad_input(comm):
     def negative_pieces():
         init_with_env("NNABLA_TORUS_PIPELINE_BYTES", "-1")
 
+    def shape_changes_after_agreement():   # calls 1-3 agree; on call 4 one rank sends more
+        for k in range(6):
+            comm.all_reduce(ndarrays([(17 + (RANK == last and k == 3),)], RANK))
+
+    def auto_routes_differ():   # sizes differ: the last rank's call would go to torus2d
+        forced_table(automatic)
+        for k in range(4):
+            automatic.all_reduce(ndarrays([(100003,) if RANK == last and k == 2 else (17,)], RANK),
+                             inplace=True)
+
     def not_a_member():            # group i holds rank i only; each rank calls its neighbour's
         comm.all_reduce(ndarrays([(17,)], RANK), group=f"only{(RANK + 1) % P}")
 
@@ -588,7 +712,8 @@ def bad_input(comm):
 
     for r in range(P):
         comm.new_group((f"only{r}", [r]))
-    cases = [shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
+    automatic = make_comm(Config("auto", None, None, False), auto_profile="cpu-2core")
+    cases = [shape_changes_after_agreement, auto_routes_differ, shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
              algorithms_differ, wire_formats_differ, pieces_differ, negative_pieces,
              all_gather_list_differs, all_gather_list_wrong_everywhere,
              reduce_scatter_list_differs, grid_does_not_fit, malformed_grid, unknown_algorithm,
@@ -611,6 +736,22 @@ def missing_rank(comm, missing):
     print(f"rank {RANK}: all_reduce returned although rank {missing} never called it", flush=True)
 
 
+def shm_refused():
+    """The MPI library refuses shared windows (on every rank: the call is collective):
+    every rank falls back to messages, rank 0 says why once, and sums stay exact."""
+    from nnabla_torus import rendezvous
+
+    def refuse(nbytes, comm):
+        raise MPI.Exception(MPI.ERR_NO_MEM)
+    rendezvous.allocate_shared = refuse
+    for config in (Config("torus2d", f"{P}x1", None, False),
+                   Config("hierarchical", None, None, False)):
+        comm = make_comm(config)
+        assert not comm._plan.shared and comm.backend.world_group.sync is None
+        case_fused_subset(comm, config)
+        case_integers(comm, config)
+
+
 def main(suite):
     world = MPI.COMM_WORLD
     default = Config("torus2d", None, None, False)
@@ -618,6 +759,8 @@ def main(suite):
         cases = correctness_cases()
     elif suite == "bad-input":
         cases = [("bad input", lambda: bad_input(make_comm(default)))]
+    elif suite == "shm-refused":
+        cases = [("shared window refused", shm_refused)]
     elif suite == "missing-rank":
         missing = int(os.environ.get("MISSING_RANK", P - 1))
         cases = [("missing rank", lambda: missing_rank(make_comm(default), missing))]

@@ -1,0 +1,110 @@
+"""``algorithm="auto"``: every all-reduce goes to the algorithm that is fastest at its size.
+
+At ``init()`` the communicator fixes a ``Table`` of byte ranges -> algorithm for its world,
+computed on rank 0 and broadcast, so every rank makes the same choice for the same call (the
+choice depends only on the call's byte count, which the argument check agrees on). Sources:
+
+- a profile (``NNABLA_TORUS_AUTO_PROFILE=<name or path>``): its cost model
+  (:func:`nnabla_torus.costmodel.allreduce_time`, with the profile's per-algorithm software
+  terms) times each candidate at ``SIZES`` for this job's ranks and ranks per host;
+- else, or when the profile lacks the software term of a candidate (said once), a quick
+  measurement on the spot (:func:`measure`): each candidate at ``SIZES`` interleaved, a call's
+  time the slowest rank's, the median of ``MEASURE_ITERS``; ~0.5 s at 8 ranks here.
+
+Winners per size become ranges split at the geometric mean of neighbouring sizes. Below the
+smallest size where the library's all-reduce (native) stops winning for good it is used;
+above it, each size's best of the others. Example::
+
+    >>> t = table_from_winners([1 << 14, 1 << 20, 1 << 24], ["native", "torus2d", "torus2d"])
+    >>> t.choose(4096), t.choose(1 << 22), t.describe()
+    ('native', 'torus2d', 'native < 128 KiB <= torus2d')
+"""
+import bisect
+import math
+import time
+
+import numpy as np
+
+SIZES = tuple(1 << k for k in range(12, 25, 2))   # 4 KiB .. 16 MiB, x4 steps (bytes)
+MEASURE_ITERS = 3   # timed calls per algorithm and size (after one untimed call)
+
+
+class Table:
+    """Algorithm per byte range: ``names[i]`` for ``bounds[i-1] <= nbytes < bounds[i]``."""
+
+    def __init__(self, bounds, names, source):
+        self.bounds, self.names, self.source = list(bounds), list(names), source
+
+    def choose(self, nbytes):
+        return self.names[bisect.bisect_right(self.bounds, nbytes)]
+
+    def describe(self):
+        parts = [self.names[0]]
+        for bound, name in zip(self.bounds, self.names[1:]):
+            parts += [f"< {_size(bound)} <=", name]
+        return " ".join(parts)
+
+    def __eq__(self, other):
+        return (self.bounds, self.names) == (other.bounds, other.names)
+
+
+def _size(nbytes):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):g} {unit}"
+    return f"{nbytes} B"
+
+
+def table_from_winners(sizes, winners, source="measured"):
+    """A Table from the fastest algorithm at each of ``sizes`` (ascending bytes); native
+    below the smallest size from which it never wins again (noise cannot make it flip)."""
+    last_native = max((i for i, w in enumerate(winners) if w == "native"), default=-1)
+    names = ["native"] * (last_native + 1) + list(winners[last_native + 1:])
+    bounds, merged = [], [names[0]]
+    for i in range(1, len(names)):
+        if names[i] != merged[-1]:
+            # a power-of-two-ish split at the geometric mean of the two measured sizes
+            bounds.append(int(2 ** round(math.log2(math.sqrt(sizes[i - 1] * sizes[i])))))
+            merged.append(names[i])
+    return Table(bounds, merged, source)
+
+
+def winners(times):
+    """``{algorithm: [seconds per size]}`` -> the fastest algorithm at each size."""
+    names = list(times)
+    return [names[int(np.argmin([times[a][i] for a in names]))]
+            for i in range(len(next(iter(times.values()))))]
+
+
+def missing_terms(profile, candidates):
+    """The candidates whose software term the profile's cost model lacks (sorted)."""
+    return sorted(set(candidates) - set(profile.network.software or {}))
+
+
+def predicted_times(profile, candidates, ranks, per_host, grid_x, sizes=SIZES):
+    """``{algorithm: [seconds per size]}`` from the profile's cost model for this job."""
+    from .costmodel import allreduce_time
+    net = profile.network._replace(gpus_per_host=per_host)
+    return {name: [float(allreduce_time(net, name, ranks, n,
+                                        grid_x if name == "torus2d" else None)) for n in sizes]
+            for name in candidates}
+
+
+def measure(run, candidates, sizes=SIZES, iters=MEASURE_ITERS, timer=time.perf_counter,
+            slowest=max):
+    """``{algorithm: [median seconds per size]}``: ``run(name, nbytes)`` is one collective
+    call, ``slowest(seconds)`` the slowest rank's time (a MAX all-reduce), ``timer`` the
+    clock. Algorithms interleave at each size so machine noise hits them alike."""
+    times = {name: [] for name in candidates}
+    for nbytes in sizes:
+        calls = {name: [] for name in candidates}
+        for i in range(iters + 1):
+            for name in candidates:
+                start = timer()
+                run(name, nbytes)
+                took = slowest(timer() - start)
+                if i:   # the first call of each warms caches and grows buffers
+                    calls[name].append(took)
+        for name in candidates:
+            times[name].append(float(np.median(calls[name])))
+    return times
