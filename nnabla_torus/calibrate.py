@@ -209,7 +209,8 @@ def grids_for(ranks):
 def measure_allreduce(ranks_list, sizes, iters, rounds, log=print):
     records = []
     for ranks in ranks_list:
-        args = ["--sizes", sizes, "--iters", str(iters), "--rounds", str(rounds), "--warmup", "1"]
+        args = ["--sizes", sizes, "--iters", str(iters), "--rounds", str(rounds), "--warmup", "1",
+                "--algorithms", "torus2d,ring,hierarchical,native"]   # the modelled ones, no auto
         if grids_for(ranks):
             args += ["--grids", ",".join(grids_for(ranks))]
         log(f"calibrate: all-reduce benchmark at {ranks} ranks ...")

@@ -44,11 +44,17 @@ job), so errors between the import and ``init()`` are covered too.
 """
 import collections
 import logging
+import os
 import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
+
+# Open MPI 5's one-sided UCX component prints an error line for every window it declines
+# (no UCX network here); our windows are all shared memory (osc/sm). Read at MPI start, so
+# this only helps when the communicator is imported first; mpirun --mca osc ^ucx always does.
+os.environ.setdefault("OMPI_MCA_osc", "^ucx")
+from mpi4py import MPI  # noqa: E402  (starts MPI)
 
 from . import auto, failfast, topology
 from .collectives import AUTO, Plan, get_algorithm

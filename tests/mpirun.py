@@ -32,6 +32,7 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=()):
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = REPO + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    full_env.setdefault("OMPI_MCA_osc", "^ucx")   # quiet shared windows (communicator.py)
     full_env.update(env or {})
     cmd = mpirun_command(np_, argv, mpirun_args)
     proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,

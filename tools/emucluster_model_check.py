@@ -159,7 +159,7 @@ def main(argv=None):
     if not rate_bps:
         raise SystemExit(f"--rate {args.rate!r}: the model needs a finite link rate (e.g. 1gbit)")
     with open(args.json) as f:
-        records = json.load(f)
+        records = [r for r in json.load(f) if r["algorithm"] != "auto"]  # auto: no model of its own
     p = args.hosts * args.ranks_per_host
     if any(r["ranks"] != p for r in records):
         raise SystemExit(f"{args.json} has records with ranks != hosts x ranks-per-host = {p}; "

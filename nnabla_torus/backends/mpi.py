@@ -351,9 +351,11 @@ class MPIBackend:
                 for j in range(m):
                     if j != q:
                         np.add(part, segments[j][a + s:a + s + part.size], out=part)
+                if column is None:   # publish the block while it is still in cache
+                    mine[a + s:a + s + part.size] = part
             if column is not None:
                 column(own)
-            mine[a:b] = own
+                mine[a:b] = own
             self._arrive(group, f"{what} (shared all-gather)")
             for j in range(m):
                 if j != q:

@@ -1,0 +1,61 @@
+"""auto's size table: winners -> ranges, the rule that keeps noise from flipping native back
+in, the profile's cost model as a source, and the interleaved measurement (no MPI)."""
+import itertools
+
+import pytest
+
+from nnabla_torus import auto
+from nnabla_torus.profile import load_profile
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def test_ranges_split_at_the_geometric_mean_of_measured_sizes():
+    table = auto.table_from_winners([16 * KiB, 1 * MiB, 16 * MiB],
+                                    ["native", "torus2d", "hierarchical"])
+    assert table.bounds == [128 * KiB, 4 * MiB]
+    assert [table.choose(n) for n in (0, 128 * KiB - 1, 128 * KiB, 4 * MiB, 1 << 40)] == \
+        ["native", "native", "torus2d", "hierarchical", "hierarchical"]
+    assert table.describe() == "native < 128 KiB <= torus2d < 4 MiB <= hierarchical"
+
+
+def test_native_winning_again_at_a_larger_size_takes_the_range_below_it():
+    # a noisy torus2d win at 64 KiB between native wins is ignored: native up to 1 MiB
+    table = auto.table_from_winners([16 * KiB, 64 * KiB, 1 * MiB, 16 * MiB],
+                                    ["native", "torus2d", "native", "torus2d"])
+    assert table.names == ["native", "torus2d"] and table.bounds == [4 * MiB]
+    assert auto.table_from_winners([4 * KiB], ["native"]).describe() == "native"
+
+
+def test_winners_pick_the_fastest_per_size():
+    times = {"native": [1.0, 5.0], "torus2d": [2.0, 3.0], "hierarchical": [3.0, 4.0]}
+    assert auto.winners(times) == ["native", "torus2d"]
+
+
+def test_the_profile_cost_model_gives_times_for_every_candidate():
+    prof = load_profile("cpu-2core")
+    assert auto.missing_terms(prof, ["native", "torus2d"]) == []
+    times = auto.predicted_times(prof, ["native", "torus2d"], 4, 4, 4)
+    assert set(times) == {"native", "torus2d"}
+    assert all(len(v) == len(auto.SIZES) and min(v) > 0 for v in times.values())
+    bare = prof._replace(network=prof.network._replace(software={}))
+    assert auto.missing_terms(bare, ["torus2d", "native"]) == ["native", "torus2d"]
+
+
+def test_measure_interleaves_takes_the_slowest_rank_and_drops_the_first_call():
+    order, clock = [], itertools.count()
+
+    def run(name, nbytes):
+        order.append((name, nbytes))
+    times = auto.measure(run, ["native", "torus2d"], sizes=[4 * KiB, 8 * KiB], iters=2,
+                         timer=lambda: float(next(clock)), slowest=lambda t: 10 * t)
+    assert order[:4] == [("native", 4 * KiB), ("torus2d", 4 * KiB)] * 2
+    assert len(order) == 2 * 2 * 3   # sizes x candidates x (iters + 1)
+    assert times == {"native": [10.0, 10.0], "torus2d": [10.0, 10.0]}
+
+
+@pytest.mark.parametrize("nbytes, name", [(0, "native"), (4 * KiB, "native"),
+                                          (1 << 30, "torus2d")])
+def test_choose_covers_every_size(nbytes, name):
+    table = auto.Table([64 * KiB], ["native", "torus2d"], "test")
+    assert table.choose(nbytes) == name
