@@ -539,7 +539,7 @@ class TorusCommunicator:
 
     def _run_auto(self, buf):
         """One world all-reduce routed by its byte count (the same choice on every rank)."""
-        name = self.auto_table.choose(buf.nbytes)
+        name = self.auto_table.choose(buf.size * np.dtype(buf.dtype).itemsize)  # any backend
         self.algorithm_counts[name] += 1
         get_algorithm(name)(self.backend, self._auto_plans[name], buf)
 
