@@ -11,11 +11,13 @@ choice depends only on the call's byte count, which the argument check agrees on
   measurement on the spot (:func:`measure`): each candidate at ``SIZES`` interleaved, a call's
   time the slowest rank's, the median of ``MEASURE_ITERS``; ~0.5 s at 8 ranks here.
 
-Winners per size become ranges split at the geometric mean of neighbouring sizes. Below the
-smallest size where the library's all-reduce (native) stops winning for good it is used;
-above it, each size's best of the others. Example::
+The library's all-reduce (native) keeps the sizes below one crossover, the one that loses
+least time summed over the measured sizes (time / best time at each size), so one noisy
+win cannot flip a whole range; above it each size takes its best other algorithm. Ranges
+split at the geometric mean of neighbouring sizes. Example::
 
-    >>> t = table_from_winners([1 << 14, 1 << 20, 1 << 24], ["native", "torus2d", "torus2d"])
+    >>> t = table_from_times([1 << 14, 1 << 20, 1 << 24],
+    ...                      {"native": [1.0, 9.0, 90.0], "torus2d": [2.0, 5.0, 40.0]})
     >>> t.choose(4096), t.choose(1 << 22), t.describe()
     ('native', 'torus2d', 'native < 128 KiB <= torus2d')
 """
@@ -25,8 +27,9 @@ import time
 
 import numpy as np
 
-SIZES = tuple(1 << k for k in range(12, 25, 2))   # 4 KiB .. 16 MiB, x4 steps (bytes)
-MEASURE_ITERS = 3   # timed calls per algorithm and size (after one untimed call)
+SIZES = tuple(1 << k for k in range(12, 27, 2))   # 4 KiB .. 64 MiB, x4 steps (bytes)
+MEASURE_ITERS = 3   # timed calls per algorithm and size (after one untimed call); 2 from 16 MiB
+LARGE = 16 << 20
 
 
 class Table:
@@ -55,11 +58,24 @@ def _size(nbytes):
     return f"{nbytes} B"
 
 
-def table_from_winners(sizes, winners, source="measured"):
-    """A Table from the fastest algorithm at each of ``sizes`` (ascending bytes); native
-    below the smallest size from which it never wins again (noise cannot make it flip)."""
-    last_native = max((i for i, w in enumerate(winners) if w == "native"), default=-1)
-    names = ["native"] * (last_native + 1) + list(winners[last_native + 1:])
+def table_from_times(sizes, times, source="measured"):
+    """A Table from ``{algorithm: [seconds per size]}`` at ``sizes`` (ascending bytes)."""
+    others = [a for a in times if a != "native"]
+    if "native" not in times or not others:
+        return table_from_names(sizes, winners(times), source)
+    best = [min(times[a][i] for a in times) for i in range(len(sizes))]
+    other = [min(times[a][i] for a in others) for i in range(len(sizes))]
+
+    def loss(c):   # native below index c, the best other from c on
+        return (sum(times["native"][i] / best[i] for i in range(c))
+                + sum(other[i] / best[i] for i in range(c, len(sizes))))
+    crossover = min(range(len(sizes) + 1), key=lambda c: (loss(c), -c))  # ties: native
+    rest = winners({a: times[a] for a in others})
+    return table_from_names(sizes, ["native"] * crossover + rest[crossover:], source)
+
+
+def table_from_names(sizes, names, source):
+    """A Table giving ``names[i]`` around ``sizes[i]``."""
     bounds, merged = [], [names[0]]
     for i in range(1, len(names)):
         if names[i] != merged[-1]:
@@ -105,6 +121,8 @@ def measure(run, candidates, sizes=SIZES, iters=MEASURE_ITERS, timer=time.perf_c
                 took = slowest(timer() - start)
                 if i:   # the first call of each warms caches and grows buffers
                     calls[name].append(took)
+            if i == iters - 1 and nbytes >= LARGE:
+                break   # large sizes: a call costs 10-100 ms here; one fewer
         for name in candidates:
             times[name].append(float(np.median(calls[name])))
     return times

@@ -262,7 +262,7 @@ class TorusCommunicator:
         else:
             times = self._measure_auto(candidates)
             name = "measured at init"
-        table = auto.table_from_winners(auto.SIZES, auto.winners(times), name) \
+        table = auto.table_from_times(auto.SIZES, times, name) \
             if self.rank == 0 else None
         table = MPI.COMM_WORLD.bcast(table, root=0)
         self._note(f"auto ({name}, {self.size} ranks): {table.describe()}")

@@ -11,20 +11,32 @@ KiB, MiB = 1 << 10, 1 << 20
 
 
 def test_ranges_split_at_the_geometric_mean_of_measured_sizes():
-    table = auto.table_from_winners([16 * KiB, 1 * MiB, 16 * MiB],
-                                    ["native", "torus2d", "hierarchical"])
+    table = auto.table_from_names([16 * KiB, 1 * MiB, 16 * MiB],
+                                  ["native", "torus2d", "hierarchical"], "test")
     assert table.bounds == [128 * KiB, 4 * MiB]
     assert [table.choose(n) for n in (0, 128 * KiB - 1, 128 * KiB, 4 * MiB, 1 << 40)] == \
         ["native", "native", "torus2d", "hierarchical", "hierarchical"]
     assert table.describe() == "native < 128 KiB <= torus2d < 4 MiB <= hierarchical"
 
 
-def test_native_winning_again_at_a_larger_size_takes_the_range_below_it():
-    # a noisy torus2d win at 64 KiB between native wins is ignored: native up to 1 MiB
-    table = auto.table_from_winners([16 * KiB, 64 * KiB, 1 * MiB, 16 * MiB],
-                                    ["native", "torus2d", "native", "torus2d"])
-    assert table.names == ["native", "torus2d"] and table.bounds == [4 * MiB]
-    assert auto.table_from_winners([4 * KiB], ["native"]).describe() == "native"
+def test_one_noisy_win_does_not_flip_a_range():
+    sizes = [16 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 64 * MiB]
+    # torus2d wins narrowly at 64 KiB between clear native wins: native up to 1 MiB
+    times = {"native": [1.0, 1.1, 2.0, 10.0, 40.0], "torus2d": [1.5, 1.0, 3.0, 6.0, 20.0]}
+    assert auto.table_from_times(sizes, times).describe() == "native < 4 MiB <= torus2d"
+    # native wins narrowly at 64 MiB after torus2d's clear wins: torus2d keeps it
+    times = {"native": [1.0, 1.1, 2.0, 10.0, 20.0], "torus2d": [1.5, 1.5, 1.0, 6.0, 21.0]}
+    assert auto.table_from_times(sizes, times).describe() == "native < 256 KiB <= torus2d"
+    assert auto.table_from_times([4 * KiB], {"native": [1.0], "torus2d": [2.0]}).describe() \
+        == "native"
+
+
+def test_above_the_crossover_each_size_takes_its_best_other_algorithm():
+    sizes = [1 * MiB, 16 * MiB, 64 * MiB]
+    times = {"native": [1.0, 9.0, 40.0], "torus2d": [2.0, 5.0, 30.0],
+             "hierarchical": [3.0, 6.0, 20.0]}
+    assert auto.table_from_times(sizes, times).describe() == \
+        "native < 4 MiB <= torus2d < 32 MiB <= hierarchical"
 
 
 def test_winners_pick_the_fastest_per_size():
@@ -47,11 +59,11 @@ def test_measure_interleaves_takes_the_slowest_rank_and_drops_the_first_call():
 
     def run(name, nbytes):
         order.append((name, nbytes))
-    times = auto.measure(run, ["native", "torus2d"], sizes=[4 * KiB, 8 * KiB], iters=2,
-                         timer=lambda: float(next(clock)), slowest=lambda t: 10 * t)
+    times = auto.measure(run, ["native", "torus2d"], sizes=[4 * KiB, 8 * KiB, 32 * MiB],
+                         iters=3, timer=lambda: float(next(clock)), slowest=lambda t: 10 * t)
     assert order[:4] == [("native", 4 * KiB), ("torus2d", 4 * KiB)] * 2
-    assert len(order) == 2 * 2 * 3   # sizes x candidates x (iters + 1)
-    assert times == {"native": [10.0, 10.0], "torus2d": [10.0, 10.0]}
+    assert len(order) == 2 * 2 * 4 + 2 * 3   # small sizes: iters + 1 calls; large: one fewer
+    assert times == {"native": [10.0, 10.0, 10.0], "torus2d": [10.0, 10.0, 10.0]}
 
 
 @pytest.mark.parametrize("nbytes, name", [(0, "native"), (4 * KiB, "native"),
