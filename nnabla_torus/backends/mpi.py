@@ -42,7 +42,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..collectives import PIPELINE_BYTES, scale_numpy
-from ..knobs import knob_value, number
+from ..knobs import knob_value, number, parse_bool
 from ..rendezvous import HostSync, Pacer, Watchdog, allocate_shared, overdue, wait_requests
 
 logger = logging.getLogger("nnabla_torus")
@@ -105,7 +105,7 @@ def settings(segment_bytes=None, pipeline_bytes=None, spin=None, poll_sleep=None
              shm_bytes=None):
     """The backend's knobs (keyword argument, else environment, else default), validated."""
     return dict(
-        shm=knob_value(shm, "shm", "NNABLA_TORUS_SHM", True, bool),
+        shm=knob_value(shm, "shm", "NNABLA_TORUS_SHM", True, parse_bool),
         shm_bytes=knob_value(shm_bytes, "shm_bytes", "NNABLA_TORUS_SHM_BYTES", 32 << 20,
                              number(int, low=1, hint="bytes per member and shared piece, "
                                     "e.g. 33554432")),

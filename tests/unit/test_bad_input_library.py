@@ -41,7 +41,15 @@ COMMUNICATOR = [
                                          "group ranks by host name)"),
     ("NNABLA_TORUS_RANKS_PER_HOST", "two", "must be an integer >= 1"),
     ("NNABLA_TORUS_ALGORITHM", "tree", "unknown all-reduce algorithm 'tree'; choose one of "
-                                       "torus2d, ring, hierarchical, native"),
+                                       "torus2d, ring, hierarchical, native, auto"),
+    ("NNABLA_TORUS_AUTO_PROFILE", "nosuch", "no profile file or shipped profile 'nosuch'"),
+    ("NNABLA_TORUS_SHM", "maybe", "NNABLA_TORUS_SHM='maybe' is not a valid value: expected one "
+                                  "of 1/0, true/false"),
+    ("NNABLA_TORUS_SHM_BYTES", "0", "NNABLA_TORUS_SHM_BYTES='0' is not a valid value: must be an "
+                                    "integer >= 1 (bytes per member and shared piece"),
+    ("shm_bytes", -1, "shm_bytes=-1 is not a valid value (keyword argument; environment twin "
+                      "NNABLA_TORUS_SHM_BYTES): must be an integer >= 1"),
+    ("shm", "maybe", "shm='maybe' is not a valid value"),
     ("NNABLA_TORUS_BACKEND", "gloo", "unknown backend 'gloo'; choose one of mpi, nccl, fake-nccl"),
     ("NNABLA_TORUS_GRID", "2by2", "grid '2by2' is not of the form XxY with positive integers"),
     ("NNABLA_TORUS_GRID", "0x4", "grid '0x4' is not of the form XxY with positive integers"),
@@ -63,7 +71,7 @@ COMMUNICATOR = [
 def make_communicator(name, value):
     from nnabla_torus.backends.mpi import settings
     from nnabla_torus.communicator import TorusCommunicator
-    if name in ("segment_bytes", "pipeline_bytes"):     # MPI backend keyword arguments
+    if name in ("segment_bytes", "pipeline_bytes", "shm", "shm_bytes"):  # MPI backend kwargs
         return settings(**{name: value})
     if name.isupper():
         return TorusCommunicator()
