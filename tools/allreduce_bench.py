@@ -15,13 +15,15 @@ small integers, so every sum is exact and compared exactly (#wrong counts wrong 
 algorithm it ran at that size (from ``comm.algorithm_counts``).
 
 Memory bound (one host): summing p buffers of n bytes needs at least (p-1) n-byte adds and
-(p-1) n-byte copies (each rank's data in, each sum out), spread over the cores::
+(p-1) n-byte copies (each byte but one rank's is added once; the sum reaches the p-1 others), spread
+over the cores::
 
     bound(p, n) = (p - 1) * (t_add(n) + t_copy(n)) / min(p, cores)
 
 t_add(n) is numpy's ``np.add(a, b, out=c)`` on n-byte arrays, t_copy(n) ``np.copyto`` of n
-bytes, both measured here by rank 0 alone (medians of 5) while the others sleep; ``%bound`` =
-bound / time (100 % is as fast as this machine's memory allows).
+bytes, both measured here by rank 0 alone (the fastest of 5: a bound, so the least disturbed
+run) while the others sleep; ``%bound`` = bound / time (100 % is as fast as this machine's
+memory allows).
 """
 import argparse
 import collections
@@ -63,6 +65,7 @@ def parse_list(text):
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog=__doc__[__doc__.index("``auto`` routes"):],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_knob(p, "--sizes", "NNABLA_TORUS_BENCH_SIZES", "4K,64K,1M,16M,128M",
              "message sizes in bytes, comma list with K/M/G suffixes")
@@ -140,16 +143,16 @@ def memory_bound(nbytes, ranks, world, repeats=5):
         count = max(nbytes // 4, 1)
         a, b, c = (np.ones(count, np.float32) for _ in range(3))
 
-        def median(f):
+        def fastest(f):
             f()
             times = []
             for _ in range(repeats):
                 start = time.perf_counter()
                 f()
                 times.append(time.perf_counter() - start)
-            return float(np.median(times))
-        t_add = median(lambda: np.add(a, b, out=c))
-        t_copy = median(lambda: np.copyto(c, a))
+            return min(times)
+        t_add = fastest(lambda: np.add(a, b, out=c))
+        t_copy = fastest(lambda: np.copyto(c, a))
         cores = len(os.sched_getaffinity(0))
         bound = (ranks - 1) * (t_add + t_copy) / min(ranks, cores)
     done = world.Ibarrier()
