@@ -63,7 +63,7 @@ def table_from_times(sizes, times, source="measured"):
     others = [a for a in times if a != "native"]
     if "native" not in times or not others:
         return table_from_names(sizes, winners(times), source)
-    best = [min(times[a][i] for a in times) for i in range(len(sizes))]
+    best = [max(min(times[a][i] for a in times), 1e-12) for i in range(len(sizes))]  # > 0
     other = [min(times[a][i] for a in others) for i in range(len(sizes))]
 
     def loss(c):   # native below index c, the best other from c on

@@ -57,6 +57,7 @@ os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
 from . import auto, failfast, topology
+from .backends import synchronize
 from .collectives import AUTO, Plan, get_algorithm
 from .knobs import env_value, knob_value, number
 from .rendezvous import (CollectiveTimeout, RankGone, RankLost, check_same_call, lost_ranks,
@@ -254,6 +255,8 @@ class TorusCommunicator:
                        f"{auto.missing_terms(self._profile, candidates)}; measuring the size "
                        f"ranges instead")
             source = ""
+        if self.size == 1:   # nothing is exchanged: nothing to measure
+            return auto.Table([], ["native"], "one rank")
         if source:
             per_host = self.hosts.ranks_per_host or self.size
             times = auto.predicted_times(self._profile, candidates, self.size, per_host,
@@ -277,6 +280,7 @@ class TorusCommunicator:
             buf.fill(1.0)
             self._guarded(f"auto measurement ({name})", lambda: get_algorithm(name)(
                 be, self._auto_plans[name], buf))
+            synchronize(self)   # NCCL calls return before their kernels end
 
         return auto.measure(run, candidates, timer=self.auto_timer,
                             slowest=lambda t: world.allreduce(t, op=MPI.MAX))
