@@ -41,7 +41,7 @@ import nnabla as nn  # noqa: E402
 
 import nnabla_torus  # noqa: E402
 from nnabla_torus.backends import synchronize  # noqa: E402
-from nnabla_torus.collectives import ALGORITHMS  # noqa: E402
+from nnabla_torus.collectives import ALGORITHMS, AUTO  # noqa: E402
 from nnabla_torus.knobs import add_knob, check_output_flag, number  # noqa: E402
 from nnabla_torus.topology import parse_grid  # noqa: E402
 
@@ -99,9 +99,10 @@ def parse_args(argv=None):
                 raise ValueError(f"size {size} must be >= {itemsize} bytes (one {args.dtype})")
     except ValueError as e:
         parser.error(f"--sizes: {e}")
-    unknown = [a for a in parse_list(args.algorithms) if a not in ALGORITHMS]
+    known = list(ALGORITHMS) + [AUTO]
+    unknown = [a for a in parse_list(args.algorithms) if a not in known]
     if unknown:
-        parser.error(f"--algorithms: unknown {unknown}; choose from {', '.join(ALGORITHMS)}")
+        parser.error(f"--algorithms: unknown {unknown}; choose from {', '.join(known)}")
     try:
         for grid in parse_list(args.grids):
             parse_grid(grid)
