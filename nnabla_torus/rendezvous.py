@@ -230,8 +230,9 @@ class HostSync:
     count the 63-bit hash of the call it arrived at. ``arrive(value)`` is a barrier that also
     compares the members' values: a member can run at most one arrival ahead of the slowest
     (it cannot pass the next one alone), so the parity slot it writes is never the one a peer
-    still reads. Every member reads every slot, so a mismatch is seen by all of them. One
-    arrival costs a few numpy calls on shared memory, no message. ``comm`` is a communicator
+    still reads. Every member reads every slot, so a mismatch is seen by all of them. An
+    arrival sends no message (a few numpy calls), but it is a synchronisation: its time is
+    the wait for the slowest member, as for the two-message check. ``comm`` is a communicator
     over exactly the group's members in group order (``Split_type(COMM_TYPE_SHARED)``).
     """
     SLOT = 8  # int64 per member: a cache line, so members do not write the same line
