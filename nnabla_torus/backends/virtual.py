@@ -102,6 +102,7 @@ class VirtualBackend(MPIBackend):
         self.world_sim, self.rank, self.size = world, rank, world.size
         self.timeout = float("inf")
         self.segment_bytes, self.pipeline_bytes = int(segment_bytes), int(pipeline_bytes)
+        self.shm = False     # rows exchange messages: the shared-memory row phase is not simulated
         self._groups, self._scratch = {}, {}
         self.finished, self.gen, self.pending, self.waiting = False, 0, 0, ("", ())
         self.world_group = self.group(range(self.size))
