@@ -38,7 +38,7 @@ def test_an_unhandled_exception_on_one_rank_aborts_the_job_at_once(ranks, victim
     out, seconds = leave(ranks, victim, "raise")
     assert f"RuntimeError: boom on rank {victim}" in out and "Traceback" in out, out
     named = re.findall(r"^nnabla_torus: rank (\d+) on host \S+: unhandled RuntimeError: boom on "
-                       r"rank \d+; aborting the job$", out, re.M)
+                       r"rank \d+; aborting the job", out, re.M)
     assert named == [str(victim)], out        # once, by the rank that raised
     assert "did not arrive" not in out and "left the script" not in out, out
     assert seconds < LIMIT_S, f"{seconds:.1f} s from the exception to the end of the job"
@@ -56,9 +56,10 @@ def test_a_rank_that_leaves_early_is_named_by_the_ranks_waiting_for_it(ranks, vi
     if how == "exit-message":
         assert f"failfast_loop.py: error: bad input on rank {victim}" in out, out
     # Host names are known once init() ran, and to the communicator, not to the watchdog.
+    # No end-of-line anchor: mpirun's abort banner can land on the same line of the capture.
     host = r" \(rank \d+ ran on \S+\)" if at >= 0 and not env else ""
     named = re.findall(rf"^nnabla_torus: rank \d+: rank\(s\) \[(\d+)\] left the script .*"
-                       rf"they will not arrive{host}; aborting the job$", out, re.M)
+                       rf"they will not arrive{host}; aborting the job", out, re.M)
     assert named and set(named) == {str(victim)}, out
     # In a blocking library call the peers trust an exit notice only after a longer grace.
     limit = LIMIT_S + (BLOCKING_EXIT_GRACE_S if env else 0)
@@ -75,7 +76,7 @@ def test_an_exception_before_init_aborts_the_job_too():
 def test_an_exception_in_another_thread_aborts_the_job():
     out, seconds = leave(2, 1, "thread")
     assert re.search(r"^nnabla_torus: rank 1 on host \S+: unhandled ZeroDivisionError in thread "
-                     r"loader: division by zero; aborting the job$", out, re.M), out
+                     r"loader: division by zero; aborting the job", out, re.M), out
     assert seconds < LIMIT_S, seconds
 
 
