@@ -60,8 +60,8 @@ from . import auto, failfast, topology
 from .backends import synchronize
 from .collectives import AUTO, Plan, get_algorithm
 from .knobs import env_value, knob_value, number
-from .rendezvous import (CollectiveTimeout, RankGone, RankLost, check_same_call, lost_ranks,
-                         rank_lost)
+from .rendezvous import (CallMismatch, CollectiveTimeout, RankGone, RankLost, call_hash,
+                         check_same_call, lost_ranks, raise_mismatch, rank_lost)
 
 logger = logging.getLogger("nnabla_torus")
 failfast.install()  # MPI has started (mpi4py.MPI): from here on, one rank's error ends the job
@@ -272,14 +272,16 @@ class TorusCommunicator:
         return table
 
     def _measure_auto(self, candidates):
-        """Time the candidates at auto.SIZES on scratch buffers (collective)."""
-        be, world = self.backend, MPI.COMM_WORLD
+        """Time the candidates at auto.SIZES on scratch buffers (collective), each call with
+        its argument check as a user's call has it (folded into shared arrivals or not)."""
+        world = MPI.COMM_WORLD
 
         def run(name, nbytes):
             buf = self._buffer(np.float32, nbytes // 4)
             buf.fill(1.0)
-            self._guarded(f"auto measurement ({name})", lambda: get_algorithm(name)(
-                be, self._auto_plans[name], buf))
+            self._collective(self.backend.world_group, ("auto measurement", name, nbytes),
+                             f"auto measurement ({name})",
+                             lambda: self._exchange(name, self._auto_plans[name], buf), fold=True)
             synchronize(self)   # NCCL calls return before their kernels end
 
         return auto.measure(run, candidates, timer=self.auto_timer,
@@ -414,14 +416,37 @@ class TorusCommunicator:
         return be.world_group if group == "world" else be.group(ranks)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _collective(self, group, signature, what, body):
-        """Check the call across ``group``, then run ``body`` (see ``_guarded``)."""
+    def _collective(self, group, signature, what, body, fold=False):
+        """Check the call across ``group``, then run ``body`` (see ``_guarded``).
+
+        ``fold``: when the group shares one host's memory (``group.sync``), the check is not a
+        synchronisation of its own but rides on the call's first shared arrival
+        (``Group.check_value``): ``body`` must start every exchange with ``_exchange``.
+        """
         def checked():
-            if self.check:
-                check_same_call(group.control, group.ranks, signature, self.timeout, what,
-                                sync=getattr(group, "sync", None))
-            return body()
+            sync = getattr(group, "sync", None)
+            if not self.check or not (fold and sync is not None):
+                if self.check:
+                    check_same_call(group.control, group.ranks, signature, self.timeout, what,
+                                    sync=sync)
+                return body()
+            group.check_value = call_hash(signature) or 1
+            try:
+                result = body()
+                self.backend.check_arrival(group, what)   # a call with nothing to exchange
+            except CallMismatch:
+                group.check_value = 0
+                raise_mismatch(group.control, group.ranks, signature, what)
+            return result
         return self._guarded(what, checked)
+
+    def _exchange(self, name, plan, buf):
+        """Run algorithm ``name`` on ``buf`` with ``plan``. A pending argument check (see
+        ``_collective``) goes first, unless the algorithm's first synchronisation is the
+        group's own shared arrival (a shared row over the whole group), which carries it."""
+        if getattr(plan.world, "check_value", 0) and not (plan.shared and plan.row is plan.world):
+            self.backend.check_arrival(plan.world, name)
+        get_algorithm(name)(self.backend, plan, buf)
 
     def _abort(self, code):
         if self.backend is not None:
@@ -526,7 +551,7 @@ class TorusCommunicator:
             run = self._run_auto if self.algorithm == AUTO else self._run_world
         else:
             def run(buf):
-                get_algorithm("ring")(self.backend, Plan(grp, grp, None), buf)
+                self._exchange("ring", Plan(grp, grp, None), buf)
         what = f"all_reduce ({self.algorithm if group == 'world' else 'ring'}, group {group!r})"
         # The algorithm, grid, wire format and pieces are part of the call: ranks that differ
         # in them would exchange mismatched messages.
@@ -535,17 +560,17 @@ class TorusCommunicator:
                self.track_sqnorms, self.algorithm if group == "world" else "ring",
                str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
         self._collective(grp, sig, what, lambda: self._all_reduce(
-            arrays, division, inplace, run, grp.size))
+            arrays, division, inplace, run, grp.size), fold=True)
 
     def _run_world(self, buf):
         self.algorithm_counts[self.algorithm] += 1
-        get_algorithm(self.algorithm)(self.backend, self._plan, buf)
+        self._exchange(self.algorithm, self._plan, buf)
 
     def _run_auto(self, buf):
         """One world all-reduce routed by its byte count (the same choice on every rank)."""
         name = self.auto_table.choose(buf.size * np.dtype(buf.dtype).itemsize)  # any backend
         self.algorithm_counts[name] += 1
-        get_algorithm(name)(self.backend, self._auto_plans[name], buf)
+        self._exchange(name, self._auto_plans[name], buf)
 
     def _all_reduce(self, arrays, division, inplace, run, p):
         be = self.backend

@@ -283,6 +283,11 @@ class HostSync:
         self.win.Free()
 
 
+class CallMismatch(Exception):
+    """A HostSync arrival that carried a call's hash saw a member's hash differ (every member
+    sees it at the same arrival); the caller turns it into ``raise_mismatch``'s ValueError."""
+
+
 def check_same_call(control, ranks, signature, timeout, what, describe=None, sync=None):
     """Raise on every member of the group unless all members call with ``signature``.
 
@@ -297,7 +302,7 @@ def check_same_call(control, ranks, signature, timeout, what, describe=None, syn
         return
     if sync is not None:
         if sync.arrive(call_hash(signature) or 1, timeout, what, ranks):
-            _raise_mismatch(control, ranks, signature, what, describe)
+            raise_mismatch(control, ranks, signature, what, describe)
         return
     mine = np.array([call_hash(signature)], dtype=np.int64)
     if me == 0:
@@ -323,11 +328,12 @@ def check_same_call(control, ranks, signature, timeout, what, describe=None, syn
         wait_requests([control.Irecv(verdict, source=0, tag=VERDICT_TAG)], 2 * timeout + 1,
                       what + " (waiting for the argument check)", [ranks[0]], ranks[me])
     if not verdict[0]:
-        _raise_mismatch(control, ranks, signature, what, describe)
+        raise_mismatch(control, ranks, signature, what, describe)
 
 
-def _raise_mismatch(control, ranks, signature, what, describe):
-    """The ValueError of a call whose members disagree, with each member's signature."""
+def raise_mismatch(control, ranks, signature, what, describe=None):
+    """Raise the ValueError of a call whose members disagree, with each member's signature
+    (collective: every member must have seen the mismatch)."""
     calls = control.allgather(signature)  # everyone is here: safe to block
     if describe is not None:
         raise ValueError(describe(calls))

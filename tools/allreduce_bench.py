@@ -11,6 +11,10 @@ slowest rank's; the table shows the median. algbw = bytes / time, busbw = algbw 
 small integers, so every sum is exact and compared exactly (#wrong counts wrong elements).
 ``--json`` records also say whether the call was ``pipelined`` (torus2d in overlapping pieces).
 
+``--check-cost`` runs every algorithm twice more per round, with the cross-rank argument check
+on and off (``comm.check``), and reports check(us) = median time with it - median without it:
+what the check costs per call (on one host it rides on the shared path's first arrival).
+
 ``auto`` routes each call by size (see nnabla_torus/auto.py); the ``chose`` column says which
 algorithm it ran at that size (from ``comm.algorithm_counts``).
 
@@ -42,7 +46,7 @@ import nnabla as nn  # noqa: E402
 import nnabla_torus  # noqa: E402
 from nnabla_torus.backends import synchronize  # noqa: E402
 from nnabla_torus.collectives import ALGORITHMS, AUTO  # noqa: E402
-from nnabla_torus.knobs import add_knob, check_output_flag, number  # noqa: E402
+from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool  # noqa: E402
 from nnabla_torus.topology import parse_grid  # noqa: E402
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -83,6 +87,9 @@ def build_parser():
              type=number(int, low=1))
     add_knob(p, "--warmup", "NNABLA_TORUS_BENCH_WARMUP", 2, "untimed calls first",
              type=number(int, low=0))
+    add_knob(p, "--check-cost", "NNABLA_TORUS_BENCH_CHECK_COST", False,
+             "also time every algorithm with the argument check off (check(us) column)",
+             type=parse_bool)
     add_knob(p, "--json", "NNABLA_TORUS_BENCH_JSON", "", "write the records to this JSON file")
     return p
 
@@ -181,7 +188,8 @@ def main(argv=None):
             print(f"# auto ({comm.auto_table.source}): {comm.auto_table.describe()}")
         print(f"# {'size(B)':>11} {'count':>10} {'type':>7} {'algorithm':>12} {'grid':>5} "
               f"{'time(us)':>11} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'ratio':>6} "
-              f"{'bound(us)':>10} {'%bound':>6} {'chose':>12} {'#wrong':>6}")
+              f"{'bound(us)':>10} {'%bound':>6} {'chose':>12} {'#wrong':>6}"
+              + (f" {'check(us)':>9}" if args.check_cost else ""))
     records = []
     for nbytes in sizes:
         count = max(nbytes // dtype.itemsize, 0)
@@ -189,6 +197,7 @@ def main(argv=None):
         expected = sum(((np.arange(count) % 7) + r % 5) for r in range(p)).astype(dtype)
         nd = nn.NdArray.from_numpy_array(source.copy())
         times = {run: [] for run in runs}
+        unchecked = {run: [] for run in runs}   # --check-cost: the same calls, check off
         wrong = {}
         chose = {run: collections.Counter() for run in runs}
         bound = memory_bound(nbytes, p, world) if len(set(hosts)) == 1 else None
@@ -201,6 +210,11 @@ def main(argv=None):
                 chose[run] += comm.algorithm_counts - before
                 bad = int(np.count_nonzero(nd.data != expected))
                 wrong[run] = world.allreduce(bad, op=MPI.SUM) + wrong.get(run, 0)
+                if args.check_cost:
+                    checking, comm.check = comm.check, False
+                    time_calls(comm, nd, source, args.warmup, world)
+                    unchecked[run] += time_calls(comm, nd, source, args.iters, world)
+                    comm.check = checking
         native = float(np.median(times[("native", None)]))
         for run in runs:
             comm.set_algorithm(*run)
@@ -212,7 +226,9 @@ def main(argv=None):
                        ratio_to_native=t / native if native > 0 else float("nan"),
                        bound_us=bound * 1e6 if bound else None,
                        fraction_of_bound=bound / t if bound and t > 0 else None,
-                       chose=dict(chose[run]), correct=wrong[run] == 0, wrong=wrong[run])
+                       chose=dict(chose[run]), correct=wrong[run] == 0, wrong=wrong[run],
+                       check_us=(t - float(np.median(unchecked[run]))) * 1e6
+                       if args.check_cost else None)
             records.append(rec)
             if rank == 0:
                 picked = "+".join(sorted(chose[run])) if run[0] == "auto" else "-"
@@ -221,7 +237,8 @@ def main(argv=None):
                       f"{rec['busbw_GBps']:>11.3f} {rec['ratio_to_native']:>6.2f} "
                       f"{rec['bound_us'] or 0:>10.1f} "
                       f"{100 * (rec['fraction_of_bound'] or 0):>5.0f}% {picked:>12} "
-                      f"{wrong[run]:>6}", flush=True)
+                      f"{wrong[run]:>6}"
+                      + (f" {rec['check_us']:>9.1f}" if args.check_cost else ""), flush=True)
     all_ok = all(r["correct"] for r in records)
     if rank == 0:
         print(f"# Out of bounds values : {sum(r['wrong'] for r in records)} "

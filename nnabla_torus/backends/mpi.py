@@ -32,6 +32,12 @@ sum stays in cache across the p - 1 adds), publishes it, and copies the others' 
     per member, n bytes, m members: copy in (m-1)/m n, read n and write 2n/m to sum its chunk,
     copy out (m-1)/m n; two arrivals (shared flags, no message) per piece of ``shm_bytes``.
 
+Small buffers (up to ``SHM_ONE_ARRIVAL_BYTES``, no column phase) take one arrival instead:
+each member copies its whole buffer in and, after the arrival, sums all m segments itself, in
+member order (so every member gets the same bits). A checked call's first arrival also carries
+the hash of its arguments (``Group.check_value``), so on one host the cross-rank argument check
+costs no synchronisation of its own.
+
 A ring over messages moves every byte through the library's own shared-memory copies twice
 more (sender's buffer into the transport's, transport's into the receiver's).
 """
@@ -43,11 +49,14 @@ from mpi4py import MPI
 
 from ..collectives import PIPELINE_BYTES, scale_numpy
 from ..knobs import knob_value, number, parse_bool
-from ..rendezvous import HostSync, Pacer, Watchdog, allocate_shared, overdue, wait_requests
+from ..rendezvous import CallMismatch, HostSync, Pacer, Watchdog, allocate_shared, overdue, wait_requests
 
 logger = logging.getLogger("nnabla_torus")
 _notes_said = set()  # notes are logged once per process
 SHM_BLOCK_BYTES = 256 << 10  # the shared path sums in blocks of this size (fits in L2 cache)
+# Up to this size every member sums all segments itself after one arrival: m x the reads of
+# the two-arrival path, but one synchronisation less (measured in README, "auto").
+SHM_ONE_ARRIVAL_BYTES = 1 << 20
 
 
 def chunk_bounds(n, m):
@@ -72,6 +81,7 @@ class Group:
         self.segments = None  # SharedSegments, made by the first shared_all_reduce
         self.node = None      # the members' Split_type(COMM_TYPE_SHARED) communicator
         self.half = 0         # which half of the segments the next piece uses
+        self.check_value = 0  # hash of the checked call whose first arrival is still to come
         self.share_tried = False
 
     def world_rank(self, position):
@@ -330,7 +340,8 @@ class MPIBackend:
 
         ``column(shard)``, if given, runs between the reduce-scatter and the all-gather on this
         member's summed chunk (torus2d's column phase, hierarchical's cross-host all-reduce).
-        Buffers larger than ``shm_bytes`` go in pieces.
+        Buffers larger than ``shm_bytes`` go in pieces. A checked call's mismatch raises
+        CallMismatch at the first arrival, before any member reads another's segment.
         """
         m, q = group.size, group.rank
         step = max(1, self.shm_bytes // buf.itemsize)
@@ -338,12 +349,19 @@ class MPIBackend:
             piece = buf[start:start + step]
             segments = self._shared_segments(group, piece, what)
             group.half ^= 1
+            mine = segments[q]
+            if column is None and piece.nbytes <= SHM_ONE_ARRIVAL_BYTES:
+                mine[:] = piece
+                self._arrive(group, f"{what} (shared sum)", undo_half=True)
+                np.add(segments[0], segments[1], out=piece)
+                for j in range(2, m):
+                    np.add(piece, segments[j], out=piece)
+                continue
             bounds = chunk_bounds(piece.size, m)
             a, b = bounds[q], bounds[q + 1]
-            mine = segments[q]
             mine[:a] = piece[:a]
             mine[b:] = piece[b:]
-            self._arrive(group, f"{what} (shared reduce-scatter)")
+            self._arrive(group, f"{what} (shared reduce-scatter)", undo_half=True)
             own = piece[a:b]
             block = max(1, SHM_BLOCK_BYTES // buf.itemsize)
             for s in range(0, b - a, block):
@@ -361,8 +379,24 @@ class MPIBackend:
                 if j != q:
                     piece[bounds[j]:bounds[j + 1]] = segments[j][bounds[j]:bounds[j + 1]]
 
-    def _arrive(self, group, what):
-        group.sync.arrive(0, self.timeout, what, group.ranks)
+    def _arrive(self, group, what, undo_half=False):
+        """Wait at the group's HostSync. The first arrival of a checked call carries its hash
+        (``group.check_value``) and raises CallMismatch when a member's differs; ``undo_half``
+        then takes back this piece's flip of ``group.half``, so that members whose calls
+        differed (one may never have flipped) agree on it again."""
+        value, group.check_value = group.check_value, 0
+        if group.sync.arrive(value, self.timeout, what, group.ranks):
+            if undo_half:
+                group.half ^= 1
+            raise CallMismatch(what)
+
+    def check_arrival(self, group, what):
+        """The argument check of a call still waiting for it (``group.check_value``): an
+        arrival of its own, before an exchange whose first synchronisation is not this group's
+        shared arrival (messages, the library's all-reduce) or at the end of a call that had
+        none (empty buffers)."""
+        if group.check_value:
+            self._arrive(group, f"{what} (argument check)")
 
     def _shared_segments(self, group, piece, what):
         """The members' segments for ``piece`` (half ``group.half``), grown collectively when

@@ -114,6 +114,11 @@ BAD_INPUT = {  # case: text every rank's error must contain
     "unknown_algorithm_env": "unknown all-reduce algorithm 'bogus'",
     "hosts_do_not_divide": "ValueError: NNABLA_TORUS_RANKS_PER_HOST=3 does not divide the world "
                            "size 4",
+    "shared_row_first_call_differs": "ValueError: all_reduce (torus2d, group 'world'): ranks "
+                                     "called it with different arguments",
+    "shared_row_small_vs_large": "different arguments",
+    "shared_row_shapes_differ": "different arguments",
+    "shared_row_empty_vs_data": "different arguments",
     "not_a_member": "is not a member of group",
     "unknown_group": "ValueError: unknown group 'nosuch'",
 }

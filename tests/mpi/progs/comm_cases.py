@@ -706,6 +706,20 @@ def bad_input(comm):
             automatic.all_reduce(ndarrays([(100003,) if RANK == last and k == 2 else (17,)], RANK),
                              inplace=True)
 
+    # One shared row over the whole world: the check rides on the call's first arrival.
+    def shared_row_first_call_differs():   # the segments grow at this call (arrival carries it)
+        row.all_reduce(ndarrays([(17, 17) if RANK == last else (17,)], RANK))
+
+    def shared_row_small_vs_large():       # one-arrival sum vs two arrivals and a larger window
+        row.all_reduce(ndarrays([(17,)], RANK))
+        row.all_reduce(ndarrays([(100003,) if RANK == last else (17,)], RANK), inplace=True)
+
+    def shared_row_shapes_differ():        # both one-arrival sums: the data arrival carries it
+        row.all_reduce(ndarrays([(18,) if RANK == last else (17,)], RANK))
+
+    def shared_row_empty_vs_data():        # no arrival in the call: the check arrives at its end
+        row.all_reduce(ndarrays([(0,) if RANK == last else (17,)], RANK), inplace=True)
+
     def not_a_member():            # group i holds rank i only; each rank calls its neighbour's
         comm.all_reduce(ndarrays([(17,)], RANK), group=f"only{(RANK + 1) % P}")
 
@@ -715,16 +729,20 @@ def bad_input(comm):
     for r in range(P):
         comm.new_group((f"only{r}", [r]))
     automatic = make_comm(Config("auto", None, None, False), auto_profile="cpu-2core")
+    row = make_comm(Config("torus2d", f"{P}x1", None, False))
     cases = [shape_changes_after_agreement, auto_routes_differ, shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
              algorithms_differ, wire_formats_differ, pieces_differ, negative_pieces,
+             shared_row_first_call_differs, shared_row_small_vs_large, shared_row_shapes_differ,
+             shared_row_empty_vs_data,
              all_gather_list_differs, all_gather_list_wrong_everywhere,
              reduce_scatter_list_differs, grid_does_not_fit, malformed_grid, unknown_algorithm,
              unknown_algorithm_env, hosts_do_not_divide, not_a_member, unknown_group]
     for fn in cases:
         expect_error(fn.__name__, fn)
-    arrays = ndarrays(MIXED, RANK)                    # still usable: no stale messages
-    comm.all_reduce(arrays, division=True)
-    check_reduced(arrays, MIXED, range(P), True, "all_reduce after the errors")
+    for c in (comm, row):                            # still usable: no stale messages
+        arrays = ndarrays(MIXED, RANK)
+        c.all_reduce(arrays, division=True)
+        check_reduced(arrays, MIXED, range(P), True, "all_reduce after the errors")
     print(f"rank {RANK}: still works", flush=True)
 
 
