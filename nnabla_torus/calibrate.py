@@ -89,7 +89,8 @@ def fit_network(records, base):
     Returns (Network, report dict with the MdAPE and the fitted and pinned values).
     """
     from scipy.optimize import least_squares
-    records = [r for r in records if r.get("correct", True) and r["ranks"] > 1]
+    records = [r for r in records if r.get("correct", True) and r["ranks"] > 1
+               and r["algorithm"] in costmodel.ALGORITHMS]   # not auto: it runs these
     if not records:
         raise ValueError("no correct multi-rank all-reduce records to fit; run the benchmark "
                          "at 2 or more ranks")
@@ -210,12 +211,19 @@ def measure_allreduce(ranks_list, sizes, iters, rounds, log=print):
     records = []
     for ranks in ranks_list:
         args = ["--sizes", sizes, "--iters", str(iters), "--rounds", str(rounds), "--warmup", "1",
-                "--algorithms", "torus2d,ring,hierarchical,native"]   # the modelled ones, no auto
+                "--algorithms", "torus2d,ring,hierarchical,native,auto"]   # auto: its table
         if grids_for(ranks):
             args += ["--grids", ",".join(grids_for(ranks))]
         log(f"calibrate: all-reduce benchmark at {ranks} ranks ...")
         records += run_json_tool(ranks, "allreduce_bench.py", args)
     return records
+
+
+def auto_tables(records):
+    """auto's size ranges as measured at the benchmark's init, per job shape: the profile's
+    ``auto_tables`` ({(ranks, ranks_per_host): (bounds, algorithms)})."""
+    return {(r["ranks"], r["ranks_per_host"]): (r["auto_bounds"], r["auto_algorithms"])
+            for r in records if r["algorithm"] == "auto" and "auto_bounds" in r}
 
 
 def measure_steps(ranks_list, batches, bench_args, algorithm, log=print):
@@ -357,7 +365,7 @@ def calibrate(args, log=print):
                           "train_algorithm": args.algorithm}
     prof = Profile(args.name, f"this machine ({cores} CPU cores), calibrated by "
                    f"tools/calibrate.py on {time.strftime('%Y-%m-%d')}", 1, net,
-                   {model: comp}, {"calibration": report})
+                   {model: comp}, {"calibration": report, "auto_tables": auto_tables(allreduce)})
     return prof, report
 
 

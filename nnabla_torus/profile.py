@@ -35,6 +35,10 @@ named without their extension (``abci``, ``cpu-2core``). Format (units in the ke
     models:
       resnet50: {a_ms: 5.0, b_ms: 0.8138, gamma: 1.0, max_local_batch: 256,
                  grad_bytes: 51114064, slots_per_host: 0}
+    auto_tables:                # optional: auto's size ranges measured by calibrate.py, per
+      - {ranks: 8, ranks_per_host: 8, bounds: [1048576], algorithms: [native, torus2d]}
+                                # job shape (bytes; algorithms[i] below bounds[i], the last
+                                # above); algorithm="auto" uses the entry of its job's shape
     calibration: {...}          # optional: what calibrate.py measured and pinned (free form)
 
 Unknown keys are rejected by name. Example::
@@ -59,11 +63,13 @@ Profile = namedtuple("Profile", ["name", "description", "hosts", "network", "mod
 _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", "links",
              "reduce_ns_per_byte", "native_switch_bytes", "software", "models", "oversubscribed_wait_us",
              "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
-             "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "calibration", "racks", "run"}
+             "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "calibration", "racks", "run",
+             "auto_tables"}
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
 _MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host"}
 _RACK_KEYS = {"hosts_per_rack", "spine", "oversubscription"}
+_AUTO_KEYS = {"ranks", "ranks_per_host", "bounds", "algorithms"}
 RUN_KEYS = {"startup_s": 0.0, "validation_s": 0.0, "validations": 1, "loader_stall_ms": 0.0}
 
 
@@ -144,11 +150,33 @@ def _run(raw):
     return {k: _number("run", raw, k, kind=type(v), default=v) for k, v in RUN_KEYS.items()}
 
 
+def _auto_tables(raw):
+    """The optional ``auto_tables:`` list, checked: {(ranks, ranks_per_host): (bounds,
+    algorithms)}."""
+    tables = {}
+    for i, entry in enumerate(raw or []):
+        where = f"auto_tables[{i}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"profile {where}: expected a mapping with keys {sorted(_AUTO_KEYS)}")
+        _check_keys(where, entry, _AUTO_KEYS, _AUTO_KEYS)
+        ranks = _number(where, entry, "ranks", 1, kind=int)
+        per_host = _number(where, entry, "ranks_per_host", 1, kind=int)
+        bounds, names = list(entry["bounds"] or []), list(entry["algorithms"] or [])
+        if (len(names) != len(bounds) + 1 or set(names) - set(ALGORITHMS)
+                or any(not isinstance(b, int) or b < 1 for b in bounds) or bounds != sorted(bounds)):
+            raise ValueError(f"profile {where}: needs ascending positive byte bounds and one "
+                             f"algorithm more than bounds, each of {sorted(ALGORITHMS)}; got "
+                             f"bounds {bounds}, algorithms {names}")
+        tables[(ranks, per_host)] = (bounds, names)
+    return tables
+
+
 def profile_from_dict(raw):
     """Build a Profile from the parsed file; raise ValueError naming any bad key or value."""
     required = _TOP_KEYS - {"description", "calibration", "software", "oversubscribed_wait_us",
                             "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
-                            "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "racks", "run"}
+                            "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "racks", "run",
+                            "auto_tables"}
     _check_keys("top level", raw, _TOP_KEYS, required)
     _check_keys("links", raw["links"], {"intra", "inter"}, {"intra", "inter"})
     software = raw.get("software") or {}
@@ -180,7 +208,8 @@ def profile_from_dict(raw):
     models = {name: _compute(name, m) for name, m in raw["models"].items()}
     return Profile(raw["name"], raw.get("description", ""), _number(top, raw, "hosts", 1, kind=int),
                    network, models,
-                   {"calibration": raw.get("calibration"), "run": _run(raw.get("run"))})
+                   {"calibration": raw.get("calibration"), "run": _run(raw.get("run")),
+                    "auto_tables": _auto_tables(raw.get("auto_tables"))})
 
 
 def profile_to_dict(prof):
@@ -214,6 +243,10 @@ def profile_to_dict(prof):
                         "oversubscription": net.oversubscription}
     if (prof.extra or {}).get("run") not in (None, RUN_KEYS):
         out["run"] = prof.extra["run"]
+    if (prof.extra or {}).get("auto_tables"):
+        out["auto_tables"] = [{"ranks": r, "ranks_per_host": h, "bounds": list(b),
+                               "algorithms": list(n)}
+                              for (r, h), (b, n) in sorted(prof.extra["auto_tables"].items())]
     if (prof.extra or {}).get("calibration") is not None:
         out["calibration"] = prof.extra["calibration"]
     return out

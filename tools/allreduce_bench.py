@@ -227,8 +227,12 @@ def main(argv=None):
                        bound_us=bound * 1e6 if bound else None,
                        fraction_of_bound=bound / t if bound and t > 0 else None,
                        chose=dict(chose[run]), correct=wrong[run] == 0, wrong=wrong[run],
+                       ranks_per_host=comm.hosts.ranks_per_host or p,
                        check_us=(t - float(np.median(unchecked[run]))) * 1e6
                        if args.check_cost else None)
+            if run[0] == "auto":   # the table calibrate.py saves in a profile
+                rec.update(auto_bounds=comm.auto_table.bounds,
+                           auto_algorithms=comm.auto_table.names)
             records.append(rec)
             if rank == 0:
                 picked = "+".join(sorted(chose[run])) if run[0] == "auto" else "-"

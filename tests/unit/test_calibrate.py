@@ -63,3 +63,35 @@ def test_mdape_and_errors():
     assert calibrate.mdape([1.1, 0.9, 2.0], [1.0, 1.0, 1.0]) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="no correct"):
         calibrate.fit_network([], true_network())
+
+
+def test_auto_tables_from_benchmark_records_round_trip_through_a_profile(tmp_path):
+    from nnabla_torus.profile import load_profile, profile_to_dict, save_profile
+    records = [{"algorithm": "native", "ranks": 4, "ranks_per_host": 4, "bytes": 4096},
+               {"algorithm": "auto", "ranks": 4, "ranks_per_host": 4, "bytes": 4096,
+                "auto_bounds": [2097152], "auto_algorithms": ["native", "torus2d"]},
+               {"algorithm": "auto", "ranks": 8, "ranks_per_host": 8, "bytes": 4096,
+                "auto_bounds": [], "auto_algorithms": ["torus2d"]}]
+    tables = calibrate.auto_tables(records)
+    assert tables == {(4, 4): ([2097152], ["native", "torus2d"]), (8, 8): ([], ["torus2d"])}
+    prof = load_profile("cpu-2core")
+    path = str(tmp_path / "p.yaml")
+    save_profile(prof._replace(extra=dict(prof.extra, auto_tables=tables)), path)
+    assert load_profile(path).extra["auto_tables"] == tables
+    assert "auto_tables" not in profile_to_dict(prof)   # none measured: not written
+
+
+@pytest.mark.parametrize("entry, text", [
+    ({"ranks": 4, "ranks_per_host": 4, "bounds": [10], "algorithms": ["native"]},
+     "one algorithm more than bounds"),
+    ({"ranks": 4, "ranks_per_host": 4, "bounds": [], "algorithms": ["tree"]}, "'tree'"),
+    ({"ranks": 4, "ranks_per_host": 4, "bounds": [20, 10], "algorithms": ["native"] * 3},
+     "ascending"),
+    ({"ranks": 4, "bounds": [], "algorithms": ["native"]}, "ranks_per_host"),
+])
+def test_a_bad_auto_table_is_named(entry, text):
+    from nnabla_torus.profile import load_profile, profile_from_dict, profile_to_dict
+    raw = dict(profile_to_dict(load_profile("cpu-2core")), auto_tables=[entry])
+    with pytest.raises(ValueError, match="auto_tables\\[0\\]") as err:
+        profile_from_dict(raw)
+    assert text in str(err.value)

@@ -415,6 +415,22 @@ def case_auto_same_choice(comm, config):
                                                   auto_profile=path)
     bare.init()
     assert bare.auto_table.source == (one or "measured at init"), bare.auto_table.source
+    # A table that tools/calibrate.py saved for this job's shape is used as it is.
+    if RANK == 0:
+        raw = profile_to_dict(load_profile("cpu-2core"))
+        raw["auto_tables"] = [{"ranks": P, "ranks_per_host": P, "bounds": [12345],
+                               "algorithms": ["torus2d", "native"]}]
+        path = os.path.join(tempfile.mkdtemp(), "saved.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(raw, f)
+    path = WORLD.bcast(path)
+    saved = C.MultiProcessDataParallelCommunicator(device_context(), algorithm="auto",
+                                                   auto_profile=path)
+    saved.init()
+    if P > 1:
+        assert saved.auto_table.describe() == "torus2d < 12.0557 KiB <= native", \
+            saved.auto_table.describe()
+        assert saved.auto_table.source.endswith("measured by calibrate"), saved.auto_table.source
 
 
 def case_bcast(comm, config):
