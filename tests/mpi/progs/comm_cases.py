@@ -400,37 +400,34 @@ def case_auto_same_choice(comm, config):
     everyone = WORLD.allgather(profiled.auto_table.describe())
     assert len(set(everyone)) == 1, everyone
     # A profile without software terms: measured instead, said once (rank 0).
-    import tempfile
-    from nnabla_torus.profile import load_profile, profile_to_dict
-    import yaml
-    path = None
-    if RANK == 0:
-        raw = profile_to_dict(load_profile("cpu-2core"))
-        del raw["software"]
-        path = os.path.join(tempfile.mkdtemp(), "no-software.yaml")
-        with open(path, "w") as f:
-            yaml.safe_dump(raw, f)
-    path = WORLD.bcast(path)
-    bare = C.MultiProcessDataParallelCommunicator(device_context(), algorithm="auto",
-                                                  auto_profile=path)
-    bare.init()
+    bare = auto_with_profile(lambda raw: raw.pop("software"))
     assert bare.auto_table.source == (one or "measured at init"), bare.auto_table.source
     # A table that tools/calibrate.py saved for this job's shape is used as it is.
-    if RANK == 0:
-        raw = profile_to_dict(load_profile("cpu-2core"))
-        raw["auto_tables"] = [{"ranks": P, "ranks_per_host": P, "bounds": [12345],
-                               "algorithms": ["torus2d", "native"]}]
-        path = os.path.join(tempfile.mkdtemp(), "saved.yaml")
-        with open(path, "w") as f:
-            yaml.safe_dump(raw, f)
-    path = WORLD.bcast(path)
-    saved = C.MultiProcessDataParallelCommunicator(device_context(), algorithm="auto",
-                                                   auto_profile=path)
-    saved.init()
+    saved = auto_with_profile(lambda raw: raw.update(auto_tables=[{
+        "ranks": P, "ranks_per_host": P, "bounds": [12345], "algorithms": ["torus2d", "native"]}]))
     if P > 1:
         assert saved.auto_table.describe() == "torus2d < 12.0557 KiB <= native", \
             saved.auto_table.describe()
         assert saved.auto_table.source.endswith("measured by calibrate"), saved.auto_table.source
+
+
+def auto_with_profile(edit):
+    """An initialised auto communicator whose profile is cpu-2core changed by ``edit(raw)``
+    (rank 0 writes the file)."""
+    import tempfile
+    import yaml
+    from nnabla_torus.profile import load_profile, profile_to_dict
+    path = None
+    if RANK == 0:
+        raw = profile_to_dict(load_profile("cpu-2core"))
+        edit(raw)
+        path = os.path.join(tempfile.mkdtemp(), "edited.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(raw, f)
+    comm = C.MultiProcessDataParallelCommunicator(device_context(), algorithm="auto",
+                                                  auto_profile=WORLD.bcast(path))
+    comm.init()
+    return comm
 
 
 def case_bcast(comm, config):
