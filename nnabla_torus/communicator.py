@@ -29,8 +29,9 @@ Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else envi
   error is at most about (p + 1) * 2**-11 * sum_r |x_r| and values above 65504 overflow)
   (default 0)
 - ``check`` / NNABLA_TORUS_CHECK: compare each call's shapes and dtypes across ranks
-  before moving data (ranks of one host: one flag each in shared memory; else two small
-  messages per call) (default 1)
+  before moving data (ranks of one host: a hash in shared memory, carried by the shared
+  path's first arrival, so no synchronisation of its own; else two small messages per call)
+  (default 1)
 - NNABLA_TORUS_SHM / NNABLA_TORUS_SHM_BYTES: the MPI backend's shared-memory path inside a
   host (default 1) and its piece size per rank (default 32 MiB), see backends/mpi.py
 - NNABLA_TORUS_RANKS_PER_HOST: treat each block of this many consecutive ranks as one host
