@@ -125,6 +125,8 @@ class VirtualBackend(MPIBackend):
 
     def run_lanes(self, lanes):
         """Advance generators of waits together (as MPIBackend.run_lanes), blocking on any."""
+        if self.world_sim.recorder is not None:
+            lanes = self.world_sim.recorder.lanes(self.rank, lanes)
         waiting = [[lane, next(lane, None)] for lane in lanes]
         waiting = [entry for entry in waiting if entry[1] is not None]
         while waiting:
