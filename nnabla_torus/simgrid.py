@@ -18,7 +18,8 @@
    on a mailbox per (source, destination, key), so messages match first in, first out as MPI
    matches them; a wait is ``Comm::wait`` on each listed request, then ``sleep_for`` the
    compute; lanes are actors on the rank's host that compute one at a time (a mutex: the
-   rank has one thread) and wait for each other through condition variables. Messages to or from the straggler carry ``Comm::set_rate`` (its flows' rate cap).
+   rank has one thread) and wait for each other through condition variables. Messages to or
+   from the straggler carry ``Comm::set_rate`` (its flows' rate cap).
    It is compiled on first use with ``g++ -O2 -std=c++17 ... -lsimgrid`` into
    ``$NNABLA_TORUS_CACHE`` (default ``~/.cache/nnabla_torus``), keyed by the source's hash.
 
@@ -296,8 +297,9 @@ def platform_xml(platform):
         for h in hosts:
             out += [link(p.nic_out + h), link(p.nic_in + h)]
         for a in hosts:
-            out += [route("zoneRoute", f"h{a}", f"h{b}", (names[p.nic_out + a], names[p.nic_in + b]),
-                          (f"g{a}", f"g{b}")) for b in hosts if b != a]
+            out += [route("zoneRoute", f"h{a}", f"h{b}", (names[p.nic_out + a],
+                                                          names[p.nic_in + b]), (f"g{a}", f"g{b}"))
+                    for b in hosts if b != a]
             if multi:
                 out += [route("zoneRoute", f"h{a}", f"s{rack}", (names[p.nic_out + a],),
                               (f"x{a}", f"rg{rack}")),
@@ -305,18 +307,20 @@ def platform_xml(platform):
                               (f"rg{rack}", f"x{a}"))]
         out.append("</zone>")
     if multi:
-        out += [link(p.up + k) for k in range(p.racks)] + [link(p.down + k) for k in range(p.racks)]
+        racks = range(p.racks)
+        out += [link(p.up + k) for k in racks] + [link(p.down + k) for k in racks]
         out += [route("zoneRoute", f"rack{a}", f"rack{b}", (names[p.up + a], names[p.down + b]),
-                      (f"rg{a}", f"rg{b}")) for a in range(p.racks) for b in range(p.racks) if a != b]
+                      (f"rg{a}", f"rg{b}")) for a in racks for b in racks if a != b]
     out += ["</zone>", "</platform>", ""]
     return "\n".join(out)
 
 
-def replay(platform, recorder, max_wall=None):
+def replay(platform, recorder, max_wall=None, spent=0.0):
     """(simulated seconds, wall seconds) of ``recorder``'s schedule on ``platform`` (SimGrid).
 
-    Raises WallLimit when the replay runs past ``max_wall`` wall seconds (the process is
-    killed), SimGridUnavailable when the program cannot be built.
+    Raises WallLimit when ``spent`` (the recording's wall seconds) plus the replay run past
+    ``max_wall`` wall seconds (the process is killed), SimGridUnavailable when the program
+    cannot be built.
     """
     binary = replay_binary()
     start = time.monotonic()
@@ -327,12 +331,13 @@ def replay(platform, recorder, max_wall=None):
         recorder.write(trace)
         cmd = [binary, xml, trace, "--log=root.thresh:warning"] + [f"--cfg={c}" for c in CONFIG]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max_wall)
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  timeout=None if max_wall is None else max_wall - spent)
         except subprocess.TimeoutExpired:
             raise WallLimit(f"SimGrid replay of {platform.ranks} ranks exceeded --max-wall "
-                            f"{max_wall:g} s (killed after {time.monotonic() - start:.1f} s); "
-                            f"raise --max-wall, simulate fewer ranks or use --sim-engine flow"
-                            ) from None
+                            f"{max_wall:g} s (recording {spent:.1f} s, replay killed after "
+                            f"{time.monotonic() - start:.1f} s); raise --max-wall, simulate "
+                            f"fewer ranks or use --sim-engine flow") from None
     words = proc.stdout.split()
     if proc.returncode != 0 or len(words) != 3 or words[0] != "end" \
             or int(words[2]) != recorder.waits:
@@ -354,10 +359,9 @@ def simulate(platform, buffers, algorithm, grid, ranks_per_host, scale, pipeline
     _, world = run_allreduce(buffers, algorithm, grid, ranks_per_host, max_wall=max_wall,
                              pipeline_bytes=pipeline_bytes, recorder=recorder)
     recorded = time.monotonic() - start
-    left = None if max_wall is None else max_wall - recorded
-    if left is not None and left <= 0:
+    if max_wall is not None and recorded >= max_wall:
         raise WallLimit(f"simulation of {platform.ranks} ranks exceeded --max-wall {max_wall:g} s "
                         f"while recording ({recorded:.1f} s, {world.messages} messages); raise "
                         f"--max-wall or simulate fewer ranks")
-    seconds, replayed = replay(platform, recorder, left)
+    seconds, replayed = replay(platform, recorder, max_wall, recorded)
     return seconds, recorder.carried(), world.messages, recorded, replayed
