@@ -111,7 +111,11 @@ def _compile(path):
         found = subprocess.run(["pkg-config", "--cflags", "--libs", "simgrid"],
                                capture_output=True, text=True)
         flags = found.stdout.split() if found.returncode == 0 else flags
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError as e:
+        raise SimGridUnavailable(f"cannot create the cache folder for the replay program ({e}); "
+                                 f"point NNABLA_TORUS_CACHE at a writable folder") from None
     tmp = f"{path}.{os.getpid()}.tmp"   # renamed when complete: concurrent builds do not clash
     cmd = [CXX, "-O2", "-std=c++17", SOURCE, "-o", tmp] + flags
     try:

@@ -182,6 +182,12 @@ def test_a_missing_header_names_the_package(monkeypatch, tmp_path):
                                                          r"libsimgrid-dev"):
         simgrid.replay_binary()
     assert not os.listdir(tmp_path / "cache")   # nothing half-built is left to be trusted
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("NNABLA_TORUS_CACHE", str(tmp_path / "file" / "cache"))
+    monkeypatch.setattr(simgrid, "_built", {})   # a failed build is remembered per process
+    with pytest.raises(simgrid.SimGridUnavailable, match="point NNABLA_TORUS_CACHE at a "
+                                                         "writable folder"):
+        simgrid.replay_binary()
 
 
 @needs_simgrid
