@@ -3,7 +3,7 @@
 1. **Record.** The collective runs untimed on the virtual World (``backends/virtual.py``: the
    real schedule code of every rank) with a ``Recorder``, which writes down each rank's ops in
    the order the rank performs them: post a send / receive (destination / source, the
-   communicator's (context, tag) key, simulated bytes), and wait (the requests that wait needed
+   communicator, simulated bytes), and wait (the requests that wait needed
    complete, then the seconds the rank computes after it: ``simulate.Platform.cost``, so adds,
    software cost and the straggler are charged as the flow engine charges them). The lanes
    of the pipelined torus (``run_lanes``) are not flattened into the order the untimed run
@@ -15,8 +15,8 @@
    ``scale`` simulated bytes.
 2. **Replay.** ``simgrid_replay.cpp`` (SimGrid's S4U C++ API; Debian's ``libsimgrid-dev``,
    3.32) runs one actor per rank on its own host: asynchronous put / get of the recorded sizes
-   on a mailbox per (source, destination, key), so messages match first in, first out as MPI
-   matches them; a wait is ``Comm::wait`` on each listed request, then ``sleep_for`` the
+   on a mailbox per (source, destination, communicator), so messages match first in, first
+   out (as MPI matches them per tag: ``Recorder.check_order`` makes sure that is the same); a wait is ``Comm::wait`` on each listed request, then ``sleep_for`` the
    compute; lanes are actors on the rank's host that compute one at a time (a mutex: the
    rank has one thread) and wait for each other through condition variables. Messages to or
    from the straggler carry ``Comm::set_rate`` (its flows' rate cap).
@@ -155,7 +155,8 @@ class Recorder:
             self._stream()
         self.current = list(range(self.ranks))   # the stream a rank's posts go to
         self.lane_of = {}             # rank -> {id(request): lane stream} while in lanes
-        self.keys = {}                # (communicator context, tag) -> small int
+        self.keys = {}                # communicator context -> small int (the mailbox key)
+        self.tags = {}                # (src, dst, key, send) -> hash of its tags in order
         self.pairs = {}               # (src, dst) -> real bytes sent (for the links' bytes)
         self.waits = 0
         self.straggler = platform.faults.straggler
@@ -179,7 +180,10 @@ class Recorder:
         self.posts[stream] += 1
         if stream >= self.ranks:
             self.lane_of[me][id(request)] = stream
-        key = self.keys.setdefault(key, len(self.keys))
+        context, tag = key
+        key = self.keys.setdefault(context, len(self.keys))
+        side = (src, dst, key, send)   # the tag order per side, hashed (see check_order)
+        self.tags[side] = (self.tags.get(side, 0) * 1000003 + tag + 1) & ((1 << 61) - 1)
         if self.straggler in (src, dst):
             self._op(stream, (SEND_CAPPED if send else RECV_CAPPED, peer, key),
                      (nbytes * self.scale, self.platform.route(src, dst)[2]))
@@ -238,8 +242,25 @@ class Recorder:
             carried[list(self.platform.route(src, dst)[0])] += nbytes * self.scale
         return carried
 
+    def check_order(self):
+        """Raise RuntimeError unless every (source, destination, communicator) posted its sends
+        and its receives in the same tag order.
+
+        The replay matches messages first in, first out per (source, destination,
+        communicator), not per tag: a mailbox per tag would be one per ring step (9.5 M for a
+        2,176-rank ring, gigabytes in SimGrid). With the same tag order on both sides the two
+        rules pair the same messages; our schedules post tags in step order, so they do.
+        """
+        for (src, dst, key, send), order in self.tags.items():
+            if send and self.tags.get((src, dst, key, False)) != order:
+                raise RuntimeError(f"rank {src} sends to rank {dst} on communicator {key} in "
+                                   f"another tag order than rank {dst} receives them: the "
+                                   f"SimGrid replay matches per communicator, first in first "
+                                   f"out; use the flow engine (--sim-engine flow)")
+
     def write(self, path):
         """The trace simgrid_replay.cpp reads (format in its header comment)."""
+        self.check_order()
         head = [MAGIC, self.ranks, len(self.ops)] + [len(a) for a in self.ints + self.floats]
         with open(path, "wb") as f:
             f.write(np.array(head, "<i8").tobytes())

@@ -5,8 +5,9 @@
 // The trace holds streams of ops; stream r < ranks is rank r's own, run by an actor on host
 // "r<r>". Ops:
 //   SEND / RECV (capped: with a rate limit in B/s): post an asynchronous put / get of the given
-//     simulated bytes on the mailbox of (source, destination, key), so messages match first in,
-//     first out per (communicator, tag) as MPI matches them; requests are numbered per stream;
+//     simulated bytes on the mailbox of (source, destination, communicator key), so messages
+//     match first in, first out (the recorder checked that this pairs them as MPI's tags do);
+//     requests are numbered per stream;
 //   WAIT: complete the listed requests, then compute (sleep) the given seconds;
 //   LANES: run the listed streams (a pipelined collective's lanes) as actors on this host and
 //     wait for all of them; they compute one at a time (the rank has one thread);

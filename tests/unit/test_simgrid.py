@@ -199,3 +199,14 @@ def test_auto_picks_simgrid_and_the_tools_say_which_engine_ran(monkeypatch):
         ["--profile", "abci", "--gpus", "8,16", "--local-batch", "32", "--simulate", "2"])
     plan_cli.run(args, out)
     assert "engine: simgrid" in out.getvalue()
+
+
+def test_tags_posted_in_another_order_than_received_are_refused():
+    """The replay matches per communicator in order; MPI would match these by tag."""
+    rec = simgrid.Recorder(Platform(racked(), 8, 1e6), 1.0)
+    for send, tags in ((True, (0, 1)), (False, (1, 0))):
+        for tag in tags:
+            rec.post(SimpleNamespace(), send, 0, 4, (7, tag), 100)
+    with pytest.raises(RuntimeError, match="rank 0 sends to rank 4 on communicator 0 in another "
+                                           "tag order than rank 4 receives them"):
+        rec.write(os.devnull)
