@@ -28,9 +28,11 @@ reduce-scatter x reduce_s_per_byte, and per step with a send the algorithm's sof
 step_s + bytes x s_per_byte, all divided by share = min(1, slots / ranks per host). The
 cost model's per-call waits of oversubscribed hosts (``costmodel.call_waits``) are added once.
 
-This is our own contention-aware flow model, not SimGrid: SimGrid 4.1's Python actors ran
-~5,000 messages/s here (a 2,176-rank ring is ~9.5 M messages), and it needs a 12-minute
-source build. Not modelled: segments within a step (the MPI backend overlaps adding with
+Two engines time this platform (``simulate_allreduce(engine=...)``): ``flow``, our own
+contention-aware flow model (FlowNetwork, timed while the virtual ranks run; no dependency),
+and ``simgrid`` (nnabla_torus.simgrid: the ranks' ops recorded, then replayed by SimGrid's C++
+API on the same links, with its CM02 max-min model); ``auto`` picks simgrid when its replay
+program builds here. Not modelled: segments within a step (the MPI backend overlaps adding with
 receiving in 4 MiB segments), NCCL's or MPI's own algorithms (the library all-reduce is our
 ring), congestion control, packet-level effects.
 
