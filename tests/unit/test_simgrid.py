@@ -210,3 +210,17 @@ def test_tags_posted_in_another_order_than_received_are_refused():
     with pytest.raises(RuntimeError, match="rank 0 sends to rank 4 on communicator 0 in another "
                                            "tag order than rank 4 receives them"):
         rec.write(os.devnull)
+
+
+@needs_simgrid
+def test_validation_table_with_simgrid_agrees_with_the_closed_form():
+    """tools/simulate.py validate --sim-engine simgrid: every emulated topology within 5 %."""
+    from tools import simulate as tool
+    out = io.StringIO()
+    tool.validate(tool.build_parser().parse_args(["validate", "--sim-engine", "simgrid"]), out)
+    text = out.getvalue()
+    rows = [r for r in text.splitlines() if r.startswith("| ") and "hosts x" in r]
+    assert text.startswith("# engine: simgrid")
+    assert len(rows) == sum(len(v) for v in tool.MEASURED_100MIB.values())
+    for row in rows:
+        assert abs(float(row.split("|")[7].strip().rstrip("%"))) <= 5.0, row
