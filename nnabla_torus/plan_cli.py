@@ -118,20 +118,27 @@ def build_parser():
     add_knob(parser, "--max-wall", "NNABLA_TORUS_PLAN_MAX_WALL", 600.0,
              "wall-clock seconds allowed per simulated all-reduce",
              type=number(float, low=0, strict=True))
+    add_knob(parser, "--sim-engine", "NNABLA_TORUS_SIM_ENGINE", "auto",
+             "engine of --simulate: simgrid (SimGrid replay), flow (our flow model) or auto "
+             "(simgrid when libsimgrid-dev and g++ are here)",
+             choices=("auto", "simgrid", "flow"))   # simulate.ENGINES (not imported: greenlet)
     return parser
 
 
-def simulated(prof, model, plans, max_wall):
+def simulated(prof, model, plans, max_wall, engine=None):
     """Lines of the K plans re-ranked by simulated step time, with both all-reduce times."""
     from .backends.virtual import WallLimit
-    from .simulate import rerank
-    lines = ["# re-ranked by simulated step time (simulated / closed-form all-reduce, ms)",
+    from .simgrid import SimGridUnavailable
+    from .simulate import rerank, resolve_engine
+    try:
+        engine = resolve_engine(engine)
+        ranked = rerank(prof, model, plans, max_wall, engine)
+    except (WallLimit, SimGridUnavailable) as e:
+        raise SystemExit(f"nnabla-torus-plan: {e}") from None
+    lines = [f"# re-ranked by simulated step time (simulated / closed-form all-reduce, ms; "
+             f"engine: {engine})",
              "  gpus     grid    algorithm  sim_ms  model_ms  sim_step_s  model_step_s"]
     comp = model_of(prof, model)
-    try:
-        ranked = rerank(prof, model, plans, max_wall)
-    except WallLimit as e:
-        raise SystemExit(f"nnabla-torus-plan: {e}") from None
     for plan, sim, step in ranked:
         model_ms = float(costmodel.step_terms(prof.network, comp, plan.algorithm, plan.gpus,
                                               plan.local_batch, plan.accum_steps,
@@ -299,7 +306,7 @@ def run(args, out=sys.stdout):
         report["phases"] = [dict(start_epoch=s, **p._asdict()) for s, p in phases]
         if args.simulate:
             print("\n".join(simulated(prof, args.model, [p for _, p in phases][:args.simulate],
-                                       args.max_wall)), file=out)
+                                       args.max_wall, args.sim_engine)), file=out)
         return report
     result = planner.plan(prof, args.model, max_gpus=args.max_gpus, counts=args.gpus,
                           target_batch=args.batch,
@@ -323,7 +330,8 @@ def run(args, out=sys.stdout):
         plot(args.plot, result)
     if args.simulate:
         top = sorted(result.per_gpus, key=lambda p: -p.goodput)[:args.simulate]
-        print("\n".join(simulated(prof, args.model, top, args.max_wall)), file=out)
+        print("\n".join(simulated(prof, args.model, top, args.max_wall, args.sim_engine)),
+              file=out)
     report.update(recommendation=best._asdict(), planning_seconds=result.seconds,
                   per_gpus=[p._asdict() for p in result.per_gpus])
     return report

@@ -28,9 +28,11 @@ reduce-scatter x reduce_s_per_byte, and per step with a send the algorithm's sof
 step_s + bytes x s_per_byte, all divided by share = min(1, slots / ranks per host). The
 cost model's per-call waits of oversubscribed hosts (``costmodel.call_waits``) are added once.
 
-This is our own contention-aware flow model, not SimGrid: SimGrid 4.1's Python actors ran
-~5,000 messages/s here (a 2,176-rank ring is ~9.5 M messages), and it needs a 12-minute
-source build. Not modelled: segments within a step (the MPI backend overlaps adding with
+Two engines time this platform (``simulate_allreduce(engine=...)``): ``flow``, our own
+contention-aware flow model (FlowNetwork, timed while the virtual ranks run; no dependency),
+and ``simgrid`` (nnabla_torus.simgrid: the ranks' ops recorded, then replayed by SimGrid's C++
+API on the same links, with its CM02 max-min model); ``auto`` picks simgrid when its replay
+program builds here. Not modelled: segments within a step (the MPI backend overlaps adding with
 receiving in 4 MiB segments), NCCL's or MPI's own algorithms (the library all-reduce is our
 ring), congestion control, packet-level effects.
 
@@ -48,8 +50,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import costmodel
+from . import costmodel, simgrid
 from .backends.virtual import run_allreduce
+from .knobs import knob_value
 from .topology import parse_grid
 
 Result = namedtuple("Result", [
@@ -58,7 +61,10 @@ Result = namedtuple("Result", [
     "utilisation",   # that link's bytes / (capacity x seconds), 0..1
     "messages",      # messages exchanged
     "wall_s",        # wall-clock seconds the simulation took
-])
+    "engine",        # "simgrid" or "flow": the engine that timed it
+    "replay_s",      # wall seconds of the SimGrid replay (in wall_s; the rest: recording)
+], defaults=["flow", 0.0])
+ENGINES = ("auto", "simgrid", "flow")
 
 Faults = namedtuple("Faults", [
     "straggler",      # rank whose own costs (latency, adds, software) are x slowdown, -1: none
@@ -132,11 +138,12 @@ class Platform:
             cap = self.capacity[list(links)].min() / self.faults.slowdown
         return links, latency, cap
 
-    def cost(self, rank, reduce_bytes, send_bytes, sends):
-        """Seconds ``rank`` computes after a wait: adds, and the software cost of a step."""
-        seconds = reduce_bytes * self.reduce_s
+    def cost(self, rank, reduce_bytes, send_bytes, sends, scale=1.0):
+        """Seconds ``rank`` computes after a wait: adds, and the software cost of a step
+        (``scale``: simulated bytes per byte given)."""
+        seconds = reduce_bytes * scale * self.reduce_s
         if sends:
-            seconds += self.sw.step_s + send_bytes * self.sw.s_per_byte
+            seconds += self.sw.step_s + send_bytes * scale * self.sw.s_per_byte
         seconds /= self.share
         return seconds * self.faults.slowdown if rank == self.faults.straggler else seconds
 
@@ -264,8 +271,7 @@ class FlowNetwork:
         self.finish = self.t + self.left / self.rate
 
     def cost(self, rank, reduce_bytes, send_bytes, sends):
-        return self.platform.cost(rank, reduce_bytes * self.scale, send_bytes * self.scale,
-                                  sends)
+        return self.platform.cost(rank, reduce_bytes, send_bytes, sends, self.scale)
 
 
 def check_fits(net, algorithm, ranks, grid, hosts=None):
@@ -289,17 +295,32 @@ def check_fits(net, algorithm, ranks, grid, hosts=None):
                              f"{ranks}; use X*Y == {ranks}")
 
 
+def resolve_engine(engine=None):
+    """"simgrid" or "flow": ``engine`` (None: NNABLA_TORUS_SIM_ENGINE, default auto); auto is
+    simgrid when its replay program builds here (nnabla_torus.simgrid.available), else flow."""
+    def choice(text):
+        if text not in ENGINES:
+            raise ValueError(f"simulation engine {text!r} is not one of {', '.join(ENGINES)}")
+        return text
+    engine = knob_value(engine, "engine", "NNABLA_TORUS_SIM_ENGINE", "auto", choice)
+    if engine == "auto":
+        return "simgrid" if simgrid.available() else "flow"
+    return engine
+
+
 def simulate_allreduce(net, algorithm, ranks, nbytes, grid=None, faults=Faults(), hosts=None,
-                       max_wall=None):
+                       max_wall=None, engine=None):
     """Simulate one all-reduce of ``nbytes`` over ``ranks`` ranks of ``net``; returns Result.
 
     Runs the real schedule of ``algorithm`` (ring | torus2d | hierarchical; ``grid`` "XxY"
     for torus2d, default: the communicator's) with float32 buffers of ranks x pieces
     elements, each byte standing for nbytes / (that buffer's bytes) simulated bytes.
     ``hosts``: the profile's host count (checked); ``max_wall``: wall seconds before
-    virtual.WallLimit.
+    virtual.WallLimit; ``engine``: flow (FlowNetwork, timed as it runs), simgrid (recorded,
+    then replayed by nnabla_torus.simgrid) or auto (see resolve_engine).
     """
     check_fits(net, algorithm, ranks, grid, hosts)
+    engine = resolve_engine(engine)
     g = min(net.gpus_per_host, ranks)
     pipe = net.torus_pipeline_bytes
     pieces = max(1, math.ceil(nbytes / pipe)) if pipe and algorithm == "torus2d" else 1
@@ -308,24 +329,31 @@ def simulate_allreduce(net, algorithm, ranks, nbytes, grid=None, faults=Faults()
     sw = costmodel.software_of(net, algorithm)
     platform = Platform(net, ranks, nbytes, sw, faults)
     bufs = [np.ones(count, np.float32) for _ in range(ranks)]
-    network = FlowNetwork(platform, nbytes / real_bytes)
+    scale, pipeline_bytes = nbytes / real_bytes, real_bytes // pieces if pieces > 1 else 1 << 62
     start = time.monotonic()
-    seconds, world = run_allreduce(bufs, algorithm, grid, g, network, max_wall=max_wall,
-                                   pipeline_bytes=real_bytes // pieces if pieces > 1 else 1 << 62)
+    replay_s = 0.0
+    if engine == "simgrid":
+        seconds, carried, messages, _, replay_s = simgrid.simulate(
+            platform, bufs, algorithm, grid, g, scale, pipeline_bytes, max_wall)
+    else:
+        network = FlowNetwork(platform, scale)
+        seconds, world = run_allreduce(bufs, algorithm, grid, g, network, max_wall=max_wall,
+                                       pipeline_bytes=pipeline_bytes)
+        carried, messages = network.carried, world.messages
     if not all(b[0] == ranks and b[-1] == ranks for b in bufs):
         raise RuntimeError(f"simulated {algorithm} on {ranks} ranks did not sum correctly")
     waits = costmodel.call_waits(net, ranks, g, ranks > net.gpus_per_host)
     seconds += float(sum(waits.values())) if waits else 0.0
-    use = network.carried[:-1] / (platform.capacity[:-1] * seconds)
+    use = carried[:-1] / (platform.capacity[:-1] * seconds)
     top = int(np.argmax(use))
-    return Result(seconds, platform.names[top], float(use[top]), world.messages,
-                  time.monotonic() - start)
+    return Result(seconds, platform.names[top], float(use[top]), messages,
+                  time.monotonic() - start, engine, replay_s)
 
 
-def rerank(prof, model, plans, max_wall=None):
-    """Simulate each planner Plan's all-reduce; returns [(plan, simulated all-reduce s,
-    simulated step s)] fastest simulated step first (``native`` plans are skipped: the
-    simulation runs our algorithms only).
+def rerank(prof, model, plans, max_wall=None, engine=None):
+    """Simulate each planner Plan's all-reduce (``engine``: see simulate_allreduce); returns
+    [(plan, simulated all-reduce s, simulated step s)] fastest simulated step first
+    (``native`` plans are skipped: the simulation runs our algorithms only).
 
     The step time is the cost model's (costmodel.step_terms: compute, overlap exponent,
     accumulation) with the closed-form all-reduce replaced by the simulated one.
@@ -337,7 +365,8 @@ def rerank(prof, model, plans, max_wall=None):
             continue
         grid = plan.grid if plan.algorithm == "torus2d" else None
         sim = simulate_allreduce(prof.network, plan.algorithm, plan.gpus, comp.grad_bytes,
-                                 grid=grid, hosts=prof.hosts, max_wall=max_wall).seconds
+                                 grid=grid, hosts=prof.hosts, max_wall=max_wall,
+                                 engine=engine).seconds
         t_c = float(costmodel.compute_time(comp, plan.gpus, plan.local_batch,
                                            prof.network.gpus_per_host))
         step = (plan.accum_steps - 1) * t_c + float(costmodel.overlap(t_c, sim, comp.gamma))

@@ -28,6 +28,20 @@ find_python() {
   return 1
 }
 
+# The simulator's SimGrid engine (nnabla_torus/simgrid.py) compiles a small C++ program
+# against Debian's libsimgrid-dev (SimGrid 3.32; the registry's simgrid is a 12-minute source
+# build). Installed here when missing and we may (root with apt-get); else the flow engine runs.
+if ! { [ -f /usr/include/simgrid/s4u.hpp ] && command -v g++ >/dev/null 2>&1; }; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+     && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsimgrid-dev g++ >/dev/null 2>&1 \
+          || { apt-get update -qq >/dev/null 2>&1 \
+               && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsimgrid-dev g++ >/dev/null 2>&1; }; }; then
+    echo "setup: installed libsimgrid-dev and g++ (the simulator's SimGrid engine)"
+  else
+    echo "setup: libsimgrid-dev or g++ missing (not root with apt-get, or apt-get failed): the SimGrid engine is unavailable, the simulator uses its flow engine"
+  fi
+fi
+
 if [ -x "$venv/bin/python" ] && usable "$venv/bin/python" && [ -f "$venv/.installed" ] \
    && [ "$venv/.installed" -nt setup.cfg ]; then
   exit 0

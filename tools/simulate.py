@@ -1,11 +1,12 @@
 """Simulated all-reduce times: validation against the emulated cluster, and the paper's scale.
 
-Runs our own collective code on virtual ranks (nnabla_torus.backends.virtual) timed by the
-flow model of nnabla_torus.simulate, and prints markdown tables::
+Runs our own collective code on virtual ranks (nnabla_torus.backends.virtual) timed by
+SimGrid (nnabla_torus.simgrid: recorded, then replayed) or by the flow model of
+nnabla_torus.simulate (--sim-engine), and prints markdown tables::
 
     python tools/simulate.py validate            # emulated 2x4, 4x2, 8x2 hosts at 1 Gbit/s
     python tools/simulate.py paper --ranks 2176  # ABCI: spine, straggler, slow link cases
-    python tools/simulate.py paper --ranks 1088 --cases base --algorithms torus2d
+    python tools/simulate.py paper --ranks 1088 --grid 32x34 --sim-engine flow
 
 ``validate`` compares the 100 MiB medians of README.md's emulated-cluster table (measured
 with tools/allreduce_bench.py under tools/emucluster, 2 cores shared by all emulated hosts)
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from nnabla_torus import costmodel  # noqa: E402
 from nnabla_torus.knobs import add_knob, number  # noqa: E402
 from nnabla_torus.profile import load_profile  # noqa: E402
-from nnabla_torus.simulate import Faults, simulate_allreduce  # noqa: E402
+from nnabla_torus.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce  # noqa: E402
 from tools.emucluster_model_check import emulated_network  # noqa: E402
 
 MiB = 1 << 20
@@ -49,6 +50,8 @@ def closed_form(net, algorithm, ranks, nbytes, grid):
 
 def validate(args, out):
     prof = load_profile("cpu-2core")
+    engine = resolve_engine(args.sim_engine if args else None)
+    print(f"# engine: {engine}", file=out)
     print("| topology | algorithm (grid) | measured | simulated | closed form | sim vs meas "
           "| sim vs closed | busiest link |", file=out)
     print("| --- | --- | --- | --- | --- | --- | --- | --- |", file=out)
@@ -56,7 +59,7 @@ def validate(args, out):
         net = emulated_network(prof, 1e9, 20e-6, per_host, 2.0 / hosts)
         p = hosts * per_host
         for algorithm, grid, measured in rows:
-            r = simulate_allreduce(net, algorithm, p, 100 * MiB, grid=grid)
+            r = simulate_allreduce(net, algorithm, p, 100 * MiB, grid=grid, engine=engine)
             model = closed_form(net, algorithm, p, 100 * MiB, grid)
             print(f"| {hosts} hosts x {per_host} | {algorithm}{f' ({grid})' if grid else ''} "
                   f"| {measured:.2f} s | {r.seconds:.2f} s | {model:.2f} s "
@@ -83,31 +86,39 @@ def paper(args, out):
     if not getattr(net, "hosts_per_rack", 0) and set(args.cases) & {"base", "full-bisection"}:
         raise SystemExit(f"profile {prof.name} has no racks level (racks: hosts_per_rack, "
                          f"spine, oversubscription): the spine cases need it")
+    engine = resolve_engine(args.sim_engine)
     print(f"# {args.ranks} ranks of {prof.name}, {args.bytes} bytes (ResNet-50 FP16 "
-          f"gradients by default); simulated ms, busiest link, closed-form ms", file=out)
+          f"gradients by default); simulated ms, busiest link, closed-form ms; engine: {engine}",
+          file=out)
     print("| case | algorithm (grid) | simulated | busiest link (use) | closed form "
-          "| messages | wall s | CPU s |", file=out)
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |", file=out)
+          "| messages | wall s | replay s | CPU s |", file=out)
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |", file=out)
     for case in args.cases:
         case_net, faults = case_network(net, case, args.ranks)
         for algorithm in args.algorithms:
             grid = args.grid if algorithm == "torus2d" else None
             cpu = time.process_time()
             r = simulate_allreduce(case_net, algorithm, args.ranks, args.bytes, grid=grid,
-                                   faults=faults, hosts=prof.hosts, max_wall=args.max_wall)
+                                   faults=faults, hosts=prof.hosts, max_wall=args.max_wall,
+                                   engine=engine)
             cpu = time.process_time() - cpu
             model = closed_form(case_net, algorithm, args.ranks, args.bytes, grid)
             print(f"| {case} | {algorithm}{f' ({grid})' if grid else ''} "
                   f"| {r.seconds * 1e3:.2f} ms | {r.busiest} ({r.utilisation:.0%}) "
-                  f"| {model * 1e3:.2f} ms | {r.messages} | {r.wall_s:.0f} | {cpu:.0f} |", file=out,
+                  f"| {model * 1e3:.2f} ms | {r.messages} | {r.wall_s:.0f} | {r.replay_s:.0f} "
+                  f"| {cpu:.0f} |", file=out,
                   flush=True)
 
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("validate", help="emulated-cluster topologies against README's medians")
+    v = sub.add_parser("validate", help="emulated-cluster topologies against README's medians")
     p = sub.add_parser("paper", help="ring, torus2d, hierarchical on a profile, with faults")
+    for command in (v, p):
+        add_knob(command, "--sim-engine", "NNABLA_TORUS_SIM_ENGINE", "auto",
+                 "simulation engine: simgrid (SimGrid replay), flow (our flow model) or auto "
+                 "(simgrid when libsimgrid-dev and g++ are here)", choices=ENGINES)
     add_knob(p, "--profile", "NNABLA_TORUS_PROFILE", "abci", "cluster profile (with racks)")
     add_knob(p, "--ranks", "NNABLA_TORUS_SIM_RANKS", 2176, "ranks to simulate",
              type=number(int, low=2))

@@ -56,7 +56,7 @@ class WallLimit(RuntimeError):
 
 class Request:
     """A posted send or receive: ``done`` once matched (untimed) or delivered (timed)."""
-    __slots__ = ("done", "waiter", "gen", "nbytes", "send", "reduces")
+    __slots__ = ("done", "waiter", "gen", "nbytes", "send", "reduces", "rid")  # rid: recorder's
 
     def __init__(self, send, reduces):
         self.done, self.waiter, self.gen, self.nbytes = False, None, 0, 0
@@ -125,6 +125,8 @@ class VirtualBackend(MPIBackend):
 
     def run_lanes(self, lanes):
         """Advance generators of waits together (as MPIBackend.run_lanes), blocking on any."""
+        if self.world_sim.recorder is not None:
+            lanes = self.world_sim.recorder.lanes(self.rank, lanes)
         waiting = [[lane, next(lane, None)] for lane in lanes]
         waiting = [entry for entry in waiting if entry[1] is not None]
         while waiting:
@@ -181,12 +183,16 @@ class World:
     nbytes, done)`` (call ``done()`` when delivered), ``next_time()``, ``advance(t)`` and
     ``cost(rank, reduce_bytes, send_bytes, sends)`` (seconds a rank computes after a wait).
     ``max_wall``: wall-clock seconds before WallLimit is raised (None: no limit).
+    ``recorder`` (optional, untimed runs; see ``nnabla_torus.simgrid.Recorder``) has
+    ``post(request, send, src, dst, key, nbytes)``, ``cost`` (as the network's) and
+    ``wait(rank, requests, seconds)``: it writes down every rank's posts and waits in order.
     """
 
-    def __init__(self, size, network=None, max_wall=None):
+    def __init__(self, size, network=None, max_wall=None, recorder=None):
         if not 1 <= size <= MAX_RANKS:
             raise ValueError(f"virtual world size {size} outside 1..{MAX_RANKS}")
         self.size, self.network, self.max_wall = size, network, max_wall
+        self.recorder = recorder
         self.now = 0.0
         self.messages = 0
         self._events = []   # (time, seq, callback)
@@ -207,6 +213,8 @@ class World:
         req = Request(send, comm.reduces)
         req.nbytes = buf.nbytes
         key = (comm.context, src, dst, tag)
+        if self.recorder is not None:
+            self.recorder.post(req, send, src, dst, (comm.context, tag), req.nbytes)
         mine, other = (self._sends, self._recvs) if send else (self._recvs, self._sends)
         queue = other.get(key)
         if not queue:
@@ -251,13 +259,17 @@ class World:
         self._hub.switch()
 
     def charge(self, rank, requests):
-        """Timed: sleep ``rank`` for the compute its completed ``requests`` imply."""
-        if self.network is None:
+        """Timed: sleep ``rank`` for the compute its completed ``requests`` imply (recorded:
+        write the wait and those seconds down instead)."""
+        model = self.network if self.network is not None else self.recorder
+        if model is None:
             return
-        seconds = self.network.cost(
+        seconds = model.cost(
             rank.rank, sum(r.nbytes for r in requests if r.reduces and not r.send),
             sum(r.nbytes for r in requests if r.send), any(r.send for r in requests))
-        if seconds > 0:
+        if model is self.recorder:
+            self.recorder.wait(rank.rank, requests, seconds)
+        elif seconds > 0:
             self.at(self.now + seconds, lambda: self._ready.append(rank))
             rank.gen += 1   # nothing else may wake it meanwhile
             self._hub.switch()
@@ -349,14 +361,15 @@ def make_ranks(world, ranks_per_host, algorithm, grid=None, pipeline_bytes=PIPEL
 
 
 def run_allreduce(buffers, algorithm, grid=None, ranks_per_host=1, network=None,
-                  pipeline_bytes=PIPELINE_BYTES, max_wall=None):
+                  pipeline_bytes=PIPELINE_BYTES, max_wall=None, recorder=None):
     """Sum ``buffers`` (one 1-D numpy array per rank) in place with ``algorithm``.
 
     Runs the collective as the communicator would (its grid and plan, the algorithm from
-    ``collectives``); returns (simulated seconds, World) when ``network`` is given, else None.
+    ``collectives``); returns (simulated seconds, World) when ``network`` is given, else None;
+    ``recorder``: see World.
     """
-    world = World(len(buffers), network, max_wall)
+    world = World(len(buffers), network, max_wall, recorder)
     backends, comms = make_ranks(world, ranks_per_host, algorithm, grid, pipeline_bytes)
     run = get_algorithm(algorithm)
     seconds = world.run(lambda b: run(b, comms[b.rank]._plan, buffers[b.rank]), backends)
-    return (seconds, world) if network is not None else None
+    return (seconds, world) if network is not None or recorder is not None else None

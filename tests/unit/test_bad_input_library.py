@@ -136,6 +136,7 @@ PLAN = [
                                                     "expected.time_s"),
     ("--simulate -1", "argument --simulate: must be an integer >= 0, got '-1'"),
     ("--max-wall 0", "argument --max-wall: must be a finite number > 0, got '0'"),
+    ("--sim-engine ns3", "argument --sim-engine: invalid choice: 'ns3'"),
 ]
 
 

@@ -15,6 +15,12 @@ from nnabla_torus.simulate import Faults, max_min_rates, simulate_allreduce
 HAS_RACKS = "hosts_per_rack" in Network._fields
 
 
+@pytest.fixture(autouse=True)
+def flow_engine(monkeypatch):
+    """These tests are the flow engine's (tests/unit/test_simgrid.py has SimGrid's)."""
+    monkeypatch.setenv("NNABLA_TORUS_SIM_ENGINE", "flow")
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_max_min_rates_are_feasible_and_bottlenecked(seed):
     rng = np.random.default_rng(seed)
