@@ -32,7 +32,7 @@ sum stays in cache across the p - 1 adds), publishes it, and copies the others' 
     per member, n bytes, m members: copy in (m-1)/m n, read n and write 2n/m to sum its chunk,
     copy out (m-1)/m n; two arrivals (shared flags, no message) per piece of ``shm_bytes``.
 
-Small buffers (up to ``SHM_ONE_ARRIVAL_BYTES``, no column phase) take one arrival instead:
+Small buffers (m x n up to ``SHM_ONE_ARRIVAL_BYTES``, no column phase) take one arrival instead:
 each member copies its whole buffer in and, after the arrival, sums all m segments itself, in
 member order (so every member gets the same bits). A checked call's first arrival also carries
 the hash of its arguments (``Group.check_value``), so on one host the cross-rank argument check
@@ -54,9 +54,10 @@ from ..rendezvous import CallMismatch, HostSync, Pacer, Watchdog, allocate_share
 logger = logging.getLogger("nnabla_torus")
 _notes_said = set()  # notes are logged once per process
 SHM_BLOCK_BYTES = 256 << 10  # the shared path sums in blocks of this size (fits in L2 cache)
-# Up to this size every member sums all segments itself after one arrival: m x the reads of
-# the two-arrival path, but one synchronisation less (measured in README, "auto").
-SHM_ONE_ARRIVAL_BYTES = 1 << 20
+# Up to this many bytes summed per member (m members x the piece's bytes) every member sums
+# all segments itself after one arrival: m x the reads of the two-arrival path, but one
+# synchronisation less. Measured here: better up to 1 MiB on 4 ranks, 512 KiB on 8 (README).
+SHM_ONE_ARRIVAL_BYTES = 4 << 20
 
 
 def chunk_bounds(n, m):
@@ -350,7 +351,7 @@ class MPIBackend:
             segments = self._shared_segments(group, piece, what)
             group.half ^= 1
             mine = segments[q]
-            if column is None and piece.nbytes <= SHM_ONE_ARRIVAL_BYTES:
+            if column is None and piece.nbytes * m <= SHM_ONE_ARRIVAL_BYTES:
                 mine[:] = piece
                 self._arrive(group, f"{what} (shared sum)", undo_half=True)
                 np.add(segments[0], segments[1], out=piece)

@@ -3,6 +3,7 @@ max-min fairly, the replay agrees with the flow engine on small platforms (spine
 pipelined lanes), sums stay exact, and bad input or a missing library is a clear error."""
 import io
 import os
+import shutil
 import time
 from types import SimpleNamespace
 
@@ -16,7 +17,10 @@ from nnabla_torus.profile import load_profile
 from nnabla_torus.simulate import Faults, Platform, resolve_engine, simulate_allreduce
 from tools.emucluster_model_check import emulated_network
 
-needs_simgrid = pytest.mark.skipif(not simgrid.available(), reason=simgrid.FIX)
+# Skipped only where SimGrid or the compiler is not installed (tools/setup_venv.sh installs
+# both as root on Debian); installed but failing to build the replay program fails the tests.
+INSTALLED = bool(shutil.which(simgrid.CXX)) and os.path.exists("/usr/include/simgrid/s4u.hpp")
+needs_simgrid = pytest.mark.skipif(not INSTALLED, reason=simgrid.FIX)
 
 
 def racked(hosts_per_rack=2):

@@ -331,17 +331,20 @@ def case_integers(comm, config):
 
 def case_shared_pieces(comm, config):
     """The shared-memory path in pieces of 4000 bytes (26 pieces of 100003 float32, halves
-    alternating), after a window grown by a larger call; float16 and integers too."""
+    alternating), after a window grown by a larger call; float16 and integers too. Twice:
+    small pieces summed after one arrival, then every piece through two (threshold 0)."""
+    from nnabla_torus.backends import mpi
     be = comm.backend
     assert comm._plan.shared, "rows inside one host share memory"
-    saved = be.shm_bytes
+    saved = be.shm_bytes, mpi.SHM_ONE_ARRIVAL_BYTES
     try:
         be.shm_bytes = 4000
-        case_sizes(comm, config, True, False)
-        case_float16(comm, config, [(False, True)])
-        case_integers(comm, config)
+        for mpi.SHM_ONE_ARRIVAL_BYTES in (saved[1], 0):
+            case_sizes(comm, config, True, False)
+            case_float16(comm, config, [(False, True)])
+            case_integers(comm, config)
     finally:
-        be.shm_bytes = saved
+        be.shm_bytes, mpi.SHM_ONE_ARRIVAL_BYTES = saved
 
 
 def forced_table(comm, bound=1000):
