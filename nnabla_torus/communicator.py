@@ -137,6 +137,7 @@ class TorusCommunicator:
             self._profile = load_profile(self.auto_profile)  # a bad name fails here
         self.auto_table = None   # auto.Table, fixed by the first set_algorithm("auto")
         self.auto_timer = time.perf_counter  # the clock of auto's measurement (tests skew it)
+        self._checking = ""      # the checked call in progress (its name for a check arrival)
         self.algorithm_counts = collections.Counter()  # world all-reduce calls per algorithm
         self._grid_request = grid or env_value("NNABLA_TORUS_GRID")
         if isinstance(self._grid_request, str):
@@ -438,6 +439,7 @@ class TorusCommunicator:
                                     sync=sync)
                 return body()
             group.check_value = call_hash(signature) or 1
+            self._checking = what   # names the call if _exchange's own check arrival waits
             try:
                 result = body()
                 self.backend.check_arrival(group, what)   # a call with nothing to exchange
@@ -452,7 +454,7 @@ class TorusCommunicator:
         ``_collective``) goes first, unless the algorithm's first synchronisation is the
         group's own shared arrival (a shared row over the whole group), which carries it."""
         if getattr(plan.world, "check_value", 0) and not (plan.shared and plan.row is plan.world):
-            self.backend.check_arrival(plan.world, name)
+            self.backend.check_arrival(plan.world, self._checking)
         get_algorithm(name)(self.backend, plan, buf)
 
     def _abort(self, code):
