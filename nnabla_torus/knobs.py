@@ -86,7 +86,7 @@ def parse_bool(text):
         return True
     if value in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"expected one of 1/0, true/false, yes/no, on/off, got {text!r}")
+    raise BadValue(f"expected one of 1/0, true/false, yes/no, on/off, got {text!r}")
 
 
 def add_knob(parser, flag, env, default, help, type=str, **kwargs):

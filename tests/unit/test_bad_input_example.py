@@ -99,6 +99,8 @@ ALLREDUCE_BENCH = [
     (["--iters", "0"], "argument --iters: must be an integer >= 1, got '0'"),
     (["--rounds", "0"], "argument --rounds: must be an integer >= 1, got '0'"),
     (["--warmup", "-1"], "argument --warmup: must be an integer >= 0, got '-1'"),
+    (["--check-cost", "maybe"], "argument --check-cost: expected one of 1/0, true/false, "
+                                "yes/no, on/off, got 'maybe'"),
     (["--json", FILE], "--json = "),
 ]
 

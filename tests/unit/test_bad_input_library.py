@@ -99,7 +99,7 @@ PLAN = [
     ("--gpus 0", "argument --gpus: must be an integer >= 1 (GPU counts, e.g. 1,4,8), got '0'"),
     ("--gpus 4,x", "argument --gpus: must be an integer >= 1 (GPU counts, e.g. 1,4,8), got 'x'"),
     ("--gpus 8,5000", "5000 GPUs is more than the 4352 GPUs of profile 'abci'"),
-    ("--allow-beyond-profile maybe", "argument --allow-beyond-profile: invalid parse_bool value"),
+    ("--allow-beyond-profile maybe", "argument --allow-beyond-profile: expected one of 1/0, true/false, yes/no, on/off, got 'maybe'"),
     ("--batch 0", "argument --batch: must be an integer >= 1, got '0'"),
     ("--batch -5", "argument --batch: must be an integer >= 1, got '-5'"),
     ("--local-batch 0", "argument --local-batch: must be an integer >= 1, got '0'"),
@@ -129,7 +129,7 @@ PLAN = [
     ("--json /nonexistent/plan.json", "argument --json: cannot write '/nonexistent/plan.json': "
                                       "give a file path in an existing writable folder"),
     ("--plot /tmp", "argument --plot: cannot write '/tmp'"),
-    ("--explain perhaps", "argument --explain: invalid parse_bool value"),
+    ("--explain perhaps", "argument --explain: expected one of 1/0, true/false, yes/no, on/off, got 'perhaps'"),
     ("--recipe nope", "recipe 'nope' not found"),
     ("--fit-recipe sony-224s", "--fit-recipe needs --recipe"),
     ("--recipe sony-122s --fit-recipe digits-cpu", "--fit-recipe digits-cpu states no published "
