@@ -444,8 +444,9 @@ class TorusCommunicator:
                 result = body()
                 self.backend.check_arrival(group, what)   # a call with nothing to exchange
             except CallMismatch:
-                group.check_value = 0
                 raise_mismatch(group.control, group.ranks, signature, what)
+            finally:
+                group.check_value = 0   # never carried into a later call
             return result
         return self._guarded(what, checked)
 
