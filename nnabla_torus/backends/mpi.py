@@ -349,11 +349,13 @@ class MPIBackend:
         for start in range(0, buf.size, step):
             piece = buf[start:start + step]
             segments = self._shared_segments(group, piece, what)
-            group.half ^= 1
             mine = segments[q]
+            # The next piece uses the other half; flipped after the first arrival, so a call
+            # whose check failed there (CallMismatch) leaves every member's half alike.
             if column is None and piece.nbytes * m <= SHM_ONE_ARRIVAL_BYTES:
                 mine[:] = piece
-                self._arrive(group, f"{what} (shared sum)", undo_half=True)
+                self._arrive(group, f"{what} (shared sum)")
+                group.half ^= 1
                 np.add(segments[0], segments[1], out=piece)
                 for j in range(2, m):
                     np.add(piece, segments[j], out=piece)
@@ -362,7 +364,8 @@ class MPIBackend:
             a, b = bounds[q], bounds[q + 1]
             mine[:a] = piece[:a]
             mine[b:] = piece[b:]
-            self._arrive(group, f"{what} (shared reduce-scatter)", undo_half=True)
+            self._arrive(group, f"{what} (shared reduce-scatter)")
+            group.half ^= 1
             own = piece[a:b]
             block = max(1, SHM_BLOCK_BYTES // buf.itemsize)
             for s in range(0, b - a, block):
@@ -380,15 +383,11 @@ class MPIBackend:
                 if j != q:
                     piece[bounds[j]:bounds[j + 1]] = segments[j][bounds[j]:bounds[j + 1]]
 
-    def _arrive(self, group, what, undo_half=False):
+    def _arrive(self, group, what):
         """Wait at the group's HostSync. The first arrival of a checked call carries its hash
-        (``group.check_value``) and raises CallMismatch when a member's differs; ``undo_half``
-        then takes back this piece's flip of ``group.half``, so that members whose calls
-        differed (one may never have flipped) agree on it again."""
+        (``group.check_value``) and raises CallMismatch when a member's differs."""
         value, group.check_value = group.check_value, 0
         if group.sync.arrive(value, self.timeout, what, group.ranks):
-            if undo_half:
-                group.half ^= 1
             raise CallMismatch(what)
 
     def check_arrival(self, group, what):
