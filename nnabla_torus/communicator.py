@@ -58,6 +58,7 @@ os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
 from . import auto, failfast, topology
+from .threads import OneCaller
 from .backends import synchronize
 from .collectives import AUTO, Plan, get_algorithm
 from .knobs import env_value, knob_value, number
@@ -165,6 +166,7 @@ class TorusCommunicator:
         self._groups = {}
         self._workspace = {}
         self._host_names = []  # MPI.Get_processor_name() of every rank, for error messages
+        self._one_caller = OneCaller(self.rank)  # collectives from one thread at a time
 
     # -- set-up -----------------------------------------------------------------------------
     def init(self):
@@ -465,9 +467,11 @@ class TorusCommunicator:
 
     def _guarded(self, what, body):
         """Run ``body``; abort the job if a peer is missing (CollectiveTimeout), has left its
-        script (RankGone) or is dead (RankLost, also from an MPI error the death caused)."""
+        script (RankGone) or is dead (RankLost, also from an MPI error the death caused).
+        ConcurrentCall when another thread is inside a collective (:mod:`.threads`)."""
         try:
-            result = body()
+            with self._one_caller.enter(what):
+                result = body()
         except (CollectiveTimeout, RankGone) as e:
             gone = getattr(e, "gone", [])
             names = self._host_names
@@ -719,7 +723,7 @@ class TorusCommunicator:
         self._collective(grp, sig, f"reduce_scatter (group {group!r})", body)
 
     def barrier(self):
-        self._ready().barrier()
+        self._guarded("barrier", self._ready().barrier)
 
     def abort(self):
         self._ready().abort(1)

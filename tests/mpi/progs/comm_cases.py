@@ -772,6 +772,39 @@ def missing_rank(comm, missing):
     print(f"rank {RANK}: all_reduce returned although rank {missing} never called it", flush=True)
 
 
+def threads(comm, count):
+    """``count`` threads per rank all-reduce: first one after another (each sum exact), then
+    all at once, which must end the job with ConcurrentCall naming two threads, and no thread
+    may see a wrong sum before that ("WRONG" lines)."""
+    import threading
+
+    def work(k, rounds, start):
+        start.wait()
+        for i in range(rounds):
+            arrays = ndarrays([(17,), (5 + k,)], RANK + 100 * k)
+            comm.all_reduce(arrays, inplace=bool(k % 2))
+            for a, shape, j in zip(arrays, [(17,), (5 + k,)], range(2)):
+                want = expected_sum(shape, j, [r + 100 * k for r in range(P)])
+                if not np.array_equal(a.data, want):
+                    print(f"rank {RANK}: WRONG sum in thread worker-{k}, call {i}", flush=True)
+
+    def run(together, rounds):
+        start = threading.Barrier(count if together else 1)
+        workers = [threading.Thread(target=work, args=(k, rounds, start), name=f"worker-{k}")
+                   for k in range(count)]
+        for t in workers:
+            t.start()
+            if not together:
+                t.join()
+        for t in workers:
+            t.join()
+
+    run(False, 3)
+    print(f"rank {RANK}: one after another OK", flush=True)
+    run(True, 200)
+    print(f"rank {RANK}: concurrent calls were not refused", flush=True)
+
+
 def shm_refused():
     """The MPI library refuses shared windows (on every rank: the call is collective):
     every rank falls back to messages, rank 0 says why once, and sums stay exact."""
@@ -795,6 +828,8 @@ def main(suite):
         cases = correctness_cases()
     elif suite == "bad-input":
         cases = [("bad input", lambda: bad_input(make_comm(default)))]
+    elif suite == "threads":
+        cases = [("threads", lambda: threads(make_comm(default), int(os.environ["THREADS"])))]
     elif suite == "shm-refused":
         cases = [("shared window refused", shm_refused)]
     elif suite == "missing-rank":
