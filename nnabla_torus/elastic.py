@@ -124,8 +124,13 @@ def decide(args, prof, global_batch, current, images, epoch):
     common = dict(fixed_gpus=fixed, dataset_size=args.dataset_size, epochs=args.epochs,
                   local_batches=[args.local_batch] if args.local_batch else None)
     cost = restart_cost(prof.name, args.restart_cost)
-    d = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
-                            max_gpus=args.total_slots, **common)
+    try:
+        d = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
+                                max_gpus=args.total_slots, **common)
+    except planner.UnsplittableBatch as e:
+        raise ValueError(f"epoch {epoch:g}: {e}; give that phase of --schedule one of them"
+                         + (" (or another --ranks-schedule)" if fixed is not None else "")
+                         ) from None
     if fixed is None and d.gpus == args.total_slots:        # at the cap: would it want more?
         wanted = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
                                      **common).gpus

@@ -84,13 +84,20 @@ def test_bad_launcher_input_is_one_line(tmp_path, capsys):
 def test_dry_run_on_fewer_slots_than_wanted_says_so(tmp_path, capsys):
     hosts = tmp_path / "three.hosts"
     hosts.write_text("".join(f"node{i} slots=4\n" for i in range(3)))
-    elastic.main(["--hostfile", str(hosts), "--profile", "abci", "--model", "resnet50",
-                  "--schedule", "0:34816,5:69632", "--local-batch", "32", "--dataset-size",
-                  "1281167", "--epochs", "90", "--dry-run"])
+    flags = ["--hostfile", str(hosts), "--profile", "abci", "--model", "resnet50",
+             "--local-batch", "32", "--dataset-size", "1281167", "--epochs", "90", "--dry-run"]
+    elastic.main(flags + ["--schedule", "0:384,5:768"])
     out = capsys.readouterr().out
-    assert "the planner wants 1088 ranks but only 12 slots exist: planning within them" in out
-    assert "global batch 34816 does not split over 12 ranks: falling back to 8" in out, out
-    assert "launch at epoch 0: 8 ranks" in out, out
+    assert "the planner wants 24 ranks but only 12 slots exist: planning within them" in out
+    assert "launch at epoch 0: 12 ranks, " in out and "32 x 1 per rank, global batch 384" in out
+    # 34,816 does not split over 12 slots at 32 per rank: an error naming the nearest batch
+    # (before: the plan of 12 ranks at another batch, printed as a launch of 8 ranks).
+    with pytest.raises(SystemExit) as ended:
+        elastic.main(flags + ["--schedule", "0:34816,5:69632"])
+    assert ("epoch 0: global batch 34816 cannot be split as GPUs x per-GPU batch x "
+            "accumulation steps over the candidates (GPU counts 1,2,3,4,8,12, per-GPU batches "
+            "32" in str(ended.value.code)), ended.value.code
+    assert "the nearest feasible global batch is 3072" in str(ended.value.code)
 
 
 def test_bad_numbers_are_refused_where_parsed(capsys):
