@@ -166,7 +166,7 @@ class TorusCommunicator:
         self._groups = {}
         self._workspace = {}
         self._host_names = []  # MPI.Get_processor_name() of every rank, for error messages
-        self._one_caller = OneCaller(self.rank)  # collectives from one thread at a time
+        self._one_caller = OneCaller()  # collectives from one thread at a time
 
     # -- set-up -----------------------------------------------------------------------------
     def init(self):
@@ -470,7 +470,7 @@ class TorusCommunicator:
         script (RankGone) or is dead (RankLost, also from an MPI error the death caused).
         ConcurrentCall when another thread is inside a collective (:mod:`.threads`)."""
         try:
-            with self._one_caller.enter(what):
+            with self._one_caller.enter(what, self.rank):
                 result = body()
         except (CollectiveTimeout, RankGone) as e:
             gone = getattr(e, "gone", [])

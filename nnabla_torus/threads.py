@@ -15,8 +15,8 @@ Calls from several threads one after another are allowed (e.g. evaluation in a w
 after the training thread has joined); their order must then be the same on every rank, which
 the script guarantees, not the communicator. Example::
 
-    guard = OneCaller(rank=0)
-    with guard.enter("all_reduce"):
+    guard = OneCaller()
+    with guard.enter("all_reduce", rank=0):
         ...                       # a second thread entering now raises ConcurrentCall
 """
 import contextlib
@@ -30,16 +30,15 @@ class ConcurrentCall(RuntimeError):
 class OneCaller:
     """Admit one thread at a time into a communicator's collectives (re-entrant per thread)."""
 
-    def __init__(self, rank):
-        self.rank = rank
+    def __init__(self):
         self._state = threading.Lock()      # guards the fields below; held for microseconds
         self._owner, self._what, self._depth = None, "", 0
         self.error = None                   # the ConcurrentCall, once one happened
 
     @contextlib.contextmanager
-    def enter(self, what):
-        """Run the body as collective ``what`` of this thread; ConcurrentCall if another thread
-        is inside one, and in that thread too when its call ends."""
+    def enter(self, what, rank):
+        """Run the body as collective ``what`` of this thread (on ``rank``); ConcurrentCall if
+        another thread is inside one, and in that thread too when its call ends."""
         me = threading.current_thread()
         with self._state:
             if self._owner is me:
@@ -50,7 +49,7 @@ class OneCaller:
                 self._owner, self._what, self._depth = me, what, 1
             else:
                 self.error = ConcurrentCall(
-                    f"rank {self.rank}: {what} called from thread {me.name!r} while thread "
+                    f"rank {rank}: {what} called from thread {me.name!r} while thread "
                     f"{self._owner.name!r} is inside {self._what} on the same communicator; "
                     f"ranks pair collectives by call order, which concurrent threads make "
                     f"differ per rank. Call the collectives of one communicator from one "
