@@ -1,5 +1,8 @@
 """The elastic launcher's planning side: hostfiles, slot limits, resize-or-decline, dry run."""
 import math
+import os
+import sys
+import time
 
 import pytest
 
@@ -106,3 +109,63 @@ def test_bad_numbers_are_refused_where_parsed(capsys):
         with pytest.raises(SystemExit):
             elastic.main([flag, value, "--dry-run", "--schedule", "0:32"])
         assert f"argument {flag}: must be" in capsys.readouterr().err
+
+
+# -- the launcher owns its job ----------------------------------------------------------------
+def fake_job(monkeypatch, code):
+    """Make run_once launch ``python -c code`` instead of mpirun."""
+    monkeypatch.setattr(elastic, "mpirun_command", lambda ranks, argv, extra: [
+        sys.executable, "-c", code, *argv])
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_job_output_that_is_not_utf8_is_shown_replaced(monkeypatch, capsys):
+    """Before: UnicodeDecodeError, the launcher exited and left mpirun running."""
+    fake_job(monkeypatch, "import sys; sys.stdout.buffer.write(b'loss \\xff\\xfe ok\\n')")
+    status, request, tail, _ = elastic.run_once([], 1, [], dict(os.environ))
+    assert status == 0 and request is None and tail == ["loss \ufffd\ufffd ok"]
+
+
+def test_a_malformed_request_line_is_reported_not_fatal(monkeypatch, capsys):
+    fake_job(monkeypatch, f"print({elastic.REQUEST_PREFIX!r} + '{{ranks: 2'); exit(75)")
+    status, request, _, _ = elastic.run_once([], 1, [], dict(os.environ))
+    assert (status, request) == (75, None)
+    assert "ignoring a malformed request line" in capsys.readouterr().out
+
+
+def test_an_error_in_the_launcher_ends_the_job_it_started(monkeypatch, tmp_path, capsys):
+    """Our stdout breaks (a pipe to `head` that exited) while the job runs: the job's process
+    group is killed and the reason said, within seconds (before: the job ran on alone)."""
+    pid_file = tmp_path / "pid"
+    fake_job(monkeypatch, f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+                          f"; print('started', flush=True); time.sleep(60)")
+
+    class BrokenStdout:
+        def write(self, text):                # the launcher's own lines pass
+            if text == "started\n":
+                raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+    monkeypatch.setattr(sys, "stdout", BrokenStdout())
+    start = time.monotonic()
+    with pytest.raises(BrokenPipeError):
+        elastic.run_once([], 1, [], dict(os.environ))
+    assert time.monotonic() - start < 20
+    assert not alive(int(pid_file.read_text()))
+    assert ("nnabla-torus-run: ended the job (mpirun pid" in capsys.readouterr().err)
+
+
+def test_relaunches_always_resume():
+    """Before: an explicit --resume 0 was kept, so every relaunch trained from step 0."""
+    assert elastic.resumed(["train.py", "--resume", "0", "-b", "8"]) == \
+        ["train.py", "-b", "8", "--resume", "1"]
+    assert elastic.resumed(["train.py", "--resume=0"]) == ["train.py", "--resume", "1"]
+    assert elastic.resumed(["train.py"]) == ["train.py", "--resume", "1"]
