@@ -22,8 +22,9 @@ Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else envi
   divides the world and ranks are placed host by host, else the most square factorisation)
 - ``backend`` / NNABLA_TORUS_BACKEND: mpi | nccl | fake-nccl (default: nccl for a CUDA
   context, else mpi)
-- ``timeout`` / NNABLA_TORUS_TIMEOUT: seconds (finite, > 0) a collective may wait for its
-  peers before the job is aborted with the names of the missing ranks (default 300)
+- ``timeout`` / NNABLA_TORUS_TIMEOUT: seconds (finite, > 0, at most 2,147,483: 24.8 days, the
+  longest nnabla's MPI watchdog can count) a collective may wait for its peers before the job
+  is aborted with the names of the missing ranks (default 300; there is no "no timeout")
 - ``wire_fp16`` / NNABLA_TORUS_WIRE_FP16: send float32 gradients as float16 in fused
   all-reduces (half the bytes; each hop rounds the partial sum to float16, so an element's
   error is at most about (p + 1) * 2**-11 * sum_r |x_r| and values above 65504 overflow)
@@ -61,7 +62,7 @@ from . import auto, failfast, topology
 from .threads import OneCaller
 from .backends import synchronize
 from .collectives import AUTO, Plan, get_algorithm
-from .knobs import env_value, knob_value, number
+from .knobs import TIMEOUT_MAX_S, env_value, knob_value, number
 from .rendezvous import (CallMismatch, CollectiveTimeout, RankGone, RankLost, call_hash,
                          check_same_call, lost_ranks, raise_mismatch, rank_lost)
 
@@ -149,7 +150,8 @@ class TorusCommunicator:
             raise ValueError(f"unknown backend {self._backend_name!r}; choose one of "
                              f"{', '.join(BACKENDS)} (NNABLA_TORUS_BACKEND or backend=)")
         self.timeout = knob_value(timeout, "timeout", "NNABLA_TORUS_TIMEOUT", DEFAULTS["timeout"],
-                                  number(float, low=0, strict=True, hint="seconds, e.g. 300"))
+                                  number(float, low=0, strict=True, high=TIMEOUT_MAX_S,
+                                         hint="seconds, e.g. 300; 86400 for a day"))
         self.wire_fp16 = bool(wire_fp16 if wire_fp16 is not None else env_value(
             "NNABLA_TORUS_WIRE_FP16", False, bool))
         self.check = bool(check if check is not None else env_value("NNABLA_TORUS_CHECK", True, bool))

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import costmodel, planner, runtime
 from .costmodel import ALGORITHMS
-from .knobs import BadValue, add_knob, number
+from .knobs import TIMEOUT_MAX_S, BadValue, add_knob, number
 from .profile import list_profiles, load_profile, model_of
 from .schedules import BatchSchedule
 from .topology import parse_grid
@@ -121,7 +121,7 @@ def build_parser():
              "(nnabla_torus.simulate; 0: off)", type=number(int, low=0))
     add_knob(parser, "--max-wall", "NNABLA_TORUS_PLAN_MAX_WALL", 600.0,
              "wall-clock seconds allowed per simulated all-reduce",
-             type=number(float, low=0, strict=True))
+             type=number(float, low=0, strict=True, high=TIMEOUT_MAX_S))
     add_knob(parser, "--sim-engine", "NNABLA_TORUS_SIM_ENGINE", "auto",
              "engine of --simulate: simgrid (SimGrid replay), flow (our flow model) or auto "
              "(simgrid when libsimgrid-dev and g++ are here)",

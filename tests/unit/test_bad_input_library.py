@@ -21,7 +21,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # -- the communicator: environment variable (or keyword argument), value, message -----------
 COMMUNICATOR = [
     ("NNABLA_TORUS_TIMEOUT", "0", "NNABLA_TORUS_TIMEOUT='0' is not a valid value: must be a "
-                                  "finite number > 0 (seconds, e.g. 300)"),
+                                  "finite number > 0 and <= 2.14748e+06 (seconds, e.g. 300; "
+                                  "86400 for a day)"),
+    # Values the runtime cannot honour (before: accepted, then OverflowError in the watchdog
+    # thread, or every wait stalled): bounded by the longest timeout nnabla's watchdog counts.
+    ("NNABLA_TORUS_TIMEOUT", "1e10", "must be a finite number > 0 and <= 2.14748e+06"),
     ("NNABLA_TORUS_TIMEOUT", "-1", "must be a finite number > 0"),
     ("NNABLA_TORUS_TIMEOUT", "nan", "must be a finite number > 0"),
     ("NNABLA_TORUS_TIMEOUT", "inf", "must be a finite number > 0"),
@@ -37,6 +41,11 @@ COMMUNICATOR = [
     ("NNABLA_TORUS_SPIN_S", "inf", "must be a finite number >= 0"),
     ("NNABLA_TORUS_POLL_SLEEP_S", "nan", "NNABLA_TORUS_POLL_SLEEP_S='nan' is not a valid value: "
                                          "must be a finite number >= 0"),
+    ("NNABLA_TORUS_POLL_SLEEP_S", "1e300", "must be a finite number >= 0 and <= 0.01 (seconds a "
+                                           "waiting rank sleeps per poll"),
+    ("NNABLA_TORUS_POLL_SLEEP_S", "10", "must be a finite number >= 0 and <= 0.01"),
+    ("poll_sleep", 1.0, "poll_sleep=1.0 is not a valid value (keyword argument; environment twin "
+                        "NNABLA_TORUS_POLL_SLEEP_S)"),
     ("NNABLA_TORUS_RANKS_PER_HOST", "0", "NNABLA_TORUS_RANKS_PER_HOST='0' is not a valid value: "
                                          "must be an integer >= 1 (ranks per host; unset it to "
                                          "group ranks by host name)"),
@@ -72,7 +81,7 @@ COMMUNICATOR = [
 def make_communicator(name, value):
     from nnabla_torus.backends.mpi import settings
     from nnabla_torus.communicator import TorusCommunicator
-    if name in ("segment_bytes", "pipeline_bytes", "shm", "shm_bytes"):  # MPI backend kwargs
+    if name in ("segment_bytes", "pipeline_bytes", "shm", "shm_bytes", "poll_sleep"):  # MPI kwargs
         return settings(**{name: value})
     if name.isupper():
         return TorusCommunicator()
@@ -136,7 +145,9 @@ PLAN = [
     ("--recipe sony-122s --fit-recipe digits-cpu", "--fit-recipe digits-cpu states no published "
                                                     "expected.time_s"),
     ("--simulate -1", "argument --simulate: must be an integer >= 0, got '-1'"),
-    ("--max-wall 0", "argument --max-wall: must be a finite number > 0, got '0'"),
+    ("--max-wall 0", "argument --max-wall: must be a finite number > 0 and <= 2.14748e+06, got "
+                     "'0'"),
+    ("--max-wall 1e300", "argument --max-wall: must be a finite number > 0 and <= 2.14748e+06"),
     ("--sim-engine ns3", "argument --sim-engine: invalid choice: 'ns3'"),
     # A batch no candidate splits is refused with the nearest ones (before: 4,312 GPUs at
     # global batch 4,312 for --batch 63, 36,720 for 34,817; --local-batch ignored).
