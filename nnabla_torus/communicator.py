@@ -64,7 +64,8 @@ from .backends import synchronize
 from .collectives import AUTO, Plan, get_algorithm
 from .knobs import TIMEOUT_MAX_S, env_value, knob_value, number
 from .rendezvous import (CallMismatch, CollectiveTimeout, RankGone, RankLost, call_hash,
-                         check_same_call, lost_ranks, raise_mismatch, rank_lost)
+                         check_group_lists, check_same_call, lost_ranks, raise_mismatch,
+                         rank_lost)
 
 logger = logging.getLogger("nnabla_torus")
 failfast.install()  # MPI has started (mpi4py.MPI): from here on, one rank's error ends the job
@@ -112,13 +113,19 @@ def log_once_per_job(rank, names=("nnabla_torus", "nnabla_torus.controller")):
             log.addFilter(OnRankZero(rank))
 
 
-def _differences(names, calls):
-    """The settings that differ across ranks, one line each: value on rank(s) [...]."""
+def _differences(calls):
+    """The settings that differ across ranks, one line each: value on rank(s) [...].
+
+    ``calls``: one sequence of (name, value) pairs per rank; a name a rank does not have (one
+    rank with another backend has other backend knobs) is shown as "unset" there."""
+    settings = [dict(call) for call in calls]
+    names = list(dict.fromkeys(name for call in calls for name, _ in call))
     lines = []
-    for i, name in enumerate(names):
+    for name in names:
         by_value = {}
-        for rank, call in enumerate(calls):
-            by_value.setdefault(repr(call[i]), []).append(rank)
+        for rank, setting in enumerate(settings):
+            value = repr(setting[name]) if name in setting else "unset"
+            by_value.setdefault(value, []).append(rank)
         if len(by_value) > 1:
             lines.append(f"  {name}: " + "; ".join(f"{value} on rank(s) {ranks}"
                                                    for value, ranks in by_value.items()))
@@ -178,6 +185,7 @@ class TorusCommunicator:
             return
         log_once_per_job(self.rank)
         self._guarded("init", self._agree)
+        self._group_control = MPI.COMM_WORLD.Dup()   # new_group's list check (members only)
         self.backend = make_backend(self._backend_name, self.ctx, self.timeout,
                                     **self._backend_knobs)
         names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
@@ -208,13 +216,12 @@ class TorusCommunicator:
                         ranks_per_host=self._per_host, auto_profile=self.auto_profile)
         settings.update((k, v) for k, v in self._backend_knobs.items()
                         if k in ("segment_bytes", "pipeline_bytes", "shm", "shm_bytes"))
-        names = list(settings)
 
         def describe(calls):
             return ("init: ranks were given different settings (set the same NNABLA_TORUS_* "
                     "variables, e.g. mpirun -x NAME=value, and keyword arguments on every "
-                    "rank):\n" + "\n".join(_differences(names, calls)))
-        check_same_call(MPI.COMM_WORLD, list(range(self.size)), tuple(settings.values()),
+                    "rank):\n" + "\n".join(_differences(calls)))
+        check_same_call(MPI.COMM_WORLD, list(range(self.size)), tuple(settings.items()),
                         self.timeout, "init", describe)
 
     def set_algorithm(self, algorithm, grid=None):
@@ -404,9 +411,15 @@ class TorusCommunicator:
         bad = [r for r in ranks if not 0 <= r < self.size]
         if bad or len(set(ranks)) != len(ranks) or not ranks:
             raise ValueError(f"group {name!r}: ranks {ranks} must be distinct and in [0, {self.size})")
-        self._groups[name] = ranks
         if self.rank in ranks:
-            self._ready().group(ranks)
+            be = self._ready()
+
+            def create():   # members agree on the list first: a mismatch would block in MPI
+                check_group_lists(self._group_control, name, ranks, self.timeout,
+                                  getattr(be, "spin", 2e-4), getattr(be, "poll_sleep", 5e-5))
+                be.group(ranks)
+            self._guarded(f"new_group {name!r}", create)
+        self._groups[name] = ranks
         return name
 
     def list_groups(self):
