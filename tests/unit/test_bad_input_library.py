@@ -135,6 +135,8 @@ PLAN = [
     ("--algorithms ring,tree", "unknown algorithm(s) ['tree']"),
     ("--rows some", "argument --rows: invalid choice: 'some'"),
     ("--profile nosuch", "no profile file or shipped profile 'nosuch'"),
+    ("--profile /tmp", "profile '/tmp': cannot read /tmp: Is a directory; give a profile file "
+                       "(YAML or JSON) or a shipped name"),     # before: IsADirectoryError
     ("--model vgg", "profile 'abci' has no model 'vgg'"),
     ("--json /nonexistent/plan.json", "argument --json: cannot write '/nonexistent/plan.json': "
                                       "give a file path in an existing writable folder"),
@@ -267,6 +269,15 @@ def test_profile_values(tmp_path, key, value, message):
     with pytest.raises(ValueError) as error:
         load_profile(path)
     assert str(error.value).startswith(f"{path}: profile ") and message in str(error.value)
+
+
+def test_a_malformed_profile_file_is_named(tmp_path):
+    """Before: a YAML traceback."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts: [1\n")
+    with pytest.raises(ValueError, match=f"profile '{bad}': cannot read {bad}: expected ',' or "
+                                         f"']'"):
+        load_profile(str(bad))
 
 
 def test_an_empty_profile_file_is_named(tmp_path):
