@@ -275,9 +275,10 @@ def test_a_malformed_profile_file_is_named(tmp_path):
     """Before: a YAML traceback."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("hosts: [1\n")
-    with pytest.raises(ValueError, match=f"profile '{bad}': cannot read {bad}: expected ',' or "
-                                         f"']'"):
+    with pytest.raises(ValueError) as error:
         load_profile(str(bad))
+    assert f"profile '{bad}': cannot read {bad}: while parsing a flow sequence" in \
+        str(error.value) and "expected ',' or ']'" in str(error.value)
 
 
 def test_an_empty_profile_file_is_named(tmp_path):
