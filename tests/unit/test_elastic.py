@@ -14,9 +14,18 @@ def test_hostfile_slots_and_errors(tmp_path):
     path = tmp_path / "hosts"
     path.write_text("# ABCI\nnode1 slots=4\nnode2 slots=4 max_slots=4\nnode3\n\n")
     assert elastic.read_hostfile(str(path)) == [("node1", 4), ("node2", 4), ("node3", 1)]
-    path.write_text("node1 slots=four\n")
-    with pytest.raises(ValueError, match=r"hosts:1: slots='four' must be an integer >= 1"):
-        elastic.read_hostfile(str(path))
+    path.write_text("node1 max_slots=2\n")                 # max_slots alone bounds the host
+    assert elastic.read_hostfile(str(path)) == [("node1", 2)]
+    # Before: Unicode digits accepted (int("\u0664") == 4) and max_slots ignored.
+    for line, message in [
+            ("node1 slots=four", "hosts:1: slots='four' must be an integer >= 1"),
+            ("node1 slots=\u0664", "hosts:1: slots='\u0664' must be an integer >= 1 in ASCII "
+                                   "digits"),
+            ("node1 slots=8 max_slots=\u0662", "max_slots='\u0662' must be an integer"),
+            ("node1 slots=8 max_slots=4", "hosts:1: slots=8 is more than max_slots=4")]:
+        path.write_text(line + "\n")
+        with pytest.raises(ValueError, match=message):
+            elastic.read_hostfile(str(path))
     path.write_text("# nothing\n")
     with pytest.raises(ValueError, match="names no host"):
         elastic.read_hostfile(str(path))
