@@ -22,8 +22,9 @@ Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else envi
   divides the world and ranks are placed host by host, else the most square factorisation)
 - ``backend`` / NNABLA_TORUS_BACKEND: mpi | nccl | fake-nccl (default: nccl for a CUDA
   context, else mpi)
-- ``timeout`` / NNABLA_TORUS_TIMEOUT: seconds (finite, > 0) a collective may wait for its
-  peers before the job is aborted with the names of the missing ranks (default 300)
+- ``timeout`` / NNABLA_TORUS_TIMEOUT: seconds (finite, > 0, at most 2,147,483: 24.8 days, the
+  longest nnabla's MPI watchdog can count) a collective may wait for its peers before the job
+  is aborted with the names of the missing ranks (default 300; there is no "no timeout")
 - ``wire_fp16`` / NNABLA_TORUS_WIRE_FP16: send float32 gradients as float16 in fused
   all-reduces (half the bytes; each hop rounds the partial sum to float16, so an element's
   error is at most about (p + 1) * 2**-11 * sum_r |x_r| and values above 65504 overflow)
@@ -58,11 +59,13 @@ os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
 from . import auto, failfast, topology
+from .threads import OneCaller
 from .backends import synchronize
 from .collectives import AUTO, Plan, get_algorithm
-from .knobs import env_value, knob_value, number
+from .knobs import TIMEOUT_MAX_S, env_value, knob_value, number
 from .rendezvous import (CallMismatch, CollectiveTimeout, RankGone, RankLost, call_hash,
-                         check_same_call, lost_ranks, raise_mismatch, rank_lost)
+                         check_group_lists, check_same_call, lost_ranks, raise_mismatch,
+                         rank_lost)
 
 logger = logging.getLogger("nnabla_torus")
 failfast.install()  # MPI has started (mpi4py.MPI): from here on, one rank's error ends the job
@@ -110,13 +113,19 @@ def log_once_per_job(rank, names=("nnabla_torus", "nnabla_torus.controller")):
             log.addFilter(OnRankZero(rank))
 
 
-def _differences(names, calls):
-    """The settings that differ across ranks, one line each: value on rank(s) [...]."""
+def _differences(calls):
+    """The settings that differ across ranks, one line each: value on rank(s) [...].
+
+    ``calls``: one sequence of (name, value) pairs per rank; a name a rank does not have (one
+    rank with another backend has other backend knobs) is shown as "unset" there."""
+    settings = [dict(call) for call in calls]
+    names = list(dict.fromkeys(name for call in calls for name, _ in call))
     lines = []
-    for i, name in enumerate(names):
+    for name in names:
         by_value = {}
-        for rank, call in enumerate(calls):
-            by_value.setdefault(repr(call[i]), []).append(rank)
+        for rank, setting in enumerate(settings):
+            value = repr(setting[name]) if name in setting else "unset"
+            by_value.setdefault(value, []).append(rank)
         if len(by_value) > 1:
             lines.append(f"  {name}: " + "; ".join(f"{value} on rank(s) {ranks}"
                                                    for value, ranks in by_value.items()))
@@ -148,7 +157,8 @@ class TorusCommunicator:
             raise ValueError(f"unknown backend {self._backend_name!r}; choose one of "
                              f"{', '.join(BACKENDS)} (NNABLA_TORUS_BACKEND or backend=)")
         self.timeout = knob_value(timeout, "timeout", "NNABLA_TORUS_TIMEOUT", DEFAULTS["timeout"],
-                                  number(float, low=0, strict=True, hint="seconds, e.g. 300"))
+                                  number(float, low=0, strict=True, high=TIMEOUT_MAX_S,
+                                         hint="seconds, e.g. 300; 86400 for a day"))
         self.wire_fp16 = bool(wire_fp16 if wire_fp16 is not None else env_value(
             "NNABLA_TORUS_WIRE_FP16", False, bool))
         self.check = bool(check if check is not None else env_value("NNABLA_TORUS_CHECK", True, bool))
@@ -165,6 +175,7 @@ class TorusCommunicator:
         self._groups = {}
         self._workspace = {}
         self._host_names = []  # MPI.Get_processor_name() of every rank, for error messages
+        self._one_caller = OneCaller()  # collectives from one thread at a time
 
     # -- set-up -----------------------------------------------------------------------------
     def init(self):
@@ -174,6 +185,7 @@ class TorusCommunicator:
             return
         log_once_per_job(self.rank)
         self._guarded("init", self._agree)
+        self._group_control = MPI.COMM_WORLD.Dup()   # new_group's list check (members only)
         self.backend = make_backend(self._backend_name, self.ctx, self.timeout,
                                     **self._backend_knobs)
         names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
@@ -204,13 +216,12 @@ class TorusCommunicator:
                         ranks_per_host=self._per_host, auto_profile=self.auto_profile)
         settings.update((k, v) for k, v in self._backend_knobs.items()
                         if k in ("segment_bytes", "pipeline_bytes", "shm", "shm_bytes"))
-        names = list(settings)
 
         def describe(calls):
             return ("init: ranks were given different settings (set the same NNABLA_TORUS_* "
                     "variables, e.g. mpirun -x NAME=value, and keyword arguments on every "
-                    "rank):\n" + "\n".join(_differences(names, calls)))
-        check_same_call(MPI.COMM_WORLD, list(range(self.size)), tuple(settings.values()),
+                    "rank):\n" + "\n".join(_differences(calls)))
+        check_same_call(MPI.COMM_WORLD, list(range(self.size)), tuple(settings.items()),
                         self.timeout, "init", describe)
 
     def set_algorithm(self, algorithm, grid=None):
@@ -400,9 +411,15 @@ class TorusCommunicator:
         bad = [r for r in ranks if not 0 <= r < self.size]
         if bad or len(set(ranks)) != len(ranks) or not ranks:
             raise ValueError(f"group {name!r}: ranks {ranks} must be distinct and in [0, {self.size})")
-        self._groups[name] = ranks
         if self.rank in ranks:
-            self._ready().group(ranks)
+            be = self._ready()
+
+            def create():   # members agree on the list first: a mismatch would block in MPI
+                check_group_lists(self._group_control, name, ranks, self.timeout,
+                                  getattr(be, "spin", 2e-4), getattr(be, "poll_sleep", 5e-5))
+                be.group(ranks)
+            self._guarded(f"new_group {name!r}", create)
+        self._groups[name] = ranks
         return name
 
     def list_groups(self):
@@ -465,9 +482,11 @@ class TorusCommunicator:
 
     def _guarded(self, what, body):
         """Run ``body``; abort the job if a peer is missing (CollectiveTimeout), has left its
-        script (RankGone) or is dead (RankLost, also from an MPI error the death caused)."""
+        script (RankGone) or is dead (RankLost, also from an MPI error the death caused).
+        ConcurrentCall when another thread is inside a collective (:mod:`.threads`)."""
         try:
-            result = body()
+            with self._one_caller.enter(what, self.rank):
+                result = body()
         except (CollectiveTimeout, RankGone) as e:
             gone = getattr(e, "gone", [])
             names = self._host_names
@@ -719,7 +738,7 @@ class TorusCommunicator:
         self._collective(grp, sig, f"reduce_scatter (group {group!r})", body)
 
     def barrier(self):
-        self._ready().barrier()
+        self._guarded("barrier", self._ready().barrier)
 
     def abort(self):
         self._ready().abort(1)

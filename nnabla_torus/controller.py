@@ -39,16 +39,18 @@ LR_AT_CHANGE = ("linear", "keep")
 
 
 def split_batch(target, world_size, max_local_batch):
-    """(local_batch, accum_steps) whose product times ``world_size`` is closest to ``target``.
+    """(local_batch, accum_steps) for a global batch near ``target`` on ``world_size`` ranks.
 
-    Uses the fewest accumulation steps that respect ``max_local_batch``.
+    ``accum_steps`` is the fewest that keeps ``local_batch <= max_local_batch``; with it,
+    ``local_batch`` is the one whose ``world_size * local_batch * accum_steps`` is closest to
+    ``target`` (equal when ``target`` splits exactly).
 
-    >>> split_batch(69632, 1088, 32), split_batch(1000, 3, 64)
-    ((32, 2), (56, 6))
+    >>> split_batch(69632, 1088, 32), split_batch(1000, 3, 64), split_batch(128, 3, 32)
+    ((32, 2), (56, 6), (21, 2))
     """
     per_rank = max(1, round(target / world_size))
     accum = max(1, math.ceil(per_rank / max_local_batch))
-    local = max(1, min(max_local_batch, round(per_rank / accum)))
+    local = max(1, min(max_local_batch, round(target / (world_size * accum))))
     return local, accum
 
 

@@ -6,7 +6,7 @@ training script (``examples/imagenet/train.py --elastic 1``) asks for another si
 batch schedule enters a new phase (or the noise-scale batch leaves the hysteresis band) and
 the planner predicts that the restart pays; it then writes a checkpoint, prints one request
 line (``REQUEST_PREFIX`` + JSON) and exits with ``EXIT_RESIZE``; the launcher relaunches on
-the requested count with ``--resume 1`` appended. Exit statuses of the script:
+the requested count with ``--resume 1`` (replacing any --resume the command had). Exit statuses of the script:
 
     0             finished: the launcher exits 0
     75            EXIT_RESIZE: checkpoint written, relaunch on the requested rank count
@@ -25,6 +25,7 @@ kills the job. Examples::
 """
 import argparse
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -66,21 +67,30 @@ def restart_cost(profile_name, given=None):
 
 
 def read_hostfile(path):
-    """[(host, slots)] of an Open MPI hostfile (``host slots=N``; no slots= counts 1)."""
+    """[(host, slots)] of an Open MPI hostfile (``host slots=N max_slots=M``).
+
+    ``slots`` defaults to 1, or to ``max_slots`` when only that is given; ``slots`` above
+    ``max_slots`` is an error (Open MPI places at most ``max_slots`` ranks on the host even
+    when oversubscribing). Values are ASCII decimal integers >= 1."""
     hosts = []
     with open(path) as f:
         for number, line in enumerate(f, 1):
             fields = line.split("#", 1)[0].split()
             if not fields:
                 continue
-            slots = 1
+            counts = {}
             for field in fields[1:]:
                 key, _, value = field.partition("=")
-                if key == "slots":
-                    if not value.isdigit() or int(value) < 1:
-                        raise ValueError(f"{path}:{number}: slots={value!r} must be an integer "
-                                         f">= 1 (e.g. 'node01 slots=4')")
-                    slots = int(value)
+                if key in ("slots", "max_slots"):
+                    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+                        raise ValueError(f"{path}:{number}: {key}={value!r} must be an integer "
+                                         f">= 1 in ASCII digits (e.g. 'node01 slots=4')")
+                    counts[key] = int(value)
+            slots = counts.get("slots", counts.get("max_slots", 1))
+            if slots > counts.get("max_slots", slots):
+                raise ValueError(f"{path}:{number}: slots={slots} is more than "
+                                 f"max_slots={counts['max_slots']}; Open MPI places at most "
+                                 f"max_slots ranks on {fields[0]}: lower slots or raise max_slots")
             hosts.append((fields[0], slots))
     if not hosts:
         raise ValueError(f"hostfile {path} names no host; write one 'host slots=N' per line")
@@ -124,8 +134,13 @@ def decide(args, prof, global_batch, current, images, epoch):
     common = dict(fixed_gpus=fixed, dataset_size=args.dataset_size, epochs=args.epochs,
                   local_batches=[args.local_batch] if args.local_batch else None)
     cost = restart_cost(prof.name, args.restart_cost)
-    d = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
-                            max_gpus=args.total_slots, **common)
+    try:
+        d = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
+                                max_gpus=args.total_slots, **common)
+    except planner.UnsplittableBatch as e:
+        raise ValueError(f"epoch {epoch:g}: {e}; give that phase of --schedule one of them"
+                         + (" (or another --ranks-schedule)" if fixed is not None else "")
+                         ) from None
     if fixed is None and d.gpus == args.total_slots:        # at the cap: would it want more?
         wanted = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
                                      **common).gpus
@@ -163,11 +178,19 @@ def log(text):
 
 
 def run_once(argv, ranks, mpirun_args, env):
-    """Run one mpirun; return (status, request dict or None, last output lines, interrupted)."""
+    """Run one mpirun; return (status, request dict or None, last output lines, interrupted).
+
+    The job runs in its own process group, which is killed (SIGKILL) when anything goes
+    wrong in the launcher while the job runs (a broken pipe on our stdout, an error of
+    ours...): the launcher never leaves a job behind. Output is decoded as UTF-8 with
+    undecodable bytes replaced (U+FFFD); a request line that is not JSON is reported and
+    ignored (the script's exit status then stops the launcher).
+    """
     cmd = mpirun_command(ranks, argv, mpirun_args)
     log(f"launch: {' '.join(cmd)}")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)   # Ctrl-C reaches us only
+                            text=True, errors="replace",
+                            start_new_session=True)   # Ctrl-C reaches us only
     interrupts = []
 
     def on_signal(signum, frame):
@@ -185,12 +208,52 @@ def run_once(argv, ranks, mpirun_args, env):
             sys.stdout.write(line)
             tail.append(line.rstrip("\n"))
             if line.startswith(REQUEST_PREFIX):
-                request = json.loads(line[len(REQUEST_PREFIX):])
+                request = parse_request(line)
         status = proc.wait()
+    except BaseException as e:
+        end_job(proc, f"{type(e).__name__}: {e}")
+        raise
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
     return status, request, list(tail), bool(interrupts)
+
+
+def parse_request(line):
+    """The request dict of a ``REQUEST_PREFIX`` line, or None (logged) when it is not one."""
+    try:
+        request = json.loads(line[len(REQUEST_PREFIX):])
+        if isinstance(request, dict) and int(request["ranks"]) >= 1:
+            return request
+    except (ValueError, KeyError, TypeError):
+        pass
+    log(f"ignoring a malformed request line (expected JSON with 'ranks' >= 1): {line.strip()!r}")
+    return None
+
+
+def end_job(proc, why):
+    """Kill the job's process group (mpirun and its ranks) and say why, on stderr (our stdout
+    may be what failed)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    print(f"nnabla-torus-run: ended the job (mpirun pid {proc.pid} and its process group) "
+          f"because the launcher failed: {why}", file=sys.stderr, flush=True)
+
+
+def resumed(argv):
+    """``argv`` with ``--resume 1`` in place of any --resume it has: a relaunch continues from
+    the checkpoint the script wrote, whatever the first launch asked for."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--resume":
+            skip = True
+        elif not word.startswith("--resume="):
+            out.append(word)
+    return out + ["--resume", "1"]
 
 
 def run(args, prof):
@@ -250,10 +313,9 @@ def run(args, prof):
             return 1
         ranks, note = fit_ranks(int(request["ranks"]), args.total_slots,
                                 request.get("global_batch"))
-        log(f"decision at epoch {request.get('epoch', 0):.3f}: {request['reason']}"
+        log(f"decision at epoch {request.get('epoch', 0):.3f}: {request.get('reason', '')}"
             + (f" ({note})" if note else "") + f"; relaunching on {ranks} ranks")
-        if "--resume" not in argv:
-            argv += ["--resume", "1"]
+        argv = resumed(argv)
 
 
 def build_parser():

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import costmodel, planner, runtime
 from .costmodel import ALGORITHMS
-from .knobs import BadValue, add_knob, number
+from .knobs import TIMEOUT_MAX_S, BadValue, add_knob, number
 from .profile import list_profiles, load_profile, model_of
 from .schedules import BatchSchedule
 from .topology import parse_grid
@@ -79,6 +79,10 @@ def build_parser():
              type=schedule)
     add_knob(parser, "--batch", "NNABLA_TORUS_PLAN_BATCH", None,
              "fixed global batch (None: choose it from the noise scale)", type=number(int, low=1))
+    add_knob(parser, "--nearest-batch", "NNABLA_TORUS_PLAN_NEAREST_BATCH", False,
+             "when --batch cannot be split as GPUs x per-GPU batch x accumulation, plan the "
+             "nearest feasible global batch instead (and say so); else that is an error "
+             "naming the nearest ones", type=bool, nargs="?", const=True)
     add_knob(parser, "--local-batch", "NNABLA_TORUS_PLAN_LOCAL_BATCH", None,
              "fixed per-GPU batch (None: try powers of two up to the memory limit)",
              type=number(int, low=1))
@@ -117,12 +121,42 @@ def build_parser():
              "(nnabla_torus.simulate; 0: off)", type=number(int, low=0))
     add_knob(parser, "--max-wall", "NNABLA_TORUS_PLAN_MAX_WALL", 600.0,
              "wall-clock seconds allowed per simulated all-reduce",
-             type=number(float, low=0, strict=True))
+             type=number(float, low=0, strict=True, high=TIMEOUT_MAX_S))
     add_knob(parser, "--sim-engine", "NNABLA_TORUS_SIM_ENGINE", "auto",
              "engine of --simulate: simgrid (SimGrid replay), flow (our flow model) or auto "
              "(simgrid when libsimgrid-dev and g++ are here)",
              choices=("auto", "simgrid", "flow"))   # simulate.ENGINES (not imported: greenlet)
     return parser
+
+
+# Flags a mode does not use: (flag, the mode's flag or None for "without --simulate", why).
+# Given with that mode (a value other than the default) they are refused, not ignored.
+IGNORED = [
+    ("--max-gpus", "--gpus", "--gpus lists the GPU counts to plan"),
+    ("--max-gpus", "--schedule", "each phase runs on batch / --local-batch GPUs"),
+    ("--gpus", "--schedule", "each phase runs on batch / --local-batch GPUs"),
+    ("--batch", "--schedule", "the schedule sets the global batch of each phase"),
+    ("--nearest-batch", "--schedule", "each phase's batch must be a multiple of --local-batch"),
+    ("--rows", "--schedule", "the table has one row per phase"),
+    ("--plot", "--schedule", "the plot draws a table of GPU counts"),
+    ("--max-wall", None, "it limits --simulate"),
+    ("--sim-engine", None, "it chooses the engine of --simulate"),
+] + [(flag, "--recipe", "--recipe predicts the recipe's own schedule and GPU counts")
+     for flag in ("--max-gpus", "--gpus", "--allow-beyond-profile", "--schedule", "--batch",
+                  "--nearest-batch", "--local-batch", "--noise-scale", "--base-batch",
+                  "--epochs", "--min-efficiency", "--rows", "--plot", "--explain",
+                  "--simulate")]
+
+
+def refuse_ignored(parser, args):
+    """``parser.error`` for a flag that the mode of ``args`` would ignore (``IGNORED``)."""
+    def given(flag):
+        name = flag[2:].replace("-", "_")
+        return getattr(args, name) != parser.get_default(name)
+    for flag, mode, why in IGNORED:
+        if given(flag) and (given(mode) if mode else not args.simulate):
+            with_mode = f"with {mode}" if mode else "without --simulate"
+            parser.error(f"{flag} has no effect {with_mode} ({why}): leave one of them out")
 
 
 def simulated(prof, model, plans, max_wall, engine=None):
@@ -308,10 +342,18 @@ def run(args, out=sys.stdout):
             print("\n".join(simulated(prof, args.model, [p for _, p in phases][:args.simulate],
                                        args.max_wall, args.sim_engine)), file=out)
         return report
-    result = planner.plan(prof, args.model, max_gpus=args.max_gpus, counts=args.gpus,
-                          target_batch=args.batch,
-                          local_batches=None if args.local_batch is None else [args.local_batch],
-                          **common)
+    batch = dict(max_gpus=args.max_gpus, counts=args.gpus,
+                 local_batches=None if args.local_batch is None else [args.local_batch], **common)
+    try:
+        result = planner.plan(prof, args.model, target_batch=args.batch, **batch)
+    except planner.UnsplittableBatch as e:
+        if not args.nearest_batch:
+            raise ValueError(f"{e}: ask for one of them, or pass --nearest-batch to plan the "
+                             f"nearest") from None
+        result = planner.plan(prof, args.model, target_batch=e.nearest, **batch)
+        print(f"# --batch {e.batch} cannot be split over these candidates: planned the nearest "
+              f"feasible global batch {e.nearest} instead (--nearest-batch)", file=out)
+        report.update(batch_asked=e.batch, batch_planned=e.nearest)
     best = result.best
     print(f"# profile {prof.name}, model {args.model}, {len(result.candidates['gpus'])} "
           f"candidates planned in {result.seconds:.3f} s", file=out)
@@ -338,7 +380,9 @@ def run(args, out=sys.stdout):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    refuse_ignored(parser, args)
     try:
         report = run(args, out=sys.stderr if args.json == "-" else sys.stdout)
     except ValueError as e:

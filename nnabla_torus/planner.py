@@ -33,7 +33,6 @@ from collections import namedtuple
 import numpy as np
 
 from . import costmodel
-from .controller import split_batch
 from .costmodel import ALGORITHMS
 from .profile import model_of
 
@@ -80,19 +79,52 @@ def _topology_columns(counts, algorithms, g):
     return tuple(np.array(c, dtype=int) for c in zip(*rows))
 
 
+class UnsplittableBatch(ValueError):
+    """No candidate (GPU count, per-GPU batch, accumulation steps) gives the target global
+    batch exactly. ``below`` / ``above``: the nearest feasible global batches (None: none on
+    that side); ``nearest``: the closer of the two (the smaller on a tie)."""
+
+    def __init__(self, batch, below, above, candidates):
+        self.batch, self.below, self.above = batch, below, above
+        self.nearest = min((b for b in (below, above) if b is not None),
+                           key=lambda b: (abs(b - batch), b))
+        near = " and ".join(str(b) for b in (below, above) if b is not None)
+        super().__init__(f"global batch {batch} cannot be split as GPUs x per-GPU batch x "
+                         f"accumulation steps over the candidates ({candidates}); the nearest "
+                         f"feasible global batch{'es are' if ' and ' in near else ' is'} {near}")
+
+
+def _values(name, values):
+    """``"per-GPU batches 1,2,4"``, or ``"GPU counts 1..4352 (1091 values)"`` for long lists."""
+    values = sorted(set(int(v) for v in values))
+    if len(values) <= 8:
+        return f"{name} {','.join(map(str, values))}"
+    return f"{name} {values[0]}..{values[-1]} ({len(values)} values)"
+
+
 def _batch_columns(p, target_batch, local_batches, accum_steps, max_local):
     """Pair each topology with batches: every (b, s) combination, or those giving the target.
 
-    With a target, only exact splits count; when no GPU count has one, every count gets the
-    controller's split (fewest accumulation steps, rounded per-GPU batch).
+    With a target, only exact splits count (``p * b * s == target_batch``, ``b <= max_local``);
+    when there is none, UnsplittableBatch names the nearest feasible global batches (the
+    planner never plans another batch than the one asked for; the caller may ask again).
     """
     if target_batch is None:
         b, s = np.meshgrid(local_batches, accum_steps)
         b, s = b.ravel(), s.ravel()
         return np.repeat(np.arange(len(p)), len(b)), np.tile(b, len(p)), np.tile(s, len(p))
-    rows = [(i, b, s) for i, pi in enumerate(p.tolist()) for b in local_batches
-            for s in accum_steps if pi * b * s == target_batch and b <= max_local]
-    rows = rows or [(i, *split_batch(target_batch, pi, max_local)) for i, pi in enumerate(p.tolist())]
+    fits = np.asarray(local_batches)[np.asarray(local_batches) <= max_local]
+    rows = [(i, b, s) for i, pi in enumerate(p.tolist()) for b in fits.tolist()
+            for s in accum_steps if pi * b * s == target_batch]
+    if not rows:
+        feasible = np.unique(np.multiply.outer(np.multiply.outer(np.unique(p), fits),
+                                               np.asarray(accum_steps)))
+        below, above = feasible[feasible < target_batch], feasible[feasible > target_batch]
+        raise UnsplittableBatch(int(target_batch), int(below[-1]) if below.size else None,
+                                int(above[0]) if above.size else None,
+                                f"{_values('GPU counts', p)}, "
+                                f"{_values('per-GPU batches', fits)} (at most {max_local}), "
+                                f"{_values('accumulation steps', accum_steps)}")
     return tuple(np.array(c, dtype=int) for c in zip(*rows))
 
 
@@ -161,15 +193,15 @@ def best_per_gpus(cols, mask=None):
 def gpu_limit(prof, max_gpus=None, counts=None, beyond_profile=True):
     """The largest GPU count asked for (``max_gpus``, else ``max(counts)``, else the profile's
     GPUs). ValueError when a count is < 1, when it exceeds the profile's GPUs and not
-    ``beyond_profile``, or when ``max_gpus`` (every count up to it is planned: ~6.5 KB each)
-    exceeds ``BEYOND_PROFILE`` times them."""
+    ``beyond_profile``, or when it exceeds ``BEYOND_PROFILE`` times them (``max_gpus`` plans
+    every count up to it: ~6.5 KB each)."""
     have = prof.hosts * prof.network.gpus_per_host
     asked = [max_gpus] if max_gpus is not None else list(counts if counts is not None else [have])
     if not asked or min(asked) < 1:
         raise ValueError(f"GPU counts must be >= 1, got {asked}")
     top = int(max(asked))
-    cap = have * BEYOND_PROFILE if beyond_profile and max_gpus is not None else have
-    if top > cap and (max_gpus is not None or not beyond_profile):
+    cap = have * BEYOND_PROFILE if beyond_profile else have
+    if top > cap:
         fix = (f"plan at most {cap} GPUs ({BEYOND_PROFILE}x the profile)" if beyond_profile else
                f"plan at most {have}, pass --allow-beyond-profile to go up to "
                f"{have * BEYOND_PROFILE}, or describe a larger cluster in a profile file")
@@ -189,7 +221,8 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
     efficiency. ``accum_steps`` defaults to (1, 2, 4, 8), or (1,) when neither a target nor
     B_noise is given (a larger batch would then look free). ``beyond_profile=False`` keeps
     GPU counts within the profile (:func:`gpu_limit`; the CLI's default). Raises ValueError
-    when no candidate meets ``min_efficiency``.
+    when no candidate meets ``min_efficiency``, and UnsplittableBatch (a ValueError naming
+    the nearest feasible batches) when no candidate gives ``target_batch`` exactly.
     """
     start = time.perf_counter()
     net, comp = prof.network, model_of(prof, model)

@@ -262,8 +262,15 @@ def load_profile(name_or_path):
         if path is None:
             raise ValueError(f"no profile file or shipped profile {name_or_path!r}; "
                              f"shipped: {list_profiles()}")
-    with open(path) as f:
-        raw = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+    try:
+        with open(path) as f:
+            raw = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as e:   # a folder, no
+        # permission, not text, malformed JSON (a ValueError) or YAML
+        why = e.strerror if isinstance(e, OSError) and e.strerror else \
+            " ".join(str(e).split())
+        raise ValueError(f"profile {name_or_path!r}: cannot read {path}: {why}; give a profile "
+                         f"file (YAML or JSON) or a shipped name: {list_profiles()}") from None
     try:
         if raw is None:
             raise ValueError("the file is empty")

@@ -340,3 +340,54 @@ def raise_mismatch(control, ranks, signature, what, describe=None):
     lines = "\n".join(f"  rank {ranks[i]}: {call}" for i, call in enumerate(calls))
     raise ValueError(f"{what}: ranks called it with different arguments "
                      f"(shapes, dtypes or flags must match on every rank):\n{lines}")
+
+
+GROUP_TAG = 7304
+
+
+def check_group_lists(comm, name, ranks, timeout, spin=2e-4, poll_sleep=5e-5):
+    """Raise ValueError unless every member of ``ranks`` creates group ``name`` with the same
+    list, in the same order, as this rank (call it on the members only, before creating).
+
+    ``comm`` is a world communicator used for nothing else. Each member sends its
+    ``(name, ranks)`` to the others and waits for theirs (non-blocking, under ``timeout``).
+    A member that sees another list forwards its own list to every rank named in any list it has seen, so that those ranks, which may wait
+    for a member that will never send to them, see a mismatch too, and raises at once naming
+    every list it saw. Creating a group with lists that differ would otherwise block in the
+    library until the timeout and then blame the next collective.
+    """
+    me = comm.Get_rank()
+    mine = (name, [int(r) for r in ranks])
+    peers = [r for r in mine[1] if r != me]
+    told = set(peers)
+    sends = [comm.isend(mine, dest=r, tag=GROUP_TAG) for r in peers]
+    seen, what = {me: mine}, f"new_group {name!r}"
+    pacer = Pacer(me, spin, poll_sleep)
+    while not all(r in seen for r in peers):
+        # Only from members not heard yet: a member that finished this check may already have
+        # sent its next group's list, and a rank outside the list its own group's.
+        arrived = next((r for r in peers if r not in seen
+                        and comm.Iprobe(source=r, tag=GROUP_TAG)), None)
+        if arrived is not None:
+            seen[arrived] = comm.recv(source=arrived, tag=GROUP_TAG)
+            pacer.progressed()
+            if seen[arrived] != mine:
+                break
+            continue
+        if time.monotonic() - pacer.start > timeout:
+            late = [r for r in peers if r not in seen]
+            raise CollectiveTimeout(f"rank {me}: rank(s) {late} did not arrive at {what} within "
+                                    f"{timeout:g} s; still waiting for rank(s) {late} "
+                                    f"(NNABLA_TORUS_TIMEOUT sets the limit)")
+        pacer.idle(what, [r for r in peers if r not in seen])
+    if all(call == mine for call in seen.values()):
+        wait_requests(sends, timeout, what, peers, me, spin, poll_sleep)
+        return
+    named = {r for _, listed in seen.values() for r in listed} - told - {me}
+    sends += [comm.isend(mine, dest=r, tag=GROUP_TAG) for r in sorted(named)]
+    wait_requests(sends, timeout, what, sorted(told | named), me, spin, poll_sleep)
+    lines = "\n".join(f"  rank {r}: group {n!r} with ranks {listed}"
+                      for r, (n, listed) in sorted(seen.items()))
+    raise ValueError(f"{what}: members passed different groups (every member must create the "
+                     f"same group with the same rank list, in the same order; a member's "
+                     f"position in the list is its rank in the group):\n{lines}")

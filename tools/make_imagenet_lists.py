@@ -129,7 +129,7 @@ def read_val_map(path):
                 yield row[0], row[1].split()[0]
             return
         for number, line in enumerate(f, 1):
-            fields = line.split()
+            fields = line.strip().rsplit(None, 1)    # the wnid is the last field
             if fields and len(fields) != 2:
                 raise ValueError(f"{path}:{number}: expected 'image wnid', got {line.rstrip()!r}")
             if fields:
@@ -144,12 +144,17 @@ def _index(wnid, classes, source):
 
 def main(argv=None):
     args = parse_args(argv)
+    try:
+        write_lists(args)
+    except (OSError, ValueError) as e:   # an empty class folder, a flat val folder, a bad name
+        raise SystemExit(f"error: {e}") from None
+
+
+def write_lists(args):
+    """Write train.txt (and val.txt) for parsed ``args``."""
     train_dir = os.path.abspath(os.path.expanduser(args.train_dir))
     out_dir = args.out_dir or os.path.dirname(train_dir)
-    try:
-        check_output_path("--out-dir", out_dir, folder=True)   # before hours of --verify
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+    check_output_path("--out-dir", out_dir, folder=True)   # before hours of --verify
     os.makedirs(out_dir, exist_ok=True)
     entries, classes = train_entries(train_dir)
     if args.verify:

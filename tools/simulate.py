@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from nnabla_torus import costmodel  # noqa: E402
-from nnabla_torus.knobs import add_knob, number  # noqa: E402
+from nnabla_torus.knobs import TIMEOUT_MAX_S, add_knob, number  # noqa: E402
 from nnabla_torus.profile import load_profile  # noqa: E402
 from nnabla_torus.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce  # noqa: E402
 from tools.emucluster_model_check import emulated_network  # noqa: E402
@@ -137,7 +137,7 @@ def build_parser():
              "comma-separated algorithms", type=lambda s: s.split(","))
     add_knob(p, "--max-wall", "NNABLA_TORUS_SIM_MAX_WALL", None,
              "wall-clock seconds allowed per simulation (None: no limit)",
-             type=number(float, low=0, strict=True))
+             type=number(float, low=0, strict=True, high=TIMEOUT_MAX_S))
     return parser
 
 

@@ -4,10 +4,15 @@ A checkpoint is one file ``ckpt-<step>.npz.chk``: an ``.npz`` archive (named num
 a JSON ``meta`` entry) followed by a trailer, ``MAGIC`` + SHA-256 of the archive. It is written
 to a temporary file in the same folder, flushed to disk and renamed (then the folder is
 flushed), so a reader sees either the old set of files or the complete new one, never half a
-file. Example::
+file. A file that cannot be read (truncated, corrupt, not a file, not readable: any reason)
+is renamed aside to ``<name>.bad`` when the newest intact one is looked for, with its reason
+logged, so that it never counts among the ``keep`` newest that clean-up spares; clean-up
+never deletes the file it has just written. Temporary files of a writer that crashed
+(``ckpt-*.tmp<pid>``, each a whole checkpoint) are removed by ``remove_stale_temporaries``
+when a run starts. Example::
 
     save_checkpoint("runs/x", step=100, arrays={"conv/W": w}, meta={"epoch": 1.5})
-    arrays, meta, path = load_latest_checkpoint("runs/x")   # skips corrupt files, says so
+    arrays, meta, path = load_latest_checkpoint("runs/x")   # skips unreadable files, says so
 """
 import contextlib
 import glob
@@ -16,12 +21,14 @@ import io
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 
 MAGIC = b"NNTCKPT1"
 TRAILER_BYTES = len(MAGIC) + 32          # magic + SHA-256 digest
 NAME = re.compile(r"ckpt-(\d+)\.npz\.chk$")
+BAD_SUFFIX = ".bad"                      # an unreadable checkpoint, renamed aside
 
 
 class CheckpointError(RuntimeError):
@@ -34,9 +41,11 @@ def checkpoint_path(directory, step):
 
 
 def save_checkpoint(directory, step, arrays, meta, keep=3):
-    """Write arrays (name -> ndarray) and meta (JSON-able dict) atomically; keep the newest ``keep``.
+    """Write arrays (name -> ndarray) and meta (JSON-able dict) atomically; keep the newest ``keep``
+    (never deleting the file just written). Returns the path written.
 
-    Returns the path written.
+    CheckpointError names the file, the error and the free space when the write fails
+    (ENOSPC, quota, permissions...).
     """
     os.makedirs(directory, exist_ok=True)
     buffer = io.BytesIO()
@@ -51,13 +60,38 @@ def save_checkpoint(directory, step, arrays, meta, keep=3):
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, path)            # atomic on POSIX within one file system
+        fsync_directory(directory)        # the rename itself survives a power loss
+    except OSError as e:
+        raise CheckpointError(f"cannot write checkpoint {path} ({len(payload) + TRAILER_BYTES} "
+                              f"bytes): {e.strerror or e}; {free_space(directory)}. Free some "
+                              f"space or point --output-dir elsewhere") from e
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(temp)               # only left when writing or renaming failed
-    fsync_directory(directory)            # the rename itself survives a power loss
-    for old in list_checkpoints(directory)[:-keep]:
+    older = [p for p in list_checkpoints(directory) if p != path]
+    for old in older[:max(0, len(older) - (keep - 1))]:
         os.remove(old)
     return path
+
+
+def free_space(directory):
+    """"N MB free on the file system of ``directory``", or why that is unknown."""
+    try:
+        return f"{shutil.disk_usage(directory).free / 1e6:.1f} MB free on the file system " \
+               f"of {directory}"
+    except OSError as e:
+        return f"free space of {directory} unknown ({e.strerror or e})"
+
+
+def remove_stale_temporaries(directory, log=print):
+    """Remove ``ckpt-*.tmp<pid>`` files of writers that crashed (call once as a run starts,
+    on the rank that writes); returns their paths."""
+    stale = glob.glob(os.path.join(directory, "ckpt-*.npz.chk.tmp*"))
+    for path in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        log(f"checkpoint: removed {path}, left by a write that did not finish")
+    return stale
 
 
 def fsync_directory(directory):
@@ -81,26 +115,35 @@ def checkpoint_step(path):
 
 
 def read_checkpoint(path):
-    """Return (arrays, meta) of one file; raise CheckpointError if truncated or corrupt."""
-    with open(path, "rb") as f:
-        blob = f.read()
+    """Return (arrays, meta) of one file; raise CheckpointError with the reason when it cannot
+    be read: truncated, corrupt, a folder, no permission, not an archive, no meta..."""
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError as e:
+        raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from e
     payload, trailer = blob[:-TRAILER_BYTES], blob[-TRAILER_BYTES:]
     if len(blob) < TRAILER_BYTES or not trailer.startswith(MAGIC):
         raise CheckpointError(f"{path} is truncated (no checksum trailer)")
     if hashlib.sha256(payload).digest() != trailer[len(MAGIC):]:
         raise CheckpointError(f"{path} is corrupt (SHA-256 mismatch)")
-    with np.load(io.BytesIO(payload)) as archive:
-        arrays = {name: archive[name] for name in archive.files if name != "__meta__"}
-        meta = json.loads(archive["__meta__"].tobytes().decode())
+    try:
+        with np.load(io.BytesIO(payload)) as archive:
+            arrays = {name: archive[name] for name in archive.files if name != "__meta__"}
+            meta = json.loads(archive["__meta__"].tobytes().decode())
+    except Exception as e:  # noqa: BLE001 -- an intact checksum over a payload numpy refuses
+        raise CheckpointError(f"{path} is not a checkpoint archive ({type(e).__name__}: "
+                              f"{e})") from e
     return arrays, meta
 
 
 def load_latest_checkpoint(directory, log=print):
     """Return (arrays, meta, path) of the newest intact checkpoint in ``directory``.
 
-    Corrupt or truncated files are reported through ``log`` and skipped in favour of the
-    previous one; raises CheckpointError naming every file tried when none is intact, and
-    FileNotFoundError when there is none at all.
+    Files that cannot be read are reported through ``log`` with the reason, renamed aside
+    (``<name>.bad``, out of the clean-up's count) and skipped in favour of the previous one;
+    raises CheckpointError naming every file tried when none is intact, and FileNotFoundError
+    when there is none at all.
     """
     candidates = list_checkpoints(directory)
     if not candidates:
@@ -112,11 +155,21 @@ def load_latest_checkpoint(directory, log=print):
             arrays, meta = read_checkpoint(path)
         except CheckpointError as e:
             problems.append(str(e))
-            log(f"checkpoint: {e}; trying the previous one")
+            log(f"checkpoint: {e}; {set_aside(path)}; trying the previous one")
             continue
         return arrays, meta, path
     raise CheckpointError(f"no intact checkpoint in {directory}: " + "; ".join(problems) +
-                          ". Delete them and start without --resume")
+                          " (each renamed to *.bad). Start without --resume, or resume from a copy of a "
+                          "good checkpoint")
+
+
+def set_aside(path):
+    """Rename an unreadable checkpoint to ``<path>.bad``; returns what was done (for the log)."""
+    try:
+        os.replace(path, path + BAD_SUFFIX)
+    except OSError as e:
+        return f"could not rename it aside ({e.strerror or e}), left in place"
+    return f"renamed to {os.path.basename(path) + BAD_SUFFIX}"
 
 
 MODEL_FLAGS = {"arch": "--arch", "width": "--width", "classes": "the training list's labels",

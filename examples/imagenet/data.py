@@ -158,14 +158,14 @@ def read_list(list_file, image_dir):
     files, labels, lines = [], [], []
     with open(list_file) as f:
         for number, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
+            try:
+                entry = parse_list_line(line)
+            except ValueError as e:
+                raise ValueError(f"{list_file}:{number}: {e}") from None
+            if entry is None:
                 continue
-            if len(fields) != 2 or not fields[1].isdigit():
-                raise ValueError(f"{list_file}:{number}: expected 'relative/path.JPEG label' with "
-                                 f"a label >= 0, got {line.rstrip()!r}")
-            files.append(os.path.join(image_dir, fields[0]))
-            labels.append(int(fields[1]))
+            files.append(os.path.join(image_dir, entry[0]))
+            labels.append(entry[1])
             lines.append(number)
     if not files:
         raise ValueError(f"list file {list_file} names no images")
@@ -225,10 +225,35 @@ def decode_error(path):
     return None
 
 
+def list_line(name, label):
+    """The list-file line of image ``name`` (relative path; spaces allowed) with ``label``.
+
+    ValueError for a name that would not read back the same (:func:`parse_list_line`): one
+    with a line break or leading/trailing white space."""
+    if name != name.strip() or "\n" in name or "\r" in name or not name:
+        raise ValueError(f"image name {name!r} has leading/trailing white space or a line "
+                         f"break, which a 'path label' list cannot hold; rename the file")
+    return f"{name} {int(label)}\n"
+
+
+def parse_list_line(line):
+    """(name, label) of a ``relative/path label`` line (the name may hold spaces: the label is
+    the last field), None for a blank line; ValueError for anything else."""
+    fields = line.strip().rsplit(None, 1)
+    if not fields:
+        return None
+    if len(fields) != 2 or not fields[1].isascii() or not fields[1].isdigit():
+        raise ValueError(f"expected 'relative/path.JPEG label' with a label >= 0, got "
+                         f"{line.rstrip()!r}")
+    return fields[0], int(fields[1])
+
+
 def write_list(path, entries):
-    """Write ``(relative path, label)`` pairs as a ``path label`` list file."""
+    """Write ``(relative path, label)`` pairs as a ``path label`` list file (read_list reads
+    it back: both go through list_line / parse_list_line)."""
+    lines = [list_line(name, label) for name, label in entries]
     with open(path, "w") as f:
-        f.writelines(f"{name} {label}\n" for name, label in entries)
+        f.writelines(lines)
 
 
 def shard_plan(num_images, batch_size, rank, size, train, seed=0, epoch=0, start_image=0,

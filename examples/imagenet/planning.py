@@ -122,7 +122,8 @@ class RunPlanner:
                             accum_steps=[batch_plan.accum_steps], **self.common).best
 
     def best_anywhere(self, global_batch):
-        """The fastest planner.Plan at ``global_batch`` over every rank count of the profile."""
+        """The fastest planner.Plan at ``global_batch`` over every rank count of the profile;
+        planner.UnsplittableBatch when no rank count splits it exactly."""
         limit = self.prof.models[self.model].max_local_batch
         return planner.plan(self.prof, self.model, target_batch=global_batch,
                             local_batches=local_batch_choices(limit), **self.common).best
@@ -164,7 +165,14 @@ class RunPlanner:
                          f"{best.grid} would be {ratio(best, current)}, below the "
                          f"switching threshold)")
         self.settled = self.settled or self.applies
-        anywhere = self.best_anywhere(self.batch)
+        try:
+            anywhere = self.best_anywhere(self.batch)
+        except planner.UnsplittableBatch as e:   # advice only for the batch being trained
+            lines.append(f"planner: no advice on the rank count: {e}")
+            self.summary = {"profile": self.prof.name, "model": self.model,
+                            "global_batch": self.batch, "recommended": None,
+                            "in_use": plan_dict(kept or best), "speedup": None}
+            return choice, lines
         lines.append(self.advice(anywhere, kept or best))
         self.summary = {"profile": self.prof.name, "model": self.model,
                         "global_batch": self.batch, "recommended": plan_dict(anywhere),

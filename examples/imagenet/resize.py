@@ -184,10 +184,15 @@ class ResizeAdvisor:
         self.decided = self._key(plan, epoch)
         fixed = self.decided[1]
         images = (self.phase_end(epoch) - epoch) * self.dataset_size
-        d = planner.plan_resize(
-            rp.prof, rp.model, plan.global_batch, self.size, images,
-            elastic.restart_cost(rp.prof.name, self.cost), max_gpus=self.slots,
-            fixed_gpus=fixed, local_batches=local_batch_choices(
-                rp.prof.models[rp.model].max_local_batch), **rp.common)
+        cost = elastic.restart_cost(rp.prof.name, self.cost)
+        try:
+            d = planner.plan_resize(
+                rp.prof, rp.model, plan.global_batch, self.size, images, cost,
+                max_gpus=self.slots, fixed_gpus=fixed, local_batches=local_batch_choices(
+                    rp.prof.models[rp.model].max_local_batch), **rp.common)
+        except planner.UnsplittableBatch as e:   # no other count realises this exact batch
+            return self.size, planner.ResizeDecision(
+                self.size, None, False, 0.0, cost, math.inf,
+                f"keep {self.size} rank(s) at global batch {plan.global_batch}: {e}"), ""
         ranks, note = elastic.fit_ranks(d.gpus, self.slots or d.gpus, plan.global_batch)
         return ranks, d, note

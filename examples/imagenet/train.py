@@ -68,7 +68,8 @@ import data
 import digits
 import resize
 from checkpoint import (CheckpointError, check_model, checkpoint_path, checkpoint_step,
-                        load_latest_checkpoint, read_checkpoint, save_checkpoint)
+                        load_latest_checkpoint, read_checkpoint, remove_stale_temporaries,
+                        save_checkpoint)
 from config import build_schedules, parse_config
 from models import get_model, is_bn_or_bias
 from planning import RunPlanner
@@ -435,13 +436,23 @@ def make_monitors(cfg, rank, resumed_at=None):
         path = series_path(cfg.output_dir, name)
         limit = resumed_at[1] if name in EPOCH_SERIES else resumed_at[0]
         if os.path.exists(path):
-            kept[name] = [line for line in open(path) if float(line.split()[0]) <= limit + 1e-9]
+            kept[name] = [line for line in open(path) if series_x(line) <= limit + 1e-9]
     monitor = Monitor(cfg.output_dir)
     monitors = {name: MonitorSeries(name, monitor, interval=1, verbose=False) for name in SERIES}
     for name, lines in kept.items():
         with open(series_path(cfg.output_dir, name), "a") as f:
             f.writelines(lines)
     return monitors
+
+
+def series_x(line):
+    """The step or epoch a monitor line starts with; inf (not kept) for a blank or cut line,
+    e.g. the last line of a run that was killed while writing it."""
+    fields = line.split()
+    try:
+        return float(fields[0]) if len(fields) == 2 else math.inf
+    except ValueError:
+        return math.inf
 
 
 def series_path(output_dir, name):
@@ -598,6 +609,8 @@ def main(argv=None):
     loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale
     model_meta = dict(arch=cfg.arch, width=cfg.width, classes=train_set.num_classes,
                       image_size=cfg.image_size, recipe=cfg.recipe)
+    if rank0:
+        remove_stale_temporaries(cfg.output_dir, log)
     if cfg.resume:
         meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta)
         step, images_seen, train_time = meta["step"], meta["images_seen"], meta["train_time"]

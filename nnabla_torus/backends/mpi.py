@@ -112,6 +112,12 @@ class SharedSegments:
         self.win.Free()
 
 
+# The longest sleep between two polls of a wait, seconds: every wait (each ring step of every
+# collective) may sleep this long once more after its data arrived, so 10 ms already costs a
+# 100-step ring up to a second (the reports: POLL_SLEEP_S=10 stalled > 90 s).
+POLL_SLEEP_MAX_S = 0.01
+
+
 def settings(segment_bytes=None, pipeline_bytes=None, spin=None, poll_sleep=None, shm=None,
              shm_bytes=None):
     """The backend's knobs (keyword argument, else environment, else default), validated."""
@@ -129,7 +135,9 @@ def settings(segment_bytes=None, pipeline_bytes=None, spin=None, poll_sleep=None
         spin=knob_value(spin, "spin", "NNABLA_TORUS_SPIN_S", 2e-4,
                         number(float, low=0, hint="seconds, e.g. 0.0002")),
         poll_sleep=knob_value(poll_sleep, "poll_sleep", "NNABLA_TORUS_POLL_SLEEP_S", 5e-5,
-                              number(float, low=0, hint="seconds, e.g. 0.00005")))
+                              number(float, low=0, high=POLL_SLEEP_MAX_S,
+                                     hint="seconds a waiting rank sleeps per poll, e.g. "
+                                          "0.00005; 0: yield only")))
 
 
 class MPIBackend:

@@ -40,6 +40,7 @@ except ImportError as e:   # an optional extra: the communicator itself does not
 
 from ..collectives import PIPELINE_BYTES, get_algorithm
 from ..communicator import TorusCommunicator
+from ..knobs import TIMEOUT_MAX_S
 from ..topology import HostLayout
 from .mpi import Group, MPIBackend
 
@@ -160,8 +161,8 @@ class VirtualCommunicator(TorusCommunicator):
     """The real communicator's grid and plan logic for one virtual rank (no MPI)."""
 
     def __init__(self, backend, hosts, algorithm, grid=None):
-        super().__init__(algorithm=algorithm, grid=grid, backend="mpi", timeout=1e9,
-                         check=False)
+        super().__init__(algorithm=algorithm, grid=grid, backend="mpi",
+                         timeout=TIMEOUT_MAX_S, check=False)   # virtual time never waits
         self.backend, self.hosts = backend, hosts
         self._groups["world"] = list(range(backend.size))
         self.set_algorithm(algorithm, grid)

@@ -106,3 +106,32 @@ def test_resume_with_another_model_is_refused_by_name_and_past_max_steps_is_vali
 def test_bad_benchmark_flag_is_one_message_per_rank_not_a_traceback(argv, fragment):
     out = failed_output(2, argv, timeout=60)
     assert fragment in out and "Traceback" not in out, out
+
+
+def test_resume_over_bad_checkpoints_and_leftovers_keeps_the_intact_one(tmp_path):
+    """The newest checkpoint truncated, the next corrupt, a stale temporary file and a blank
+    line in train_loss.series.txt: the resumed run falls back to the intact one naming each
+    reason, renames the bad ones aside, removes the leftover and keeps its own checkpoints
+    (before: IndexError on the blank line; clean-up deleted the intact checkpoint)."""
+    run = tmp_path / "run"
+    flags = [TRAIN] + SMALL + ["--train-images", "128", "--output-dir", str(run),
+                               "--checkpoint-every", "1"]
+    run_mpi(2, flags + ["--max-steps", "3"], timeout=120)
+    newest, corrupt = run / "ckpt-000000003.npz.chk", run / "ckpt-000000002.npz.chk"
+    newest.write_bytes(newest.read_bytes()[:100])
+    blob = bytearray(corrupt.read_bytes())
+    blob[200] ^= 0xFF
+    corrupt.write_bytes(bytes(blob))
+    (run / "ckpt-000000004.npz.chk.tmp999").write_bytes(b"x" * 100)
+    with open(run / "train_loss.series.txt", "a") as f:
+        f.write("\n")
+    out = run_mpi(2, flags + ["--resume", "1", "--max-steps", "5"], timeout=120)
+    assert "ckpt-000000003.npz.chk is truncated (no checksum trailer); renamed to " \
+           "ckpt-000000003.npz.chk.bad" in out, out
+    assert "ckpt-000000002.npz.chk is corrupt (SHA-256 mismatch)" in out, out
+    assert "resumed from " in out and "ckpt-000000001.npz.chk: step 1" in out, out
+    assert "ckpt-000000004.npz.chk.tmp999, left by a write that did not finish" in out, out
+    names = sorted(p.name for p in run.iterdir() if p.name.startswith("ckpt-"))
+    assert names == ["ckpt-000000002.npz.chk.bad", "ckpt-000000003.npz.chk",
+                     "ckpt-000000003.npz.chk.bad", "ckpt-000000004.npz.chk",
+                     "ckpt-000000005.npz.chk"], names

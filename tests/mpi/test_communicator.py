@@ -121,6 +121,8 @@ BAD_INPUT = {  # case: text every rank's error must contain
     "shared_row_empty_vs_data": "different arguments",
     "not_a_member": "is not a member of group",
     "unknown_group": "ValueError: unknown group 'nosuch'",
+    # One rank with another backend has other settings (before: IndexError on rank 0).
+    "backends_differ": "ValueError: init: ranks were given different settings",
 }
 
 
@@ -136,10 +138,30 @@ def test_bad_input_raises_on_every_rank_and_leaves_the_communicator_usable():
     assert all("rank 3: ('all_reduce', (('float32', (18,))" in line for line in shapes.values())
     dtypes = bad_input_lines(out, ranks, "dtypes_differ")
     assert all("rank 3: ('all_reduce', (('float16', (17,)),)" in line for line in dtypes.values())
+    backends = bad_input_lines(out, ranks, "backends_differ")
+    assert all("backend: 'mpi' on rank(s) [0, 1, 2]; 'fake-nccl' on rank(s) [3]" in line and
+               "segment_bytes: 4194304 on rank(s) [0, 1, 2]; unset on rank(s) [3]" in line
+               for line in backends.values()), backends
     members = bad_input_lines(out, ranks, "not_a_member")
     assert all(f"rank {r} is not a member of group 'only{(r + 1) % ranks}'" in members[r]
                for r in range(ranks))
     assert out.count("still works") == ranks, out
+
+
+@pytest.mark.parametrize("case, listed, ranks", [
+    ("order", "rank {last}: group 'order' with ranks ", 2),
+    ("order", "rank {last}: group 'order' with ranks ", 4),
+    ("members", "rank 0: group 'members' with ranks [0, 1]", 4)])   # 2 never waits for 3
+def test_new_group_lists_that_differ_are_named_at_once(ranks, case, listed):
+    """Before: new_group blocked until the timeout, then the next bcast was blamed."""
+    start = time.monotonic()
+    out = run_mpi(ranks, [PROG, "groups-differ"], timeout=60,
+                  env={"CASE": case, "NNABLA_TORUS_TIMEOUT": "30"})
+    name = f"group_{case}s_differ" if case == "order" else "group_members_differ"
+    for rank, line in bad_input_lines(out, ranks, name).items():
+        assert f"ValueError: new_group '{case}': members passed different groups" in line, line
+        assert listed.format(last=ranks - 1) in line, line
+    assert time.monotonic() - start < 25
 
 
 def test_a_refused_shared_window_falls_back_and_says_why_once():

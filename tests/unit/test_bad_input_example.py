@@ -77,6 +77,11 @@ TRAIN = [
     (["--grid", "2y2"], "grid = '2y2'"),
     (["--plan", "maybe"], "invalid choice: 'maybe'"),
     (["--profile", "nope"], "no profile file or shipped profile 'nope'"),
+    # A folder or malformed YAML is a message (before: IsADirectoryError / a YAML traceback).
+    (["--profile", "@train"], "profile '@train': cannot read @train: Is a directory; give a "
+                              "profile file (YAML or JSON) or a shipped name"),
+    (["--profile", "@bad.yaml"], "profile '@bad.yaml': cannot read @bad.yaml: mapping values "
+                                 "are not allowed here"),
     (["--overlap", "maybe"], "argument --overlap"),
     (["--bucket-mib", "0"], "argument --bucket-mib: must be a finite number > 0"),
     (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be an integer >= 0"),
@@ -130,6 +135,12 @@ LISTS = [
     (["--train-dir", "@train", "--val-dir", "/no/val"], "--val-dir /no/val does not exist"),
     (["--train-dir", "@train", "--val-map", "/no/map.txt"], "--val-map /no/map.txt does not exist"),
     ([], "--train-dir (or NNABLA_TORUS_TRAIN_DIR) is required"),
+    # Messages, not tracebacks (before: FileNotFoundError tracebacks).
+    (["--train-dir", "@train"], "error: class folder @train/n01 holds no images (.jpeg, .jpg, "
+                                ".png); remove it or add its images"),
+    (["--train-dir", "@train-ok", "--val-dir", "@flat-val"], "error: validation folder "
+                                                             "@flat-val has no class folders; "
+                                                             "pass --val-map"),
 ]
 
 
@@ -138,9 +149,14 @@ def paths(tmp_path):
     """Substitutions for the placeholders of the tables."""
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "bad.yaml").write_text("epochs: 3\n  base_lr: 0.1\n")   # indented
-    (tmp_path / "train" / "n01").mkdir(parents=True)
+    (tmp_path / "train" / "n01").mkdir(parents=True)     # an empty class folder
+    (tmp_path / "ok" / "train" / "n01").mkdir(parents=True)
+    (tmp_path / "ok" / "train" / "n01" / "a.JPEG").write_bytes(b"x")
+    (tmp_path / "ok" / "val").mkdir()                     # flat: images, no class folders
+    (tmp_path / "ok" / "val" / "v1.JPEG").write_bytes(b"x")
     return {FILE: str(tmp_path / "a-file" / "out"), "@bad.yaml": str(tmp_path / "bad.yaml"),
-            "@train": str(tmp_path / "train")}
+            "@train": str(tmp_path / "train"), "@train-ok": str(tmp_path / "ok" / "train"),
+            "@flat-val": str(tmp_path / "ok" / "val")}
 
 
 def error_of(parse, argv, capsys):
@@ -164,9 +180,22 @@ def error_of(parse, argv, capsys):
 def test_bad_flag_is_refused_with_a_message(parse, argv, fragment, paths, capsys, monkeypatch):
     monkeypatch.delenv("NNABLA_TORUS_RECIPE", raising=False)
     argv = [paths.get(a, a) for a in argv]
+    for placeholder, path in paths.items():              # messages name the real paths
+        fragment = fragment.replace(placeholder, path)
     message = error_of(parse, argv, capsys)
     assert fragment in message, message
     assert "Traceback" not in message
+
+
+def test_the_list_tool_and_the_loader_agree_on_names_with_spaces(tmp_path):
+    """Before: the tool wrote "n01/a b.JPEG 0" and read_list (split(), 2 fields) refused it."""
+    from PIL import Image
+    from data import read_list
+    (tmp_path / "train" / "n01").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(tmp_path / "train" / "n01" / "a b.JPEG")
+    make_imagenet_lists.main(["--train-dir", str(tmp_path / "train")])
+    files, labels, _ = read_list(str(tmp_path / "train.txt"), str(tmp_path / "train"))
+    assert files == [str(tmp_path / "train" / "n01" / "a b.JPEG")] and labels == [0]
 
 
 @pytest.mark.parametrize("env,value,fragment", [

@@ -2,6 +2,7 @@
 is refused with a message naming the knob and its allowed range (no hang, no traceback, no
 silent default). One table per entry point; a row is (value(s), expected message fragment).
 """
+import json
 import math
 import os
 import re
@@ -20,7 +21,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # -- the communicator: environment variable (or keyword argument), value, message -----------
 COMMUNICATOR = [
     ("NNABLA_TORUS_TIMEOUT", "0", "NNABLA_TORUS_TIMEOUT='0' is not a valid value: must be a "
-                                  "finite number > 0 (seconds, e.g. 300)"),
+                                  "finite number > 0 and <= 2.14748e+06 (seconds, e.g. 300; "
+                                  "86400 for a day)"),
+    # Values the runtime cannot honour (before: accepted, then OverflowError in the watchdog
+    # thread, or every wait stalled): bounded by the longest timeout nnabla's watchdog counts.
+    ("NNABLA_TORUS_TIMEOUT", "1e10", "must be a finite number > 0 and <= 2.14748e+06"),
     ("NNABLA_TORUS_TIMEOUT", "-1", "must be a finite number > 0"),
     ("NNABLA_TORUS_TIMEOUT", "nan", "must be a finite number > 0"),
     ("NNABLA_TORUS_TIMEOUT", "inf", "must be a finite number > 0"),
@@ -36,6 +41,11 @@ COMMUNICATOR = [
     ("NNABLA_TORUS_SPIN_S", "inf", "must be a finite number >= 0"),
     ("NNABLA_TORUS_POLL_SLEEP_S", "nan", "NNABLA_TORUS_POLL_SLEEP_S='nan' is not a valid value: "
                                          "must be a finite number >= 0"),
+    ("NNABLA_TORUS_POLL_SLEEP_S", "1e300", "must be a finite number >= 0 and <= 0.01 (seconds a "
+                                           "waiting rank sleeps per poll"),
+    ("NNABLA_TORUS_POLL_SLEEP_S", "10", "must be a finite number >= 0 and <= 0.01"),
+    ("poll_sleep", 1.0, "poll_sleep=1.0 is not a valid value (keyword argument; environment twin "
+                        "NNABLA_TORUS_POLL_SLEEP_S)"),
     ("NNABLA_TORUS_RANKS_PER_HOST", "0", "NNABLA_TORUS_RANKS_PER_HOST='0' is not a valid value: "
                                          "must be an integer >= 1 (ranks per host; unset it to "
                                          "group ranks by host name)"),
@@ -71,7 +81,7 @@ COMMUNICATOR = [
 def make_communicator(name, value):
     from nnabla_torus.backends.mpi import settings
     from nnabla_torus.communicator import TorusCommunicator
-    if name in ("segment_bytes", "pipeline_bytes", "shm", "shm_bytes"):  # MPI backend kwargs
+    if name in ("segment_bytes", "pipeline_bytes", "shm", "shm_bytes", "poll_sleep"):  # MPI kwargs
         return settings(**{name: value})
     if name.isupper():
         return TorusCommunicator()
@@ -125,6 +135,8 @@ PLAN = [
     ("--algorithms ring,tree", "unknown algorithm(s) ['tree']"),
     ("--rows some", "argument --rows: invalid choice: 'some'"),
     ("--profile nosuch", "no profile file or shipped profile 'nosuch'"),
+    ("--profile /tmp", "profile '/tmp': cannot read /tmp: Is a directory; give a profile file "
+                       "(YAML or JSON) or a shipped name"),     # before: IsADirectoryError
     ("--model vgg", "profile 'abci' has no model 'vgg'"),
     ("--json /nonexistent/plan.json", "argument --json: cannot write '/nonexistent/plan.json': "
                                       "give a file path in an existing writable folder"),
@@ -135,8 +147,40 @@ PLAN = [
     ("--recipe sony-122s --fit-recipe digits-cpu", "--fit-recipe digits-cpu states no published "
                                                     "expected.time_s"),
     ("--simulate -1", "argument --simulate: must be an integer >= 0, got '-1'"),
-    ("--max-wall 0", "argument --max-wall: must be a finite number > 0, got '0'"),
+    ("--max-wall 0", "argument --max-wall: must be a finite number > 0 and <= 2.14748e+06, got "
+                     "'0'"),
+    ("--max-wall 1e300", "argument --max-wall: must be a finite number > 0 and <= 2.14748e+06"),
     ("--sim-engine ns3", "argument --sim-engine: invalid choice: 'ns3'"),
+    # A batch no candidate splits is refused with the nearest ones (before: 4,312 GPUs at
+    # global batch 4,312 for --batch 63, 36,720 for 34,817; --local-batch ignored).
+    ("--batch 63", "global batch 63 cannot be split as GPUs x per-GPU batch x accumulation "
+                   "steps over the candidates (GPU counts 1..4352 (1091 values), per-GPU "
+                   "batches 1..256 (9 values) (at most 256), accumulation steps 1,2,4,8); the "
+                   "nearest feasible global batches are 60 and 64: ask for one of them, or "
+                   "pass --nearest-batch"),
+    ("--batch 34817", "the nearest feasible global batches are 34816 and 34880"),
+    ("--batch 1000 --local-batch 32", "per-GPU batches 32 (at most 256)"),
+    ("--nearest-batch maybe", "argument --nearest-batch: expected one of 1/0"),
+    # Flags that another overrides are refused, not ignored (before: all accepted).
+    ("--gpus 8,16 --max-gpus 4", "--max-gpus has no effect with --gpus"),
+    ("--schedule 0:256 --local-batch 32 --batch 512", "--batch has no effect with --schedule "
+                                                      "(the schedule sets the global batch"),
+    ("--schedule 0:256 --local-batch 32 --max-gpus 64", "--max-gpus has no effect with "
+                                                        "--schedule"),
+    ("--schedule 0:256 --local-batch 32 --gpus 8", "--gpus has no effect with --schedule"),
+    ("--schedule 0:256 --local-batch 32 --nearest-batch", "--nearest-batch has no effect with "
+                                                          "--schedule"),
+    ("--schedule 0:256 --local-batch 32 --plot /tmp/p.png", "--plot has no effect with "
+                                                            "--schedule"),
+    ("--schedule 0:256 --local-batch 32 --rows all", "--rows has no effect with --schedule"),
+    ("--max-wall 5", "--max-wall has no effect without --simulate"),
+    ("--sim-engine flow", "--sim-engine has no effect without --simulate"),
+    ("--recipe sony-224s --explain", "--explain has no effect with --recipe"),
+    ("--recipe sony-224s --batch 64", "--batch has no effect with --recipe"),
+    # --allow-beyond-profile holds --gpus to its documented cap too (before: 99,999,999 planned)
+    ("--gpus 99999999 --allow-beyond-profile", "99999999 GPUs is more than the 4352 GPUs of "
+                                               "profile 'abci' (1088 hosts x 4): plan at most "
+                                               "69632 GPUs (16x the profile)"),
 ]
 
 
@@ -157,6 +201,22 @@ def test_the_table_covers_every_flag_and_knob():
         with open(os.path.join(REPO, "nnabla_torus", module)) as f:
             read |= set(re.findall(r'"(NNABLA_TORUS_[A-Z0-9_]+)"', f.read()))
     assert read == {name for name, _, _ in COMMUNICATOR if name.isupper()}
+
+
+def test_nearest_batch_plans_the_nearest_feasible_batch_and_says_so(capsys, tmp_path):
+    plan_cli.main(["--batch", "63", "--nearest-batch", "--json", str(tmp_path / "plan.json")])
+    report = json.loads((tmp_path / "plan.json").read_text())
+    out = capsys.readouterr().out
+    assert ("# --batch 63 cannot be split over these candidates: planned the nearest feasible "
+            "global batch 64 instead (--nearest-batch)") in out, out
+    assert report["recommendation"]["global_batch"] == 64
+    assert (report["batch_asked"], report["batch_planned"]) == (63, 64)
+
+
+def test_split_batch_gives_the_closest_split():
+    from nnabla_torus.controller import split_batch
+    assert split_batch(128, 3, 32) == (21, 2)      # 126 (before: 22 x 2 = 132)
+    assert split_batch(1000, 3, 64) == (56, 6)     # 1,008: 55 x 6 = 990 is farther
 
 
 def test_plan_cli_environment_twins_are_checked_too(monkeypatch):
@@ -209,6 +269,16 @@ def test_profile_values(tmp_path, key, value, message):
     with pytest.raises(ValueError) as error:
         load_profile(path)
     assert str(error.value).startswith(f"{path}: profile ") and message in str(error.value)
+
+
+def test_a_malformed_profile_file_is_named(tmp_path):
+    """Before: a YAML traceback."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts: [1\n")
+    with pytest.raises(ValueError) as error:
+        load_profile(str(bad))
+    assert f"profile '{bad}': cannot read {bad}: while parsing a flow sequence" in \
+        str(error.value) and "expected ',' or ']'" in str(error.value)
 
 
 def test_an_empty_profile_file_is_named(tmp_path):

@@ -1,11 +1,15 @@
 """Checkpoint files: round trip, atomic write, keep-N, corrupt/truncated detection + fallback."""
+import errno
 import os
+import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from examples.imagenet.checkpoint import (CheckpointError, list_checkpoints,
-                                          load_latest_checkpoint, save_checkpoint)
+                                          load_latest_checkpoint, remove_stale_temporaries,
+                                          save_checkpoint)
 
 
 def arrays_at(step):
@@ -30,7 +34,7 @@ def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
     def crash(src, dst):
         raise OSError("disk full")
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(CheckpointError, match="disk full"):
         save_checkpoint(str(tmp_path), 2, arrays_at(2), {"step": 2})
     monkeypatch.undo()
     _, meta, _ = load_latest_checkpoint(str(tmp_path))
@@ -63,3 +67,104 @@ def test_no_intact_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="no intact checkpoint.*ckpt-000000005"):
         load_latest_checkpoint(str(tmp_path), log=lambda m: None)
 
+
+
+# -- unreadable files of every kind: (damage, reason in the log) ----------------------------
+def truncate(path, monkeypatch):
+    blob = open(path, "rb").read()
+    open(path, "wb").write(blob[:len(blob) // 2])
+
+
+def flip(path, monkeypatch):
+    blob = bytearray(open(path, "rb").read())
+    blob[100] ^= 0xFF
+    open(path, "wb").write(bytes(blob))
+
+
+def folder(path, monkeypatch):
+    os.remove(path)
+    os.mkdir(path)
+
+
+def not_an_archive(path, monkeypatch):       # a valid trailer over bytes numpy refuses
+    import hashlib
+    from examples.imagenet.checkpoint import MAGIC
+    open(path, "wb").write(b"junk" + MAGIC + hashlib.sha256(b"junk").digest())
+
+
+def no_permission(path, monkeypatch):        # root reads any mode: refuse it in open()
+    real = open
+
+    def refuse(name, *args, **kwargs):
+        if str(name) == path:
+            raise PermissionError(errno.EACCES, "Permission denied", name)
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr("builtins.open", refuse)
+
+
+UNREADABLE = [(truncate, "is truncated"), (flip, "SHA-256 mismatch"),
+              (folder, "cannot be read (Is a directory)"),
+              (not_an_archive, "is not a checkpoint archive (ValueError"),
+              (no_permission, "cannot be read (Permission denied)")]
+
+
+@pytest.mark.parametrize("damage, reason", UNREADABLE, ids=[d.__name__ for d, _ in UNREADABLE])
+def test_any_unreadable_newest_falls_back_with_its_reason(tmp_path, monkeypatch, damage, reason):
+    """Before: a folder, no permission or a bad archive raised a traceback (only a
+    CheckpointError fell back)."""
+    save_checkpoint(str(tmp_path), 1, arrays_at(1), {"step": 1})
+    newest = save_checkpoint(str(tmp_path), 2, arrays_at(2), {"step": 2})
+    damage(newest, monkeypatch)
+    messages = []
+    _, meta, _ = load_latest_checkpoint(str(tmp_path), log=messages.append)
+    assert meta["step"] == 1 and len(messages) == 1 and reason in messages[0], messages
+    assert f"renamed to {os.path.basename(newest)}.bad" in messages[0]
+
+
+def test_clean_up_never_deletes_the_newest_intact_checkpoint(tmp_path):
+    """The newest truncated, the next corrupt: the resumed run reads the intact older one and
+    its keep-3 rule must not count the two bad files (before: it deleted the intact one)."""
+    for step in (10, 20, 30):
+        save_checkpoint(str(tmp_path), step, arrays_at(step), {"step": step})
+    truncate(os.path.join(tmp_path, "ckpt-000000030.npz.chk"), None)
+    flip(os.path.join(tmp_path, "ckpt-000000020.npz.chk"), None)
+    _, meta, path = load_latest_checkpoint(str(tmp_path), log=lambda m: None)
+    assert meta["step"] == 10
+    save_checkpoint(str(tmp_path), 12, arrays_at(12), {"step": 12})
+    save_checkpoint(str(tmp_path), 14, arrays_at(14), {"step": 14})
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == \
+        ["ckpt-000000010.npz.chk", "ckpt-000000012.npz.chk", "ckpt-000000014.npz.chk"]
+    # A folder holding newer checkpoints of another run: the file just written stays.
+    written = save_checkpoint(str(tmp_path), 1, arrays_at(1), {"step": 1}, keep=1)
+    assert os.path.exists(written)
+
+
+def test_stale_temporaries_are_removed_at_start(tmp_path):
+    """Before: each ckpt-*.tmp<pid> of a crashed writer (a whole checkpoint) stayed forever."""
+    stale = tmp_path / "ckpt-000000040.npz.chk.tmp4242"
+    stale.write_bytes(b"x" * 1000)
+    messages = []
+    assert remove_stale_temporaries(str(tmp_path), messages.append) == [str(stale)]
+    assert not stale.exists() and "left by a write that did not finish" in messages[0]
+
+
+def test_a_write_error_names_the_path_and_the_free_space(tmp_path, monkeypatch):
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(CheckpointError) as error:
+        save_checkpoint(str(tmp_path), 7, arrays_at(7), {"step": 7})
+    text = str(error.value)
+    assert f"cannot write checkpoint {tmp_path}/ckpt-000000007.npz.chk (" in text, text
+    assert "No space left on device" in text and f"MB free on the file system of {tmp_path}" \
+        in text, text
+
+
+def test_a_blank_or_cut_monitor_line_is_dropped_on_resume(tmp_path):
+    """Before: IndexError on a blank line of train_loss.series.txt."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                                    "imagenet"))
+    import train
+    (tmp_path / "train_loss.series.txt").write_text("1 2.5\n\n2 2.4\n3\n9 1.0\n")
+    train.make_monitors(SimpleNamespace(output_dir=str(tmp_path)), 0, resumed_at=(5, 0.5))
+    assert (tmp_path / "train_loss.series.txt").read_text() == "1 2.5\n2 2.4\n"

@@ -1,5 +1,8 @@
 """The elastic launcher's planning side: hostfiles, slot limits, resize-or-decline, dry run."""
 import math
+import os
+import sys
+import time
 
 import pytest
 
@@ -11,9 +14,18 @@ def test_hostfile_slots_and_errors(tmp_path):
     path = tmp_path / "hosts"
     path.write_text("# ABCI\nnode1 slots=4\nnode2 slots=4 max_slots=4\nnode3\n\n")
     assert elastic.read_hostfile(str(path)) == [("node1", 4), ("node2", 4), ("node3", 1)]
-    path.write_text("node1 slots=four\n")
-    with pytest.raises(ValueError, match=r"hosts:1: slots='four' must be an integer >= 1"):
-        elastic.read_hostfile(str(path))
+    path.write_text("node1 max_slots=2\n")                 # max_slots alone bounds the host
+    assert elastic.read_hostfile(str(path)) == [("node1", 2)]
+    # Before: Unicode digits accepted (int("\u0664") == 4) and max_slots ignored.
+    for line, message in [
+            ("node1 slots=four", "hosts:1: slots='four' must be an integer >= 1"),
+            ("node1 slots=\u0664", "hosts:1: slots='\u0664' must be an integer >= 1 in ASCII "
+                                   "digits"),
+            ("node1 slots=8 max_slots=\u0662", "max_slots='\u0662' must be an integer"),
+            ("node1 slots=8 max_slots=4", "hosts:1: slots=8 is more than max_slots=4")]:
+        path.write_text(line + "\n")
+        with pytest.raises(ValueError, match=message):
+            elastic.read_hostfile(str(path))
     path.write_text("# nothing\n")
     with pytest.raises(ValueError, match="names no host"):
         elastic.read_hostfile(str(path))
@@ -84,13 +96,20 @@ def test_bad_launcher_input_is_one_line(tmp_path, capsys):
 def test_dry_run_on_fewer_slots_than_wanted_says_so(tmp_path, capsys):
     hosts = tmp_path / "three.hosts"
     hosts.write_text("".join(f"node{i} slots=4\n" for i in range(3)))
-    elastic.main(["--hostfile", str(hosts), "--profile", "abci", "--model", "resnet50",
-                  "--schedule", "0:34816,5:69632", "--local-batch", "32", "--dataset-size",
-                  "1281167", "--epochs", "90", "--dry-run"])
+    flags = ["--hostfile", str(hosts), "--profile", "abci", "--model", "resnet50",
+             "--local-batch", "32", "--dataset-size", "1281167", "--epochs", "90", "--dry-run"]
+    elastic.main(flags + ["--schedule", "0:384,5:768"])
     out = capsys.readouterr().out
-    assert "the planner wants 1088 ranks but only 12 slots exist: planning within them" in out
-    assert "global batch 34816 does not split over 12 ranks: falling back to 8" in out, out
-    assert "launch at epoch 0: 8 ranks" in out, out
+    assert "the planner wants 24 ranks but only 12 slots exist: planning within them" in out
+    assert "launch at epoch 0: 12 ranks, " in out and "32 x 1 per rank, global batch 384" in out
+    # 34,816 does not split over 12 slots at 32 per rank: an error naming the nearest batch
+    # (before: the plan of 12 ranks at another batch, printed as a launch of 8 ranks).
+    with pytest.raises(SystemExit) as ended:
+        elastic.main(flags + ["--schedule", "0:34816,5:69632"])
+    assert ("epoch 0: global batch 34816 cannot be split as GPUs x per-GPU batch x "
+            "accumulation steps over the candidates (GPU counts 1,2,3,4,8,12, per-GPU batches "
+            "32" in str(ended.value.code)), ended.value.code
+    assert "the nearest feasible global batch is 3072" in str(ended.value.code)
 
 
 def test_bad_numbers_are_refused_where_parsed(capsys):
@@ -99,3 +118,63 @@ def test_bad_numbers_are_refused_where_parsed(capsys):
         with pytest.raises(SystemExit):
             elastic.main([flag, value, "--dry-run", "--schedule", "0:32"])
         assert f"argument {flag}: must be" in capsys.readouterr().err
+
+
+# -- the launcher owns its job ----------------------------------------------------------------
+def fake_job(monkeypatch, code):
+    """Make run_once launch ``python -c code`` instead of mpirun."""
+    monkeypatch.setattr(elastic, "mpirun_command", lambda ranks, argv, extra: [
+        sys.executable, "-c", code, *argv])
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_job_output_that_is_not_utf8_is_shown_replaced(monkeypatch, capsys):
+    """Before: UnicodeDecodeError, the launcher exited and left mpirun running."""
+    fake_job(monkeypatch, "import sys; sys.stdout.buffer.write(b'loss \\xff\\xfe ok\\n')")
+    status, request, tail, _ = elastic.run_once([], 1, [], dict(os.environ))
+    assert status == 0 and request is None and tail == ["loss \ufffd\ufffd ok"]
+
+
+def test_a_malformed_request_line_is_reported_not_fatal(monkeypatch, capsys):
+    fake_job(monkeypatch, f"print({elastic.REQUEST_PREFIX!r} + '{{ranks: 2'); exit(75)")
+    status, request, _, _ = elastic.run_once([], 1, [], dict(os.environ))
+    assert (status, request) == (75, None)
+    assert "ignoring a malformed request line" in capsys.readouterr().out
+
+
+def test_an_error_in_the_launcher_ends_the_job_it_started(monkeypatch, tmp_path, capsys):
+    """Our stdout breaks (a pipe to `head` that exited) while the job runs: the job's process
+    group is killed and the reason said, within seconds (before: the job ran on alone)."""
+    pid_file = tmp_path / "pid"
+    fake_job(monkeypatch, f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+                          f"; print('started', flush=True); time.sleep(60)")
+
+    class BrokenStdout:
+        def write(self, text):                # the launcher's own lines pass
+            if text == "started\n":
+                raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+    monkeypatch.setattr(sys, "stdout", BrokenStdout())
+    start = time.monotonic()
+    with pytest.raises(BrokenPipeError):
+        elastic.run_once([], 1, [], dict(os.environ))
+    assert time.monotonic() - start < 20
+    assert not alive(int(pid_file.read_text()))
+    assert ("nnabla-torus-run: ended the job (mpirun pid" in capsys.readouterr().err)
+
+
+def test_relaunches_always_resume():
+    """Before: an explicit --resume 0 was kept, so every relaunch trained from step 0."""
+    assert elastic.resumed(["train.py", "--resume", "0", "-b", "8"]) == \
+        ["train.py", "-b", "8", "--resume", "1"]
+    assert elastic.resumed(["train.py", "--resume=0"]) == ["train.py", "--resume", "1"]
+    assert elastic.resumed(["train.py"]) == ["train.py", "--resume", "1"]

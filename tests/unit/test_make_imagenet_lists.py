@@ -67,16 +67,17 @@ def test_environment_twin_sets_the_training_folder(imagenet, monkeypatch):
     assert len((imagenet / "train.txt").read_text().splitlines()) == 6
 
 
-@pytest.mark.parametrize("case, error, message", [
-    ("no map", FileNotFoundError, "no class folders; pass --val-map"),
-    ("unknown wnid", ValueError, "class 'n09' in .*map.txt has no folder in the training set"),
-    ("missing image", FileNotFoundError, "names ILSVRC2012_val_00000009.JPEG, which is not in"),
-    ("bad line", ValueError, r"map.txt:1: expected 'image wnid'"),
+@pytest.mark.parametrize("case, message", [
+    ("no map", "no class folders; pass --val-map"),
+    ("unknown wnid", "class 'n09' in .*map.txt has no folder in the training set"),
+    ("missing image", "names ILSVRC2012_val_00000009.JPEG, which is not in"),
+    ("bad line", r"map.txt:1: expected 'image wnid'"),
 ])
-def test_bad_validation_inputs_are_named(imagenet, case, error, message):
+def test_bad_validation_inputs_are_named(imagenet, case, message):
+    """A message (SystemExit "error: ..."), not a traceback."""
     (imagenet / "map.txt").write_text({
         "no map": "", "unknown wnid": "ILSVRC2012_val_00000001 n09\n",
-        "missing image": "ILSVRC2012_val_00000009.JPEG n01\n", "bad line": "a b c\n"}[case])
+        "missing image": "ILSVRC2012_val_00000009.JPEG n01\n", "bad line": "a\n"}[case])
     extra = [] if case == "no map" else ["--val-map", str(imagenet / "map.txt")]
-    with pytest.raises(error, match=message):
+    with pytest.raises(SystemExit, match="^error: .*" + message):
         run(imagenet, "--val-dir", str(imagenet / "val"), *extra)

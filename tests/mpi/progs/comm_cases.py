@@ -742,6 +742,9 @@ def bad_input(comm):
     def unknown_group():
         comm.all_reduce(ndarrays([(17,)], RANK), group="nosuch")
 
+    def backends_differ():         # NNABLA_TORUS_BACKEND set on one host only
+        C.MultiProcessDataParallelCommunicator(backend="fake-nccl" if RANK == last else "mpi").init()
+
     for r in range(P):
         comm.new_group((f"only{r}", [r]))
     automatic = make_comm(Config("auto", None, None, False), auto_profile="cpu-2core")
@@ -752,7 +755,8 @@ def bad_input(comm):
              shared_row_empty_vs_data,
              all_gather_list_differs, all_gather_list_wrong_everywhere,
              reduce_scatter_list_differs, grid_does_not_fit, malformed_grid, unknown_algorithm,
-             unknown_algorithm_env, hosts_do_not_divide, not_a_member, unknown_group]
+             unknown_algorithm_env, hosts_do_not_divide, not_a_member, unknown_group,
+             backends_differ]
     for fn in cases:
         expect_error(fn.__name__, fn)
     for c in (comm, row):                            # still usable: no stale messages
@@ -770,6 +774,52 @@ def missing_rank(comm, missing):
     else:
         comm.all_reduce(arrays)
     print(f"rank {RANK}: all_reduce returned although rank {missing} never called it", flush=True)
+
+
+def threads(comm, count):
+    """``count`` threads per rank all-reduce: first one after another (each sum exact), then
+    all at once, which must end the job with ConcurrentCall naming two threads, and no thread
+    may see a wrong sum before that ("WRONG" lines)."""
+    import threading
+
+    def work(k, rounds, start):
+        start.wait()
+        for i in range(rounds):
+            arrays = ndarrays([(17,), (5 + k,)], RANK + 100 * k)
+            comm.all_reduce(arrays, inplace=bool(k % 2))
+            for a, shape, j in zip(arrays, [(17,), (5 + k,)], range(2)):
+                want = expected_sum(shape, j, [r + 100 * k for r in range(P)])
+                if not np.array_equal(a.data, want):
+                    print(f"rank {RANK}: WRONG sum in thread worker-{k}, call {i}", flush=True)
+
+    def run(together, rounds):
+        start = threading.Barrier(count if together else 1)
+        workers = [threading.Thread(target=work, args=(k, rounds, start), name=f"worker-{k}")
+                   for k in range(count)]
+        for t in workers:
+            t.start()
+            if not together:
+                t.join()
+        for t in workers:
+            t.join()
+
+    run(False, 3)
+    print(f"rank {RANK}: one after another OK", flush=True)
+    run(True, 200)
+    print(f"rank {RANK}: concurrent calls were not refused", flush=True)
+
+
+def groups_differ(comm, case):
+    """new_group with lists that differ across members: each rank prints its error (one case
+    per launch: after a mismatch the job is meant to end, and lists sent to a member that gave
+    up would meet its next new_group)."""
+    last, ranks = P - 1, list(range(P))
+    if case == "order":            # one rank lists the members in another order
+        expect_error("group_orders_differ",
+                     lambda: comm.new_group(("order", ranks[::-1] if RANK == last else ranks)))
+    else:                          # rank 0 leaves the others out: it never sends to them
+        expect_error("group_members_differ",
+                     lambda: comm.new_group(("members", [0, 1] if RANK == 0 else ranks)))
 
 
 def shm_refused():
@@ -795,6 +845,10 @@ def main(suite):
         cases = correctness_cases()
     elif suite == "bad-input":
         cases = [("bad input", lambda: bad_input(make_comm(default)))]
+    elif suite == "groups-differ":
+        cases = [("groups differ", lambda: groups_differ(make_comm(default), os.environ["CASE"]))]
+    elif suite == "threads":
+        cases = [("threads", lambda: threads(make_comm(default), int(os.environ["THREADS"])))]
     elif suite == "shm-refused":
         cases = [("shared window refused", shm_refused)]
     elif suite == "missing-rank":
