@@ -16,14 +16,14 @@ import pytest
 from tests.mpirun import REPO, run_mpi
 
 TRAIN = "examples/imagenet/train.py"
-CHECK = "tests/mpi/progs/train_check.py"
+CHECK = "tests/examples/progs/train_check.py"
 SMALL = ["-C", "digits-cpu", "--image-size", "16", "--local-batch", "8", "--batch-schedule",
          "0:16", "--epochs", "2", "--warmup-epochs", "0.5", "--progress", "0"]
 BAD = ("truncated.JPEG", "empty.JPEG", "text.JPEG")
 
 
 def bad_dataset(root, *extra):
-    subprocess.run([sys.executable, "tests/mpi/progs/make_bad_dataset.py", str(root), *extra],
+    subprocess.run([sys.executable, "tests/examples/progs/make_bad_dataset.py", str(root), *extra],
                    cwd=REPO, check=True)
     return ["--data-dir", str(root)]
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from tests.mpirun import run_mpi
 
-PROG = "tests/mpi/progs/train_check.py"
+PROG = "tests/examples/progs/train_check.py"
 SMALL = ["--train-images", "128", "--image-size", "16", "--local-batch", "16", "--epochs", "2",
          "--progress", "0", "--seed", "5", "--overlap", "1"]
 

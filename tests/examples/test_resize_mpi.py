@@ -16,7 +16,7 @@ import numpy as np
 
 from tests.mpirun import run_mpi
 
-PROG = "tests/mpi/progs/train_check.py"
+PROG = "tests/examples/progs/train_check.py"
 TINY = ["--train-images", "512", "--image-size", "16", "--local-batch", "16",
         "--batch-schedule", "0:64", "--reference-batch", "64", "--warmup-epochs", "0.5",
         "--epochs", "2", "--min-crop-area", "1", "--progress", "0", "--seed", "5",

@@ -12,7 +12,7 @@ import numpy as np
 
 from tests.mpirun import expect_passed, run_mpi
 
-PROG = "tests/mpi/progs/train_check.py"
+PROG = "tests/examples/progs/train_check.py"
 # 512 training images, 16 px, batch 32 -> 64 after epoch 1: a few seconds of compute per run.
 SMALL = ["--train-images", "512", "--image-size", "16", "--local-batch", "16",
          "--batch-schedule", "0:32,1:64", "--reference-batch", "32", "--warmup-epochs", "0.5",
@@ -56,7 +56,7 @@ def test_resume_continues_exactly(tmp_path):
 
 
 def test_data_parallel_step_equals_single_process_big_batch():
-    out = run_mpi(2, ["tests/mpi/progs/check_dp_step.py"], timeout=180)
+    out = run_mpi(2, ["tests/examples/progs/check_dp_step.py"], timeout=180)
     expect_passed(out, "check_dp_step")
 
 

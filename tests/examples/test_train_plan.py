@@ -20,7 +20,7 @@ def summary_of(out):
 
 
 def test_plan_auto_logs_applies_and_reports(tmp_path):
-    out = run_mpi(2, ["tests/mpi/progs/train_check.py"] + TINY +
+    out = run_mpi(2, ["tests/examples/progs/train_check.py"] + TINY +
                   ["--plan", "auto", "--output-dir", str(tmp_path)], timeout=120)
     assert "PARAMS_EQUAL" in out, out
     for batch in (32, 64):                             # planned again after the batch change
