@@ -49,7 +49,8 @@ def test_bad_images_are_skipped_named_and_counted_with_ranks_in_step(tmp_path):
     assert "PARAMS_EQUAL" in out, out
     # Readable output: library lines once, plain progress lines (stderr is not a terminal).
     assert out.count("schedule phase from epoch 0") == 1, out
-    assert "step 5: 80/198 images (40.4%), loss " in out and "\r" not in out, out
+    # 5 steps of 16 images are 40 of each rank's 50 (99 images, one padded): 0.8 x 99 = 79.
+    assert "step 5: 79/198 images (39.9%), loss " in out and "\r" not in out, out
     assert "epoch 1.00: 3 undecodable training image(s) left out; new: " in out, out
     assert "epoch 2.00: 3 undecodable training image(s) left out\n" in out, out
     for name in BAD:
