@@ -35,7 +35,7 @@ import time
 from . import planner
 from .knobs import add_knob, number
 from .launch import mpirun_command
-from .profile import load_profile
+from .profile import add_profile_knob, load_profile
 from .schedules import BatchSchedule
 
 EXIT_RESIZE = 75          # the script checkpointed and asks to run on another rank count
@@ -265,8 +265,9 @@ def build_parser():
     add_knob(parser, "--slots", "NNABLA_TORUS_RUN_SLOTS", None,
              "ranks this machine may run when there is no hostfile (None: CPU cores)",
              type=number(int, low=1))
-    add_knob(parser, "--profile", "NNABLA_TORUS_PROFILE", "cpu-2core",
-             "cluster profile the planner plans with (shipped name or YAML path)")
+    # The launcher's defaults describe the digits example on a CPU machine (--model below).
+    add_profile_knob(parser, gpus=False,
+                     help="cluster profile the planner plans with (shipped name or YAML path)")
     add_knob(parser, "--model", "NNABLA_TORUS_RUN_MODEL", "resnet18-w0.125-16px",
              "model in the profile (the digits example's network by default)")
     add_knob(parser, "--schedule", "NNABLA_TORUS_RUN_SCHEDULE", None,

@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from nnabla_torus import costmodel  # noqa: E402
 from nnabla_torus.knobs import add_knob, number  # noqa: E402
-from nnabla_torus.profile import load_profile  # noqa: E402
+from nnabla_torus.profile import add_profile_knob, load_profile  # noqa: E402
 from nnabla_torus.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce  # noqa: E402
 from tools.emucluster_model_check import emulated_network  # noqa: E402
 
@@ -123,7 +123,7 @@ def build_parser():
         add_knob(command, "--sim-engine", "NNABLA_TORUS_SIM_ENGINE", "auto",
                  "simulation engine: simgrid (SimGrid replay), flow (our flow model) or auto "
                  "(simgrid when libsimgrid-dev and g++ are here)", choices=ENGINES)
-    add_knob(p, "--profile", "NNABLA_TORUS_PROFILE", "abci", "cluster profile (with racks)")
+    add_profile_knob(p, gpus=True, help="cluster profile (with racks)")
     add_knob(p, "--ranks", "NNABLA_TORUS_SIM_RANKS", 2176, "ranks to simulate",
              type=number(int, low=2))
     add_knob(p, "--grid", "NNABLA_TORUS_SIM_GRID", "64x34", "torus2d grid XxY")
