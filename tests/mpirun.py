@@ -31,13 +31,13 @@ def passed_line(name):
     return f"PASSED {name}"
 
 
-def expect_passed(out, name, count=1):
-    """AssertionError with the output unless ``passed_line(name)`` is a whole line of ``out``
-    exactly ``count`` times (one per rank for programs whose every rank reports)."""
+def expect_passed(out, name):
+    """AssertionError with the output unless ``passed_line(name)`` is a whole line of ``out``,
+    exactly once."""
     found = out.splitlines().count(passed_line(name))
-    if found != count:
-        raise AssertionError(f"expected the line {passed_line(name)!r} {count} time(s), "
-                             f"found {found}:\n{out}")
+    if found != 1:
+        raise AssertionError(f"expected the line {passed_line(name)!r} once, found it {found} "
+                             f"time(s):\n{out}")
 
 
 def expect_passed_on_every_rank(out, label, ranks):
