@@ -597,8 +597,8 @@ def main(argv=None):
         cfg, sum(v.size for v in params.values()), comm.size, len(train_set),
         applies=cfg.algorithm == "auto" and not cfg.grid, ranks_per_host=comm.hosts.ranks_per_host)
     # What runs: the planner's choice, logged at each global batch, or the one set here.
-    all_reduce = (f"all-reduce chosen by the planner ({run_planner.prof.name}) at each global "
-                  f"batch" if run_planner is not None and run_planner.applies else
+    all_reduce = (f"all-reduce: the planner's choice for profile {run_planner.prof.name} at "
+                  f"each global batch" if run_planner is not None and run_planner.applies else
                   f"all-reduce {comm.algorithm} on grid {comm.grid}")
     log(f"{cfg.arch} x{cfg.width}: {sum(v.size for v in params.values()):,} parameters, "
         f"{len(train_set)} training / {len(val_set)} validation images, "
