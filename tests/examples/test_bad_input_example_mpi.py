@@ -41,6 +41,7 @@ def summary_of(out):
     return json.loads([line for line in out.splitlines() if line.startswith('{"val_top1"')][-1])
 
 
+@pytest.mark.slow
 def test_bad_images_are_skipped_named_and_counted_with_ranks_in_step(tmp_path):
     data_flags = bad_dataset(tmp_path / "data", "--val-label", "7")
     out = run_mpi(2, [CHECK] + data_flags + SMALL + ["--output-dir", str(tmp_path / "run"),
@@ -85,6 +86,7 @@ def test_unwritable_output_dir_fails_on_every_rank_before_any_work(tmp_path):
     assert "--output-dir = " in out and "a-file is a file" in out, out
 
 
+@pytest.mark.slow
 def test_resume_with_another_model_is_refused_by_name_and_past_max_steps_is_valid_json(tmp_path):
     run = ["--train-images", "128", "--output-dir", str(tmp_path / "run")]
     run_mpi(2, [TRAIN] + SMALL + run + ["--max-steps", "2"], timeout=120)

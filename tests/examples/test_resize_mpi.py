@@ -13,6 +13,7 @@ import re
 import shutil
 
 import numpy as np
+import pytest
 
 from tests.mpirun import run_mpi
 
@@ -40,6 +41,7 @@ def differences(a, b):
     return diff, float(rel)
 
 
+@pytest.mark.slow
 def test_resume_on_two_and_eight_ranks_matches_four(tmp_path):
     whole = run_mpi(4, [PROG, "--save-params", str(tmp_path / "whole.npz")] + TINY +
                     ["--max-steps", "6", "--output-dir", str(tmp_path / "whole")], timeout=240)

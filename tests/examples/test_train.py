@@ -9,6 +9,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from tests.mpirun import expect_passed, run_mpi
 
@@ -23,6 +24,7 @@ def summary_of(out):
     return json.loads([line for line in out.splitlines() if line.startswith('{"val_top1"')][-1])
 
 
+@pytest.mark.slow
 def test_end_to_end_two_ranks(tmp_path):
     out = run_mpi(2, [PROG] + SMALL + ["--epochs", "3", "--output-dir", str(tmp_path)],
                   timeout=240)
@@ -38,6 +40,7 @@ def test_end_to_end_two_ranks(tmp_path):
     assert [f for f in os.listdir(tmp_path) if f.endswith(".npz.chk")]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tmp_path):
     common = SMALL + ["--train-images", "128", "--epochs", "3", "--checkpoint-every", "3"]
     whole, part = tmp_path / "whole", tmp_path / "part"
@@ -60,6 +63,7 @@ def test_data_parallel_step_equals_single_process_big_batch():
     expect_passed(out, "check_dp_step")
 
 
+@pytest.mark.slow
 def test_adaptive_batch_follows_noise_scale(tmp_path):
     out = run_mpi(2, [PROG] + SMALL + ["--train-images", "256", "--epochs", "2",
                                        "--adaptive-batch", "1", "--max-batch", "128",

@@ -7,6 +7,8 @@ one-line error on every rank.
 """
 import json
 
+import pytest
+
 from tests.mpirun import run_mpi
 
 TRAIN = "examples/imagenet/train.py"
@@ -19,6 +21,7 @@ def summary_of(out):
     return json.loads([line for line in out.splitlines() if line.startswith('{"val_top1"')][-1])
 
 
+@pytest.mark.slow
 def test_plan_auto_logs_applies_and_reports(tmp_path):
     out = run_mpi(2, ["tests/examples/progs/train_check.py"] + TINY +
                   ["--plan", "auto", "--output-dir", str(tmp_path)], timeout=120)
@@ -35,6 +38,7 @@ def test_plan_auto_logs_applies_and_reports(tmp_path):
     assert plan["recommended"]["global_batch"] == 64 and plan["speedup"] > 0
 
 
+@pytest.mark.slow
 def test_explicit_algorithm_is_kept_and_bad_profile_is_an_error(tmp_path):
     out = run_mpi(2, [TRAIN] + TINY + ["--algorithm", "native", "--max-steps", "2",
                                        "--output-dir", str(tmp_path)], timeout=120)

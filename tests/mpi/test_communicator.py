@@ -38,6 +38,7 @@ def backend_cases():
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend, ranks", backend_cases())
 def test_collectives_are_exact_on_every_grid_and_algorithm(backend, ranks):
     env = {"NNABLA_TORUS_BACKEND": backend}

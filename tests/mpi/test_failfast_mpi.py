@@ -49,7 +49,8 @@ BLOCKING = {"NNABLA_TORUS_ALGORITHM": "native", "NNABLA_TORUS_CHECK": "0"}  # MP
 
 @pytest.mark.parametrize("ranks, victim, how, at, env", [
     (4, 0, "exit-message", 3, {}), (4, 3, "exit-message", 3, {}), (2, 1, "exit-code", 3, {}),
-    (2, 0, "return", 3, {}), (4, 2, "exit-message", -1, {}), (4, 3, "exit-message", 3, BLOCKING)],
+    (2, 0, "return", 3, {}), (4, 2, "exit-message", -1, {}),
+    pytest.param(4, 3, "exit-message", 3, BLOCKING, marks=pytest.mark.slow)],
     ids=["exit-0", "exit-3", "exit-code", "return", "exit-before-init", "exit-blocking-call"])
 def test_a_rank_that_leaves_early_is_named_by_the_ranks_waiting_for_it(ranks, victim, how, at, env):
     out, seconds = leave(ranks, victim, how, at, env)

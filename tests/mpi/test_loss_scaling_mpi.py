@@ -4,6 +4,7 @@ import pytest
 from tests.mpirun import expect_passed, run_mpi
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ranks", [1, 2, 4])
 def test_loss_scaling_matches_nnabla_updater(ranks):
     out = run_mpi(ranks, ["tests/mpi/progs/check_loss_scaling.py"], timeout=180)
