@@ -117,8 +117,8 @@ def paper(args, out):
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("validate", help="emulated-cluster topologies against the measured medians "
-                           "(docs/benchmarks.md)")
+    v = sub.add_parser("validate", help="emulated-cluster topologies against the measured "
+                                        "medians (docs/benchmarks.md)")
     p = sub.add_parser("paper", help="ring, torus2d, hierarchical on a profile, with faults")
     for command in (v, p):
         add_knob(command, "--sim-engine", "NNABLA_TORUS_SIM_ENGINE", "auto",
