@@ -6,6 +6,7 @@ the JSON summary reports it; an explicit ``--algorithm`` is only advised; a bad 
 one-line error on every rank.
 """
 import json
+import re
 
 import pytest
 
@@ -44,6 +45,9 @@ def test_explicit_algorithm_is_kept_and_bad_profile_is_an_error(tmp_path):
                                        "--output-dir", str(tmp_path)], timeout=120)
     assert "keeping native as set" in out, out
     assert summary_of(out)["algorithm"] == "native"
+    # The config line says what runs, and nnabla's import banner is not printed.
+    assert re.search(r"; 2 ranks, all-reduce native on grid \S+$", out, re.M), out
+    assert "Initializing CPU extension" not in out, out
     out = run_mpi(2, [TRAIN] + TINY + ["--profile", "no-such-cluster", "--output-dir",
                                        str(tmp_path)], timeout=120, check=False)
     error = "train.py: error: no profile file or shipped profile 'no-such-cluster'"
