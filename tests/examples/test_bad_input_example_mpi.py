@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.examples.train_output import summary_of
 from tests.mpirun import REPO, run_mpi
 
 TRAIN = "examples/imagenet/train.py"
@@ -35,10 +36,6 @@ def failed_output(np_, argv, timeout=120, env=None):
     text = str(failure.value)
     assert not text.startswith("timeout"), text
     return text
-
-
-def summary_of(out):
-    return json.loads([line for line in out.splitlines() if line.startswith('{"val_top1"')][-1])
 
 
 @pytest.mark.slow

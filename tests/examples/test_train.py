@@ -5,12 +5,12 @@ parameters, a batch change is logged, and an interrupted run resumed from its ch
 ends with exactly the parameters of an uninterrupted one. Also: N ranks x batch b take the
 same step as one process with batch N*b.
 """
-import json
 import os
 
 import numpy as np
 import pytest
 
+from tests.examples.train_output import summary_of
 from tests.mpirun import expect_passed, run_mpi
 
 PROG = "tests/examples/progs/train_check.py"
@@ -18,10 +18,6 @@ PROG = "tests/examples/progs/train_check.py"
 SMALL = ["--train-images", "512", "--image-size", "16", "--local-batch", "16",
          "--batch-schedule", "0:32,1:64", "--reference-batch", "32", "--warmup-epochs", "0.5",
          "--progress", "0", "--seed", "5"]
-
-
-def summary_of(out):
-    return json.loads([line for line in out.splitlines() if line.startswith('{"val_top1"')][-1])
 
 
 @pytest.mark.slow

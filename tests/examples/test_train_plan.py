@@ -5,21 +5,17 @@ batch and the best rank count of the profile, the run switches to the planned al
 the JSON summary reports it; an explicit ``--algorithm`` is only advised; a bad profile is a
 one-line error on every rank.
 """
-import json
 import re
 
 import pytest
 
+from tests.examples.train_output import summary_of
 from tests.mpirun import run_mpi
 
 TRAIN = "examples/imagenet/train.py"
 TINY = ["--train-images", "128", "--epochs", "2", "--image-size", "16", "--local-batch", "16",
         "--batch-schedule", "0:32,1:64", "--reference-batch", "32", "--warmup-epochs", "0.5",
         "--progress", "0", "--checkpoint-every", "0"]
-
-
-def summary_of(out):
-    return json.loads([line for line in out.splitlines() if line.startswith('{"val_top1"')][-1])
 
 
 @pytest.mark.slow
