@@ -14,7 +14,7 @@ backward, the batch-size controller, the planner, checkpoints. Launch commands:
     mpirun -np 2176 python examples/imagenet/train.py -C sony-224s --data-dir /data/imagenet
     # continue the run in --output-dir from its newest intact checkpoint (any rank count)
     mpirun -np 4 python examples/imagenet/train.py --resume 1
-    # elastic: relaunched on 1, 2, then 4 ranks as the batch grows (nnabla-torus-run, docs/elastic.md)
+    # elastic (docs/elastic.md): relaunched on 1, 2, then 4 ranks as the batch grows
     nnabla-torus-run --slots 4 --ranks-schedule 0:1,2:2,4:4 -- \
         python examples/imagenet/train.py --batch-schedule 0:32,2:64,4:128
 
