@@ -44,9 +44,9 @@ REQUEST_PREFIX = "nnabla-torus-elastic: "   # + JSON {"ranks", "reason", ...} on
 # Seconds one checkpoint-restart costs, per profile. cpu-2core: measured by
 # tools/restart_cost.py on this machine (digits ResNet-18 x0.125, 4 ranks, median of 5 with
 # other jobs running: 12.4 s, of which 10.2 s are 4 ranks importing nnabla and DALI at once;
-# docs/benchmarks.md). Other profiles: *assumed* 30 s (mpirun start and NCCL set-up of ~2,000 ranks, a
-# 200 MB checkpoint on a shared file system; no published figure): measure yours and pass
-# --restart-cost.
+# docs/benchmarks.md). Other profiles: *assumed* 30 s (mpirun start and NCCL set-up of ~2,000
+# ranks, a 200 MB checkpoint on a shared file system; no published figure): measure yours and
+# pass --restart-cost.
 RESTART_COST_S = {"cpu-2core": 12.0}
 ASSUMED_RESTART_COST_S = 30.0
 # What the launcher tells the script (environment; -x passes them to every host).
