@@ -10,33 +10,10 @@ Change one import line and keep the rest of an nnabla data-parallel script::
     comm.all_reduce([p.grad for p in nn.get_parameters().values()], division=True)
     solver.update()
 
-Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else environment):
-
-- ``algorithm`` / NNABLA_TORUS_ALGORITHM: torus2d | ring | hierarchical | native | auto
-  (default torus2d). ``auto`` routes each call (each fused buffer or in-place array) by its
-  size to native, torus2d or hierarchical, from a table fixed at ``init()`` (see
-  :mod:`nnabla_torus.auto`); ``comm.algorithm_counts`` counts the calls per algorithm
-- ``auto_profile`` / NNABLA_TORUS_AUTO_PROFILE: profile (name or path) whose cost model sets
-  auto's size ranges (default empty: measure them at ``init()``, about 0.5 s)
-- ``grid`` / NNABLA_TORUS_GRID: ``XxY`` for torus2d (default: X = ranks per host when that
-  divides the world and ranks are placed host by host, else the most square factorisation)
-- ``backend`` / NNABLA_TORUS_BACKEND: mpi | nccl | fake-nccl (default: nccl for a CUDA
-  context, else mpi)
-- ``timeout`` / NNABLA_TORUS_TIMEOUT: seconds (finite, > 0, at most 2,147,483: 24.8 days, the
-  longest nnabla's MPI watchdog can count) a collective may wait for its peers before the job
-  is aborted with the names of the missing ranks (default 300; there is no "no timeout")
-- ``wire_fp16`` / NNABLA_TORUS_WIRE_FP16: send float32 gradients as float16 in fused
-  all-reduces (half the bytes; each hop rounds the partial sum to float16, so an element's
-  error is at most about (p + 1) * 2**-11 * sum_r |x_r| and values above 65504 overflow)
-  (default 0)
-- ``check`` / NNABLA_TORUS_CHECK: compare each call's shapes and dtypes across ranks
-  before moving data (ranks of one host: a hash in shared memory, carried by the shared
-  path's first arrival, so no synchronisation of its own; else two small messages per call)
-  (default 1)
-- NNABLA_TORUS_SHM / NNABLA_TORUS_SHM_BYTES: the MPI backend's shared-memory path inside a
-  host (default 1) and its piece size per rank (default 32 MiB), see backends/mpi.py
-- NNABLA_TORUS_RANKS_PER_HOST: treat each block of this many consecutive ranks as one host
-  (default: group ranks by host name)
+Launch with ``mpirun -np 8 python train.py``. Knobs: keyword arguments, else NNABLA_TORUS_*
+environment variables (read below and in ``backends/mpi.py:settings``); their meanings and
+defaults are the README's "Knobs" table, which tests/unit/test_docs.py checks against these
+reads. How each algorithm runs: docs/communicator.md.
 
 Every value is checked when the communicator is made (a ValueError names the knob, the value
 and the allowed range), and ``init()`` compares the settings of all ranks (a ValueError on

@@ -36,7 +36,7 @@ import time
 from . import planner
 from .knobs import add_knob, number
 from .launch import mpirun_command
-from .profile import load_profile
+from .profile import add_profile_knob, load_profile
 from .schedules import BatchSchedule
 
 EXIT_RESIZE = 75          # the script checkpointed and asks to run on another rank count
@@ -45,9 +45,9 @@ REQUEST_PREFIX = "nnabla-torus-elastic: "   # + JSON {"ranks", "reason", ...} on
 # Seconds one checkpoint-restart costs, per profile. cpu-2core: measured by
 # tools/restart_cost.py on this machine (digits ResNet-18 x0.125, 4 ranks, median of 5 with
 # other jobs running: 12.4 s, of which 10.2 s are 4 ranks importing nnabla and DALI at once;
-# README). Other profiles: *assumed* 30 s (mpirun start and NCCL set-up of ~2,000 ranks, a
-# 200 MB checkpoint on a shared file system; no published figure): measure yours and pass
-# --restart-cost.
+# docs/benchmarks.md). Other profiles: *assumed* 30 s (mpirun start and NCCL set-up of ~2,000
+# ranks, a 200 MB checkpoint on a shared file system; no published figure): measure yours and
+# pass --restart-cost.
 RESTART_COST_S = {"cpu-2core": 12.0}
 ASSUMED_RESTART_COST_S = 30.0
 # What the launcher tells the script (environment; -x passes them to every host).
@@ -327,8 +327,9 @@ def build_parser():
     add_knob(parser, "--slots", "NNABLA_TORUS_RUN_SLOTS", None,
              "ranks this machine may run when there is no hostfile (None: CPU cores)",
              type=number(int, low=1))
-    add_knob(parser, "--profile", "NNABLA_TORUS_PROFILE", "cpu-2core",
-             "cluster profile the planner plans with (shipped name or YAML path)")
+    # The launcher's defaults describe the digits example on a CPU machine (--model below).
+    add_profile_knob(parser, gpus=False,
+                     help="cluster profile the planner plans with (shipped name or YAML path)")
     add_knob(parser, "--model", "NNABLA_TORUS_RUN_MODEL", "resnet18-w0.125-16px",
              "model in the profile (the digits example's network by default)")
     add_knob(parser, "--schedule", "NNABLA_TORUS_RUN_SCHEDULE", None,

@@ -24,7 +24,7 @@ import numpy as np
 from . import costmodel, planner, runtime
 from .costmodel import ALGORITHMS
 from .knobs import TIMEOUT_MAX_S, BadValue, add_knob, number
-from .profile import list_profiles, load_profile, model_of
+from .profile import add_profile_knob, list_profiles, load_profile, model_of
 from .schedules import BatchSchedule
 from .topology import parse_grid
 
@@ -61,8 +61,8 @@ def writable(path):
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="nnabla-torus-plan", description=__doc__.split("\n")[0])
-    add_knob(parser, "--profile", "NNABLA_TORUS_PROFILE", "abci",
-             f"cluster profile: shipped name ({', '.join(list_profiles())}) or a file path")
+    add_profile_knob(parser, gpus=True, help=f"cluster profile: shipped name "
+                     f"({', '.join(list_profiles())}) or a file path")
     add_knob(parser, "--model", "NNABLA_TORUS_PLAN_MODEL", "resnet50", "model in the profile")
     add_knob(parser, "--max-gpus", "NNABLA_TORUS_PLAN_MAX_GPUS", None,
              "largest GPU count to consider (None: every GPU of the profile)",

@@ -55,8 +55,25 @@ from collections import namedtuple
 import yaml
 
 from .costmodel import ALGORITHMS, Compute, Link, Network, Software
+from .knobs import add_knob
 
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
+PROFILE_ENV = "NNABLA_TORUS_PROFILE"   # the --profile twin of every tool and of train.py
+
+
+def default_profile(gpus):
+    """The profile planned with when none is named: ``abci`` (the paper's V100 cluster) for
+    GPU jobs, ``cpu-2core`` (calibrated on a 2-core CPU machine) for CPU jobs.
+
+    >>> default_profile(gpus=True), default_profile(gpus=False)
+    ('abci', 'cpu-2core')
+    """
+    return "abci" if gpus else "cpu-2core"
+
+
+def add_profile_knob(parser, gpus, help):
+    """Add ``--profile`` (env NNABLA_TORUS_PROFILE, default ``default_profile(gpus)``)."""
+    return add_knob(parser, "--profile", PROFILE_ENV, default_profile(gpus), help)
 
 Profile = namedtuple("Profile", ["name", "description", "hosts", "network", "models", "extra"])
 

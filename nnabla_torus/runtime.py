@@ -12,7 +12,7 @@ grid for that count) and the profile's ``run:`` block adds the fixed costs::
 :func:`fit_compute` solves for the one unknown the published runs leave most open, the
 per-image compute b of the model (T_c(b) = a + b * batch), so that a recipe's predicted time
 equals its published time; predictions of *other* published figures with that b are the
-held-out check (README, "published / predicted / error").
+held-out check (docs/planner.md, "Whole-run prediction against the published runs").
 
 Example::
 

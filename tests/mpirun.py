@@ -2,9 +2,12 @@
 
 A deadlock fails the test (the whole process group is killed) instead of hanging CI. Example::
 
-    from tests.mpirun import run_mpi
-    out = run_mpi(4, ["tests/mpi/progs/check_allreduce.py", "--sizes", "17"])
-    assert "OK" in out
+    from tests.mpirun import expect_passed, run_mpi
+    out = run_mpi(4, ["tests/mpi/progs/check_overlap.py"])
+    expect_passed(out, "check_overlap")
+
+A test program ends, on success, with one line ``passed_line(name)`` ("PASSED check_overlap"),
+which the test matches whole (not a substring of some other line) and counts.
 """
 import os
 import re
@@ -21,6 +24,26 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIED = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+\S+\s+exited\s+on"
                   r"\s+signal\s+9")
 LOST = re.compile(r"nnabla_torus: rank (\d+): lost rank\(s\) \[([\d, ]*)\] during ")
+
+
+def passed_line(name):
+    """The line an MPI test program prints last when every check passed."""
+    return f"PASSED {name}"
+
+
+def expect_passed(out, name):
+    """AssertionError with the output unless ``passed_line(name)`` is a whole line of ``out``,
+    exactly once."""
+    found = out.splitlines().count(passed_line(name))
+    if found != 1:
+        raise AssertionError(f"expected the line {passed_line(name)!r} once, found it {found} "
+                             f"time(s):\n{out}")
+
+
+def expect_passed_on_every_rank(out, label, ranks):
+    """``expect_passed`` for the line "<label> rank r" of every rank r < ``ranks``."""
+    for rank in range(ranks):
+        expect_passed(out, f"{label} rank {rank}")
 
 
 def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=()):

@@ -9,7 +9,7 @@ this host:
 
 1. the NCCL mapping and communicator tests on real NCCL (tests/mpi/test_nccl_mapping.py,
    tests/mpi/test_communicator.py -k nccl) and DALI's batches copied into device arrays
-   (tests/unit/test_data_device.py -k on_a_gpu);
+   (tests/examples/test_data_device.py -k on_a_gpu);
 2. ``allreduce_bench``: torus2d on every grid the GPU count allows against NCCL's own
    all-reduce (``native``), device-synchronised times, busbw, exactness, at 1 MiB and at
    ResNet-50's 102,228,128 bytes of float32 gradients;
@@ -135,7 +135,7 @@ def device_checks(gpus, env, json_path):
     benchmark's own records go beside ``json_path``."""
     verdicts, results = [], {}
     tests = run([sys.executable, "-m", "pytest", "-q", "tests/mpi/test_nccl_mapping.py",
-                 "tests/mpi/test_communicator.py", "tests/unit/test_data_device.py", "-k",
+                 "tests/mpi/test_communicator.py", "tests/examples/test_data_device.py", "-k",
                  "real_nccl or nccl- or on_a_gpu"], env, 3600)
     tail = (tests.stdout.strip().splitlines() or ["no output"])[-1]
     verdicts.append(("NCCL mapping, communicator, DALI device feed tests",

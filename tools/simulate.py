@@ -8,7 +8,7 @@ nnabla_torus.simulate (--sim-engine), and prints markdown tables::
     python tools/simulate.py paper --ranks 2176  # ABCI: spine, straggler, slow link cases
     python tools/simulate.py paper --ranks 1088 --grid 32x34 --sim-engine flow
 
-``validate`` compares the 100 MiB medians of README.md's emulated-cluster table (measured
+``validate`` compares the 100 MiB medians of docs/benchmarks.md's emulated-cluster table (measured
 with tools/allreduce_bench.py under tools/emucluster, 2 cores shared by all emulated hosts)
 with the simulation and the closed-form cost model, both on the network
 tools/emucluster_model_check.py builds for that run (cpu-2core's intra-host, software and
@@ -24,13 +24,13 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from nnabla_torus import costmodel  # noqa: E402
 from nnabla_torus.knobs import TIMEOUT_MAX_S, add_knob, number  # noqa: E402
-from nnabla_torus.profile import load_profile  # noqa: E402
+from nnabla_torus.profile import add_profile_knob, load_profile  # noqa: E402
 from nnabla_torus.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce  # noqa: E402
 from tools.emucluster_model_check import emulated_network  # noqa: E402
 
 MiB = 1 << 20
 RESNET50_FP16_BYTES = 25_557_032 * 2
-# README.md, "Emulated multi-host cluster": 100 MiB medians at 1 Gbit/s (hosts, ranks per
+# docs/benchmarks.md, "All-reduce on the emulated cluster": 100 MiB medians at 1 Gbit/s (hosts, ranks per
 # host) -> [(algorithm, grid or None, measured seconds)]; native (coll/han) is not simulated.
 MEASURED_100MIB = {
     (2, 4): [("ring", None, 1.75), ("torus2d", "4x2", 1.05), ("torus2d", "2x4", 1.50),
@@ -39,7 +39,7 @@ MEASURED_100MIB = {
              ("hierarchical", None, 2.42)],
     (8, 2): [("ring", None, 2.32), ("torus2d", "2x8", 2.44), ("torus2d", "8x2", 2.59),
              ("hierarchical", None, 3.12)],
-    # One rank per emulated host (2026-11-30, medians of 6 calls; README, "Validation"): the
+    # One rank per emulated host (2026-11-30, medians of 6 calls; docs/simulation.md, "Validation"): the
     # CPU binds less (2 hosts: one rank per core), so the network model should fit best here.
     (2, 1): [("ring", None, 0.892), ("torus2d", "1x2", 0.894)],
     (4, 1): [("ring", None, 1.421), ("torus2d", "2x2", 1.803)],
@@ -117,13 +117,14 @@ def paper(args, out):
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("validate", help="emulated-cluster topologies against README's medians")
+    v = sub.add_parser("validate", help="emulated-cluster topologies against the measured "
+                                        "medians (docs/benchmarks.md)")
     p = sub.add_parser("paper", help="ring, torus2d, hierarchical on a profile, with faults")
     for command in (v, p):
         add_knob(command, "--sim-engine", "NNABLA_TORUS_SIM_ENGINE", "auto",
                  "simulation engine: simgrid (SimGrid replay), flow (our flow model) or auto "
                  "(simgrid when libsimgrid-dev and g++ are here)", choices=ENGINES)
-    add_knob(p, "--profile", "NNABLA_TORUS_PROFILE", "abci", "cluster profile (with racks)")
+    add_profile_knob(p, gpus=True, help="cluster profile (with racks)")
     add_knob(p, "--ranks", "NNABLA_TORUS_SIM_RANKS", 2176, "ranks to simulate",
              type=number(int, low=2))
     add_knob(p, "--grid", "NNABLA_TORUS_SIM_GRID", "64x34", "torus2d grid XxY")

@@ -24,13 +24,8 @@ import numpy as np
 
 from nnabla_torus import planner
 from nnabla_torus.costmodel import ALGORITHMS
-from nnabla_torus.profile import load_profile
+from nnabla_torus.profile import default_profile, load_profile
 from nnabla_torus.topology import parse_grid
-
-
-def default_profile(context):
-    """The profile planned with when --profile is empty: this CPU machine or ABCI's V100s."""
-    return "cpu-2core" if context == "cpu" else "abci"
 
 
 def model_key(arch, width, image_size):
@@ -94,7 +89,7 @@ class RunPlanner:
         only logs it. ``ranks_per_host``: of the launched world (``comm.hosts.ranks_per_host``,
         0 when hosts hold unequal numbers). Raises ValueError for an unknown profile.
         """
-        prof = load_profile(cfg.profile or default_profile(cfg.context))
+        prof = load_profile(cfg.profile or default_profile(gpus=cfg.context != "cpu"))
         name, note = find_compute(prof, cfg.arch, cfg.width, cfg.image_size)
         # Gradients are all-reduced in the training precision; the recipe bounds the batch.
         comp = prof.models[name]._replace(

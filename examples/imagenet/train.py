@@ -14,7 +14,7 @@ backward, the batch-size controller, the planner, checkpoints. Launch commands:
     mpirun -np 2176 python examples/imagenet/train.py -C sony-224s --data-dir /data/imagenet
     # continue the run in --output-dir from its newest intact checkpoint (any rank count)
     mpirun -np 4 python examples/imagenet/train.py --resume 1
-    # elastic: relaunched on 1, 2, then 4 ranks as the batch grows (nnabla-torus-run, README)
+    # elastic (docs/elastic.md): relaunched on 1, 2, then 4 ranks as the batch grows
     nnabla-torus-run --slots 4 --ranks-schedule 0:1,2:2,4:4 -- \
         python examples/imagenet/train.py --batch-schedule 0:32,2:64,4:128
 
@@ -45,6 +45,11 @@ import os
 import signal
 import sys
 import time
+
+# nnabla calls logging.basicConfig(level=INFO) at import (nnabla/logger.py, line 91 at v1.39.0):
+# "Initializing CPU extension..." on every rank, and every library's INFO lines (matplotlib's)
+# after it. A root handler configured first makes that call a no-op.
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 
 import numpy as np
 import nnabla as nn
@@ -529,10 +534,13 @@ class Progress:
         else:
             print(text, flush=True)
 
-    def update(self, step, seen, loss, lr, batch):
-        """After optimizer step ``step``: ``seen`` images so far, ``batch`` in this step."""
+    def update(self, step, position, loss, lr, batch):
+        """After optimizer step ``step``: the run is at image ``position`` of its
+        epochs x dataset images (shard padding not counted, so never past the total);
+        ``batch`` images in this step."""
+        seen = round(min(position, self.total))
         if self.bar is not None:
-            self.bar.update(batch)
+            self.bar.update(seen - self.bar.n)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=batch, refresh=False)
         elif self.enabled and self.every and step % self.every == 0:
             print(f"step {step}: {seen:,}/{self.total:,} images ({seen / self.total:.1%}), "
@@ -593,17 +601,19 @@ def main(argv=None):
                inplace=True)                                   # one initial model everywhere
     grads = [v.grad for v in params.values()]
     solvers = SolverGroup(cfg, params)
-    log(f"{cfg.arch} x{cfg.width}: {sum(v.size for v in params.values()):,} parameters, "
-        f"{len(train_set)} training / {len(val_set)} validation images, "
-        f"{train_set.num_classes} classes; {comm.size} ranks, algorithm {comm.algorithm}, "
-        f"grid {comm.grid}")
-
     noise = NoiseScaleEstimator() if cfg.adaptive_batch else None
     comm.track_sqnorms = noise is not None
     ctrl, lr_schedule = build_schedules(cfg, comm.size, noise)
     run_planner = None if cfg.plan == "off" else RunPlanner.from_config(
         cfg, sum(v.size for v in params.values()), comm.size, len(train_set),
         applies=cfg.algorithm == "auto" and not cfg.grid, ranks_per_host=comm.hosts.ranks_per_host)
+    # What runs: the planner's choice, logged at each global batch, or the one set here.
+    all_reduce = (f"all-reduce: the planner's choice for profile {run_planner.prof.name} at "
+                  f"each global batch" if run_planner is not None and run_planner.applies else
+                  f"all-reduce {comm.algorithm} on grid {comm.grid}")
+    log(f"{cfg.arch} x{cfg.width}: {sum(v.size for v in params.values()):,} parameters, "
+        f"{len(train_set)} training / {len(val_set)} validation images, "
+        f"{train_set.num_classes} classes; {comm.size} ranks, {all_reduce}")
 
     step, images_seen, train_time, history = 0, 0, 0.0, []
     loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale
@@ -647,8 +657,8 @@ def main(argv=None):
         log(f"nothing to train: the checkpoint is at step {step}, --max-steps is "
             f"{cfg.max_steps}; raise --max-steps to continue")
     if rank0:
-        progress = Progress(round(cfg.epochs * len(train_set)), images_seen, cfg.log_every,
-                            cfg.progress)
+        progress = Progress(round(cfg.epochs * len(train_set)),
+                            round(stream.epoch() * len(train_set)), cfg.log_every, cfg.progress)
 
     while stream.epoch() < cfg.epochs and not (cfg.max_steps and step >= cfg.max_steps):
         epoch = stream.epoch()
@@ -704,7 +714,7 @@ def main(argv=None):
                                 ("images_per_sec", plan.global_batch / step_time)):
                 monitors[name].add(step, value)
         if progress is not None:
-            progress.update(step, images_seen, loss, lr, plan.global_batch)
+            progress.update(step, stream.epoch() * len(train_set), loss, lr, plan.global_batch)
 
         finished = stream.epoch() >= cfg.epochs or (cfg.max_steps and step >= cfg.max_steps)
         if math.floor(stream.epoch()) > math.floor(epoch) or finished:   # an epoch ended

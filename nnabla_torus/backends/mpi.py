@@ -56,7 +56,8 @@ _notes_said = set()  # notes are logged once per process
 SHM_BLOCK_BYTES = 256 << 10  # the shared path sums in blocks of this size (fits in L2 cache)
 # Up to this many bytes summed per member (m members x the piece's bytes) every member sums
 # all segments itself after one arrival: m x the reads of the two-arrival path, but one
-# synchronisation less. Measured here: better up to 1 MiB on 4 ranks, 512 KiB on 8 (README).
+# synchronisation less. Measured here: better up to 1 MiB on 4 ranks, 512 KiB on 8
+# (docs/communicator.md).
 SHM_ONE_ARRIVAL_BYTES = 4 << 20
 
 

@@ -61,7 +61,7 @@ rank(s) when the MPI library knows them (Open MPI with ``--mca mpi_ft_enable 1``
 Costs of going through nnabla's API (not measured): its reduce_scatter and all_gather take a
 list of arrays and copy them into a fresh buffer of the whole size on every call (an
 allocation and 2n element moves per reduce_scatter, 4n per all_gather, on top of NCCL's own;
-README, "GPU / NCCL backend"), and every all_reduce first runs a 1-element MPI_Allreduce
+docs/gpu.md), and every all_reduce first runs a 1-element MPI_Allreduce
 (nnabla's check for arrays still zeroed on every rank).
 
 Checked against the real nnabla-ext-cuda 1.39 only as far as it loads without a GPU (import,

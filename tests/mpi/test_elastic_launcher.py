@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from tests.mpirun import REPO, run_mpi
 
 FAKE = "tests/mpi/progs/elastic_fake.py"
@@ -91,6 +93,7 @@ TINY = ["--train-images", "128", "--image-size", "16", "--local-batch", "16",
         "--checkpoint-every", "0"]
 
 
+@pytest.mark.slow
 def test_train_py_grows_from_one_to_two_ranks(tmp_path):
     status, out = run("--slots", "2", "--ranks-schedule", "0:1,1:2", "--", "python", TRAIN,
                       *TINY, "--epochs", "2", "--batch-schedule", "0:32,1:64",
@@ -104,6 +107,7 @@ def test_train_py_grows_from_one_to_two_ranks(tmp_path):
     assert summary["batch_schedule"] == "0:32,1:64", summary
 
 
+@pytest.mark.slow
 def test_train_py_stops_on_ctrl_c_with_a_resumable_checkpoint(tmp_path):
     proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", TRAIN, *TINY,
                     "--epochs", "50", "--batch-schedule", "0:32", "--output-dir", str(tmp_path))

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from nnabla_torus.launch import mpirun_path
-from tests.mpirun import DIED, LOST
+from tests.mpirun import DIED, LOST, expect_passed
 from tools.emucluster import cli
 from tools.emucluster.layout import Layout
 from tools.emucluster.shaping import LinkSpec, parse_bytes, parse_rate
@@ -147,7 +147,7 @@ def test_allreduce_across_hosts(mapping, rate, hosts_of_ranks):
     assert code == 0, out
     placement = " ".join(f"{r}:{PREFIX}-h{h}" for r, h in enumerate(hosts_of_ranks))
     assert f"HOSTS {placement}" in out, out
-    assert "\nOK" in out, out
+    expect_passed(out, "emu_allreduce")
 
 
 @needs_emulation

@@ -12,9 +12,6 @@ from nnabla_torus.costmodel import Link, Network
 from nnabla_torus.profile import load_profile
 from nnabla_torus.simulate import Faults, max_min_rates, simulate_allreduce
 
-HAS_RACKS = "hosts_per_rack" in Network._fields
-
-
 @pytest.fixture(autouse=True)
 def flow_engine(monkeypatch):
     """These tests are the flow engine's (tests/unit/test_simgrid.py has SimGrid's)."""
@@ -87,7 +84,6 @@ def test_straggler_and_slow_link_slow_the_right_algorithms():
         assert half > t * 1.2    # host 3's NIC carries every inter-host byte of its ranks
 
 
-@pytest.mark.skipif(not HAS_RACKS, reason="costmodel has no rack level yet")
 def test_oversubscribed_spine_slows_columns_that_cross_racks():
     prof = load_profile("abci")
     net = prof.network._replace(hosts_per_rack=2)

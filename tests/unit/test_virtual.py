@@ -48,6 +48,7 @@ def test_float16_sums_exact_for_small_integers():
     assert exact(16, "torus2d", "4x4", 4, 50, dtype=np.float16)
 
 
+@pytest.mark.slow
 def test_paper_scale_exact_on_planner_grids():
     """2,176 ranks on 64x34 and the grids the planner picks for the paper's schedule."""
     prof = load_profile("abci")

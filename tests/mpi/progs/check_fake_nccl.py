@@ -1,6 +1,6 @@
 """The fake NCCL communicator behaves as nnabla-ext-cuda's (argument forms, groups, results).
 
-    mpirun -np 4 python tests/mpi/progs/check_fake_nccl.py     # prints "OK fake-nccl api" per rank
+    mpirun -np 4 python tests/mpi/progs/check_fake_nccl.py     # prints "PASSED fake-nccl api rank r" per rank
 
 Needs 4 ranks. Values are small integers, so sums are exact in float32 and float16; averages
 over 4 ranks are exact, and over 3 ranks equal NCCL's ncclAvg (inputs times T(1/3), summed in
@@ -15,6 +15,7 @@ from mpi4py import MPI
 import nnabla as nn
 from nnabla.ext_utils import get_extension_context
 from nnabla_torus.backends.fake_nccl import FakeMultiProcessDataParallelCommunicator, synchronize
+from tests.mpirun import passed_line
 
 RANK, P = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 
@@ -145,7 +146,7 @@ def check_reduce(comm):
 
 
 def run_or_abort(body, label):
-    """Run ``body()``; print "OK <label> rank r", or the traceback and abort the whole job."""
+    """Run ``body()``; print "PASSED <label> rank r", or the traceback and abort the whole job."""
     try:
         body()
     except BaseException:
@@ -153,7 +154,7 @@ def run_or_abort(body, label):
         traceback.print_exc()
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
-    print(f"OK {label} rank {RANK}", flush=True)
+    print(passed_line(f"{label} rank {RANK}"), flush=True)
 
 
 def main():

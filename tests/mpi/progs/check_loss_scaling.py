@@ -12,7 +12,7 @@ so only its gradients are inf/NaN: that step, and only that one, must be skipped
 Every rank must skip the same steps, halve the scale at the same time and grow it after N good
 steps, exactly as the updater does; the parameters must be bitwise equal across ranks, "plain"
 bitwise equal to the updater, "overlap" within RTOL (bucketing may change the order in which
-the all-reduce adds). Prints the scales and the largest differences, and OK, on rank 0.
+the all-reduce adds). Prints the scales and the largest differences, and "PASSED check_loss_scaling", on rank 0.
 """
 import hashlib
 
@@ -28,6 +28,7 @@ from nnabla.ext_utils import get_extension_context
 import nnabla_torus as C
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.overlap import BucketedAllReduce
+from tests.mpirun import passed_line
 
 BATCHES, INJECT, N, DECAY, RTOL = 24, 13, 3, 1e-3, 1e-5
 SCENARIOS = {"natural": (2.0 ** 127, None), "injected": (8.0, INJECT)}   # (initial scale, inject)
@@ -165,7 +166,7 @@ def main():
                       f"{[int(np.log2(s)) for s in scales]}; vs updater: max abs diff "
                       f"{worst:.3g}, max rel diff {relative:.3g}")
     if comm.rank == 0:
-        print("OK")
+        print(passed_line("check_loss_scaling"))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@
    in our watchdog's abort (NNABLA_TORUS_TIMEOUT) naming the phase, not spin for ever.
 Bad input, ``no-cuda``: the nccl backend with a CUDA context but no nnabla-ext-cuda: one
 message on every rank ("NO-CUDA rank r: ...").
-Prints "OK nccl findings rank r"; any failure aborts the job with the traceback.
+Prints "PASSED nccl findings rank r"; any failure aborts the job with the traceback.
 """
 import sys
 import time

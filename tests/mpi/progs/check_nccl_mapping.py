@@ -14,7 +14,7 @@ Checks, with integer-valued data (sums exact; averages within 2**-22 relative):
 3. the communicator's all_reduce for torus2d on each grid, ring, hierarchical and native,
    division and inplace on and off, float32 (all ranks bitwise equal), float16 arrays and
    float16 on the wire; bcast, all_gather and reduce_scatter on the world.
-Prints "OK nccl mapping rank r"; any failure aborts the job with the traceback.
+Prints "PASSED nccl mapping rank r"; any failure aborts the job with the traceback.
 """
 import argparse
 import hashlib

@@ -3,7 +3,7 @@
 The network shares one weight between two layers (two uses: its bucket must wait for both),
 has a conv, an affine and a parameter the loss never reads; bucket sizes from tiny (one
 parameter per bucket) to huge (one bucket); all-reduce in the hook and on the communication
-thread. Prints OK on rank 0.
+thread. Prints "PASSED check_overlap" on rank 0.
 """
 import numpy as np
 import nnabla as nn
@@ -14,6 +14,7 @@ from nnabla.parameter import get_parameter_or_create
 
 import nnabla_torus as C
 from nnabla_torus.overlap import BucketedAllReduce
+from tests.mpirun import passed_line
 
 
 class CountingComm:
@@ -83,7 +84,7 @@ def main():
             print(f"bucket_mib={bucket_mib} threaded={threaded}: {total} buckets, {during} "
                   f"started during backward")
     if comm.rank == 0:
-        print("OK")
+        print(passed_line("check_overlap"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Communicator checks under mpirun: one launch runs a list of cases and prints one line per case.
 
-    mpirun -np 4 python tests/mpi/progs/comm_cases.py correctness    # "OK <case>" lines, "ALL OK"
+    mpirun -np 4 python tests/mpi/progs/comm_cases.py correctness    # "OK <case>" lines, "PASSED comm_cases ..."
     mpirun -np 4 python tests/mpi/progs/comm_cases.py bad-input      # "rank r: <case>: <error>"
     NNABLA_TORUS_TIMEOUT=3 mpirun -np 4 python tests/mpi/progs/comm_cases.py missing-rank
 
@@ -30,6 +30,7 @@ import nnabla as nn
 import nnabla_torus as C
 from nnabla_torus import auto
 from nnabla_torus.topology import Grid, default_grid, factor_pairs
+from tests.mpirun import passed_line
 
 WORLD = MPI.COMM_WORLD
 RANK, P = WORLD.Get_rank(), WORLD.Get_size()
@@ -872,8 +873,8 @@ def main(suite):
         world.Abort(1)
     world.Barrier()
     if RANK == 0:
-        print(f"ALL OK {len(cases)} cases on {P} ranks in {time.monotonic() - start:.1f} s",
-              flush=True)
+        print(f"{len(cases)} cases in {time.monotonic() - start:.1f} s", flush=True)
+        print(passed_line(f"comm_cases {suite} on {P} ranks"), flush=True)
 
 
 if __name__ == "__main__":

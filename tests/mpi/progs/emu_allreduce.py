@@ -5,7 +5,7 @@ Run across emulated hosts (see tools/emucluster)::
     python -m tools.emucluster exec --hosts 2 -- python tests/mpi/progs/emu_allreduce.py --sizes 16K,25M
 
 Prints ``HOSTS <rank>:<hostname> ...`` then ``SIZE <bytes> time_ms <median> busbw_MBps <x>``
-and ``OK`` when every sum was exact.
+and ``PASSED emu_allreduce`` when every sum was exact.
 """
 import argparse
 import socket
@@ -15,6 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 from tools.emucluster.shaping import parse_bytes
+from tests.mpirun import passed_line
 
 
 def timed_allreduce(comm, buf, out, iters):
@@ -51,7 +52,7 @@ def main():
             print(f"SIZE {4 * count} time_ms {seconds * 1e3:.2f} busbw_MBps {busbw:.1f}", flush=True)
     ok = comm.allreduce(ok, op=MPI.LAND)
     if rank == 0:
-        print("OK" if ok else "WRONG SUM", flush=True)
+        print(passed_line("emu_allreduce") if ok else "WRONG SUM", flush=True)
 
 
 if __name__ == "__main__":

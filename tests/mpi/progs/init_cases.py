@@ -2,7 +2,7 @@
 
 ``ints``: all_reduce(division=True) of int32/int64/uint8 arrays (negative values too) for every
 algorithm, fused and in place, and reduce_scatter(division=True), against numpy's
-``sum // p``; prints ``OK ints`` on rank 0.
+``sum // p``; prints ``PASSED init_cases ints on P ranks`` on rank 0.
 ``settings``: for each setting, the last rank passes a different value to the communicator;
 every rank prints ``rank R: <case>: <error>`` (``NO ERROR`` if init passed).
 """
@@ -14,6 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 import nnabla_torus as C
+from tests.mpirun import passed_line
 
 RANK, P = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 DTYPES = (np.int32, np.int64, np.uint8)
@@ -49,7 +50,7 @@ def ints():
         want = (sum(values(5, r, np.int32).astype(np.int64) + RANK for r in range(P)) // P)
         assert np.array_equal(out.data, want), (out.data, want)
     if RANK == 0:
-        print(f"OK ints on {P} ranks", flush=True)
+        print(passed_line(f"init_cases ints on {P} ranks"), flush=True)
 
 
 def init_with(env=None, **kwargs):

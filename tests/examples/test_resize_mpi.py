@@ -13,10 +13,11 @@ import re
 import shutil
 
 import numpy as np
+import pytest
 
 from tests.mpirun import run_mpi
 
-PROG = "tests/mpi/progs/train_check.py"
+PROG = "tests/examples/progs/train_check.py"
 TINY = ["--train-images", "512", "--image-size", "16", "--local-batch", "16",
         "--batch-schedule", "0:64", "--reference-batch", "64", "--warmup-epochs", "0.5",
         "--epochs", "2", "--min-crop-area", "1", "--progress", "0", "--seed", "5",
@@ -40,6 +41,7 @@ def differences(a, b):
     return diff, float(rel)
 
 
+@pytest.mark.slow
 def test_resume_on_two_and_eight_ranks_matches_four(tmp_path):
     whole = run_mpi(4, [PROG, "--save-params", str(tmp_path / "whole.npz")] + TINY +
                     ["--max-steps", "6", "--output-dir", str(tmp_path / "whole")], timeout=240)

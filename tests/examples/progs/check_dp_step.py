@@ -6,7 +6,7 @@ all-reduce and through the FP16 path's dynamic loss scaling (run in fp32 here; w
 overlap),
 one and two micro-batches. Two optimizer steps (the second uses momentum state)
 must match the single-process reference within 1e-5, and the parameters must be bitwise
-identical on every rank. Prints OK on rank 0.
+identical on every rank. Prints "PASSED check_dp_step" on rank 0.
 """
 import hashlib
 import os
@@ -24,6 +24,7 @@ import nnabla_torus as C  # noqa: E402
 from nnabla_torus.controller import BatchPlan  # noqa: E402
 from nnabla_torus.loss_scaling import DynamicLossScaling  # noqa: E402
 from nnabla_torus.overlap import BucketedAllReduce  # noqa: E402
+from tests.mpirun import passed_line  # noqa: E402
 import train  # noqa: E402
 from config import TrainConfig  # noqa: E402
 
@@ -121,7 +122,7 @@ def main():
                     print(f"{optimizer} accum={accum} {mode}: matches batch "
                           f"{global_batch} on one process; ranks agree")
     if comm.rank == 0:
-        print("OK")
+        print(passed_line("check_dp_step"))
 
 
 if __name__ == "__main__":

@@ -13,17 +13,18 @@ import time
 
 import pytest
 
+from tests.examples.train_output import summary_of
 from tests.mpirun import REPO, run_mpi
 
 TRAIN = "examples/imagenet/train.py"
-CHECK = "tests/mpi/progs/train_check.py"
+CHECK = "tests/examples/progs/train_check.py"
 SMALL = ["-C", "digits-cpu", "--image-size", "16", "--local-batch", "8", "--batch-schedule",
          "0:16", "--epochs", "2", "--warmup-epochs", "0.5", "--progress", "0"]
 BAD = ("truncated.JPEG", "empty.JPEG", "text.JPEG")
 
 
 def bad_dataset(root, *extra):
-    subprocess.run([sys.executable, "tests/mpi/progs/make_bad_dataset.py", str(root), *extra],
+    subprocess.run([sys.executable, "tests/examples/progs/make_bad_dataset.py", str(root), *extra],
                    cwd=REPO, check=True)
     return ["--data-dir", str(root)]
 
@@ -37,10 +38,7 @@ def failed_output(np_, argv, timeout=120, env=None):
     return text
 
 
-def summary_of(out):
-    return json.loads([line for line in out.splitlines() if line.startswith('{"val_top1"')][-1])
-
-
+@pytest.mark.slow
 def test_bad_images_are_skipped_named_and_counted_with_ranks_in_step(tmp_path):
     data_flags = bad_dataset(tmp_path / "data", "--val-label", "7")
     out = run_mpi(2, [CHECK] + data_flags + SMALL + ["--output-dir", str(tmp_path / "run"),
@@ -49,7 +47,8 @@ def test_bad_images_are_skipped_named_and_counted_with_ranks_in_step(tmp_path):
     assert "PARAMS_EQUAL" in out, out
     # Readable output: library lines once, plain progress lines (stderr is not a terminal).
     assert out.count("schedule phase from epoch 0") == 1, out
-    assert "step 5: 80/198 images (40.4%), loss " in out and "\r" not in out, out
+    # 5 steps of 16 images are 40 of each rank's 50 (99 images, one padded): 0.8 x 99 = 79.
+    assert "step 5: 79/198 images (39.9%), loss " in out and "\r" not in out, out
     assert "epoch 1.00: 3 undecodable training image(s) left out; new: " in out, out
     assert "epoch 2.00: 3 undecodable training image(s) left out\n" in out, out
     for name in BAD:
@@ -84,6 +83,7 @@ def test_unwritable_output_dir_fails_on_every_rank_before_any_work(tmp_path):
     assert "--output-dir = " in out and "a-file is a file" in out, out
 
 
+@pytest.mark.slow
 def test_resume_with_another_model_is_refused_by_name_and_past_max_steps_is_valid_json(tmp_path):
     run = ["--train-images", "128", "--output-dir", str(tmp_path / "run")]
     run_mpi(2, [TRAIN] + SMALL + run + ["--max-steps", "2"], timeout=120)

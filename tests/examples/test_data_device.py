@@ -19,7 +19,7 @@ from nvidia.dali import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
 import data  # noqa: E402
-from tests.unit.test_data import indexed  # noqa: E402,F401 (the solid-colour image fixture)
+from tests.examples.test_data import indexed  # noqa: E402,F401 (the solid-colour image fixture)
 
 CPU = get_extension_context("cpu")
 # What get_extension_context("cudnn", device_id="1", type_config="half") returns with the CUDA

@@ -6,14 +6,16 @@ equal the fp32 run's bitwise; an initial scale above float32's range overflows t
 which every rank skips.
 """
 import numpy as np
+import pytest
 
 from tests.mpirun import run_mpi
 
-PROG = "tests/mpi/progs/train_check.py"
+PROG = "tests/examples/progs/train_check.py"
 SMALL = ["--train-images", "128", "--image-size", "16", "--local-batch", "16", "--epochs", "2",
          "--progress", "0", "--seed", "5", "--overlap", "1"]
 
 
+@pytest.mark.slow
 def test_fp16_path_with_overlap_equals_fp32(tmp_path):
     params = {}
     for type_config in ("float", "half"):
@@ -27,6 +29,7 @@ def test_fp16_path_with_overlap_equals_fp32(tmp_path):
         np.testing.assert_array_equal(params["half"][name], params["float"][name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_overflowed_step_is_skipped_on_every_rank(tmp_path):
     out = run_mpi(2, [PROG] + SMALL + ["--type-config", "half", "--loss-scale", "6.8e38",
                                        "--output-dir", str(tmp_path)], timeout=240)

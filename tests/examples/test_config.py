@@ -91,3 +91,9 @@ def test_digits_recipe_batch_and_lr_per_epoch():
     assert first[:3] == (64, 16, 1) and later[:3] == (128, 32, 1)
     assert first[3] == pytest.approx(cfg.base_lr * 0.5)                   # half-way through warm-up
     assert later[3] == pytest.approx(2 * cfg.base_lr)                      # x2 for batch 128
+
+
+def test_the_profile_knob_shares_the_tools_environment_variable():
+    from examples.imagenet.config import env_of
+    from nnabla_torus.profile import PROFILE_ENV
+    assert env_of("profile") == PROFILE_ENV

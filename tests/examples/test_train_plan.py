@@ -5,8 +5,11 @@ batch and the best rank count of the profile, the run switches to the planned al
 the JSON summary reports it; an explicit ``--algorithm`` is only advised; a bad profile is a
 one-line error on every rank.
 """
-import json
+import re
 
+import pytest
+
+from tests.examples.train_output import summary_of
 from tests.mpirun import run_mpi
 
 TRAIN = "examples/imagenet/train.py"
@@ -15,12 +18,9 @@ TINY = ["--train-images", "128", "--epochs", "2", "--image-size", "16", "--local
         "--progress", "0", "--checkpoint-every", "0"]
 
 
-def summary_of(out):
-    return json.loads([line for line in out.splitlines() if line.startswith('{"val_top1"')][-1])
-
-
+@pytest.mark.slow
 def test_plan_auto_logs_applies_and_reports(tmp_path):
-    out = run_mpi(2, ["tests/mpi/progs/train_check.py"] + TINY +
+    out = run_mpi(2, ["tests/examples/progs/train_check.py"] + TINY +
                   ["--plan", "auto", "--output-dir", str(tmp_path)], timeout=120)
     assert "PARAMS_EQUAL" in out, out
     for batch in (32, 64):                             # planned again after the batch change
@@ -35,11 +35,15 @@ def test_plan_auto_logs_applies_and_reports(tmp_path):
     assert plan["recommended"]["global_batch"] == 64 and plan["speedup"] > 0
 
 
+@pytest.mark.slow
 def test_explicit_algorithm_is_kept_and_bad_profile_is_an_error(tmp_path):
     out = run_mpi(2, [TRAIN] + TINY + ["--algorithm", "native", "--max-steps", "2",
                                        "--output-dir", str(tmp_path)], timeout=120)
     assert "keeping native as set" in out, out
     assert summary_of(out)["algorithm"] == "native"
+    # The config line says what runs, and nnabla's import banner is not printed.
+    assert re.search(r"; 2 ranks, all-reduce native on grid \S+$", out, re.M), out
+    assert "Initializing CPU extension" not in out, out
     out = run_mpi(2, [TRAIN] + TINY + ["--profile", "no-such-cluster", "--output-dir",
                                        str(tmp_path)], timeout=120, check=False)
     error = "train.py: error: no profile file or shipped profile 'no-such-cluster'"

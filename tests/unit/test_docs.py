@@ -1,0 +1,177 @@
+"""The docs cannot rot: every relative link and anchor of README.md and docs/*.md resolves, every
+page is listed in docs/index.md, every repository path they name exists, and the README's knobs
+table has exactly the communicator's knobs with the code's defaults. Offline and under a second.
+
+Anchors follow GitHub's rule: the heading in lower case, punctuation other than - and _
+dropped, spaces as -, and -1, -2, ... for repeats.
+"""
+import ast
+import glob
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCS = os.path.join(ROOT, "docs")
+PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(DOCS, "*.md")))
+# The modules whose env_value/knob_value calls define the communicator's knobs.
+KNOB_MODULES = ("nnabla_torus/communicator.py", "nnabla_torus/backends/mpi.py")
+# Modules whose top-level constants those calls use as defaults.
+CONSTANT_MODULES = KNOB_MODULES + ("nnabla_torus/collectives.py",)
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+INLINE_CODE = re.compile(r"`[^`]*`")
+REPO_PATH = re.compile(r"^(?:nnabla_torus|examples|tools|tests|docs)/[\w./-]*$")
+
+
+def prose_lines(path):
+    """The lines of a markdown file outside fenced code blocks."""
+    fenced = False
+    for line in open(path, encoding="utf-8"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            yield line.rstrip("\n")
+
+
+def anchors(path):
+    """GitHub's anchors for the headings of a markdown file."""
+    seen, found = {}, set()
+    for line in prose_lines(path):
+        match = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if match:
+            slug = re.sub(r"[^\w\- ]", "", match.group(1).lower()).replace(" ", "-")
+            count = seen.get(slug, 0)
+            seen[slug] = count + 1
+            found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def links(path):
+    """The link targets of a markdown file (outside code)."""
+    for line in prose_lines(path):
+        yield from LINK.findall(INLINE_CODE.sub("", line))
+
+
+def page_id(path):
+    return os.path.relpath(path, ROOT)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_relative_links_and_anchors_resolve(page):
+    broken = []
+    for target in links(page):
+        if re.match(r"^[a-z]+:", target):          # https:, mailto: (not checked offline)
+            continue
+        path, _, anchor = target.partition("#")
+        full = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+        if not os.path.exists(full):
+            broken.append(f"{target}: no file {os.path.relpath(full, ROOT)}")
+        elif anchor and full.endswith(".md") and anchor not in anchors(full):
+            broken.append(f"{target}: no heading with anchor #{anchor} in "
+                          f"{os.path.relpath(full, ROOT)}")
+    assert not broken, f"{page_id(page)}:\n" + "\n".join(broken)
+
+
+def test_every_docs_page_is_listed_in_the_index():
+    index = os.path.join(DOCS, "index.md")
+    listed = {os.path.normpath(os.path.join(DOCS, t.partition("#")[0])) for t in links(index)}
+    pages = {p for p in PAGES if p.startswith(DOCS) and p != index}
+    assert not pages - listed, f"pages missing from docs/index.md: {sorted(pages - listed)}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_repository_paths_named_in_the_docs_exist(page):
+    named = {code.strip("`") for line in prose_lines(page) for code in INLINE_CODE.findall(line)}
+    missing = sorted(p for p in named if REPO_PATH.match(p)
+                     and not os.path.exists(os.path.join(ROOT, p)))
+    assert not missing, f"{page_id(page)} names paths that do not exist: {missing}"
+
+
+def module_constants():
+    """Top-level ``NAME = <constant expression>`` of CONSTANT_MODULES, evaluated."""
+    names = {}
+    for module in CONSTANT_MODULES:
+        tree = ast.parse(open(os.path.join(ROOT, module), encoding="utf-8").read())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                    node.targets[0], ast.Name):
+                try:
+                    names[node.targets[0].id] = constant(node.value, names)
+                except ValueError:
+                    pass
+    return names
+
+
+def constant(node, names):
+    """The value of a constant expression (literals, << and *, names, dict(...)[key]);
+    ValueError for anything else (a default computed at run time)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.LShift, ast.Mult)):
+        left, right = constant(node.left, names), constant(node.right, names)
+        return left << right if isinstance(node.op, ast.LShift) else left * right
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "dict" and not node.args:
+        return {k.arg: constant(k.value, names) for k in node.keywords}
+    if isinstance(node, ast.Subscript):
+        return constant(node.value, names)[constant(node.slice, names)]
+    raise ValueError(ast.dump(node))
+
+
+def code_knobs():
+    """{environment variable: default, or ValueError when computed at run time} of every
+    ``env_value(ENV, default, ...)`` and ``knob_value(value, kwarg, ENV, default, ...)`` call."""
+    names, knobs = module_constants(), {}
+    for module in KNOB_MODULES:
+        for node in ast.walk(ast.parse(open(os.path.join(ROOT, module), encoding="utf-8").read())):
+            name = getattr(getattr(node, "func", None), "id", None)
+            position = {"env_value": 0, "knob_value": 2}.get(name)
+            if position is None:
+                continue
+            env = node.args[position].value
+            default_node = node.args[position + 1] if len(node.args) > position + 1 else None
+            try:
+                knobs[env] = None if default_node is None else constant(default_node, names)
+            except ValueError as e:
+                knobs[env] = e
+    return knobs
+
+
+def readme_knobs():
+    """{variable: default cell} of the README's knobs table."""
+    lines = list(prose_lines(os.path.join(ROOT, "README.md")))
+    start = lines.index("### Knobs")
+    rows = {}
+    for line in lines[start:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0].startswith("`NNABLA_TORUS_"):
+            rows[cells[0].strip("`")] = cells[-1].strip("`")
+        elif rows and not line.startswith("|"):
+            break
+    return rows
+
+
+def test_the_readme_knobs_table_has_exactly_the_knobs_the_code_reads():
+    table, code = readme_knobs(), code_knobs()
+    assert set(table) == set(code), (f"only in the README: {sorted(set(table) - set(code))}; "
+                                     f"only in the code: {sorted(set(code) - set(table))}")
+
+
+def test_the_readme_knobs_table_states_the_code_defaults():
+    wrong = []
+    for env, default in code_knobs().items():
+        cell = readme_knobs()[env]
+        if default is None or isinstance(default, ValueError):
+            continue                                # described in words (from host names, ...)
+        if isinstance(default, bool):
+            ok = cell == str(int(default))
+        elif isinstance(default, (int, float)):
+            ok = float(cell) == default
+        else:
+            ok = cell == (default or "empty")
+        if not ok:
+            wrong.append(f"{env}: README {cell!r}, code {default!r}")
+    assert not wrong, "\n".join(wrong)
