@@ -1,0 +1,150 @@
+"""``comm.all_reduce_callback`` on CPU: a Python callback that nnabla's ``backward`` runs.
+
+nnabla's ``Variable.backward(communicator_callbacks=...)`` accepts only its C++
+``CommunicatorBackwardCallback`` (nnabla v1.39.0 python/src/nnabla/_variable.pyx:877-882: a
+checked cast of each element, or of the one object unless it is None; a list must be of type
+``list``), and only the CUDA communicator makes one (ext
+multi_process_data_parallel_communicator.cu:953-979). A Python subclass passes the cast but
+holds a null C++ pointer that backward dereferences (src/nbla/computation_graph/variable.cpp:
+916-936): a segfault. So ``install()`` replaces ``nnabla.Variable.backward`` with a function of
+the same signature that
+
+1. hands ``communicator_callbacks`` without Python callbacks to nnabla's backward unchanged;
+2. otherwise calls ``on_start_backward(loss)`` on each Python callback, runs nnabla's backward
+   with the C++ callbacks (if any) and a ``function_post_hook`` that calls the user's hook and
+   then each Python callback's ``on_finish_function_backward(func)``, then calls each
+   ``on_finish_backward()`` -- the order nnabla's C++ backward calls its callbacks in.
+
+``Variable`` is a Cython type whose attributes Python cannot set, so the function is put in the
+type's own dictionary and the method cache is invalidated (``PyType_Modified``); CPython only.
+An unchanged script then runs::
+
+    cb = comm.all_reduce_callback([v.grad for v in nn.get_parameters().values()], 2 << 20)
+    loss.backward(clear_buffer=True, communicator_callbacks=cb)   # gradients summed on return
+"""
+import ctypes
+import gc
+
+import numpy as np
+
+_original = []  # nnabla's own Variable.backward, once install() replaced it
+
+
+def is_native(callback):
+    """Whether ``callback`` is nnabla's C++ CommunicatorBackwardCallback (nnabla takes it as is)."""
+    from nnabla._variable import CommunicatorBackwardCallback
+    return isinstance(callback, CommunicatorBackwardCallback)
+
+
+def _split(callbacks):
+    """(nnabla's C++ callbacks, Python callbacks) from backward's ``communicator_callbacks``."""
+    items = callbacks if type(callbacks) == list else [] if callbacks is None else [callbacks]
+    python = [c for c in items if not is_native(c) and hasattr(c, "on_finish_backward")]
+    native = [c for c in items if not any(c is p for p in python)]
+    return native, python
+
+
+def _backward(self, grad=1, clear_buffer=False, communicator_callbacks=None,
+              function_pre_hook=None, function_post_hook=None):
+    """nnabla's ``Variable.backward``, plus Python communicator callbacks (module doc)."""
+    original = _original[0]
+    native, python = _split(communicator_callbacks)
+    if not python:
+        return original(self, grad, clear_buffer, communicator_callbacks, function_pre_hook,
+                        function_post_hook)
+    for callback in python:
+        getattr(callback, "on_start_backward", lambda loss: None)(self)
+
+    def post_hook(func):
+        if function_post_hook is not None:
+            function_post_hook(func)
+        for callback in python:
+            callback.on_finish_function_backward(func)
+    original(self, grad, clear_buffer, native or None, function_pre_hook, post_hook)
+    for callback in python:
+        callback.on_finish_backward()
+
+
+def install():
+    """Let ``nnabla.Variable.backward`` run Python communicator callbacks (idempotent)."""
+    if _original:
+        return
+    from nnabla._variable import Variable
+    try:
+        namespace = gc.get_referents(Variable.__dict__)[0]
+        original = namespace["backward"]
+        namespace["backward"] = _backward
+        ctypes.pythonapi.PyType_Modified(ctypes.py_object(Variable))
+    except Exception as e:  # noqa: BLE001  (another interpreter, another nnabla)
+        raise RuntimeError(
+            f"all_reduce_callback on CPU needs nnabla.Variable.backward to accept Python "
+            f"callbacks, and it could not be extended here ({type(e).__name__}: {e}). Use "
+            f"nnabla_torus.overlap.BucketedAllReduce(comm, loss, params).backward(loss), or "
+            f"comm.all_reduce(grads) after loss.backward()") from e
+    _original.append(original)
+
+
+class AllReduceCallback:
+    """Sum ``grads`` over ``group`` in packs of ``pack_size`` elements during backward.
+
+    A gradient joins the current pack once every function of this backward that reads its
+    variable has finished (use counts from the graph of the variable backward starts from;
+    nnabla's C++ callback packs at each use, ext .cu:1019-1030, which double-counts a shared
+    parameter). A full pack is all-reduced at once (backward waits for it); the rest at the
+    end, with gradients the graph never reached. Each gradient is multiplied by ``scale_grad``
+    first, as nnabla's pack step does; the communicator's zeroing rule applies to each pack.
+    """
+
+    def __init__(self, comm, grads, pack_size, division, group, scale_grad):
+        self.comm, self.grads, self.pack_size = comm, list(grads), pack_size
+        self.division, self.group, self.scale_grad = division, group, scale_grad
+        self._uses_of = {}  # loss variable -> {grad NdArray: number of functions reading it}
+        self._left = {}
+        self._pack, self._packed = [], 0
+
+    def on_start_backward(self, loss):
+        uses = self._uses_of.get(loss)
+        if uses is None:
+            wanted = set(self.grads)
+            uses = {}
+
+            def count(func):
+                for var in func.inputs:
+                    grad = var.grad
+                    if grad in wanted:
+                        uses[grad] = uses.get(grad, 0) + 1
+            loss.visit(count)
+            self._uses_of = {loss: uses}   # one graph remembered: the usual training loop
+        self._left = dict(uses)
+        self._pack, self._packed = [], 0
+
+    def on_finish_function_backward(self, func):
+        for var in func.inputs:
+            grad = var.grad
+            left = self._left.get(grad)
+            if not left:
+                continue
+            self._left[grad] = left - 1
+            if left == 1:
+                self._add(grad)
+
+    def on_finish_backward(self):
+        for grad in self.grads:   # never reached (or no on_start_backward): in list order
+            if self._left.get(grad, 1):
+                self._add(grad)
+        self._flush()
+        self._left = {}
+
+    def _add(self, grad):
+        if self.scale_grad != 1 and not grad.zeroing:   # a zeroing array stays zeroing
+            import nnabla.functions as F
+            F.mul_scalar(grad, self.scale_grad, outputs=[grad])
+        self._pack.append(grad)
+        self._packed += int(np.prod(grad.shape))
+        if self._packed >= self.pack_size:
+            self._flush()
+
+    def _flush(self):
+        if self._pack:
+            self.comm.all_reduce(self._pack, division=self.division, group=self.group)
+        self._pack, self._packed = [], 0
