@@ -13,7 +13,9 @@ the same signature that
 2. otherwise calls ``on_start_backward(loss)`` on each Python callback, runs nnabla's backward
    with the C++ callbacks (if any) and a ``function_post_hook`` that calls the user's hook and
    then each Python callback's ``on_finish_function_backward(func)``, then calls each
-   ``on_finish_backward()`` -- the order nnabla's C++ backward calls its callbacks in.
+   ``on_finish_backward()`` -- the order nnabla's C++ backward calls its callbacks in. An
+   exception in the hook (nnabla would report it as a SystemError) stops the callbacks and
+   is raised as it is when nnabla's backward returns.
 
 ``Variable`` is a Cython type whose attributes Python cannot set, so the function is put in the
 type's own dictionary and the method cache is invalidated (``PyType_Modified``); CPython only.
@@ -25,6 +27,7 @@ An unchanged script then runs::
 import ctypes
 import gc
 
+import nnabla as nn
 import numpy as np
 
 _original = []  # nnabla's own Variable.backward, once install() replaced it
@@ -54,34 +57,54 @@ def _backward(self, grad=1, clear_buffer=False, communicator_callbacks=None,
                         function_post_hook)
     for callback in python:
         getattr(callback, "on_start_backward", lambda loss: None)(self)
+    failed = []   # an exception in a hook: nnabla would turn it into a SystemError
 
     def post_hook(func):
-        if function_post_hook is not None:
-            function_post_hook(func)
-        for callback in python:
-            callback.on_finish_function_backward(func)
+        if failed:
+            return
+        try:
+            if function_post_hook is not None:
+                function_post_hook(func)
+            for callback in python:
+                callback.on_finish_function_backward(func)
+        except BaseException as e:  # noqa: BLE001  (raised below, after nnabla's backward)
+            failed.append(e)
     original(self, grad, clear_buffer, native or None, function_pre_hook, post_hook)
+    if failed:
+        raise failed[0]
     for callback in python:
         callback.on_finish_backward()
 
 
 def install():
-    """Let ``nnabla.Variable.backward`` run Python communicator callbacks (idempotent)."""
+    """Let ``nnabla.Variable.backward`` run Python communicator callbacks (idempotent).
+
+    Done when a communicator is created: ``x.backward(communicator_callbacks=
+    comm.all_reduce_callback(...))`` looks ``backward`` up before it makes the callback.
+    Returns False where the type cannot be extended (not CPython); ``all_reduce_callback``
+    then raises naming the alternatives."""
     if _original:
-        return
+        return True
     from nnabla._variable import Variable
     try:
         namespace = gc.get_referents(Variable.__dict__)[0]
         original = namespace["backward"]
         namespace["backward"] = _backward
         ctypes.pythonapi.PyType_Modified(ctypes.py_object(Variable))
-    except Exception as e:  # noqa: BLE001  (another interpreter, another nnabla)
-        raise RuntimeError(
-            f"all_reduce_callback on CPU needs nnabla.Variable.backward to accept Python "
-            f"callbacks, and it could not be extended here ({type(e).__name__}: {e}). Use "
-            f"nnabla_torus.overlap.BucketedAllReduce(comm, loss, params).backward(loss), or "
-            f"comm.all_reduce(grads) after loss.backward()") from e
+    except Exception:  # noqa: BLE001  (another interpreter or nnabla: reported at the call)
+        return False
     _original.append(original)
+    return True
+
+
+def require():
+    """Raise unless ``install()`` worked: a Python callback would not reach nnabla's backward."""
+    if not install():
+        raise RuntimeError(
+            "all_reduce_callback on CPU needs nnabla.Variable.backward to accept Python "
+            "callbacks, and this interpreter does not let it be extended. Use "
+            "nnabla_torus.overlap.BucketedAllReduce(comm, loss, params).backward(loss), or "
+            "comm.all_reduce(grads) after loss.backward()")
 
 
 class AllReduceCallback:
@@ -91,13 +114,17 @@ class AllReduceCallback:
     variable has finished (use counts from the graph of the variable backward starts from;
     nnabla's C++ callback packs at each use, ext .cu:1019-1030, which double-counts a shared
     parameter). A full pack is all-reduced at once (backward waits for it); the rest at the
-    end, with gradients the graph never reached. Each gradient is multiplied by ``scale_grad``
-    first, as nnabla's pack step does; the communicator's zeroing rule applies to each pack.
+    end, with gradients the graph never reached. As nnabla's pack step: each gradient is
+    multiplied by ``scale_grad`` into a pack buffer of float32 (at least), summed there and
+    written back in the gradient's type; with ``dtype`` (nnabla's ``keep_dtype=False``: the
+    communicator's type) the gradient is cast to it first, which raises nnabla's own error for
+    a narrowed array of another type. The communicator's zeroing rule applies per gradient.
     """
 
-    def __init__(self, comm, grads, pack_size, division, group, scale_grad):
+    def __init__(self, comm, grads, pack_size, division, group, scale_grad, dtype=None):
         self.comm, self.grads, self.pack_size = comm, list(grads), pack_size
         self.division, self.group, self.scale_grad = division, group, scale_grad
+        self.dtype = dtype
         self._uses_of = {}  # loss variable -> {grad NdArray: number of functions reading it}
         self._left = {}
         self._pack, self._packed = [], 0
@@ -136,15 +163,28 @@ class AllReduceCallback:
         self._left = {}
 
     def _add(self, grad):
-        if self.scale_grad != 1 and not grad.zeroing:   # a zeroing array stays zeroing
-            import nnabla.functions as F
-            F.mul_scalar(grad, self.scale_grad, outputs=[grad])
-        self._pack.append(grad)
-        self._packed += int(np.prod(grad.shape))
+        """Put ``grad`` times ``scale_grad`` into the pack, in the communicator's type (as
+        nnabla's pack buffer; a zero()-ed gradient as a zero()-ed array, so the zeroing rule
+        sees it)."""
+        wire = nn.NdArray(grad.shape)
+        if grad.zeroing:
+            wire.zero()
+        else:
+            if self.dtype is not None:   # keep_dtype=False: the gradient becomes type T
+                grad.cast(self.dtype)
+            wide = np.promote_types(self.dtype or grad.dtype, np.float32)
+            wire.cast(wide)
+            wire.data[...] = grad.get_data("r").astype(wide) * wide.type(self.scale_grad)
+        self._pack.append((grad, wire))
+        self._packed += wire.size
         if self._packed >= self.pack_size:
             self._flush()
 
     def _flush(self):
         if self._pack:
-            self.comm.all_reduce(self._pack, division=self.division, group=self.group)
+            self.comm.all_reduce([wire for _, wire in self._pack], division=self.division,
+                                 group=self.group)
+            for grad, wire in self._pack:
+                if not wire.zeroing:   # zeroing on every rank: the gradient stays as it is
+                    grad.get_data("w")[...] = wire.get_data("r")
         self._pack, self._packed = [], 0

@@ -166,8 +166,9 @@ class TorusCommunicator:
         self._workspace = {}
         self._host_names = []  # MPI.Get_processor_name() of every rank, for error messages
         self._context_params = []  # (ctx, {name: Variable}) from add_context_and_parameters
-        from . import sync_bn
+        from . import backward_callback, sync_bn
         sync_bn.install()  # F/PF.sync_batch_normalization accept this communicator from now on
+        backward_callback.install()  # backward(communicator_callbacks=) takes Python callbacks
 
     # -- set-up -----------------------------------------------------------------------------
     def init(self):
@@ -798,9 +799,9 @@ class TorusCommunicator:
         NCCL backend: nnabla's own C++ callback from the communicator the backend holds
         (group mapped to the backend's group), which nnabla's backward accepts as it is.
         Other backends: a Python callback (``nnabla_torus.backward_callback``); nnabla's
-        backward accepts only C++ callbacks, so this installs, once per process, a
-        ``Variable.backward`` that runs Python callbacks through ``function_post_hook`` and
-        hands everything else to nnabla's own backward unchanged.
+        backward accepts only C++ callbacks, so creating a communicator installs, once per
+        process, a ``Variable.backward`` that runs Python callbacks through
+        ``function_post_hook`` and hands everything else to nnabla's own backward unchanged.
         """
         from . import backward_callback
         arrays = self._as_list(data)
@@ -814,10 +815,11 @@ class TorusCommunicator:
             callback = native(arrays, int(pack_size), bool(division), grp, float(scale_grad),
                               bool(keep_dtype), half=self._half())
         else:
+            dtype = None if keep_dtype else np.float16 if self._half() else np.float32
             callback = backward_callback.AllReduceCallback(
-                self, arrays, int(pack_size), bool(division), group, float(scale_grad))
+                self, arrays, int(pack_size), bool(division), group, float(scale_grad), dtype)
         if not backward_callback.is_native(callback):
-            backward_callback.install()
+            backward_callback.require()
         return callback
 
     def _half(self):

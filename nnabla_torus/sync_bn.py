@@ -21,8 +21,9 @@ own function, unchanged. An unchanged script then runs::
   batch_normalization does (src/nbla/function/generic/batch_normalization.cpp:195-211).
   Backward all-reduces sum(dy) and sum(dy * x_hat) per channel (one all-reduce), so dx is the
   concatenated batch's; d(beta) and d(gamma) stay this rank's share (the gradient all-reduce
-  sums them). ``batch_stat=False`` uses the running statistics: nnabla's batch_normalization,
-  no communication. Not supported: ``output_stat=True`` (a clear error).
+  sums them); with ``output_stat=True`` the gradients of the mean and variance outputs enter
+  dx unsummed, as in nnabla's kernel. ``batch_stat=False`` uses the running statistics: nnabla's batch_normalization,
+  no communication. ``output_stat=True`` returns the global batch mean and variance too.
 """
 import functools
 
@@ -59,28 +60,25 @@ def sync_batch_normalization(x, beta, gamma, mean, variance, comm, group="world"
     """nnabla's ``F.sync_batch_normalization`` over ``comm``'s ``group`` (module doc)."""
     from nnabla.normalization_functions import _create_bn_dummy_vars, _force_list
     axes = _force_list(axes)
-    if output_stat:
-        raise NotImplementedError(
-            f"rank {comm.rank}: sync_batch_normalization(output_stat=True) is not implemented "
-            f"for nnabla_torus communicators; use output_stat=False")
     if not batch_stat and (mean is None or variance is None):
         raise ValueError("If batch_stat is False, mean and variable must not be None.")
-    if comm._ready() and comm._backend_name == "nccl":   # GPU: nnabla's kernel on the backend's communicator
+    if comm._ready() and comm._backend_name == "nccl":   # GPU: nnabla's own kernel
         original = F.sync_batch_normalization.nnabla_torus_original
         return original(x, beta, gamma, mean, variance,
                         comm.backend.nnabla_communicator(comm._half()),
-                        comm._group(group).name, axes, decay_rate, eps, batch_stat)
+                        comm._group(group).name, axes, decay_rate, eps, batch_stat, output_stat)
     beta, gamma, mean, variance = _create_bn_dummy_vars(x, axes, beta, gamma, mean, variance)
     if not batch_stat:
         return F.batch_normalization(x, beta, gamma, mean, variance, axes, decay_rate, eps,
-                                     batch_stat=False)
+                                     batch_stat=False, output_stat=output_stat)
     comm._group(group)   # an unknown group or a non-member fails here, not in forward
     return SyncBatchNormalization(comm, group, axes, decay_rate, eps)(
-        x, beta, gamma, mean, variance)
+        x, beta, gamma, mean, variance, n_outputs=3 if output_stat else 1)
 
 
 class SyncBatchNormalization(PythonFunction):
-    """Batch normalization with statistics of the batch of every rank of ``group``."""
+    """Batch normalization with statistics of the batch of every rank of ``group``; outputs
+    y, and with ``n_outputs=3`` the batch mean and (biased) variance, as nnabla's."""
 
     def __init__(self, comm, group, axes, decay_rate, eps):
         super().__init__()
@@ -102,6 +100,8 @@ class SyncBatchNormalization(PythonFunction):
 
     def setup_impl(self, inputs, outputs):
         outputs[0].reset_shape(inputs[0].shape, True)
+        for stat in outputs[1:]:
+            stat.reset_shape(inputs[1].shape, True)
 
     def _reduce_axes(self, ndim):
         return tuple(i for i in range(ndim) if i not in self.axes)
@@ -125,6 +125,8 @@ class SyncBatchNormalization(PythonFunction):
                / total).reshape(shape)
         self._mean, self._invstd, self._total = mean, 1.0 / np.sqrt(var + self.eps), total
         outputs[0].d = (x - mean) * self._invstd * gamma + beta
+        if len(outputs) == 3:
+            outputs[1].d, outputs[2].d = mean, var
         rate = self.decay_rate
         unbiased = var * total / (total - 1) if total > 1 else var
         inputs[3].d = rate * inputs[3].d + (1 - rate) * mean
@@ -139,13 +141,17 @@ class SyncBatchNormalization(PythonFunction):
         shape = self._mean.shape
         sum_dy = dy.sum(axis=red).reshape(shape)
         sum_dy_xhat = (dy * x_hat).sum(axis=red).reshape(shape)
-        grads = {}
+        grads = {1: sum_dy, 2: sum_dy_xhat}   # this rank's share; the gradient all-reduce sums
         if propagate_down[0]:
             both = self._sum_over_ranks(np.concatenate([sum_dy.ravel(), sum_dy_xhat.ravel()]))
             all_dy, all_dy_xhat = (b.reshape(shape) for b in np.split(both, 2))
-            grads[0] = (inputs[2].d * self._invstd
-                        * (dy - (all_dy + x_hat * all_dy_xhat) / self._total))
-        grads[1], grads[2] = sum_dy, sum_dy_xhat
+            dx = inputs[2].d * self._invstd * (dy - (all_dy + x_hat * all_dy_xhat) / self._total)
+            if len(outputs) == 3:
+                # through the mean and variance outputs: this rank's gradients, not summed
+                # over ranks, as nnabla's kernel does (ext sync_batch_normalization.cu:216)
+                dmean, dvar = (o.g.astype(np.float64) for o in outputs[1:])
+                dx += (dmean + 2 * dvar * (inputs[0].d - self._mean)) / self._total
+            grads[0] = dx
         for i, g in grads.items():
             if not propagate_down[i]:
                 continue
