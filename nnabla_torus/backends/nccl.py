@@ -418,8 +418,9 @@ class NCCLBackend:
         """nnabla's own backward callback (a C++ ``CommunicatorBackwardCallback`` that nnabla's
         ``backward(communicator_callbacks=...)`` accepts) from the communicator of the user's
         type (``half``: float16), on ``group``'s nnabla group (ext .cu:953-979)."""
-        return self.nnabla_communicator(half).all_reduce_callback(
-            arrays, pack_size, division, group.name, scale_grad, keep_dtype)
+        comm = self.nnabla_communicator(half)
+        return comm.all_reduce_callback(arrays, pack_size, division, group.name, scale_grad,
+                                        keep_dtype)
 
     def nnabla_communicator(self, half=False):
         """The nnabla communicator of the user's type (``half``: float16), e.g. for nnabla's own

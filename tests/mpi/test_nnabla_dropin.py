@@ -22,7 +22,8 @@ def test_nnabla_api_conformance(backend, ranks):
             assert f"{algorithm}: {case}" in ok, (algorithm, case)
     for case in ("names and properties", "groups", "bcast", "all_gather and reduce_scatter",
                  "allreduce and context parameters", "zeroing demo", "all_reduce_callback",
-                 "sync_batch_normalization", "sync_batch_normalization foreign comm"):
+                 "sync_batch_normalization", "sync_batch_normalization group and output_stat",
+                 "sync_batch_normalization foreign comm"):
         assert case in ok, case
     # nnabla's rule: a gradient no rank computed is neither decayed nor updated, at any size.
     assert f"FIGURE zeroing demo: {ranks} ranks, w 1.0 -> 1.0000" in out

@@ -346,6 +346,28 @@ def world_max(values_by_kind):
     return {k: MPI.COMM_WORLD.allreduce(v, op=MPI.MAX) for k, v in values_by_kind.items()}
 
 
+def case_sync_bn_group_and_stats(comm):
+    """``group``: statistics over the group's members only; ``output_stat=True``: the batch
+    mean and (biased) variance of the members' concatenated batch."""
+    members = odd_group(comm)
+    if RANK not in members:
+        return
+    rng = np.random.RandomState(5)
+    full = (rng.randn(2 * P, 3, 4) * 2 + 1).astype(np.float32)
+    mine = full[2 * RANK:2 * RANK + 2]
+    together = np.concatenate([full[2 * r:2 * r + 2] for r in members])
+    v = [nn.Variable.from_numpy_array(a) for a in
+         (np.zeros((1, 3, 1)), np.ones((1, 3, 1)), np.zeros((1, 3, 1)), np.ones((1, 3, 1)))]
+    y, mean, var = F.sync_batch_normalization(nn.Variable.from_numpy_array(mine), *v, comm,
+                                              group="odd", axes=[1], output_stat=True)
+    F.sink(y, mean, var).forward()
+    check_near(mean.d.ravel(), together.mean(axis=(0, 2)), "group sync_bn mean", 1e-5)
+    check_near(var.d.ravel(), together.var(axis=(0, 2)), "group sync_bn variance", 1e-5)
+    want = (mine - together.mean(axis=(0, 2), keepdims=True)) / np.sqrt(
+        together.var(axis=(0, 2), keepdims=True) + 1e-5)
+    check_near(y.d, want, "group sync_bn output", 1e-5)
+
+
 def case_sync_bn_foreign_comm():
     """Anything but our communicator still goes to nnabla's own function (and its check)."""
     x = nn.Variable((2, 3, 4, 4))
@@ -374,6 +396,8 @@ def cases():
             ("zeroing demo", lambda: zeroing_demo(comm)),
             ("all_reduce_callback", lambda: case_callback(comm)),
             ("sync_batch_normalization", lambda: case_sync_bn(comm)),
+            ("sync_batch_normalization group and output_stat",
+             lambda: case_sync_bn_group_and_stats(comm)),
             ("sync_batch_normalization foreign comm", case_sync_bn_foreign_comm)]
     return out
 
