@@ -803,6 +803,13 @@ def main(suite):
         cases = [("missing rank", lambda: missing_rank(make_comm(default), missing))]
     else:
         raise SystemExit(f"unknown suite {suite!r}; use correctness, bad-input or missing-rank")
+    run_cases(cases)
+
+
+def run_cases(cases):
+    """Run (name, function) pairs in order: "OK <name>" per case on rank 0, "ALL OK" at the
+    end; a failing case prints its name and traceback and aborts the whole job."""
+    world = MPI.COMM_WORLD
     name = "set-up"
     start = time.monotonic()
     try:

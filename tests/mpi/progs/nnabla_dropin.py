@@ -10,9 +10,6 @@ algorithm; NNABLA_TORUS_BACKEND=fake-nccl runs the same cases through the NCCL m
 Figures (the zeroing demo, SyncBN's largest differences) are printed as ``FIGURE`` lines.
 """
 import os
-import sys
-import time
-import traceback
 
 import numpy as np
 from mpi4py import MPI
@@ -22,7 +19,7 @@ import nnabla.functions as F
 import nnabla.parametric_functions as PF
 import nnabla.solvers as S
 import nnabla_torus as C
-from comm_cases import P, RANK, check_close, expected_sum, values
+from comm_cases import P, RANK, check_close, expected_sum, run_cases, values
 
 SHAPES = [(17,), (17, 17)]
 NAMES = ("MultiProcessCommunicator", "MultiProcessDataParalellCommunicator",
@@ -381,48 +378,35 @@ def case_sync_bn_foreign_comm():
 
 
 def cases():
-    comm = case_names()
-    out = [("names and properties", lambda: None)]
+    """(name, function) pairs; the first makes the communicator the others use."""
+    made = []
+
+    def with_comm(case):
+        return lambda: case(made[0])
+    out = [("names and properties", lambda: made.append(case_names()))]
     for algorithm in ALGORITHMS:
-        def switch(a=algorithm):
-            comm.set_algorithm(a)
-        out.append((f"{algorithm}: set", switch))
-        out += [(f"{algorithm}: all_reduce forms", lambda: case_all_reduce(comm)),
-                (f"{algorithm}: zeroing rule", lambda: case_zeroing(comm)),
-                (f"{algorithm}: reduce", lambda: case_reduce(comm))]
-    out += [("groups", lambda: case_groups(comm)), ("bcast", lambda: case_bcast(comm)),
-            ("all_gather and reduce_scatter", lambda: case_gather_scatter(comm)),
-            ("allreduce and context parameters", lambda: case_context_parameters(comm)),
-            ("zeroing demo", lambda: zeroing_demo(comm)),
-            ("all_reduce_callback", lambda: case_callback(comm)),
-            ("sync_batch_normalization", lambda: case_sync_bn(comm)),
+        out += [(f"{algorithm}: set", with_comm(lambda comm, a=algorithm: comm.set_algorithm(a))),
+                (f"{algorithm}: all_reduce forms", with_comm(case_all_reduce)),
+                (f"{algorithm}: zeroing rule", with_comm(case_zeroing)),
+                (f"{algorithm}: reduce", with_comm(case_reduce))]
+    out += [("groups", with_comm(case_groups)), ("bcast", with_comm(case_bcast)),
+            ("all_gather and reduce_scatter", with_comm(case_gather_scatter)),
+            ("allreduce and context parameters", with_comm(case_context_parameters)),
+            ("zeroing demo", with_comm(zeroing_demo)),
+            ("all_reduce_callback", with_comm(case_callback)),
+            ("sync_batch_normalization", with_comm(case_sync_bn)),
             ("sync_batch_normalization group and output_stat",
-             lambda: case_sync_bn_group_and_stats(comm)),
+             with_comm(case_sync_bn_group_and_stats)),
             ("sync_batch_normalization foreign comm", case_sync_bn_foreign_comm)]
     return out
 
 
 def main():
-    name, start = "set-up", time.monotonic()
-    try:
-        todo = cases()
-        only = os.environ.get("DROPIN_ONLY")
-        for name, case in todo:
-            if only and only not in name and not name.endswith(": set"):
-                continue
-            case_start = time.monotonic()
-            case()
-            if RANK == 0:
-                print(f"OK {name} ({time.monotonic() - case_start:.2f} s)", flush=True)
-    except BaseException:
-        print(f"FAILED on rank {RANK}: {name}", flush=True)
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
-    MPI.COMM_WORLD.Barrier()
-    if RANK == 0:
-        print(f"ALL OK on {P} ranks in {time.monotonic() - start:.1f} s", flush=True)
+    """Every case, or (DROPIN_ONLY=text) the communicator's set-up and the cases whose name
+    holds the text."""
+    only = os.environ.get("DROPIN_ONLY")
+    run_cases([(name, case) for k, (name, case) in enumerate(cases())
+               if not only or k == 0 or only in name or name.endswith(": set")])
 
 
 if __name__ == "__main__":
