@@ -113,8 +113,9 @@ class AllReduceCallback:
     A gradient joins the current pack once every function of this backward that reads its
     variable has finished (use counts from the graph of the variable backward starts from;
     nnabla's C++ callback packs at each use, ext .cu:1019-1030, which double-counts a shared
-    parameter). A full pack is all-reduced at once (backward waits for it); the rest at the
-    end, with gradients the graph never reached. As nnabla's pack step: each gradient is
+    parameter). A full pack is all-reduced at once, on the calling thread (backward waits for
+    it; collectives that backward makes itself, SyncBN's, then keep one order on every rank);
+    the rest at the end, with gradients the graph never reached. As nnabla's pack step: each gradient is
     multiplied by ``scale_grad`` into a pack buffer of float32 (at least), summed there and
     written back in the gradient's type; with ``dtype`` (nnabla's ``keep_dtype=False``: the
     communicator's type) the gradient is cast to it first, which raises nnabla's own error for

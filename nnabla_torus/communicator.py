@@ -822,6 +822,14 @@ class TorusCommunicator:
             backward_callback.require()
         return callback
 
+    def native_communicator(self, group="world"):
+        """(nnabla's own C++ communicator, its name for ``group``) on the NCCL backend, for
+        nnabla's kernels that take a communicator (sync_batch_normalization); None on other
+        backends. Its type follows the context's type_config (half or float)."""
+        if self._ready() and self._backend_name != "nccl":
+            return None
+        return self.backend.nnabla_communicator(self._half()), self._group(group).name
+
     def _half(self):
         """Whether the user's context asks for half precision (nnabla's communicator type T)."""
         return self.ctx is not None and any(b.endswith(":half") for b in self.ctx.backend)

@@ -22,8 +22,11 @@ own function, unchanged. An unchanged script then runs::
   Backward all-reduces sum(dy) and sum(dy * x_hat) per channel (one all-reduce), so dx is the
   concatenated batch's; d(beta) and d(gamma) stay this rank's share (the gradient all-reduce
   sums them); with ``output_stat=True`` the gradients of the mean and variance outputs enter
-  dx unsummed, as in nnabla's kernel. ``batch_stat=False`` uses the running statistics: nnabla's batch_normalization,
-  no communication. ``output_stat=True`` returns the global batch mean and variance too.
+  dx unsummed, as in nnabla's kernel. ``batch_stat=False`` uses the running statistics:
+  nnabla's batch_normalization, no communication. ``output_stat=True`` returns the global
+  batch mean and variance too. As any Python function: ``y.parent.name`` is ``'Callback'``
+  (``y.parent.info.type_name`` says SyncBatchNormalization), and nnabla's forward
+  recomputation (``Variable.recompute = True``) updates the running statistics again.
 """
 import functools
 
@@ -62,11 +65,11 @@ def sync_batch_normalization(x, beta, gamma, mean, variance, comm, group="world"
     axes = _force_list(axes)
     if not batch_stat and (mean is None or variance is None):
         raise ValueError("If batch_stat is False, mean and variable must not be None.")
-    if comm._ready() and comm._backend_name == "nccl":   # GPU: nnabla's own kernel
+    native = comm.native_communicator(group)
+    if native is not None:   # GPU: nnabla's own kernel on the NCCL backend's communicator
         original = F.sync_batch_normalization.nnabla_torus_original
-        return original(x, beta, gamma, mean, variance,
-                        comm.backend.nnabla_communicator(comm._half()),
-                        comm._group(group).name, axes, decay_rate, eps, batch_stat, output_stat)
+        return original(x, beta, gamma, mean, variance, *native, axes, decay_rate, eps,
+                        batch_stat, output_stat)
     beta, gamma, mean, variance = _create_bn_dummy_vars(x, axes, beta, gamma, mean, variance)
     if not batch_stat:
         return F.batch_normalization(x, beta, gamma, mean, variance, axes, decay_rate, eps,

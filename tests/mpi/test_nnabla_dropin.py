@@ -21,7 +21,8 @@ def test_nnabla_api_conformance(backend, ranks):
         for case in ("all_reduce forms", "zeroing rule", "reduce"):
             assert f"{algorithm}: {case}" in ok, (algorithm, case)
     for case in ("names and properties", "groups", "bcast", "all_gather and reduce_scatter",
-                 "allreduce and context parameters", "zeroing demo", "all_reduce_callback",
+                 "allreduce and context parameters", "zeroing demo", "bad input",
+                 "all_reduce_callback",
                  "sync_batch_normalization", "sync_batch_normalization group and output_stat",
                  "sync_batch_normalization foreign comm"):
         assert case in ok, case

@@ -377,6 +377,25 @@ def case_sync_bn_foreign_comm():
         raise AssertionError("nnabla's own sync_batch_normalization accepted an object")
 
 
+def case_bad_input(comm):
+    """Wrong arguments of the new calls: the same clear error on every rank, no hang."""
+    def raises(call, kind, text):
+        try:
+            call()
+        except kind as e:
+            assert text in str(e), (text, str(e))
+        else:
+            raise AssertionError(f"no {kind.__name__} for {text!r}")
+    a = arrays_of(RANK)
+    raises(lambda: comm.reduce(a, P), ValueError, f"reduce destination {P} is not a position")
+    raises(lambda: comm.reduce(a, -1, group="world"), ValueError, "use 0..")
+    raises(lambda: comm.all_reduce_callback(a, 0), ValueError, "pack_size=0 must be an integer")
+    raises(lambda: comm.all_reduce_callback(a, 8, group="nope"), ValueError,
+           "unknown group 'nope'")
+    raises(lambda: comm.add_context_and_parameters({}), TypeError, "needs a tuple (ctx,")
+    raises(lambda: comm.allreduce(), RuntimeError, "add_context_and_parameters")
+
+
 def cases():
     """(name, function) pairs; the first makes the communicator the others use."""
     made = []
@@ -393,6 +412,7 @@ def cases():
             ("all_gather and reduce_scatter", with_comm(case_gather_scatter)),
             ("allreduce and context parameters", with_comm(case_context_parameters)),
             ("zeroing demo", with_comm(zeroing_demo)),
+            ("bad input", with_comm(case_bad_input)),
             ("all_reduce_callback", with_comm(case_callback)),
             ("sync_batch_normalization", with_comm(case_sync_bn)),
             ("sync_batch_normalization group and output_stat",
