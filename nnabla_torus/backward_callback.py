@@ -31,6 +31,13 @@ import nnabla as nn
 import numpy as np
 
 _original = []  # nnabla's own Variable.backward, once install() replaced it
+_running = [0]   # backward calls in progress on this process
+
+
+def in_backward():
+    """Whether a ``Variable.backward`` is running: a forward now is nnabla's recomputation of
+    a cleared output (``Variable.recompute``), which must not update state again."""
+    return _running[0] > 0
 
 
 def is_native(callback):
@@ -50,6 +57,16 @@ def _split(callbacks):
 def _backward(self, grad=1, clear_buffer=False, communicator_callbacks=None,
               function_pre_hook=None, function_post_hook=None):
     """nnabla's ``Variable.backward``, plus Python communicator callbacks (module doc)."""
+    _running[0] += 1
+    try:
+        _run_backward(self, grad, clear_buffer, communicator_callbacks, function_pre_hook,
+                      function_post_hook)
+    finally:
+        _running[0] -= 1
+
+
+def _run_backward(self, grad, clear_buffer, communicator_callbacks, function_pre_hook,
+                  function_post_hook):
     original = _original[0]
     native, python = _split(communicator_callbacks)
     if not python:

@@ -25,8 +25,10 @@ own function, unchanged. An unchanged script then runs::
   dx unsummed, as in nnabla's kernel. ``batch_stat=False`` uses the running statistics:
   nnabla's batch_normalization, no communication. ``output_stat=True`` returns the global
   batch mean and variance too. As any Python function: ``y.parent.name`` is ``'Callback'``
-  (``y.parent.info.type_name`` says SyncBatchNormalization), and nnabla's forward
-  recomputation (``Variable.recompute = True``) updates the running statistics again.
+  (``y.parent.info.type_name`` says SyncBatchNormalization). nnabla's forward recomputation
+  (``Variable.recompute = True``) runs inside backward, which ``backward_callback`` marks: the
+  running statistics are updated only by the forward proper (a direct
+  ``Function.recompute()`` call outside backward would update them again).
 """
 import functools
 
@@ -34,6 +36,8 @@ import nnabla as nn
 import nnabla.functions as F
 import numpy as np
 from nnabla.function import PythonFunction
+
+from . import backward_callback
 
 _EXCHANGE = np.float32  # the sums travel as float32: every backend moves it
 
@@ -130,6 +134,8 @@ class SyncBatchNormalization(PythonFunction):
         outputs[0].d = (x - mean) * self._invstd * gamma + beta
         if len(outputs) == 3:
             outputs[1].d, outputs[2].d = mean, var
+        if backward_callback.in_backward():
+            return   # nnabla recomputing a cleared output: the statistics were updated once
         rate = self.decay_rate
         unbiased = var * total / (total - 1) if total > 1 else var
         inputs[3].d = rate * inputs[3].d + (1 - rate) * mean

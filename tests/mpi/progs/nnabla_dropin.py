@@ -365,6 +365,26 @@ def case_sync_bn_group_and_stats(comm):
     check_near(y.d, want, "group sync_bn output", 1e-5)
 
 
+def case_sync_bn_recompute(comm):
+    """nnabla's recomputation (``Variable.recompute``: the output is cleared after forward and
+    recomputed in backward) gives the same gradients and updates the running mean once."""
+    x_data = values((4, 3, 5), 0, RANK)
+    results = []
+    for recompute in (False, True):
+        nn.clear_parameters()
+        x = nn.Variable.from_numpy_array(x_data, need_grad=True)
+        h = PF.sync_batch_normalization(x, comm, decay_rate=0.5)
+        h.recompute = recompute
+        loss = F.sum(F.mul2(h, h))   # mul2 needs h in backward: a cleared h is recomputed
+        loss.forward(clear_no_need_grad=True)
+        x.grad.zero()
+        loss.backward(clear_buffer=True)
+        results.append((x.g.copy(), nn.get_parameters(grad_only=False)["bn/mean"].d.copy()))
+    assert np.array_equal(results[0][0], results[1][0]), "same dx with recomputation"
+    assert np.array_equal(results[0][1], results[1][1]), "running mean updated once"
+    nn.clear_parameters()
+
+
 def case_sync_bn_foreign_comm():
     """Anything but our communicator still goes to nnabla's own function (and its check)."""
     x = nn.Variable((2, 3, 4, 4))
@@ -417,6 +437,7 @@ def cases():
             ("sync_batch_normalization", with_comm(case_sync_bn)),
             ("sync_batch_normalization group and output_stat",
              with_comm(case_sync_bn_group_and_stats)),
+            ("sync_batch_normalization recompute", with_comm(case_sync_bn_recompute)),
             ("sync_batch_normalization foreign comm", case_sync_bn_foreign_comm)]
     return out
 
