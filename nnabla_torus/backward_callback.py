@@ -17,8 +17,12 @@ the same signature that
    exception in the hook (nnabla would report it as a SystemError) stops the callbacks and
    is raised as it is when nnabla's backward returns.
 
+It also counts the backward calls in progress (``in_backward``): a forward during backward is
+nnabla's recomputation of a cleared output (``Variable.recompute``).
+
 ``Variable`` is a Cython type whose attributes Python cannot set, so the function is put in the
 type's own dictionary and the method cache is invalidated (``PyType_Modified``); CPython only.
+``help(Variable.backward)`` still shows nnabla's documentation.
 An unchanged script then runs::
 
     cb = comm.all_reduce_callback([v.grad for v in nn.get_parameters().values()], 2 << 20)
@@ -106,6 +110,7 @@ def install():
     try:
         namespace = gc.get_referents(Variable.__dict__)[0]
         original = namespace["backward"]
+        _backward.__doc__ = original.__doc__
         namespace["backward"] = _backward
         ctypes.pythonapi.PyType_Modified(ctypes.py_object(Variable))
     except Exception:  # noqa: BLE001  (another interpreter or nnabla: reported at the call)
@@ -132,11 +137,12 @@ class AllReduceCallback:
     nnabla's C++ callback packs at each use, ext .cu:1019-1030, which double-counts a shared
     parameter). A full pack is all-reduced at once, on the calling thread (backward waits for
     it; collectives that backward makes itself, SyncBN's, then keep one order on every rank);
-    the rest at the end, with gradients the graph never reached. As nnabla's pack step: each gradient is
-    multiplied by ``scale_grad`` into a pack buffer of float32 (at least), summed there and
-    written back in the gradient's type; with ``dtype`` (nnabla's ``keep_dtype=False``: the
-    communicator's type) the gradient is cast to it first, which raises nnabla's own error for
-    a narrowed array of another type. The communicator's zeroing rule applies per gradient.
+    the rest at the end, with gradients the graph never reached. As nnabla's pack step: each
+    gradient is multiplied by ``scale_grad`` into a pack buffer of float32 (at least), summed
+    there and written back in the gradient's type; with ``dtype`` (nnabla's
+    ``keep_dtype=False``: the communicator's type) the gradient is cast to it first, which
+    raises nnabla's own error for a narrowed array of another type. The communicator's zeroing
+    rule applies per gradient.
     """
 
     def __init__(self, comm, grads, pack_size, division, group, scale_grad, dtype=None):
