@@ -885,6 +885,15 @@ def MultiProcessDataParallelCommunicator(ctx=None, **options):
     return TorusCommunicator(ctx, **options)
 
 
+def DataParallelCommunicator(ctx=None, **options):
+    """nnabla's one-process, several-GPU communicator (deprecated there) has no counterpart:
+    raise, naming the one-process-per-device launch that does the same."""
+    raise NotImplementedError(
+        "nnabla_torus has no DataParallelCommunicator (one process driving several devices); "
+        "run one process per device instead: mpirun -np <devices> python script.py with "
+        "C.MultiProcessCommunicator(ctx)")
+
+
 # nnabla exports the same factory under these names too (nnabla v1.39.0
 # python/src/nnabla/communicator.pyx:667-671); nnabla-examples use the first two.
 MultiProcessDataParalellCommunicator = MultiProcessDataParallelCommunicator

@@ -26,6 +26,11 @@ def test_nnabla_factory_names_are_ours():
         assert getattr(C, name) is C.MultiProcessDataParallelCommunicator, name
 
 
+def test_the_one_process_several_devices_communicator_says_what_to_use():
+    with pytest.raises(NotImplementedError, match="MultiProcessCommunicator"):
+        C.DataParallelCommunicator(None)
+
+
 def test_every_method_of_nnabla_communicator_has_its_signature_here():
     """Same parameter names in the same order and nnabla's defaults, so every call nnabla
     accepts binds here the same way (``bcast``'s ``src`` has a default here, 0)."""
