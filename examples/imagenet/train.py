@@ -335,8 +335,8 @@ def average_running_stats(comm):
 def export_model(model, image_size, output_dir, log):
     """Write the final model as nnabla users deploy it: ``model.h5`` (nn.save_parameters, BN
     statistics included) and ``model.nnp`` (nnabla.utils.save: the inference graph, batch 1,
-    input ``x`` of 3 x size x size, output ``y`` = logits, executor ``runtime``), which
-    ``nnabla_cli infer -c model.nnp -o out x.bin`` and nnabla's C++ runtime run."""
+    input ``x`` of 3 x size x size, output ``y`` = logits, executor ``runtime``: the format
+    ``nnabla_cli infer -c model.nnp -o out x.bin`` and nnabla's C++ runtime read)."""
     from nnabla.utils.save import save
     nn.save_parameters(os.path.join(output_dir, "model.h5"),
                        nn.get_parameters(grad_only=False))
