@@ -265,7 +265,8 @@ def case_sync_bn(comm):
     r + 1 samples (unequal shares)."""
     counts = [r + 1 for r in range(P)]
     lo = sum(counts[:RANK])
-    worst = {"forward": 0.0, "backward": 0.0}
+    worst = {"forward": 0.0, "backward": 0.0, "forward, relative": 0.0,
+             "backward, relative": 0.0}   # relative: to 1 + the largest |reference value|
     rng = np.random.RandomState(11)
     for axes, shape in (([1], (3, 5, 4)), ([3], (5, 4, 3))):
         channels = shape[axes[0] - 1]
@@ -327,15 +328,17 @@ def case_sync_bn(comm):
                 for kind, items in pairs.items():
                     for got, want in items:
                         diff = float(np.max(np.abs(got - want)))
-                        worst[kind] = max(worst[kind], diff)
                         scale = 1 + float(np.max(np.abs(want)))
+                        worst[kind] = max(worst[kind], diff)
+                        worst[kind + ", relative"] = max(worst[kind + ", relative"], diff / scale)
                         assert diff <= 1e-4 * scale, f"{what} {kind}: max |diff| {diff}"
                 assert all(np.isfinite(s).all() for s in share), what
     diffs = world_max(worst)
     if RANK == 0:
         print(f"FIGURE sync_bn {P} ranks: max |ours - one-process batch_normalization| "
-              f"forward (y, running mean/var) {diffs['forward']:.3g}, backward (dx, "
-              f"dbeta, dgamma) {diffs['backward']:.3g}", flush=True)
+              f"forward (y, running mean/var) {diffs['forward']:.3g} "
+              f"(relative {diffs['forward, relative']:.2g}), backward (dx, dbeta, dgamma) "
+              f"{diffs['backward']:.3g} (relative {diffs['backward, relative']:.2g})", flush=True)
     nn.clear_parameters()
 
 
