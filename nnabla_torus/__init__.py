@@ -12,6 +12,10 @@ import importlib
 __version__ = "0.1.0"
 
 _LAZY = {"MultiProcessDataParallelCommunicator": "communicator",
+         # nnabla's other names for the same factory (nnabla communicator.pyx:667-671)
+         "MultiProcessDataParalellCommunicator": "communicator",
+         "MultiProcessCommunicator": "communicator", "Comm": "communicator",
+         "Dist": "communicator", "DataParallelCommunicator": "communicator",
          "TorusCommunicator": "communicator", "CollectiveTimeout": "rendezvous",
          "RankGone": "rendezvous", "RankLost": "rendezvous", "Grid": "topology"}
 __all__ = list(_LAZY)

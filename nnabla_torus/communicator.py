@@ -153,6 +153,10 @@ class TorusCommunicator:
         self._workspace = {}
         self._host_names = []  # MPI.Get_processor_name() of every rank, for error messages
         self._one_caller = OneCaller()  # collectives from one thread at a time
+        self._context_params = []  # (ctx, {name: Variable}) from add_context_and_parameters
+        from . import backward_callback, sync_bn
+        sync_bn.install()  # F/PF.sync_batch_normalization accept this communicator from now on
+        backward_callback.install()  # backward(communicator_callbacks=) takes Python callbacks
 
     # -- set-up -----------------------------------------------------------------------------
     def init(self):
@@ -375,8 +379,17 @@ class TorusCommunicator:
         return self._plan.pipelined
 
     def add_context_and_parameters(self, ctx_param_dict):
-        """Accepted for compatibility with nnabla's API; parameters are passed per call."""
-        self.ctx = ctx_param_dict[0] if isinstance(ctx_param_dict, tuple) else self.ctx
+        """Register ``(ctx, {name: Variable})``; the deprecated ``allreduce()`` reduces the
+        gradients of the first registered dict (nnabla v1.39.0 communicator.pyx:86-106,
+        src/nbla/communicator.cpp:27-38)."""
+        if type(ctx_param_dict) != tuple or len(ctx_param_dict) != 2:
+            raise TypeError(f"add_context_and_parameters needs a tuple (ctx, {{name: Variable}}), "
+                            f"got {type(ctx_param_dict).__name__}")
+        self._context_params.append(ctx_param_dict)
+
+    def clear_context_parameters(self):
+        """Forget every ``add_context_and_parameters`` (nnabla communicator.cpp:68-73)."""
+        self._context_params = []
 
     # -- groups -----------------------------------------------------------------------------
     def new_group(self, name_ranks):
@@ -550,23 +563,47 @@ class TorusCommunicator:
 
         ``inplace=False`` packs all arrays into one fused buffer and reduces it once (fast);
         ``inplace=True`` reduces each array in its own storage.
+
+        Zeroing rule (nnabla-ext-cuda v1.39.0 multi_process_data_parallel_communicator.cu:
+        711-758): an array that is ``zero()``-ed and not written since on every member is left
+        untouched and still marked zeroing (``NdArray.zeroing``), so nnabla's solvers skip its
+        update and weight decay (nnabla src/nbla/solver.cpp); any other array is summed. The
+        cross-rank decision costs no message of its own in the fused path (one slot per array
+        rides in the fused buffer); ``inplace=True`` all-reduces one flag per array first.
         """
-        arrays = self._as_list(data)
-        grp = self._group(group)
+        self._all_reduce_call("all_reduce", self._as_list(data), division, inplace, group)
+
+    def allreduce(self, division=False, inplace=False):
+        """Deprecated in nnabla: all-reduce the gradients of the parameters of the first
+        ``add_context_and_parameters`` over the world (nnabla communicator.pyx:177-192). As
+        nnabla's (ext .cu:629-709) it has no zeroing rule: every gradient is summed."""
+        if not self._context_params:
+            raise RuntimeError(f"rank {self.rank}: allreduce() reduces the parameters given to "
+                               f"add_context_and_parameters((ctx, params)); none were added")
+        grads = [v.grad for v in self._context_params[0][1].values()]
+        self._all_reduce_call("allreduce", grads, division, inplace, "world", zeroing_rule=False)
+
+    def _runner(self, group, grp):
+        """(run(buf), algorithm name) for a sum over ``group``: the world algorithm, else a ring."""
         if group == "world":
-            run = self._run_auto if self.algorithm == AUTO else self._run_world
-        else:
-            def run(buf):
-                self._exchange("ring", Plan(grp, grp, None), buf)
-        what = f"all_reduce ({self.algorithm if group == 'world' else 'ring'}, group {group!r})"
+            return (self._run_auto if self.algorithm == AUTO else self._run_world), self.algorithm
+
+        def run(buf):
+            self._exchange("ring", Plan(grp, grp, None), buf)
+        return run, "ring"
+
+    def _all_reduce_call(self, op, arrays, division, inplace, group, zeroing_rule=True):
+        grp = self._group(group)
+        run, algorithm = self._runner(group, grp)
+        what = f"{op} ({algorithm}, group {group!r})"
         # The algorithm, grid, wire format and pieces are part of the call: ranks that differ
         # in them would exchange mismatched messages.
         pieces = self.backend.pipeline_bytes if group == "world" and self.pipelined else None
-        sig = ("all_reduce", self._signature(arrays), bool(division), bool(inplace),
-               self.track_sqnorms, self.algorithm if group == "world" else "ring",
+        sig = (op, self._signature(arrays), bool(division), bool(inplace),
+               self.track_sqnorms, algorithm,
                str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
         self._collective(grp, sig, what, lambda: self._all_reduce(
-            arrays, division, inplace, run, grp.size), fold=True)
+            arrays, division, inplace, run, grp.size, zeroing_rule), fold=True)
 
     def _run_world(self, buf):
         self.algorithm_counts[self.algorithm] += 1
@@ -578,7 +615,15 @@ class TorusCommunicator:
         self.algorithm_counts[name] += 1
         self._exchange(name, self._auto_plans[name], buf)
 
-    def _all_reduce(self, arrays, division, inplace, run, p):
+    def _modified_anywhere(self, arrays, run):
+        """Per array: whether some rank wrote it since ``zero()`` (one flag all-reduce)."""
+        import nnabla as nn
+        flags = nn.NdArray.from_numpy_array(
+            np.array([not a.zeroing for a in arrays], dtype=np.float32))
+        run(self.backend.flat(flags))
+        return (flags.get_data("r") > 0).tolist()
+
+    def _all_reduce(self, arrays, division, inplace, run, p, zeroing_rule=True):
         be = self.backend
         track = self.track_sqnorms
         if p == 1:  # nothing to exchange: the sum and the average are the input itself
@@ -589,6 +634,9 @@ class TorusCommunicator:
             return
         if inplace:
             local = sum(be.sqnorm(be.flat(a, write=False)) for a in arrays) if track else 0.0
+            if zeroing_rule and arrays:
+                modified = self._modified_anywhere(arrays, run)
+                arrays = [a for a, m in zip(arrays, modified) if m]
             for a in arrays:
                 view = be.flat(a)
                 run(view)
@@ -605,13 +653,20 @@ class TorusCommunicator:
             wire = np.float16 if self.wire_fp16 and dtype == np.float32 else dtype
             # A float16 slot would round the sqnorm to 11 bits and overflow above 65504.
             inline = track and np.dtype(wire) != np.float16
-            buf = self._buffer(wire, be.padded_length(n + inline))
+            # One slot per array after the data: 1 where this rank wrote it since zero(); the
+            # all-reduced slot is 0 exactly when the array is zeroing on every rank.
+            flags = len(same) if zeroing_rule else 0
+            zeroing = [a.zeroing for a in same] if flags else []  # before packing casts them
+            buf = self._buffer(wire, be.padded_length(n + inline + flags))
             self._pack(same, buf)
             data = be.sub(buf, 0, n)
             if track:
                 local = be.sqnorm(data)
                 if inline:
                     be.sub(buf, n, n + 1).fill(local)
+            if flags:
+                self._put(be.sub(buf, n + inline, n + inline + flags),
+                          np.logical_not(zeroing).astype(wire))
             run(buf)
             if track:
                 total = be.read(buf, n) if inline else self._sum_scalar(local, run)
@@ -620,6 +675,24 @@ class TorusCommunicator:
             if division:
                 be.scale(data, 1.0 / p)
             self._unpack(buf, same)
+            if flags:
+                modified = self._get(be.sub(buf, n + inline, n + inline + flags))
+                for a, m in zip(same, modified):
+                    if not m:
+                        a.zero()   # all zeros and no rank wrote it: zeroing again, as in nnabla
+
+    def _put(self, dst, values):
+        """Write numpy ``values`` into backend buffer ``dst`` (same dtype)."""
+        import nnabla as nn
+        self.backend.copy(dst, self.backend.flat(nn.NdArray.from_numpy_array(values), write=False))
+
+    def _get(self, src):
+        """A numpy copy of backend buffer ``src``."""
+        import nnabla as nn
+        out = nn.NdArray((src.size,))
+        out.cast(np.dtype(src.dtype))
+        self.backend.copy(self.backend.flat(out), src)
+        return out.get_data("r").copy()
 
     def _sum_scalar(self, value, run):
         """Sum one float over the ranks with ``run`` in a float32 buffer; returns the sum."""
@@ -675,6 +748,88 @@ class TorusCommunicator:
                     self._unpack(buf, same)
         self._collective(grp, sig, f"bcast (group {group!r})", body)
 
+    def reduce(self, data, dst, division=False, inplace=False, group="world"):
+        """Sum (``division``: average) NdArray(s) over ``group`` into member ``dst`` only.
+
+        As nnabla's (communicator.pyx:254-313; ext .cu:564-627): ``dst`` is a position in the
+        group (the world rank for "world"), the other members' arrays are left as they were,
+        and there is no zeroing rule. Here the sum runs with the group's all-reduce algorithm
+        on a fused copy (every member receives it, only ``dst`` keeps it), so ``inplace``
+        changes nothing but is accepted; nnabla v1.39's in-place reduce ignores ``group``,
+        this one honours it.
+        """
+        arrays = self._as_list(data)
+        grp = self._group(group)
+        if isinstance(dst, bool) or not isinstance(dst, (int, np.integer)) \
+                or not 0 <= dst < grp.size:
+            raise ValueError(f"reduce destination {dst!r} is not a position in group {group!r} "
+                             f"of {grp.size} ranks {grp.ranks}; use 0..{grp.size - 1}")
+        run, algorithm = self._runner(group, grp)
+        be, dst = self.backend, int(dst)
+        sig = ("reduce", self._signature(arrays), dst, bool(division), bool(inplace), algorithm,
+               str(self.grid) if group == "world" else None)
+
+        def body():
+            if grp.size == 1:
+                return
+            for dtype in dict.fromkeys(self._dtype(a) for a in arrays):
+                same = [a for a in arrays if self._dtype(a) == dtype]
+                n = sum(a.size for a in same)
+                buf = self._buffer(dtype, be.padded_length(n))
+                self._pack(same, buf)
+                run(buf)
+                if grp.rank == dst:
+                    if division:
+                        be.scale(be.sub(buf, 0, n), 1.0 / grp.size)
+                    self._unpack(buf, same)
+        self._collective(grp, sig, f"reduce to {dst} ({algorithm}, group {group!r})", body,
+                         fold=True)
+
+    def all_reduce_callback(self, data, pack_size, division=False, group="world",
+                            scale_grad=1, keep_dtype=False):
+        """A callback for ``loss.backward(communicator_callbacks=...)`` that all-reduces the
+        gradients ``data`` (NdArray or list) in packs of ``pack_size`` elements while backward
+        runs, each gradient first multiplied by ``scale_grad`` (nnabla communicator.pyx:471-536;
+        ext .cu:953-1118).
+
+        NCCL backend: nnabla's own C++ callback from the communicator the backend holds
+        (group mapped to the backend's group), which nnabla's backward accepts as it is.
+        Other backends: a Python callback (``nnabla_torus.backward_callback``); nnabla's
+        backward accepts only C++ callbacks, so creating a communicator installs, once per
+        process, a ``Variable.backward`` that runs Python callbacks through
+        ``function_post_hook`` and hands everything else to nnabla's own backward unchanged.
+        """
+        from . import backward_callback
+        arrays = self._as_list(data)
+        grp = self._group(group)
+        if not isinstance(pack_size, (int, np.integer)) or isinstance(pack_size, bool) \
+                or pack_size < 1:
+            raise ValueError(f"all_reduce_callback: pack_size={pack_size!r} must be an integer "
+                             f">= 1 (elements per pack, e.g. 2 * 1024 * 1024)")
+        native = getattr(self.backend, "all_reduce_callback", None)
+        if native is not None:
+            callback = native(arrays, int(pack_size), bool(division), grp, float(scale_grad),
+                              bool(keep_dtype), half=self._half())
+        else:
+            dtype = None if keep_dtype else np.float16 if self._half() else np.float32
+            callback = backward_callback.AllReduceCallback(
+                self, arrays, int(pack_size), bool(division), group, float(scale_grad), dtype)
+        if not backward_callback.is_native(callback):
+            backward_callback.require()
+        return callback
+
+    def native_communicator(self, group="world"):
+        """(nnabla's own C++ communicator, its name for ``group``) on the NCCL backend, for
+        nnabla's kernels that take a communicator (sync_batch_normalization); None on other
+        backends. Its type follows the context's type_config (half or float)."""
+        if self._ready() and self._backend_name != "nccl":
+            return None
+        return self.backend.nnabla_communicator(self._half()), self._group(group).name
+
+    def _half(self):
+        """Whether the user's context asks for half precision (nnabla's communicator type T)."""
+        return self.ctx is not None and any(b.endswith(":half") for b in self.ctx.backend)
+
     def all_gather(self, ndarray, ndarray_list, group="world"):
         """``ndarray_list[i]`` receives member i's ``ndarray`` (group order)."""
         grp = self._group(group)
@@ -724,3 +879,20 @@ class TorusCommunicator:
 def MultiProcessDataParallelCommunicator(ctx=None, **options):
     """nnabla's factory name, returning a TorusCommunicator (see the module docstring)."""
     return TorusCommunicator(ctx, **options)
+
+
+def DataParallelCommunicator(ctx=None, **options):
+    """nnabla's one-process, several-GPU communicator (deprecated there) has no counterpart:
+    raise, naming the one-process-per-device launch that does the same."""
+    raise NotImplementedError(
+        "nnabla_torus has no DataParallelCommunicator (one process driving several devices); "
+        "run one process per device instead: mpirun -np <devices> python script.py with "
+        "C.MultiProcessCommunicator(ctx)")
+
+
+# nnabla exports the same factory under these names too (nnabla v1.39.0
+# python/src/nnabla/communicator.pyx:667-671); nnabla-examples use the first two.
+MultiProcessDataParalellCommunicator = MultiProcessDataParallelCommunicator
+MultiProcessCommunicator = MultiProcessDataParallelCommunicator
+Comm = MultiProcessDataParallelCommunicator
+Dist = MultiProcessDataParallelCommunicator

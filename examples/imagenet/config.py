@@ -130,6 +130,9 @@ class TrainConfig:
     # bookkeeping
     checkpoint_every: int = knob(0, "optimizer steps between checkpoints (0 = only at the end)")
     resume: bool = knob(False, "continue from the newest good checkpoint in output_dir")
+    init_params: str = knob("", "start from the parameters in this file: nn.save_parameters' "
+                                ".h5/.protobuf or a .nnp, e.g. a run's model.h5 (empty = random "
+                                "init; --resume wins over it)")
     elastic: bool = knob(False, "driven by nnabla-torus-run: at a new batch phase, checkpoint and "
                                 "exit 75 to be relaunched on the rank count the planner picks; "
                                 "SIGUSR1: checkpoint and exit 76 (0 = only log what it would do)")
@@ -287,6 +290,10 @@ def validate(cfg):
     if cfg.profile:
         load_profile(cfg.profile)            # names the shipped profiles when unknown
     check_output_path(flag_of("output_dir"), cfg.output_dir, folder=True)
+    if cfg.init_params and not os.path.isfile(os.path.expanduser(cfg.init_params)):
+        raise ValueError(f"init_params = {cfg.init_params!r} is not a file; pass parameters "
+                         f"saved by nn.save_parameters (.h5, .protobuf) or a .nnp "
+                         f"({flag_of('init_params')}, {env_of('init_params')})")
 
 
 def milestones(text):

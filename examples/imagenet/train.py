@@ -31,7 +31,9 @@ tqdm bar when stderr is a terminal, else a line every ``--log-every`` steps. Und
 training images are skipped and named at the epoch end (``--bad-images stop`` ends the job
 naming the file instead); labels outside the class set are refused (training) or left out of
 the accuracy with a warning (validation).
-Rank 0 writes the monitors (``*.series.txt``), ``training.png`` and the checkpoints to
+Rank 0 writes the monitors (``*.series.txt``), ``training.png``, the checkpoints and, at the
+end, the model as nnabla users deploy it (``model.h5`` from nn.save_parameters, ``model.nnp``
+for ``nnabla_cli infer`` and the C++ runtime; ``--init-params model.h5`` starts a run from it) to
 ``--output-dir``; ``--resume`` reads them on every rank, so on several hosts put it on a
 shared file system. A checkpoint resumes on another rank count with the same global batch and
 data position (resize.py); with ``--elastic 1`` (set by ``nnabla-torus-run``) the script exits
@@ -336,6 +338,54 @@ def average_running_stats(comm):
         comm.all_reduce(stats, division=True, inplace=False)
 
 
+def export_model(model, image_size, output_dir, log):
+    """Write the final model as nnabla users deploy it: ``model.h5`` (nn.save_parameters, BN
+    statistics included) and ``model.nnp`` (nnabla.utils.save: the inference graph, batch 1,
+    input ``x`` of 3 x size x size, output ``y`` = logits, executor ``runtime``: the format
+    ``nnabla_cli infer -c model.nnp -o out x.bin`` and nnabla's C++ runtime read)."""
+    from nnabla.utils.save import save
+    nn.save_parameters(os.path.join(output_dir, "model.h5"),
+                       nn.get_parameters(grad_only=False))
+    x = nn.Variable((1, 3, image_size, image_size))
+    y = model(x, test=True)
+    save(os.path.join(output_dir, "model.nnp"), {
+        "networks": [{"name": "runtime", "batch_size": 1, "outputs": {"y": y},
+                      "names": {"x": x}}],
+        "executors": [{"name": "runtime", "network": "runtime", "data": ["x"],
+                       "output": ["y"]}]})
+    log(f"model written: {output_dir}/model.h5 and model.nnp (start another run from it with "
+        f"--init-params {output_dir}/model.h5)")
+
+
+def load_initial_parameters(path, log):
+    """Overwrite every parameter of the model (BN statistics included) with the one of the
+    same name in ``path`` (.h5, .protobuf or .nnp, as nn.load_parameters reads them); a
+    ValueError names the parameters missing from the file or of another shape."""
+    scope = "init_params"
+    with nn.parameter_scope(scope):
+        nn.load_parameters(path)
+        loaded = nn.get_parameters(grad_only=False)
+    model = {k: v for k, v in nn.get_parameters(grad_only=False).items()
+             if not k.startswith(scope + "/")}
+    missing = [k for k in model if k not in loaded]
+    shapes = [f"{k} {tuple(loaded[k].shape)} (model {tuple(v.shape)})"
+              for k, v in model.items() if k in loaded and loaded[k].shape != v.shape]
+    problems = []
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        problems.append(f"missing {', '.join(missing[:5])}{more}")
+    if shapes:
+        problems.append(f"other shapes: {', '.join(shapes[:5])}")
+    if problems:
+        raise ValueError(f"--init-params {path} does not fit the model: {'; '.join(problems)} "
+                         f"(use a file saved with the same --arch, --width and classes)")
+    for name, variable in model.items():
+        variable.d = loaded[name].d
+    with nn.parameter_scope(scope):
+        nn.clear_parameters()
+    log(f"started from the parameters in {path} ({len(model)} arrays)")
+
+
 def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
     """Save params, solver states, step, data position and controller state (rank 0 writes)."""
     average_running_stats(comm)
@@ -596,6 +646,8 @@ def main(argv=None):
                       zero_init_last_gamma=cfg.zero_init_last_gamma)
     nn.seed(cfg.seed)
     build_graph(model, 1, cfg.image_size, 0.0, 1)               # create the parameters
+    if cfg.init_params and not cfg.resume:
+        load_initial_parameters(os.path.expanduser(cfg.init_params), log)
     params = nn.get_parameters()
     comm.bcast([v.data for v in nn.get_parameters(grad_only=False).values()], src=0,
                inplace=True)                                   # one initial model everywhere
@@ -749,6 +801,7 @@ def main(argv=None):
         return exit_status
     wall = time.time() - t_start
     if rank0:
+        export_model(model, cfg.image_size, cfg.output_dir, log)
         plot_series(cfg.output_dir, os.path.join(cfg.output_dir, "training.png"))
         print(json.dumps(strict_json({
             "val_top1": json_value(top1), "val_top5": json_value(top5),

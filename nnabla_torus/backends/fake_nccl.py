@@ -45,8 +45,9 @@ What it cannot mimic: CUDA streams (a GPU's later kernels on the default stream 
 without a host synchronisation; here only ``synchronize`` delivers them), device memory,
 NCCL's algorithms, protocols, timing and summation order (the fake sums in group order, the
 same on every member); out-of-bounds reads and writes (where NCCL would run past a buffer, the
-fake raises ValueError); ``all_reduce_callback`` (needs nnabla's C++ backward hooks; raises
-NotImplementedError) and the deprecated ``allreduce``.
+fake raises ValueError); the C++ type of ``all_reduce_callback``'s result (the fake's is a
+Python object, which nnabla's backward runs only through
+``nnabla_torus.backward_callback.install()``) and the deprecated ``allreduce``.
 
 Example (under ``mpirun -np 2``)::
 
@@ -434,5 +435,46 @@ class FakeMultiProcessDataParallelCommunicator:
 
     def all_reduce_callback(self, data, pack_size, division=False, group="world",
                             scale_grad=1, keep_dtype=False):
-        raise NotImplementedError("the fake NCCL communicator has no all_reduce_callback: it "
-                                  "needs nnabla's C++ backward hooks; all-reduce after backward")
+        """A Python stand-in for nnabla's C++ AllReduceCallback (ext .cu:953-1143)."""
+        comm, _, _ = self._member(group)
+        return FakeAllReduceCallback(self, comm, self._arrays(data), int(pack_size),
+                                     bool(division), float(scale_grad))
+
+
+class FakeAllReduceCallback:
+    """nnabla-ext-cuda's AllReduceCallback on the fake: after each function's backward, every
+    input gradient in the set that is not zeroing on every rank of the world is cast to T,
+    multiplied by ``scale_grad`` into the pack and, when the pack holds ``pack_size`` elements
+    or backward ends, summed (``division``: ncclAvg) and unpacked (keep_dtype is moot: arrays
+    are T). As in nnabla, a gradient is packed at each use. A Python object: nnabla's backward
+    runs it only through ``nnabla_torus.backward_callback.install()``; on_finish_backward
+    completes the enqueued sums (a GPU's default stream would wait for them)."""
+
+    def __init__(self, parent, comm, arrays, pack_size, division, scale_grad):
+        self.parent, self.comm, self.arrays = parent, comm, arrays
+        self.pack_size, self.division, self.scale_grad = pack_size, division, scale_grad
+        self._flats, self._parts = [], []
+
+    def on_finish_function_backward(self, func):
+        for var in func.inputs:
+            grad = var.grad
+            if not any(grad == a for a in self.arrays):
+                continue
+            if self.parent._all_zeroing([grad], self.parent._world)[0]:
+                continue
+            flat = self.parent._typed(grad)
+            self._flats.append(flat)
+            self._parts.append(flat * self.parent.dtype.type(self.scale_grad))
+            if sum(f.size for f in self._flats) >= self.pack_size:
+                self._all_reduce()
+
+    def on_finish_backward(self):
+        self._all_reduce()
+        synchronize()
+
+    def _all_reduce(self):
+        if self._flats:
+            flats = self._flats
+            self.parent._gather_sum(self.comm, np.concatenate(self._parts), self.division,
+                                    lambda total: self.parent._unpack(total, flats))
+        self._flats, self._parts = [], []

@@ -413,6 +413,20 @@ class NCCLBackend:
             with self._phase(self._what(what, group)):
                 comm.all_gather(shard.narrow(), chunks, group=group.name)
 
+    def all_reduce_callback(self, arrays, pack_size, division, group, scale_grad, keep_dtype,
+                            half=False):
+        """nnabla's own backward callback (a C++ ``CommunicatorBackwardCallback`` that nnabla's
+        ``backward(communicator_callbacks=...)`` accepts) from the communicator of the user's
+        type (``half``: float16), on ``group``'s nnabla group (ext .cu:953-979)."""
+        comm = self.nnabla_communicator(half)
+        return comm.all_reduce_callback(arrays, pack_size, division, group.name, scale_grad,
+                                        keep_dtype)
+
+    def nnabla_communicator(self, half=False):
+        """The nnabla communicator of the user's type (``half``: float16), e.g. for nnabla's own
+        sync_batch_normalization kernel; group names are ``group(ranks).name``."""
+        return self._communicator(np.dtype(np.float16 if half else np.float32))
+
     # -- buffers: DeviceSlice ranges of device NdArrays ---------------------------------------
     def flat(self, ndarray, write=True):
         """A DeviceSlice over all of ``ndarray``, moved to our device in its dtype (no copy)."""

@@ -72,7 +72,7 @@ def calls_in_backend():
 def test_every_call_the_backend_makes_binds_to_the_real_signature():
     calls = calls_in_backend()
     assert set(calls) == {"init", "new_group", "reduce_scatter", "all_gather", "all_reduce",
-                          "bcast"}, calls
+                          "bcast", "all_reduce_callback"}, calls
     for method, uses in calls.items():
         sig = as_signature(real_signature(method))
         for positional, keywords in uses:
@@ -133,8 +133,9 @@ def test_the_backends_runtime_arguments_have_the_real_types():
             be.all_reduce(grp, buf)
             be.bcast(grp, buf, 1)
             be.all_gather_into(grp, be.sub(buf, 0, 3), be.empty(np.float32, 6))
+        be.all_reduce_callback([nn.NdArray((3,))], 1024, False, grp, 1.0, False)
         assert rec.calls == ["reduce_scatter", "all_gather", "all_reduce", "bcast",
-                             "all_gather"] * 2, rec.calls
+                             "all_gather"] * 2 + ["all_reduce_callback"], rec.calls
     finally:
         be._comms.clear()
         be.close()

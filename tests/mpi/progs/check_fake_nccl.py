@@ -54,7 +54,6 @@ def check_setup(comm):
     raises(RuntimeError, lambda: comm.new_group(("big", [0, P])), "less than the size")
     raises(RuntimeError, lambda: comm.new_group(("neg", [-1, 0])), "greater than or equal")
     raises(TypeError, lambda: comm.all_reduce(nd([1.0]), group=0))
-    raises(NotImplementedError, lambda: comm.all_reduce_callback([], 1024))
 
 
 def check_all_reduce(comm):
@@ -145,6 +144,29 @@ def check_reduce(comm):
         assert np.array_equal(x.data, want), inplace
 
 
+def check_callback(comm):
+    """all_reduce_callback: nnabla's packing (cast to T, times scale_grad, packs of pack_size,
+    zeroing skipped), run by backward through nnabla_torus.backward_callback; sums land by the
+    end of backward."""
+    import nnabla.functions as F
+    from nnabla_torus import backward_callback
+    assert backward_callback.install()
+    x = nn.Variable.from_numpy_array(data((3, 4), RANK))
+    ws = [nn.Variable.from_numpy_array(np.ones((3, 4), np.float32), need_grad=True)
+          for _ in range(3)]
+    unused = nn.Variable((5,), need_grad=True)
+    loss = F.sum(x * ws[0]) + F.sum(x * ws[1]) + F.sum(x * ws[2] * 2)
+    loss.forward()
+    for w in ws + [unused]:
+        w.grad.zero()
+    callback = comm.all_reduce_callback([w.grad for w in ws + [unused]], 5, scale_grad=0.5)
+    loss.backward(communicator_callbacks=callback)
+    total = sum(data((3, 4), r) for r in range(P)) * 0.5
+    for w, factor in zip(ws, (1, 1, 2)):
+        assert np.array_equal(w.g, total * factor), (w.g, total * factor)
+    assert unused.grad.zeroing, "a gradient zero()-ed on every rank stays zeroing"
+
+
 def run_or_abort(body, label):
     """Run ``body()``; print "PASSED <label> rank r", or the traceback and abort the whole job."""
     try:
@@ -167,6 +189,7 @@ def main():
     check_scatter_gather(comm)
     check_groups(comm)
     check_reduce(comm)
+    check_callback(comm)
     comm.barrier()
 
 

@@ -1,0 +1,214 @@
+"""``comm.all_reduce_callback`` on CPU: a Python callback that nnabla's ``backward`` runs.
+
+nnabla's ``Variable.backward(communicator_callbacks=...)`` accepts only its C++
+``CommunicatorBackwardCallback`` (nnabla v1.39.0 python/src/nnabla/_variable.pyx:877-882: a
+checked cast of each element, or of the one object unless it is None; a list must be of type
+``list``), and only the CUDA communicator makes one (ext
+multi_process_data_parallel_communicator.cu:953-979). A Python subclass passes the cast but
+holds a null C++ pointer that backward dereferences (src/nbla/computation_graph/variable.cpp:
+916-936): a segfault. So ``install()`` replaces ``nnabla.Variable.backward`` with a function of
+the same signature that
+
+1. hands ``communicator_callbacks`` without Python callbacks to nnabla's backward unchanged;
+2. otherwise calls ``on_start_backward(loss)`` on each Python callback, runs nnabla's backward
+   with the C++ callbacks (if any) and a ``function_post_hook`` that calls the user's hook and
+   then each Python callback's ``on_finish_function_backward(func)``, then calls each
+   ``on_finish_backward()`` -- the order nnabla's C++ backward calls its callbacks in. An
+   exception in the hook (nnabla would report it as a SystemError) stops the callbacks and
+   is raised as it is when nnabla's backward returns.
+
+It also counts the backward calls in progress (``in_backward``): a forward during backward is
+nnabla's recomputation of a cleared output (``Variable.recompute``).
+
+``Variable`` is a Cython type whose attributes Python cannot set, so the function is put in the
+type's own dictionary and the method cache is invalidated (``PyType_Modified``); CPython only.
+``help(Variable.backward)`` still shows nnabla's documentation.
+An unchanged script then runs::
+
+    cb = comm.all_reduce_callback([v.grad for v in nn.get_parameters().values()], 2 << 20)
+    loss.backward(clear_buffer=True, communicator_callbacks=cb)   # gradients summed on return
+"""
+import ctypes
+import gc
+
+import nnabla as nn
+import numpy as np
+
+_original = []  # nnabla's own Variable.backward, once install() replaced it
+_running = [0]   # backward calls in progress on this process
+
+
+def in_backward():
+    """Whether a ``Variable.backward`` is running: a forward now is nnabla's recomputation of
+    a cleared output (``Variable.recompute``), which must not update state again."""
+    return _running[0] > 0
+
+
+def is_native(callback):
+    """Whether ``callback`` is nnabla's C++ CommunicatorBackwardCallback (nnabla takes it as is)."""
+    from nnabla._variable import CommunicatorBackwardCallback
+    return isinstance(callback, CommunicatorBackwardCallback)
+
+
+def _split(callbacks):
+    """(nnabla's C++ callbacks, Python callbacks) from backward's ``communicator_callbacks``."""
+    items = callbacks if type(callbacks) == list else [] if callbacks is None else [callbacks]
+    python = [c for c in items if not is_native(c) and hasattr(c, "on_finish_backward")]
+    native = [c for c in items if not any(c is p for p in python)]
+    return native, python
+
+
+def _backward(self, grad=1, clear_buffer=False, communicator_callbacks=None,
+              function_pre_hook=None, function_post_hook=None):
+    """nnabla's ``Variable.backward``, plus Python communicator callbacks (module doc)."""
+    _running[0] += 1
+    try:
+        _run_backward(self, grad, clear_buffer, communicator_callbacks, function_pre_hook,
+                      function_post_hook)
+    finally:
+        _running[0] -= 1
+
+
+def _run_backward(self, grad, clear_buffer, communicator_callbacks, function_pre_hook,
+                  function_post_hook):
+    original = _original[0]
+    native, python = _split(communicator_callbacks)
+    if not python:
+        return original(self, grad, clear_buffer, communicator_callbacks, function_pre_hook,
+                        function_post_hook)
+    for callback in python:
+        getattr(callback, "on_start_backward", lambda loss: None)(self)
+    failed = []   # an exception in a hook: nnabla would turn it into a SystemError
+
+    def post_hook(func):
+        if failed:
+            return
+        try:
+            if function_post_hook is not None:
+                function_post_hook(func)
+            for callback in python:
+                callback.on_finish_function_backward(func)
+        except BaseException as e:  # noqa: BLE001  (raised below, after nnabla's backward)
+            failed.append(e)
+    original(self, grad, clear_buffer, native or None, function_pre_hook, post_hook)
+    if failed:
+        raise failed[0]
+    for callback in python:
+        callback.on_finish_backward()
+
+
+def install():
+    """Let ``nnabla.Variable.backward`` run Python communicator callbacks (idempotent).
+
+    Done when a communicator is created: ``x.backward(communicator_callbacks=
+    comm.all_reduce_callback(...))`` looks ``backward`` up before it makes the callback.
+    Returns False where the type cannot be extended (not CPython); ``all_reduce_callback``
+    then raises naming the alternatives."""
+    if _original:
+        return True
+    from nnabla._variable import Variable
+    try:
+        namespace = gc.get_referents(Variable.__dict__)[0]
+        original = namespace["backward"]
+        _backward.__doc__ = original.__doc__
+        namespace["backward"] = _backward
+        ctypes.pythonapi.PyType_Modified(ctypes.py_object(Variable))
+    except Exception:  # noqa: BLE001  (another interpreter or nnabla: reported at the call)
+        return False
+    _original.append(original)
+    return True
+
+
+def require():
+    """Raise unless ``install()`` worked: a Python callback would not reach nnabla's backward."""
+    if not install():
+        raise RuntimeError(
+            "all_reduce_callback on CPU needs nnabla.Variable.backward to accept Python "
+            "callbacks, and this interpreter does not let it be extended. Use "
+            "nnabla_torus.overlap.BucketedAllReduce(comm, loss, params).backward(loss), or "
+            "comm.all_reduce(grads) after loss.backward()")
+
+
+class AllReduceCallback:
+    """Sum ``grads`` over ``group`` in packs of ``pack_size`` elements during backward.
+
+    A gradient joins the current pack once every function of this backward that reads its
+    variable has finished (use counts from the graph of the variable backward starts from;
+    nnabla's C++ callback packs at each use, ext .cu:1019-1030, which double-counts a shared
+    parameter). A full pack is all-reduced at once, on the calling thread (backward waits for
+    it; collectives that backward makes itself, SyncBN's, then keep one order on every rank);
+    the rest at the end, with gradients the graph never reached. As nnabla's pack step: each
+    gradient is multiplied by ``scale_grad`` into a pack buffer of float32 (at least), summed
+    there and written back in the gradient's type; with ``dtype`` (nnabla's
+    ``keep_dtype=False``: the communicator's type) the gradient is cast to it first, which
+    raises nnabla's own error for a narrowed array of another type. The communicator's zeroing
+    rule applies per gradient.
+    """
+
+    def __init__(self, comm, grads, pack_size, division, group, scale_grad, dtype=None):
+        self.comm, self.grads, self.pack_size = comm, list(grads), pack_size
+        self.division, self.group, self.scale_grad = division, group, scale_grad
+        self.dtype = dtype
+        self._uses_of = {}  # loss variable -> {grad NdArray: number of functions reading it}
+        self._left = {}
+        self._pack, self._packed = [], 0
+
+    def on_start_backward(self, loss):
+        uses = self._uses_of.get(loss)
+        if uses is None:
+            wanted = set(self.grads)
+            uses = {}
+
+            def count(func):
+                for var in func.inputs:
+                    grad = var.grad
+                    if grad in wanted:
+                        uses[grad] = uses.get(grad, 0) + 1
+            loss.visit(count)
+            self._uses_of = {loss: uses}   # one graph remembered: the usual training loop
+        self._left = dict(uses)
+        self._pack, self._packed = [], 0
+
+    def on_finish_function_backward(self, func):
+        for var in func.inputs:
+            grad = var.grad
+            left = self._left.get(grad)
+            if not left:
+                continue
+            self._left[grad] = left - 1
+            if left == 1:
+                self._add(grad)
+
+    def on_finish_backward(self):
+        for grad in self.grads:   # never reached (or no on_start_backward): in list order
+            if self._left.get(grad, 1):
+                self._add(grad)
+        self._flush()
+        self._left = {}
+
+    def _add(self, grad):
+        """Put ``grad`` times ``scale_grad`` into the pack, in the communicator's type (as
+        nnabla's pack buffer; a zero()-ed gradient as a zero()-ed array, so the zeroing rule
+        sees it)."""
+        wire = nn.NdArray(grad.shape)
+        if grad.zeroing:
+            wire.zero()
+        else:
+            if self.dtype is not None:   # keep_dtype=False: the gradient becomes type T
+                grad.cast(self.dtype)
+            wide = np.promote_types(self.dtype or grad.dtype, np.float32)
+            wire.cast(wide)
+            wire.data[...] = grad.get_data("r").astype(wide) * wide.type(self.scale_grad)
+        self._pack.append((grad, wire))
+        self._packed += wire.size
+        if self._packed >= self.pack_size:
+            self._flush()
+
+    def _flush(self):
+        if self._pack:
+            self.comm.all_reduce([wire for _, wire in self._pack], division=self.division,
+                                 group=self.group)
+            for grad, wire in self._pack:
+                if not wire.zeroing:   # zeroing on every rank: the gradient stays as it is
+                    grad.get_data("w")[...] = wire.get_data("r")
+        self._pack, self._packed = [], 0
