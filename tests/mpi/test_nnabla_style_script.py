@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.mpirun import run_mpi
+from tests.mpirun import expect_passed, run_mpi
 
 PROG = "tests/mpi/progs/nnabla_style_train.py"
 GLOBAL_BATCH = 8
@@ -17,6 +17,7 @@ def trained(tmp_path, ranks):
     log = run_mpi(ranks, [PROG, "--batch-size", str(GLOBAL_BATCH // ranks), "--out", out],
                   timeout=180)
     assert "step 5 loss" in log, log
+    expect_passed(log, f"nnabla_style_train on {ranks} ranks")
     return [load(os.path.join(out, f"params_rank{r}.h5")) for r in range(ranks)]
 
 

@@ -858,12 +858,12 @@ def main(suite):
         cases = [("missing rank", lambda: missing_rank(make_comm(default), missing))]
     else:
         raise SystemExit(f"unknown suite {suite!r}; use correctness, bad-input or missing-rank")
-    run_cases(cases)
+    run_cases(cases, f"comm_cases {suite} on {P} ranks")
 
 
-def run_cases(cases):
-    """Run (name, function) pairs in order: "OK <name>" per case on rank 0, "ALL OK" at the
-    end; a failing case prints its name and traceback and aborts the whole job."""
+def run_cases(cases, program):
+    """Run (name, function) pairs in order: "OK <name>" per case on rank 0, then
+    ``passed_line(program)``; a failing case prints its name and traceback and aborts the job."""
     world = MPI.COMM_WORLD
     name = "set-up"
     start = time.monotonic()
@@ -882,7 +882,7 @@ def run_cases(cases):
     world.Barrier()
     if RANK == 0:
         print(f"{len(cases)} cases in {time.monotonic() - start:.1f} s", flush=True)
-        print(passed_line(f"comm_cases {suite} on {P} ranks"), flush=True)
+        print(passed_line(program), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """nnabla's communicator API, as nnabla v1.39.0 documents it, on a TorusCommunicator under mpirun.
 
-    mpirun -np 4 python tests/mpi/progs/nnabla_dropin.py        # "OK <case>" lines, "ALL OK"
+    mpirun -np 4 python tests/mpi/progs/nnabla_dropin.py        # "OK <case>" lines, "PASSED nnabla_dropin on 4 ranks"
 
 Written here from nnabla's docstrings and sources (python/src/nnabla/communicator.pyx,
 nnabla-ext-cuda src/nbla/cuda/communicator/multi_process_data_parallel_communicator.cu), not
@@ -450,7 +450,8 @@ def main():
     holds the text."""
     only = os.environ.get("DROPIN_ONLY")
     run_cases([(name, case) for k, (name, case) in enumerate(cases())
-               if not only or k == 0 or only in name or name.endswith(": set")])
+               if not only or k == 0 or only in name or name.endswith(": set")],
+              f"nnabla_dropin on {P} ranks")
 
 
 if __name__ == "__main__":

@@ -102,6 +102,9 @@ def main():
     comm.comm.barrier()
     os.makedirs(args.out, exist_ok=True)
     nn.save_parameters(os.path.join(args.out, f"params_rank{comm.rank}.h5"))
+    comm.comm.barrier()
+    if comm.rank == 0:
+        print(f"PASSED nnabla_style_train on {comm.n_procs} ranks", flush=True)
 
 
 if __name__ == "__main__":

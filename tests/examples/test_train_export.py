@@ -7,10 +7,10 @@ import sys
 
 import numpy as np
 
-from tests.mpi.test_train import SMALL
+from tests.examples.test_train import SMALL
 from tests.mpirun import REPO, run_mpi
 
-PROG = "tests/mpi/progs/train_check.py"
+PROG = "tests/examples/progs/train_check.py"
 TINY = SMALL + ["--train-images", "64", "--epochs", "1", "--max-steps", "2"]
 
 
