@@ -595,35 +595,57 @@ class TorusCommunicator:
             local = sum(be.sqnorm(be.flat(a, write=False)) for a in arrays) if track else 0.0
             for a in arrays:
                 view = be.flat(a)
+                before = division and prescaled(view.dtype)
+                if before:
+                    be.scale(view, 1.0 / p)
                 run(view)
                 if track:
-                    self._sqnorms[1] += be.sqnorm(view) / p ** 2
-                if division:
+                    self._sqnorms[1] += be.sqnorm(view) / (1 if before else p ** 2)
+                if division and not before:
                     be.scale(view, 1.0 / p)   # integers: floor(sum / p), scale_numpy
             if track:
                 self._sqnorms[0] += self._sum_scalar(local, run) / p
             return
-        for dtype in dict.fromkeys(self._dtype(a) for a in arrays):
-            same = [a for a in arrays if self._dtype(a) == dtype]
+        for wire, same in self._wire_groups(arrays):
             n = sum(a.size for a in same)
-            wire = np.float16 if self.wire_fp16 and dtype == np.float32 else dtype
             # A float16 slot would round the sqnorm to 11 bits and overflow above 65504.
             inline = track and np.dtype(wire) != np.float16
             buf = self._buffer(wire, be.padded_length(n + inline))
             self._pack(same, buf)
             data = be.sub(buf, 0, n)
+            before = division and prescaled(wire)
             if track:
                 local = be.sqnorm(data)
                 if inline:
                     be.sub(buf, n, n + 1).fill(local)
+            if before:
+                be.scale(data, 1.0 / p)
             run(buf)
             if track:
                 total = be.read(buf, n) if inline else self._sum_scalar(local, run)
                 self._sqnorms[0] += total / p
-                self._sqnorms[1] += be.sqnorm(data) / p ** 2
-            if division:
+                self._sqnorms[1] += be.sqnorm(data) / (1 if before else p ** 2)
+            if division and not before:
                 be.scale(data, 1.0 / p)
             self._unpack(buf, same)
+
+    def _wire_groups(self, arrays):
+        """[(wire dtype, arrays)]: one fused buffer per wire dtype, in first-seen order.
+
+        A list of float16 and float32 arrays goes in ONE float16 buffer (one collective), as
+        nnabla's half communicator casts every array to half (``ndarray->cast(dtype, ctx_)`` in
+        ext ``multi_process_data_parallel_communicator.cu`` ~760-766): in FP16 training cuDNN
+        leaves the batch-norm gradients float32 (ext ``batch_normalization.cu`` ~412-421), and
+        a bucket would otherwise need a tiny float32 collective beside its float16 one.
+        ``wire_fp16`` sends float32-only lists as float16 too."""
+        dtypes = [self._dtype(a) for a in arrays]
+        half, single = np.dtype(np.float16), np.dtype(np.float32)
+        mixed = half in dtypes and single in dtypes
+        groups = {}
+        for a, dtype in zip(arrays, dtypes):
+            wire = half if dtype == single and (self.wire_fp16 or mixed) else dtype
+            groups.setdefault(wire, []).append(a)
+        return list(groups.items())
 
     def _sum_scalar(self, value, run):
         """Sum one float over the ranks with ``run`` in a float32 buffer; returns the sum."""
@@ -723,6 +745,15 @@ class TorusCommunicator:
 
     def abort(self):
         self._ready().abort(1)
+
+
+def prescaled(dtype):
+    """Whether an average (``division=True``) of ``dtype`` scales each rank's input by 1/p
+    before the sum (float16, as NCCL's ``ncclAvg`` that nnabla's ``division=True`` uses: a
+    pre-multiplied sum for floating types, ext ``multi_process_data_parallel_communicator.cu``
+    ~790-792): a sum of p float16 inputs overflows 65504 p times sooner than their mean. Other
+    dtypes divide the finished sum (exact for integers; one rounding for float32)."""
+    return np.dtype(dtype) == np.float16
 
 
 def MultiProcessDataParallelCommunicator(ctx=None, **options):

@@ -81,6 +81,15 @@ EPOCH_SERIES = ("val_top1", "val_top5")     # indexed by epoch; the others by op
 # ----------------------------------------------------------------------------------------------
 # set-up: context, communicator, data, model, solvers
 
+def cuda_environment(cfg):
+    """Variables nnabla-ext-cuda reads once, when get_extension_context imports it: TF32.
+
+    nnabla sets NVIDIA_TF32_OVERRIDE=0 (full FP32 convolutions even on A100/H100) unless
+    NNABLA_CUDA_ALLOW_TF32 is set and not "0" (ext ``src/nbla/cuda/init.cpp.tmpl`` ~76-83),
+    so the recipe key must be turned into that variable before the context is made."""
+    return {"NNABLA_CUDA_ALLOW_TF32": "1" if cfg.allow_tf32 else "0"}
+
+
 def make_context_and_comm(cfg, log_all):
     """Return (ctx, comm, type_config) with the device chosen by the rank's local index."""
     type_config = cfg.type_config
@@ -88,6 +97,7 @@ def make_context_and_comm(cfg, log_all):
         type_config = "float"          # nnabla's CPU extension has no FP16 kernels
         log_all("type_config half needs a CUDA context; this CPU run trains in fp32 (with "
                 "the FP16 dynamic loss scaling, so that code path runs)")
+    os.environ.update(cuda_environment(cfg))
     ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
     if cfg.elastic:
         from mpi4py import MPI

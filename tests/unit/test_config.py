@@ -91,3 +91,26 @@ def test_digits_recipe_batch_and_lr_per_epoch():
     assert first[:3] == (64, 16, 1) and later[:3] == (128, 32, 1)
     assert first[3] == pytest.approx(cfg.base_lr * 0.5)                   # half-way through warm-up
     assert later[3] == pytest.approx(2 * cfg.base_lr)                      # x2 for batch 128
+
+
+def test_tf32_is_a_recipe_key_set_before_the_cuda_extension_loads(monkeypatch):
+    """nnabla sets NVIDIA_TF32_OVERRIDE=0 at the extension's import unless
+    NNABLA_CUDA_ALLOW_TF32 says otherwise (ext src/nbla/cuda/init.cpp.tmpl ~76-83): the key
+    must be in the environment before get_extension_context imports the extension."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
+    import train
+    cfg = parse_config(["-C", "resnet50-90ep"])
+    assert cfg.allow_tf32 is True and parse_config([]).allow_tf32 is False
+    assert parse_config(["-C", "resnet50-90ep", "--allow-tf32", "0"]).allow_tf32 is False
+    seen = {}
+
+    def context(*args, **kwargs):
+        seen["tf32"] = os.environ.get("NNABLA_CUDA_ALLOW_TF32")
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(train, "get_extension_context", context)
+    monkeypatch.delenv("NNABLA_CUDA_ALLOW_TF32", raising=False)
+    with pytest.raises(RuntimeError, match="stop here"):
+        train.make_context_and_comm(cfg, print)
+    assert seen["tf32"] == "1"
