@@ -13,7 +13,10 @@ Change one import line and keep the rest of an nnabla data-parallel script::
 Launch with ``mpirun -np 8 python train.py``. Knobs (keyword argument, else environment):
 
 - ``algorithm`` / NNABLA_TORUS_ALGORITHM: torus2d | ring | hierarchical | native | auto
-  (default torus2d). ``auto`` routes each call (each fused buffer or in-place array) by its
+  (default: torus2d on the MPI backend; on NCCL, native (NCCL's own all-reduce: ring, tree
+  or NVLS, never slower inside one host) unless the ranks span several hosts placed host by
+  host, where torus2d runs rows inside hosts and columns across them, see
+  ``default_algorithm``). ``auto`` routes each call (each fused buffer or in-place array) by its
   size to native, torus2d or hierarchical, from a table fixed at ``init()`` (see
   :mod:`nnabla_torus.auto`); ``comm.algorithm_counts`` counts the calls per algorithm
 - ``auto_profile`` / NNABLA_TORUS_AUTO_PROFILE: profile (name or path) whose cost model sets
@@ -129,6 +132,7 @@ class TorusCommunicator:
     def __init__(self, ctx=None, algorithm=None, grid=None, backend=None, timeout=None,
                  wire_fp16=None, check=None, auto_profile=None):
         self.ctx = ctx
+        self._default_algorithm = not (algorithm or env_value("NNABLA_TORUS_ALGORITHM"))
         self.algorithm = algorithm or env_value("NNABLA_TORUS_ALGORITHM", DEFAULTS["algorithm"])
         get_algorithm(self.algorithm, allow_auto=True)  # fail early on a typo
         self.auto_profile = auto_profile or env_value("NNABLA_TORUS_AUTO_PROFILE", "")
@@ -187,6 +191,8 @@ class TorusCommunicator:
         self.hosts = topology.HostLayout.from_names(names)
         self._groups["world"] = list(range(self.size))
         self._share(self.backend.world_group)  # the argument check meets in shared memory
+        if self._default_algorithm:
+            self.algorithm = default_algorithm(self._backend_name, self.hosts, self._grid_request)
         self.set_algorithm(self.algorithm, self._grid_request)
 
     def _share(self, group):
@@ -745,6 +751,18 @@ class TorusCommunicator:
 
     def abort(self):
         self._ready().abort(1)
+
+
+def default_algorithm(backend, hosts, grid_request=None):
+    """The algorithm when none was asked for: torus2d on MPI (unchanged); on NCCL the torus
+    only where it pays, over several hosts that hold consecutive ranks (rows inside a host on
+    NVLink, columns across hosts; or an explicit grid), else NCCL's own all-reduce: on one
+    host torus2d would be NCCL's reduce-scatter + all-gather over the world, with ~6n extra
+    device bytes of nnabla's list copies, never faster than its all-reduce."""
+    if backend == "mpi" or grid_request:
+        return DEFAULTS["algorithm"]
+    several = len(hosts.hosts) > 1 and hosts.is_blocked() and (hosts.ranks_per_host or 0) > 1
+    return "torus2d" if several else "native"
 
 
 def prescaled(dtype):
