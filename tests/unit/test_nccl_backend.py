@@ -218,3 +218,45 @@ def test_issue19_finding2_allreduce_bench_times_no_host_to_device_copy():
     assert comm.events.count("D2D") == 3 and nd.values.tolist() == [0, 1, 2, 3]
     # the reset's device copy has finished before the clock starts
     assert " ".join(comm.events).count("D2D sync all_reduce(") == 3, comm.events
+
+
+class CountingControl:
+    """Rank 0 of a 2,176-rank control communicator whose peers all agree, counting the
+    messages rank 0 posts per argument check (mpi4py's request objects: REQUEST_NULL)."""
+
+    def __init__(self, size, signature):
+        from nnabla_torus.rendezvous import call_hash
+        self.size, self.messages, self.digest = size, 0, call_hash(signature)
+
+    def Get_size(self):
+        return self.size
+
+    def Get_rank(self):
+        return 0
+
+    def Irecv(self, buf, source, tag):
+        self.messages += 1
+        buf[...] = self.digest
+        return MPI.REQUEST_NULL
+
+    def Isend(self, buf, dest, tag):
+        self.messages += 1
+        return MPI.REQUEST_NULL
+
+    def Iallreduce(self, send, recv, op):
+        self.messages += 1
+        recv[...] = send
+        return MPI.REQUEST_NULL
+
+
+def test_issue19_finding7_the_argument_check_costs_rank_0_no_more_at_2176_ranks():
+    """On NCCL (no shared memory) every call was checked through rank 0: 2(p - 1) messages
+    there per call; large groups now use one non-blocking all-reduce."""
+    from nnabla_torus.rendezvous import check_same_call
+    signature = ("all_reduce", (("float32", (17,)),), True, False)
+    costs = []
+    for size in (8, 2176):
+        control = CountingControl(size, signature)
+        check_same_call(control, list(range(size)), signature, 5.0, "all_reduce")
+        costs.append(control.messages)
+    assert costs[1] <= 2 * 7, costs   # no more than the gather costs at 8 ranks
