@@ -616,7 +616,7 @@ class TorusCommunicator:
             n = sum(a.size for a in same)
             # A float16 slot would round the sqnorm to 11 bits and overflow above 65504.
             inline = track and np.dtype(wire) != np.float16
-            buf = self._buffer(wire, be.padded_length(n + inline))
+            buf = self._buffer(wire, be.padded_length(n + inline, wire))
             self._pack(same, buf)
             data = be.sub(buf, 0, n)
             before = division and prescaled(wire)

@@ -260,3 +260,19 @@ def test_issue19_finding7_the_argument_check_costs_rank_0_no_more_at_2176_ranks(
         check_same_call(control, list(range(size)), signature, 5.0, "all_reduce")
         costs.append(control.messages)
     assert costs[1] <= 2 * 7, costs   # no more than the gather costs at 8 ranks
+
+
+@pytest.mark.parametrize("size", [3, 4, 8, 2176])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_issue19_finding12_fused_buffers_split_into_16_byte_aligned_chunks(size, dtype):
+    """The world (and each row: its size divides the world's) cuts a fused buffer into equal
+    chunks; each must start at a multiple of 16 bytes. Padding only to a multiple of p left
+    17 float32 values on 4 ranks in 5-value (20-byte) chunks."""
+    be = object.__new__(NCCLBackend)   # padded_length needs only the world size
+    be.size = size
+    itemsize = np.dtype(dtype).itemsize
+    for count in (1, 17, 289, 25557032):
+        n = be.padded_length(count, dtype)
+        assert count <= n < count + size * 16 // itemsize
+        for row in (r for r in range(1, size + 1) if size % r == 0):
+            assert (n // row * itemsize) % 16 == 0, (count, n, row)
