@@ -143,9 +143,11 @@ class TrainStream:
 
     def __init__(self, train_set, cfg, comm, device_id, state=None, dtype="float"):
         self.layout = resize.EpochLayout(len(train_set), cfg.seed, comm.size, state)
+        threads = data.threads_per_rank(comm.local_size)
         self.make = lambda **kw: data.make_loader(
             train_set, rank=comm.rank, size=comm.size, train=True, image_size=cfg.image_size,
-            seed=cfg.seed, device_id=device_id, crop_scale=(cfg.min_crop_area, 1.0),
+            seed=cfg.seed, device_id=device_id, num_threads=threads,
+            crop_scale=(cfg.min_crop_area, 1.0),
             flip=cfg.flip, on_bad=cfg.bad_images, dtype=dtype, order=self.layout.order, **kw)
         self.loader = self.make(batch_size=state["batch_size"], resume=state) if state else None
 
@@ -266,14 +268,16 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
     by ``scaler.scale``: ``scaler.unscale(solvers)`` decides whether the update may run.
     """
     x, t, loss, objective, logits = graph
-    losses, errors = [], []
+    sums = None                       # (loss, top-1 error) summed over micro-batches, on device
     solvers.zero_grad()
     for micro in range(plan.accum_steps):
         images, t.d = stream.next_batch(plan.local_batch)
         data.feed(x, images)          # on a GPU: device to device, in the compute dtype
         objective.forward(clear_no_need_grad=True)
-        losses.append(float(loss.d))
-        errors.append(float(np.mean(logits.d.argmax(axis=1) != t.d[:, 0])))
+        # Kept on the device and read once after the step: reading loss.d or logits.d here
+        # would wait for the forward to finish before backward is even enqueued.
+        step = (loss.data, F.mean(F.top_n_error(logits.data, t.data, axis=1, n=1)))
+        sums = step if sums is None else tuple(F.add2(a, b) for a, b in zip(sums, step))
         reduce_now = reducer if micro == plan.accum_steps - 1 else None
         if scaler is not None:                                 # FP16: seeded with the scale
             scaler.backward(objective, reduce_now, clear_buffer=True)
@@ -283,7 +287,7 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
             objective.backward(clear_buffer=True)              # accumulate locally
     if reducer is None:
         comm.all_reduce(grads, division=True, inplace=False)
-    return float(np.mean(losses)), float(np.mean(errors))
+    return tuple(float(total.data) / plan.accum_steps for total in sums)
 
 
 def validate(val_set, model, cfg, comm, device_id, log, dtype="float"):
