@@ -253,6 +253,7 @@ def main(argv=None):
                       f"{100 * (rec['fraction_of_bound'] or 0):>5.0f}% {picked:>12} "
                       f"{wrong[run]:>6}"
                       + (f" {rec['check_us']:>9.1f}" if args.check_cost else ""), flush=True)
+    comm.close()
     all_ok = all(r["correct"] for r in records)
     if rank == 0:
         print(f"# Out of bounds values : {sum(r['wrong'] for r in records)} "

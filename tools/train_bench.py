@@ -206,6 +206,7 @@ def run_ranks(args):
         print("RECORDS " + json.dumps(records), flush=True)
         if args.json:
             append_json(args.json, records)
+    comm.close()
 
 
 def print_table(records):

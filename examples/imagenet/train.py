@@ -737,6 +737,7 @@ def main(argv=None):
             print(elastic.REQUEST_PREFIX + json.dumps(request), flush=True)
     if exit_status:
         comm.barrier()               # rank 0's checkpoint is on disk before any rank exits
+        comm.close()                 # NCCL communicators freed before the interpreter exits
         return exit_status
     wall = time.time() - t_start
     if rank0:
@@ -750,6 +751,7 @@ def main(argv=None):
             "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in history),
             "plan": run_planner and run_planner.summary,
             "bad_images": len(reported_bad)})), flush=True)
+    comm.close()                     # NCCL communicators freed before the interpreter exits
 
 
 def elastic_request(advisor, plan, epoch, acting, log):

@@ -80,7 +80,8 @@ def device_and_half():
     assert Fake.live == 2, f"{Fake.live} nnabla communicators after a float16 call"
     comm.all_reduce([nd(data((5,), RANK, dtype=np.float16))], inplace=True)
     assert Fake.live == 2
-    comm.backend.close()
+    comm.close()                      # issue 19 finding 14: the scripts call this at the end
+    comm.close()                      # idempotent
     del comm
     gc.collect()
     assert Fake.live == 0, f"{Fake.live} nnabla communicators alive after close()"
