@@ -36,6 +36,11 @@ from nnabla_torus.launch import mpirun_command  # noqa: E402
 from nnabla_torus.topology import factor_pairs  # noqa: E402
 
 RESNET50_BYTES = 25557032 * 4
+# The tests that need GPUs: real NCCL (the nccl-2/4/8 cases of test_communicator, not the
+# fake-nccl-3/4 ones the CPU suite runs already) and DALI's batches in device arrays.
+DEVICE_TESTS = ["tests/mpi/test_nccl_mapping.py", "tests/mpi/test_communicator.py",
+                "tests/unit/test_data_device.py"]
+DEVICE_TESTS_K = "real_nccl or (nccl- and not fake) or on_a_gpu"
 NCCL_MIN = 21003  # nnabla-ext-cuda 1.39 refuses older NCCL
 
 
@@ -106,10 +111,10 @@ def check_pieces():
 
 
 def child_env():
-    """The environment of the checks' child processes: the wheels' CUDA libraries on the
-    loader path (nnabla-ext-cuda links them by soname and has no rpath)."""
+    """The environment of the checks' child processes: the user's, with no LD_LIBRARY_PATH
+    added for the wheels' CUDA libraries, so that the checks load the stack as a user's script
+    does (``import nnabla_torus`` prepares it, nnabla_torus.backends.cuda_env)."""
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(wheel_library_dirs() + [env.get("LD_LIBRARY_PATH", "")])
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["NNABLA_TORUS_BACKEND"] = "nccl"
     return env
@@ -134,9 +139,8 @@ def device_checks(gpus, env, json_path):
     """(results dict, [(check, verdict, detail)]) of the checks on ``gpus`` GPUs; the
     benchmark's own records go beside ``json_path``."""
     verdicts, results = [], {}
-    tests = run([sys.executable, "-m", "pytest", "-q", "tests/mpi/test_nccl_mapping.py",
-                 "tests/mpi/test_communicator.py", "tests/unit/test_data_device.py", "-k",
-                 "real_nccl or nccl- or on_a_gpu"], env, 3600)
+    tests = run([sys.executable, "-m", "pytest", "-q", *DEVICE_TESTS, "-k", DEVICE_TESTS_K],
+                env, 3600)
     tail = (tests.stdout.strip().splitlines() or ["no output"])[-1]
     verdicts.append(("NCCL mapping, communicator, DALI device feed tests",
                      "PASS" if tests.returncode == 0 else "FAIL", tail))
