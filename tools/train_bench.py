@@ -94,6 +94,9 @@ class TimedComm:
 
     def all_reduce(self, data, **kwargs):
         from nnabla_torus.backends import synchronize
+        # The device work queued before the call (backward's kernels, on the stream NCCL
+        # shares) is not the all-reduce's: wait for it before the clock starts.
+        synchronize(self.comm)
         tic = time.perf_counter()
         self.comm.all_reduce(data, **kwargs)
         synchronize(self.comm)  # NCCL calls return before their kernels end

@@ -60,7 +60,7 @@ from nnabla_torus.controller import BatchPlan
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.costmodel import ALGORITHMS
 from nnabla_torus.noise_scale import NoiseScaleEstimator
-from nnabla_torus.overlap import BucketedAllReduce
+from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
 from nnabla_torus.schedules import BatchSchedule
 from nnabla_torus.topology import Grid, parse_grid
 
@@ -670,7 +670,11 @@ def main(argv=None):
                 reducer.close()          # its thread serves the old graph's buckets
             graph = build_graph(model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
                                 plan.accum_steps)
-            if cfg.overlap:
+            if cfg.overlap and not overlaps_backward(comm):
+                log("overlap off: on the nccl backend nnabla enqueues every collective on the "
+                    "stream backward runs on, so bucketing during backward only adds host "
+                    "syncs; the gradients are all-reduced after backward")
+            elif cfg.overlap:
                 reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=cfg.bucket_mib,
                                             grad_bytes=2 if type_config == "half" else 4)
         lr = lr_schedule.lr(epoch) * plan.lr_factor

@@ -276,3 +276,28 @@ def test_issue19_finding12_fused_buffers_split_into_16_byte_aligned_chunks(size,
         assert count <= n < count + size * 16 // itemsize
         for row in (r for r in range(1, size + 1) if size % r == 0):
             assert (n // row * itemsize) % 16 == 0, (count, n, row)
+
+
+def test_issue19_finding10_train_bench_does_not_count_backward_as_all_reduce():
+    """Backward's kernels queued before the all-reduce (50 ms here) are not all-reduce time:
+    timing from the call to its synchronisation counted them in "all-reduce share"."""
+    import tools.train_bench as bench
+    device = SlowDevice()
+    device.queued = 1                      # backward's work, still running on the device
+    timed = bench.TimedComm(device)
+    timed.all_reduce(None)
+    assert SlowDevice.WORK_S <= timed.seconds < 2 * SlowDevice.WORK_S, timed.seconds
+
+
+def test_issue19_finding3_no_bucketing_during_backward_on_the_nccl_backend():
+    """NCCL through nnabla's Python API runs on backward's stream (NCCLBackend.overlaps_backward
+    cites the lines): train.py all-reduces after backward there, and keeps overlap on host
+    backends."""
+    from nnabla_torus.overlap import overlaps_backward
+
+    class Comm:
+        def __init__(self, backend):
+            self.backend = backend
+    assert not overlaps_backward(Comm(object.__new__(NCCLBackend)))
+    from nnabla_torus.backends.mpi import MPIBackend
+    assert overlaps_backward(Comm(object.__new__(MPIBackend))) and overlaps_backward(object())
