@@ -107,7 +107,32 @@ def check_pieces():
         importlib.util.find_spec("nnabla_ext.cuda") is not None
     pieces.append(("nnabla-ext-cuda120 1.39.0", found, "importable" if found else
                    "not installed: pip install -e '.[gpu]'"))
+    if gpus and found:
+        pieces.append(registration())
     return gpus, pieces
+
+
+REGISTRATION = """
+import nnabla_torus
+from nnabla.ext_utils import get_extension_context
+import nnabla.communicators as C
+print(C.MultiProcessDataParallelCommunicator(get_extension_context("cudnn")).name)
+"""
+
+
+def registration():
+    """(piece, ok, found) for nnabla's NCCL communicator, loaded in a child as a training
+    script loads it: ``import nnabla_torus`` first, then the cudnn context, no LD_LIBRARY_PATH
+    added (nnabla registers the communicator only if it finds libmpi and NCCL when the
+    extension is imported: ext src/nbla/cuda/init.cpp.tmpl ~251-263)."""
+    done = subprocess.run([sys.executable, "-c", REGISTRATION], env=child_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in (done.stdout + done.stderr).splitlines()
+             if ln.strip() and "[nnabla][INFO]" not in ln]
+    last = lines[-1].strip() if lines else "no output"
+    ok = done.returncode == 0 and last == "MultiProcessDataParallelCommunicatorNccl"
+    return ("nnabla's NCCL communicator registers", ok, last if ok else
+            f"{last[:300]}; check the Open MPI and NCCL lines above")
 
 
 def child_env():
