@@ -640,8 +640,9 @@ class TorusCommunicator:
 
         A list of float16 and float32 arrays goes in ONE float16 buffer (one collective), as
         nnabla's half communicator casts every array to half (``ndarray->cast(dtype, ctx_)`` in
-        ext ``multi_process_data_parallel_communicator.cu`` ~760-766): in FP16 training cuDNN
-        leaves the batch-norm gradients float32 (ext ``batch_normalization.cu`` ~412-421), and
+        ext ``src/nbla/cuda/communicator/multi_process_data_parallel_communicator.cu``
+        ~780-783): in FP16 training cuDNN leaves the batch-norm gradients float32 (``DRV_BN_T``
+        in ext ``src/nbla/cuda/cudnn/function/generic/batch_normalization.cu`` ~411-421), and
         a bucket would otherwise need a tiny float32 collective beside its float16 one.
         ``wire_fp16`` sends float32-only lists as float16 too."""
         dtypes = [self._dtype(a) for a in arrays]
