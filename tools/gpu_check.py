@@ -80,16 +80,17 @@ def check_pieces():
     gpus, why = gpu_count()
     pieces.append(("CUDA driver and GPUs", gpus > 0, f"{gpus} GPU(s)" if gpus else
                    f"{why}: install the NVIDIA driver"))
-    for piece, lib, fix in [("CUDA 12 runtime", "libcudart.so.12", "nvidia-cuda-runtime-cu12"),
-                            ("cuBLAS 12", "libcublas.so.12", "nvidia-cublas-cu12"),
-                            ("cuDNN 8", "libcudnn.so.8", "'nvidia-cudnn-cu12<9'")]:
+    for piece, lib, wheel in [("CUDA 12 runtime", "libcudart.so.12", "nvidia-cuda-runtime-cu12"),
+                              ("cuBLAS 12", "libcublas.so.12", "nvidia-cublas-cu12"),
+                              ("cuDNN 8", "libcudnn.so.8", "nvidia-cudnn-cu12")]:
         found = load(lib) is not None
-        pieces.append((piece, found, lib if found else f"{lib} not found: pip install {fix} "
-                                                       f"(the [gpu] extra) or a system CUDA 12"))
+        pieces.append((piece, found, lib if found else f"{lib} not found: pip install -e "
+                                                       f"'.[gpu]' (pinned {wheel}) or a system "
+                                                       f"CUDA 12"))
     nccl = load("libnccl.so.2")
     if nccl is None:
-        pieces.append(("NCCL >= 2.10.3", False, "libnccl.so.2 not found: pip install "
-                                                "nvidia-nccl-cu12 (the [gpu] extra)"))
+        pieces.append(("NCCL >= 2.10.3", False, "libnccl.so.2 not found: pip install -e '.[gpu]' "
+                                                "(pinned nvidia-nccl-cu12)"))
     else:
         version = ctypes.c_int(0)
         nccl.ncclGetVersion(ctypes.byref(version))
