@@ -748,8 +748,9 @@ class TorusCommunicator:
         self._collective(grp, sig, f"reduce_scatter (group {group!r})", body)
 
     def close(self):
-        """Free the backend (nnabla's NCCL communicators and their CUDA streams; the MPI
-        backend's windows) now, on every rank; idempotent. Call it before the script ends:
+        """Free the backend's resources now (on NCCL: nnabla's communicators, their NCCL
+        communicators and CUDA streams), on every rank; idempotent. Call it before the script
+        ends:
         nnabla's destructor destroys its streams under NBLA_CUDA_FORCE_ASSERT (ext
         ``multi_process_data_parallel_communicator.cu`` ~355-366), which can abort a process
         whose interpreter is already unloading the CUDA runtime."""

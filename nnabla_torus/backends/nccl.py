@@ -193,9 +193,10 @@ class NCCLBackend:
     # Every call this backend makes enqueues NCCL on CUDA's legacy default stream, the stream
     # nnabla's kernels run on: reduce_scatter and all_gather pass stream 0, a single-NdArray
     # all_reduce and bcast pass nullptr (ext src/nbla/cuda/communicator/
-    # multi_process_data_parallel_communicator.cu ~773, ~822-824, ~874, ~914-916). NCCL's kernels queue behind backward's, so
-    # all-reducing buckets during backward cannot overlap on the device; only nnabla's
-    # all_reduce_callback uses non-blocking streams (~998-1000, 1049-1050, 1119-1135).
+    # multi_process_data_parallel_communicator.cu ~773, ~822-824, ~874, ~914-916). NCCL's
+    # kernels queue behind backward's, so all-reducing buckets during backward cannot overlap
+    # on the device; only nnabla's all_reduce_callback uses non-blocking streams (~998-1000,
+    # 1049-1050, 1119-1135).
     overlaps_backward = False
 
     def __init__(self, ctx, timeout=300.0, fake=False):
