@@ -34,6 +34,7 @@ Example::
     ctx = get_extension_context("cudnn")     # the hook prepares OMPI_HOME, NCCL_HOME, libraries
 """
 import hashlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -181,7 +182,10 @@ class _PrepareOnImport:
     imported, then lets the normal finders import it (it finds nothing itself)."""
 
     def find_spec(self, name, path=None, target=None):
-        if name == "nnabla_ext.cuda" and not _prepared["done"]:
+        # Only when the extension is installed: otherwise the import fails anyway, and
+        # preparing would start MPI (mpi4py) for nothing, e.g. in a CPU test process.
+        if (name == "nnabla_ext.cuda" and not _prepared["done"]
+                and importlib.machinery.PathFinder.find_spec(name, path) is not None):
             prepare()
         return None
 

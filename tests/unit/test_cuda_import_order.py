@@ -119,3 +119,16 @@ def test_prepare_points_nccl_home_at_the_wheel(tmp_path, monkeypatch):
     assert cuda_env.prepare_nccl_home(env) == str(tmp_path / "nvidia" / "nccl")
     env = {"NCCL_HOME": "/opt/nccl"}
     assert cuda_env.prepare_nccl_home(env) == "/opt/nccl"  # the user's choice is kept
+
+
+def test_without_the_extension_nothing_is_prepared(tmp_path):
+    """A CPU machine: importing nnabla_ext.cuda fails as before and starts no MPI."""
+    out = run(str(tmp_path), """
+        import sys
+        import nnabla_torus
+        try:
+            import nnabla_ext.cuda
+        except ImportError:
+            print("ImportError", "mpi4py.MPI" in sys.modules)
+    """)
+    assert out.strip() == "ImportError False", out
