@@ -6,8 +6,16 @@
 
 Importing the package starts nothing: the communicator (and with it mpi4py.MPI, which starts
 MPI) is imported on first use of its names, so the planner and ``--help`` never start MPI.
+It only installs an import hook: when anything later imports ``nnabla_ext.cuda`` (e.g.
+``get_extension_context("cudnn")``), Open MPI, NCCL and the CUDA wheels' libraries are
+prepared first, so that nnabla registers its NCCL communicators
+(:mod:`nnabla_torus.backends.cuda_env`). Import nnabla_torus before making a CUDA context.
 """
 import importlib
+
+from .backends import cuda_env
+
+cuda_env.install_import_hook()
 
 __version__ = "0.1.0"
 

@@ -115,6 +115,7 @@ class TorusCommunicator:
     def __init__(self, ctx=None, algorithm=None, grid=None, backend=None, timeout=None,
                  wire_fp16=None, check=None, auto_profile=None):
         self.ctx = ctx
+        self._default_algorithm = not (algorithm or env_value("NNABLA_TORUS_ALGORITHM"))
         self.algorithm = algorithm or env_value("NNABLA_TORUS_ALGORITHM", DEFAULTS["algorithm"])
         get_algorithm(self.algorithm, allow_auto=True)  # fail early on a typo
         self.auto_profile = auto_profile or env_value("NNABLA_TORUS_AUTO_PROFILE", "")
@@ -180,6 +181,8 @@ class TorusCommunicator:
         self.hosts = topology.HostLayout.from_names(names)
         self._groups["world"] = list(range(self.size))
         self._share(self.backend.world_group)  # the argument check meets in shared memory
+        if self._default_algorithm:
+            self.algorithm = default_algorithm(self._backend_name, self.hosts, self._grid_request)
         self.set_algorithm(self.algorithm, self._grid_request)
 
     def _share(self, group):
@@ -639,27 +642,29 @@ class TorusCommunicator:
                 arrays = [a for a, m in zip(arrays, modified) if m]
             for a in arrays:
                 view = be.flat(a)
+                before = division and prescaled(view.dtype)
+                if before:
+                    be.scale(view, 1.0 / p)
                 run(view)
                 if track:
-                    self._sqnorms[1] += be.sqnorm(view) / p ** 2
-                if division:
+                    self._sqnorms[1] += be.sqnorm(view) / (1 if before else p ** 2)
+                if division and not before:
                     be.scale(view, 1.0 / p)   # integers: floor(sum / p), scale_numpy
             if track:
                 self._sqnorms[0] += self._sum_scalar(local, run) / p
             return
-        for dtype in dict.fromkeys(self._dtype(a) for a in arrays):
-            same = [a for a in arrays if self._dtype(a) == dtype]
+        for wire, same in self._wire_groups(arrays):
             n = sum(a.size for a in same)
-            wire = np.float16 if self.wire_fp16 and dtype == np.float32 else dtype
             # A float16 slot would round the sqnorm to 11 bits and overflow above 65504.
             inline = track and np.dtype(wire) != np.float16
             # One slot per array after the data: 1 where this rank wrote it since zero(); the
             # all-reduced slot is 0 exactly when the array is zeroing on every rank.
             flags = len(same) if zeroing_rule else 0
             zeroing = [a.zeroing for a in same] if flags else []  # before packing casts them
-            buf = self._buffer(wire, be.padded_length(n + inline + flags))
+            buf = self._buffer(wire, be.padded_length(n + inline + flags, wire))
             self._pack(same, buf)
             data = be.sub(buf, 0, n)
+            before = division and prescaled(wire)
             if track:
                 local = be.sqnorm(data)
                 if inline:
@@ -667,12 +672,14 @@ class TorusCommunicator:
             if flags:
                 self._put(be.sub(buf, n + inline, n + inline + flags),
                           np.logical_not(zeroing).astype(wire))
+            if before:
+                be.scale(data, 1.0 / p)
             run(buf)
             if track:
                 total = be.read(buf, n) if inline else self._sum_scalar(local, run)
                 self._sqnorms[0] += total / p
-                self._sqnorms[1] += be.sqnorm(data) / p ** 2
-            if division:
+                self._sqnorms[1] += be.sqnorm(data) / (1 if before else p ** 2)
+            if division and not before:
                 be.scale(data, 1.0 / p)
             self._unpack(buf, same)
             if flags:
@@ -693,6 +700,25 @@ class TorusCommunicator:
         out.cast(np.dtype(src.dtype))
         self.backend.copy(self.backend.flat(out), src)
         return out.get_data("r").copy()
+
+    def _wire_groups(self, arrays):
+        """[(wire dtype, arrays)]: one fused buffer per wire dtype, in first-seen order.
+
+        A list of float16 and float32 arrays goes in ONE float16 buffer (one collective), as
+        nnabla's half communicator casts every array to half (``ndarray->cast(dtype, ctx_)`` in
+        ext ``src/nbla/cuda/communicator/multi_process_data_parallel_communicator.cu``
+        ~780-783): in FP16 training cuDNN leaves the batch-norm gradients float32 (``DRV_BN_T``
+        in ext ``src/nbla/cuda/cudnn/function/generic/batch_normalization.cu`` ~411-421), and
+        a bucket would otherwise need a tiny float32 collective beside its float16 one.
+        ``wire_fp16`` sends float32-only lists as float16 too."""
+        dtypes = [self._dtype(a) for a in arrays]
+        half, single = np.dtype(np.float16), np.dtype(np.float32)
+        mixed = half in dtypes and single in dtypes
+        groups = {}
+        for a, dtype in zip(arrays, dtypes):
+            wire = half if dtype == single and (self.wire_fp16 or mixed) else dtype
+            groups.setdefault(wire, []).append(a)
+        return list(groups.items())
 
     def _sum_scalar(self, value, run):
         """Sum one float over the ranks with ``run`` in a float32 buffer; returns the sum."""
@@ -869,11 +895,45 @@ class TorusCommunicator:
             be.copy(be.flat(ndarray, write=True), shard)
         self._collective(grp, sig, f"reduce_scatter (group {group!r})", body)
 
+    def close(self):
+        """Free the backend's resources now (on NCCL: nnabla's communicators, their NCCL
+        communicators and CUDA streams), on every rank; idempotent. Call it before the script
+        ends:
+        nnabla's destructor destroys its streams under NBLA_CUDA_FORCE_ASSERT (ext
+        ``multi_process_data_parallel_communicator.cu`` ~355-366), which can abort a process
+        whose interpreter is already unloading the CUDA runtime."""
+        if self.backend is not None:
+            close = getattr(self.backend, "close", None)
+            if close is not None:
+                close()
+            self.backend = None
+
     def barrier(self):
         self._guarded("barrier", self._ready().barrier)
 
     def abort(self):
         self._ready().abort(1)
+
+
+def default_algorithm(backend, hosts, grid_request=None):
+    """The algorithm when none was asked for: torus2d on MPI (unchanged); on NCCL the torus
+    only where it pays, over several hosts that hold consecutive ranks (rows inside a host on
+    NVLink, columns across hosts; or an explicit grid), else NCCL's own all-reduce: on one
+    host torus2d would be NCCL's reduce-scatter + all-gather over the world, with ~6n extra
+    device bytes of nnabla's list copies, never faster than its all-reduce."""
+    if backend == "mpi" or grid_request:
+        return DEFAULTS["algorithm"]
+    several = len(hosts.hosts) > 1 and hosts.is_blocked() and (hosts.ranks_per_host or 0) > 1
+    return "torus2d" if several else "native"
+
+
+def prescaled(dtype):
+    """Whether an average (``division=True``) of ``dtype`` scales each rank's input by 1/p
+    before the sum (float16, as NCCL's ``ncclAvg`` that nnabla's ``division=True`` uses: a
+    pre-multiplied sum for floating types, ext ``multi_process_data_parallel_communicator.cu``
+    ~790-792): a sum of p float16 inputs overflows 65504 p times sooner than their mean. Other
+    dtypes divide the finished sum (exact for integers; one rounding for float32)."""
+    return np.dtype(dtype) == np.float16
 
 
 def MultiProcessDataParallelCommunicator(ctx=None, **options):

@@ -27,6 +27,13 @@ dynamic loss scaling around the reducer see ``nnabla_torus.loss_scaling``.
 import queue
 import threading
 
+
+def overlaps_backward(comm):
+    """Whether ``comm``'s collectives can run while backward computes (False on the NCCL
+    backend: its collectives share the compute stream, ``NCCLBackend.overlaps_backward``;
+    True for host backends and communicators without a backend)."""
+    return getattr(getattr(comm, "backend", None), "overlaps_backward", True)
+
 MIB = 1 << 20
 _STOP = None          # queued instead of a bucket index: the communication thread ends
 

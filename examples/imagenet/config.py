@@ -115,6 +115,10 @@ class TrainConfig:
     context: str = knob("cpu", "nnabla extension: cpu | cudnn")
     type_config: str = knob("float", "float | half (half = FP16 with dynamic loss scaling; CUDA only)")
     loss_scale: float = knob(8.0, "initial dynamic loss scale (half only)")
+    allow_tf32: bool = knob(False, "let cuDNN/cuBLAS use TF32 for float32 convolutions and "
+                                   "matrix products on Ampere and newer GPUs (sets "
+                                   "NNABLA_CUDA_ALLOW_TF32 before the CUDA extension loads; "
+                                   "nnabla's default, off, is full FP32)")
     seed: int = knob(313, "random seed of model init and data order")
     # communication
     algorithm: str = knob("auto", "all-reduce: " + " | ".join(("auto", *ALGORITHMS)) + " "

@@ -504,12 +504,25 @@ def feed(variable, images, ctx=None):
 
     numpy (CPU pipeline): ``variable.d = images``, as before. A DALI batch (GPU pipeline): copied
     into ``variable``'s array in ``ctx`` (default: the current context) by ``copy_to_array``.
+    An nnabla NdArray (a batch already on the device, e.g. tools/train_bench.py's): copied on
+    the device in the current context's dtype (``copy_from``: ``F.identity``), no host copy.
     """
     if isinstance(images, np.ndarray):
         variable.d = images
+        return
+    import nnabla as nn               # here, so that the list tools run without loading nnabla
+    if isinstance(images, nn.NdArray):
+        variable.data.copy_from(images)
     else:
-        import nnabla as nn           # here, so that the list tools run without loading nnabla
         copy_to_array(images, variable.data, ctx or nn.get_current_context())
+
+
+def threads_per_rank(local_ranks, cpus=None):
+    """DALI worker threads for one of ``local_ranks`` ranks on this host: its share of the CPUs
+    this process may use (at least 1). The mixed (GPU) JPEG decoder still parses and does its
+    Huffman stage on these host threads, so one thread starves a GPU."""
+    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    return max(1, cpus // max(1, local_ranks))
 
 
 def copy_to_array(batch, array, ctx):

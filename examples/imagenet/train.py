@@ -67,7 +67,7 @@ from nnabla_torus.controller import BatchPlan
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.costmodel import ALGORITHMS
 from nnabla_torus.noise_scale import NoiseScaleEstimator
-from nnabla_torus.overlap import BucketedAllReduce
+from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
 from nnabla_torus.schedules import BatchSchedule
 from nnabla_torus.topology import Grid, parse_grid
 
@@ -89,6 +89,15 @@ EPOCH_SERIES = ("val_top1", "val_top5")     # indexed by epoch; the others by op
 # ----------------------------------------------------------------------------------------------
 # set-up: context, communicator, data, model, solvers
 
+def cuda_environment(cfg):
+    """Variables nnabla-ext-cuda reads once, when get_extension_context imports it: TF32.
+
+    nnabla sets NVIDIA_TF32_OVERRIDE=0 (full FP32 convolutions even on A100/H100) unless
+    NNABLA_CUDA_ALLOW_TF32 is set and not "0" (ext ``src/nbla/cuda/init.cpp.tmpl`` ~76-83),
+    so the recipe key must be turned into that variable before the context is made."""
+    return {"NNABLA_CUDA_ALLOW_TF32": "1" if cfg.allow_tf32 else "0"}
+
+
 def make_context_and_comm(cfg, log_all):
     """Return (ctx, comm, type_config) with the device chosen by the rank's local index."""
     type_config = cfg.type_config
@@ -96,6 +105,7 @@ def make_context_and_comm(cfg, log_all):
         type_config = "float"          # nnabla's CPU extension has no FP16 kernels
         log_all("type_config half needs a CUDA context; this CPU run trains in fp32 (with "
                 "the FP16 dynamic loss scaling, so that code path runs)")
+    os.environ.update(cuda_environment(cfg))
     ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
     if cfg.elastic:
         from mpi4py import MPI
@@ -141,9 +151,11 @@ class TrainStream:
 
     def __init__(self, train_set, cfg, comm, device_id, state=None, dtype="float"):
         self.layout = resize.EpochLayout(len(train_set), cfg.seed, comm.size, state)
+        threads = data.threads_per_rank(comm.local_size)
         self.make = lambda **kw: data.make_loader(
             train_set, rank=comm.rank, size=comm.size, train=True, image_size=cfg.image_size,
-            seed=cfg.seed, device_id=device_id, crop_scale=(cfg.min_crop_area, 1.0),
+            seed=cfg.seed, device_id=device_id, num_threads=threads,
+            crop_scale=(cfg.min_crop_area, 1.0),
             flip=cfg.flip, on_bad=cfg.bad_images, dtype=dtype, order=self.layout.order, **kw)
         self.loader = self.make(batch_size=state["batch_size"], resume=state) if state else None
 
@@ -264,14 +276,16 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
     by ``scaler.scale``: ``scaler.unscale(solvers)`` decides whether the update may run.
     """
     x, t, loss, objective, logits = graph
-    losses, errors = [], []
+    sums = None                       # (loss, top-1 error) summed over micro-batches, on device
     solvers.zero_grad()
     for micro in range(plan.accum_steps):
         images, t.d = stream.next_batch(plan.local_batch)
         data.feed(x, images)          # on a GPU: device to device, in the compute dtype
         objective.forward(clear_no_need_grad=True)
-        losses.append(float(loss.d))
-        errors.append(float(np.mean(logits.d.argmax(axis=1) != t.d[:, 0])))
+        # Kept on the device and read once after the step: reading loss.d or logits.d here
+        # would wait for the forward to finish before backward is even enqueued.
+        step = (loss.data, F.mean(F.top_n_error(logits.data, t.data, axis=1, n=1)))
+        sums = step if sums is None else tuple(F.add2(a, b) for a, b in zip(sums, step))
         reduce_now = reducer if micro == plan.accum_steps - 1 else None
         if scaler is not None:                                 # FP16: seeded with the scale
             scaler.backward(objective, reduce_now, clear_buffer=True)
@@ -281,7 +295,7 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
             objective.backward(clear_buffer=True)              # accumulate locally
     if reducer is None:
         comm.all_reduce(grads, division=True, inplace=False)
-    return float(np.mean(losses)), float(np.mean(errors))
+    return tuple(float(total.data) / plan.accum_steps for total in sums)
 
 
 def validate(val_set, model, cfg, comm, device_id, log, dtype="float"):
@@ -731,7 +745,11 @@ def main(argv=None):
                 reducer.close()          # its thread serves the old graph's buckets
             graph = build_graph(model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
                                 plan.accum_steps)
-            if cfg.overlap:
+            if cfg.overlap and not overlaps_backward(comm):
+                log("overlap off: on the nccl backend nnabla enqueues every collective on the "
+                    "stream backward runs on, so bucketing during backward only adds host "
+                    "syncs; the gradients are all-reduced after backward")
+            elif cfg.overlap:
                 reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=cfg.bucket_mib,
                                             grad_bytes=2 if type_config == "half" else 4)
         lr = lr_schedule.lr(epoch) * plan.lr_factor
@@ -798,6 +816,7 @@ def main(argv=None):
             print(elastic.REQUEST_PREFIX + json.dumps(request), flush=True)
     if exit_status:
         comm.barrier()               # rank 0's checkpoint is on disk before any rank exits
+        comm.close()                 # NCCL communicators freed before the interpreter exits
         return exit_status
     wall = time.time() - t_start
     if rank0:
@@ -812,6 +831,7 @@ def main(argv=None):
             "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in history),
             "plan": run_planner and run_planner.summary,
             "bad_images": len(reported_bad)})), flush=True)
+    comm.close()                     # NCCL communicators freed before the interpreter exits
 
 
 def elastic_request(advisor, plan, epoch, acting, log):

@@ -11,12 +11,31 @@ found". The registry's Open MPI puts a 20-byte linker script (``INPUT(libmpi.so.
 library mpi4py loaded (the venv's own, or a symlink to it in a private folder): one MPI in
 the process, whatever the system has.
 
+All of this must happen before the *first* import of ``nnabla_ext.cuda``, and a training
+script imports it early and indirectly: ``get_extension_context("cudnn")`` imports
+``nnabla_ext.cudnn``, which imports ``nnabla_ext.cuda`` (nnabla ``python/src/nnabla/
+ext_utils.py`` ``import_extension_module``), long before a communicator exists. So
+``import nnabla_torus`` installs an import hook (``install_import_hook``, cheap: it imports
+neither CUDA nor MPI) that runs ``prepare`` the moment anything imports ``nnabla_ext.cuda``.
+The only rule for a script: import ``nnabla_torus`` before the CUDA context is made (or call
+``cuda_env.prepare()`` yourself). A script that imported the extension first gets
+``ExtensionImportedTooEarly`` from the communicator, naming that fix, instead of nnabla's
+"Any of [cuda:float, ...] could not be found".
+
+``prepare`` also sets ``NCCL_HOME`` to the ``nvidia-nccl-cu12`` wheel when unset: nnabla's
+``dl_nccl_init`` tries ``$NCCL_HOME/lib/libnccl.so{,.2}`` first, then ``libnccl.so`` before
+``libnccl.so.2`` on the default path (ext ``src/nbla/cuda/communicator/dl_nccl.cpp.tmpl``
+~32-75), so a system NCCL would otherwise win over the wheel's.
+
 Example::
 
-    from nnabla_torus.backends import cuda_env
-    cuda_env.import_cuda_extension()   # sets OMPI_HOME if needed, imports nnabla_ext.cuda
+    import nnabla_torus                      # installs the hook; nothing heavy is imported
+    from nnabla.ext_utils import get_extension_context
+    ctx = get_extension_context("cudnn")     # the hook prepares OMPI_HOME, NCCL_HOME, libraries
 """
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import sys
 import tempfile
@@ -97,16 +116,20 @@ def prepare_ompi_home(environ=os.environ, cache_dir=None):
     return home
 
 
+def wheel_roots():
+    """The folders of the ``nvidia`` namespace package (the ``nvidia-*-cu12`` wheels)."""
+    spec = importlib.util.find_spec("nvidia")
+    return list(spec.submodule_search_locations) if spec else []
+
+
 def preload_wheel_libraries():
     """Load the CUDA 12 libraries of the ``nvidia-*-cu12`` wheels (the ``[gpu]`` extra) by full
     path, so that libnnabla_cuda's DT_NEEDED sonames and cuDNN's/nnabla's dlopen find them
     already loaded without LD_LIBRARY_PATH (the wheels set no rpath); returns the paths."""
     import ctypes
     import glob
-    import importlib.util
-    spec = importlib.util.find_spec("nvidia")
     loaded = []
-    for root in list(spec.submodule_search_locations) if spec else []:
+    for root in wheel_roots():
         for lib in WHEEL_LIBRARIES:  # dependencies first
             for path in sorted(glob.glob(os.path.join(root, "*", "lib", lib))):
                 # RTLD_LOCAL: libnnabla_cuda names its own function pointers after NCCL's
@@ -116,11 +139,74 @@ def preload_wheel_libraries():
     return loaded
 
 
-def import_cuda_extension():
-    """Import nnabla_ext.cuda with OMPI_HOME prepared; raise a clear error when it fails."""
-    if "nnabla_ext.cuda" not in sys.modules:
+def prepare_nccl_home(environ=os.environ):
+    """Point ``NCCL_HOME`` at the nvidia-nccl-cu12 wheel (when unset and installed); return it."""
+    if not environ.get("NCCL_HOME"):
+        for root in wheel_roots():
+            if os.path.exists(os.path.join(root, "nccl", "lib", "libnccl.so.2")):
+                environ["NCCL_HOME"] = os.path.join(root, "nccl")
+                break
+    return environ.get("NCCL_HOME")
+
+
+class ExtensionImportedTooEarly(RuntimeError):
+    """nnabla_ext.cuda was imported before ``prepare`` ran, so it registered no communicator."""
+
+
+_prepared = {"done": False, "error": None}  # prepare() ran; why it failed (None: it did not)
+
+
+def prepare():
+    """Everything ``import nnabla_ext.cuda`` needs to register nnabla's NCCL communicators:
+    ``OMPI_HOME`` (starts MPI through mpi4py), ``NCCL_HOME``, the wheels' libraries. Runs once;
+    a failure is kept (``prepare_error``) and raised by the nccl backend, not at the import,
+    so a one-GPU script without Open MPI still gets its CUDA context."""
+    if _prepared["done"]:
+        return
+    _prepared["done"] = True
+    try:
         prepare_ompi_home()
+        prepare_nccl_home()
         preload_wheel_libraries()
+    except (RuntimeError, ImportError, OSError) as e:
+        _prepared["error"] = e
+
+
+def prepare_error():
+    """The error ``prepare`` met, or None."""
+    return _prepared["error"]
+
+
+class _PrepareOnImport:
+    """A ``sys.meta_path`` finder that runs ``prepare`` when ``nnabla_ext.cuda`` is first
+    imported, then lets the normal finders import it (it finds nothing itself)."""
+
+    def find_spec(self, name, path=None, target=None):
+        # Only when the extension is installed: otherwise the import fails anyway, and
+        # preparing would start MPI (mpi4py) for nothing, e.g. in a CPU test process.
+        if (name == "nnabla_ext.cuda" and not _prepared["done"]
+                and importlib.machinery.PathFinder.find_spec(name, path) is not None):
+            prepare()
+        return None
+
+
+def install_import_hook():
+    """Make the first ``import nnabla_ext.cuda`` run ``prepare`` first (idempotent; a no-op
+    when the extension is imported already). Called by ``import nnabla_torus``."""
+    if "nnabla_ext.cuda" in sys.modules:
+        return
+    if not any(isinstance(f, _PrepareOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PrepareOnImport())
+
+
+def import_cuda_extension():
+    """Import nnabla_ext.cuda with the environment prepared; raise a clear error when it fails
+    or when the extension was imported earlier without its communicators."""
+    if "nnabla_ext.cuda" not in sys.modules:
+        prepare()
+    if prepare_error() is not None:
+        raise RuntimeError(f"the nccl backend cannot load nnabla-ext-cuda's communicators: "
+                           f"{prepare_error()}")
     try:
         import nnabla_ext.cuda  # noqa: F401  (registers the NCCL communicators)
     except ImportError as e:
@@ -128,6 +214,30 @@ def import_cuda_extension():
                            f"'nnabla-torus[gpu]' (CUDA 12, cuDNN 8, NCCL >= 2.10.3), or use "
                            f"NNABLA_TORUS_BACKEND=mpi") from None
     return sys.modules["nnabla_ext.cuda"]
+
+
+def check_registered(ctx):
+    """Raise ExtensionImportedTooEarly unless nnabla has an NCCL communicator for ``ctx``.
+
+    nnabla-ext-cuda registers ``MultiProcessDataParallelCommunicatorNccl`` only when, at its
+    import, ``dl_mpi_init`` found libmpi (``$OMPI_HOME/lib/libmpi.so`` first) and
+    ``dl_nccl_init`` found NCCL (ext ``src/nbla/cuda/init.cpp.tmpl`` ~251-263,
+    ``src/nbla/cuda/communicator/dl_mpi.cpp`` ~43-76); constructing one (no MPI, no device
+    work) is the test."""
+    import nnabla.communicators as C
+    try:
+        C.MultiProcessDataParallelCommunicator(ctx)
+    except RuntimeError as e:
+        if "could not be found" not in str(e):
+            raise
+        raise ExtensionImportedTooEarly(
+            f"nnabla-ext-cuda registered no NCCL communicator ({str(e).strip().splitlines()[-1]}):"
+            f" it looks for libmpi (OMPI_HOME={os.environ.get('OMPI_HOME')!r}) and NCCL only "
+            f"when nnabla_ext.cuda is first imported, and here it was imported before nnabla_torus"
+            f" could prepare them (e.g. get_extension_context('cudnn') before import "
+            f"nnabla_torus). Fix: import nnabla_torus before making the CUDA context, or call "
+            f"nnabla_torus.backends.cuda_env.prepare() first, or export OMPI_HOME=<Open MPI "
+            f"prefix whose lib/libmpi.so is a shared library> before starting Python") from None
 
 
 def check_device(device_id, local_ranks):

@@ -459,7 +459,7 @@ class MPIBackend:
         return np.empty(count, dtype=dtype)
 
     @staticmethod
-    def padded_length(count):
+    def padded_length(count, dtype=None):
         """Length of a fused buffer for ``count`` elements (uneven chunks need no padding)."""
         return count
 

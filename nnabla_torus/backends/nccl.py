@@ -16,7 +16,8 @@ bcast(g, buf, root)         ``bcast(buf, root, inplace=True, group=g)``; ``root`
 ==========================  ==================================================================
 
 NCCL splits a buffer into m equal chunks (chunk i = ``[i*c, (i+1)*c)``, c = n/m), so fused
-buffers are padded to a multiple of the world size (``padded_length``); a primitive called on
+buffers are padded to a multiple of the world size times 16 bytes (``padded_length``: equal,
+16-byte aligned chunks); a primitive called on
 a buffer that its group size does not divide (``inplace=True`` all-reduce of a 17-element
 array) goes through a zero-padded workspace, and its chunks are ``[i*c, (i+1)*c)`` cut at n
 with c = ceil(n/m).
@@ -89,6 +90,7 @@ from ..rendezvous import (CollectiveTimeout, RankLost, Watchdog, check_same_call
                           wait_requests)
 
 WIRE_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half"}
+ALIGN_BYTES = 16  # chunk alignment of fused buffers (padded_length)
 
 
 def short_host():
@@ -188,6 +190,15 @@ def _load_extension(ctx, fake):
 class NCCLBackend:
     """Torus primitives on nnabla-ext-cuda's NCCL communicator (``fake``: on ``fake_nccl``)."""
 
+    # Every call this backend makes enqueues NCCL on CUDA's legacy default stream, the stream
+    # nnabla's kernels run on: reduce_scatter and all_gather pass stream 0, a single-NdArray
+    # all_reduce and bcast pass nullptr (ext src/nbla/cuda/communicator/
+    # multi_process_data_parallel_communicator.cu ~773, ~822-824, ~874, ~914-916). NCCL's
+    # kernels queue behind backward's, so all-reducing buckets during backward cannot overlap
+    # on the device; only nnabla's all_reduce_callback uses non-blocking streams (~998-1000,
+    # 1049-1050, 1119-1135).
+    overlaps_backward = False
+
     def __init__(self, ctx, timeout=300.0, fake=False):
         self.name = "fake-nccl" if fake else "nccl"
         self.timeout = float(timeout)
@@ -206,6 +217,8 @@ class NCCLBackend:
             else:
                 from nnabla_ext.cuda.init import Event
                 from . import cuda_env
+                cuda_env.check_registered(_type_contexts(ctx, fake, self.device_id)[
+                    np.dtype(np.float32)])
                 cuda_env.check_device(self.device_id, local_ranks)
                 self._event_class = Event
         agree(self.world, load, f"loading the {self.name} backend")
@@ -452,9 +465,14 @@ class NCCLBackend:
             self._ext.place(base, self.device_id)
         return DeviceSlice(base, 0, count, ctx)
 
-    def padded_length(self, count):
-        """``count`` rounded up to a multiple of the world size (NCCL's equal chunks)."""
-        return -(-count // self.size) * self.size
+    def padded_length(self, count, dtype=np.float32):
+        """``count`` rounded up so that the world (and every row, whose size divides it)
+        splits it into equal chunks (NCCL's reduce-scatter/all-gather) of a multiple of
+        ALIGN_BYTES each: every chunk, shard and NCCL pointer then starts 16-byte aligned, which
+        NCCL's vectorised copy path needs (unaligned offsets, e.g. 4 mod 16, take its slower
+        path). Costs at most size * 16 bytes of padding."""
+        unit = self.size * max(1, ALIGN_BYTES // np.dtype(dtype).itemsize)
+        return -(-count // unit) * unit
 
     @staticmethod
     def sub(buf, start, stop):

@@ -69,6 +69,7 @@ TRAIN = [
     (["--no-decay-bn-bias", "maybe"], "argument --no-decay-bn-bias"),
     (["--stride-on", "2x2"], "invalid choice: '2x2'"),
     (["--zero-init-last-gamma", "maybe"], "argument --zero-init-last-gamma"),
+    (["--allow-tf32", "maybe"], "argument --allow-tf32"),
     (["--bn-statistics", "global"], "invalid choice: 'global'"),
     (["--context", "gpu"], "invalid choice: 'gpu'"),
     (["--type-config", "double"], "invalid choice: 'double'"),

@@ -97,3 +97,26 @@ def test_the_profile_knob_shares_the_tools_environment_variable():
     from examples.imagenet.config import env_of
     from nnabla_torus.profile import PROFILE_ENV
     assert env_of("profile") == PROFILE_ENV
+
+
+def test_tf32_is_a_recipe_key_set_before_the_cuda_extension_loads(monkeypatch):
+    """nnabla sets NVIDIA_TF32_OVERRIDE=0 at the extension's import unless
+    NNABLA_CUDA_ALLOW_TF32 says otherwise (ext src/nbla/cuda/init.cpp.tmpl ~76-83): the key
+    must be in the environment before get_extension_context imports the extension."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
+    import train
+    cfg = parse_config(["-C", "resnet50-90ep"])
+    assert cfg.allow_tf32 is True and parse_config([]).allow_tf32 is False
+    assert parse_config(["-C", "resnet50-90ep", "--allow-tf32", "0"]).allow_tf32 is False
+    seen = {}
+
+    def context(*args, **kwargs):
+        seen["tf32"] = os.environ.get("NNABLA_CUDA_ALLOW_TF32")
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(train, "get_extension_context", context)
+    monkeypatch.delenv("NNABLA_CUDA_ALLOW_TF32", raising=False)
+    with pytest.raises(RuntimeError, match="stop here"):
+        train.make_context_and_comm(cfg, print)
+    assert seen["tf32"] == "1"

@@ -174,3 +174,10 @@ def test_bad_shard_arguments_are_named(indexed, kwargs, message):
     args = {**dict(batch_size=4, rank=0, size=2), **kwargs}
     with pytest.raises(ValueError, match=message):
         data.make_loader(indexed, **args)
+
+
+def test_issue19_dali_threads_come_from_the_cpu_count():
+    """DALI ran with num_threads=1 whatever the host: the mixed decoder's host stage was
+    single-threaded. Each rank now gets its share of the CPUs."""
+    assert data.threads_per_rank(8, cpus=96) == 12
+    assert data.threads_per_rank(4, cpus=2) == 1 and data.threads_per_rank(0, cpus=4) == 4

@@ -40,6 +40,22 @@ def test_findings4_7_one_device_number_and_a_lazy_half_communicator():
     expect_passed_on_every_rank(out, "nccl findings", 2)
 
 
+@pytest.mark.parametrize("backend, ranks, per_host, want", [
+    ("fake-nccl", 2, None, "native 2x1"),       # one host: NCCL's own all-reduce
+    ("fake-nccl", 4, "2", "torus2d 2x2"),       # 2 hosts x 2: rows inside hosts
+    ("fake-nccl", 4, "1", "native 4x1"),        # one rank per host: no row to keep local
+    ("mpi", 4, None, "torus2d 2x2"),            # the MPI backend's default is unchanged
+])
+def test_issue19_finding11_default_algorithm_per_backend(backend, ranks, per_host, want):
+    env = {"NNABLA_TORUS_BACKEND": backend}
+    if per_host:
+        env["NNABLA_TORUS_RANKS_PER_HOST"] = per_host
+    out = run_mpi(ranks, ["tests/mpi/progs/check_nccl_findings.py", "default-algorithm"],
+                  timeout=90, env=env)
+    said = re.findall(r"DEFAULT rank \d+: (\w+ \d+x\d+)", out)
+    assert said == [want] * ranks, out
+
+
 def test_finding3_a_hung_nccl_phase_ends_the_job_naming_it():
     env = {"NNABLA_TORUS_BACKEND": "fake-nccl", "NNABLA_TORUS_TIMEOUT": "3"}
     start = time.monotonic()

@@ -65,3 +65,14 @@ def test_with_gpus_the_verdicts_come_from_the_runs(tmp_path, monkeypatch, capsys
     bench[0]["correct"] = False
     assert gpu_check.main(["--no-install", "--json", str(out)]) == 1
     assert json.loads(out.read_text())["verdict"] == "FAIL"
+
+
+def test_issue19_the_device_tests_select_no_fake_case():
+    """gpu-check's -k once read "nccl-", which the fake-nccl-3/4 cases match too: minutes of
+    CPU-only cases inside the GPU check, reported as real-NCCL passes."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           *gpu_check.DEVICE_TESTS, "-k", gpu_check.DEVICE_TESTS_K], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    chosen = [line for line in done.stdout.splitlines() if "::" in line]
+    assert chosen and not [c for c in chosen if "fake" in c], chosen
+    assert any("nccl-2" in c for c in chosen), chosen

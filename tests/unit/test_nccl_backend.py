@@ -124,6 +124,14 @@ class SlowDevice:
     def all_reduce(self, data, **kwargs):
         self.queued += 1
 
+    @staticmethod
+    def flat(ndarray, write=True):
+        return ndarray
+
+    @staticmethod
+    def copy(dst, src):
+        pass
+
     def synchronize(self):
         time.sleep(self.WORK_S * self.queued)
         self.queued = 0
@@ -151,3 +159,145 @@ def test_finding5_train_bench_times_the_all_reduce_to_device_completion():
     timed = bench.TimedComm(SlowDevice())
     timed.all_reduce(None)
     assert timed.seconds >= SlowDevice.WORK_S, timed.seconds
+
+
+class DeviceArray:
+    """An NdArray on a GPU as far as where its head is: reading or writing ``data`` moves the
+    head to the host (nnabla ``python/src/nnabla/_nd_array.pyx`` ``data``, ~332-350), and the
+    next use on the device casts it back, a host-to-device copy (``cast``, ~307)."""
+
+    def __init__(self, values):
+        self.values, self.head = np.array(values), "device"
+
+    @property
+    def data(self):
+        self.head = "host"
+        return self.values
+
+    @property
+    def size(self):
+        return self.values.size
+
+
+class CountingDevice:
+    """A communicator on one GPU counting host-to-device copies and device work by phase."""
+
+    def __init__(self):
+        self.backend = self
+        self.events = []
+
+    def flat(self, ndarray, write=True):
+        if ndarray.head == "host":
+            self.events.append("H2D")
+            ndarray.head = "device"
+        return ndarray
+
+    def copy(self, dst, src):
+        self.events.append("D2D")
+        dst.values[...] = src.values
+
+    def all_reduce(self, nd, inplace=True):
+        self.events.append("all_reduce(")
+        self.flat(nd)                        # as TorusCommunicator._all_reduce does
+        self.events.append(")")
+
+    def synchronize(self):
+        self.events.append("sync")
+
+
+def test_issue19_finding2_allreduce_bench_times_no_host_to_device_copy():
+    """The input is reset on the device before each timed call; with ``nd.data[...] =
+    source`` every timed all_reduce began with a host-to-device copy of the whole buffer."""
+    import tools.allreduce_bench as bench
+    comm = CountingDevice()
+    nd, source = DeviceArray(np.zeros(4)), DeviceArray(np.arange(4.0))
+    nd.data  # e.g. the exactness check of the previous round read it on the host
+    bench.time_calls(comm, nd, source, 3, MPI.COMM_WORLD)
+    timed = " ".join(comm.events).split("all_reduce(")[1:]
+    assert all("H2D" not in call.split(")")[0] for call in timed), comm.events
+    assert comm.events.count("D2D") == 3 and nd.values.tolist() == [0, 1, 2, 3]
+    # the reset's device copy has finished before the clock starts
+    assert " ".join(comm.events).count("D2D sync all_reduce(") == 3, comm.events
+
+
+class CountingControl:
+    """Rank 0 of a 2,176-rank control communicator whose peers all agree, counting the
+    messages rank 0 posts per argument check (mpi4py's request objects: REQUEST_NULL)."""
+
+    def __init__(self, size, signature):
+        from nnabla_torus.rendezvous import call_hash
+        self.size, self.messages, self.digest = size, 0, call_hash(signature)
+
+    def Get_size(self):
+        return self.size
+
+    def Get_rank(self):
+        return 0
+
+    def Irecv(self, buf, source, tag):
+        self.messages += 1
+        buf[...] = self.digest
+        return MPI.REQUEST_NULL
+
+    def Isend(self, buf, dest, tag):
+        self.messages += 1
+        return MPI.REQUEST_NULL
+
+    def Iallreduce(self, send, recv, op):
+        self.messages += 1
+        recv[...] = send
+        return MPI.REQUEST_NULL
+
+
+def test_issue19_finding7_the_argument_check_costs_rank_0_no_more_at_2176_ranks():
+    """On NCCL (no shared memory) every call was checked through rank 0: 2(p - 1) messages
+    there per call; large groups now use one non-blocking all-reduce."""
+    from nnabla_torus.rendezvous import check_same_call
+    signature = ("all_reduce", (("float32", (17,)),), True, False)
+    costs = []
+    for size in (8, 2176):
+        control = CountingControl(size, signature)
+        check_same_call(control, list(range(size)), signature, 5.0, "all_reduce")
+        costs.append(control.messages)
+    assert costs[1] <= 2 * 7, costs   # no more than the gather costs at 8 ranks
+
+
+@pytest.mark.parametrize("size", [3, 4, 8, 2176])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_issue19_finding12_fused_buffers_split_into_16_byte_aligned_chunks(size, dtype):
+    """The world (and each row: its size divides the world's) cuts a fused buffer into equal
+    chunks; each must start at a multiple of 16 bytes. Padding only to a multiple of p left
+    17 float32 values on 4 ranks in 5-value (20-byte) chunks."""
+    be = object.__new__(NCCLBackend)   # padded_length needs only the world size
+    be.size = size
+    itemsize = np.dtype(dtype).itemsize
+    for count in (1, 17, 289, 25557032):
+        n = be.padded_length(count, dtype)
+        assert count <= n < count + size * 16 // itemsize
+        for row in (r for r in range(1, size + 1) if size % r == 0):
+            assert (n // row * itemsize) % 16 == 0, (count, n, row)
+
+
+def test_issue19_finding10_train_bench_does_not_count_backward_as_all_reduce():
+    """Backward's kernels queued before the all-reduce (50 ms here) are not all-reduce time:
+    timing from the call to its synchronisation counted them in "all-reduce share"."""
+    import tools.train_bench as bench
+    device = SlowDevice()
+    device.queued = 1                      # backward's work, still running on the device
+    timed = bench.TimedComm(device)
+    timed.all_reduce(None)
+    assert SlowDevice.WORK_S <= timed.seconds < 2 * SlowDevice.WORK_S, timed.seconds
+
+
+def test_issue19_finding3_no_bucketing_during_backward_on_the_nccl_backend():
+    """NCCL through nnabla's Python API runs on backward's stream (NCCLBackend.overlaps_backward
+    cites the lines): train.py all-reduces after backward there, and keeps overlap on host
+    backends."""
+    from nnabla_torus.overlap import overlaps_backward
+
+    class Comm:
+        def __init__(self, backend):
+            self.backend = backend
+    assert not overlaps_backward(Comm(object.__new__(NCCLBackend)))
+    from nnabla_torus.backends.mpi import MPIBackend
+    assert overlaps_backward(Comm(object.__new__(MPIBackend))) and overlaps_backward(object())

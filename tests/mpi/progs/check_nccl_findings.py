@@ -52,6 +52,16 @@ def no_cuda():
         print(f"NO-CUDA rank {RANK}: {e}", flush=True)
 
 
+def default_algorithm():
+    """Issue 19 finding 11: no algorithm asked for. Prints the one chosen and its grid."""
+    comm = C.MultiProcessDataParallelCommunicator(get_extension_context("cpu"))
+    comm.init()
+    x = nd(data((17,), RANK))
+    comm.all_reduce(x, inplace=True)
+    assert np.array_equal(x.data, sum(data((17,), r) for r in range(P)))
+    print(f"DEFAULT rank {RANK}: {comm.algorithm} {comm.grid}", flush=True)
+
+
 def device_and_half():
     comm = C.MultiProcessDataParallelCommunicator(get_extension_context("cpu"))
     comm.init()
@@ -70,7 +80,8 @@ def device_and_half():
     assert Fake.live == 2, f"{Fake.live} nnabla communicators after a float16 call"
     comm.all_reduce([nd(data((5,), RANK, dtype=np.float16))], inplace=True)
     assert Fake.live == 2
-    comm.backend.close()
+    comm.close()                      # issue 19 finding 14: the scripts call this at the end
+    comm.close()                      # idempotent
     del comm
     gc.collect()
     assert Fake.live == 0, f"{Fake.live} nnabla communicators alive after close()"
@@ -78,5 +89,6 @@ def device_and_half():
 
 if __name__ == "__main__":
     case = sys.argv[1] if len(sys.argv) > 1 else "device-and-half"
-    run_or_abort({"device-and-half": device_and_half, "hang": hang, "no-cuda": no_cuda}[case],
+    run_or_abort({"device-and-half": device_and_half, "hang": hang, "no-cuda": no_cuda,
+                  "default-algorithm": default_algorithm}[case],
                  "nccl findings")

@@ -61,7 +61,9 @@ def check_buffer_ops(be):
     assert np.array_equal(host(be, h), [1] * 8 + [4, 4]) and host(be, h).dtype == np.float16
     assert (be.read(a, 3), be.read(h, 9), be.sqnorm(a), be.sqnorm(h)) == (3.0, 4.0, 34.0, 40.0)
     for n in (0, 1, 17, 100003):
-        assert be.padded_length(n) % P == 0 and n <= be.padded_length(n) < n + P
+        for dtype in (np.float32, np.float16):
+            unit = P * 16 // np.dtype(dtype).itemsize   # P chunks of a multiple of 16 bytes
+            assert be.padded_length(n, dtype) % unit == 0 and n <= be.padded_length(n, dtype) < n + unit
 
 
 def check_primitives(be, grid, big=100003):

@@ -1,0 +1,69 @@
+"""examples/imagenet/train.py's step reads nothing from the device until its gradients are
+all-reduced (issue 19 finding 8): ``float(loss.d)`` and ``logits.d`` right after each forward
+made the host wait for the GPU to finish the forward before backward was even enqueued, twice
+per micro-batch (on a GPU ``.d`` is a device-to-host copy, nnabla
+``python/src/nnabla/_nd_array.pyx`` ``data``)."""
+import os
+import sys
+
+import numpy as np
+
+import nnabla as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
+import train  # noqa: E402
+from nnabla_torus.controller import BatchPlan  # noqa: E402
+
+
+class DeviceOnly:
+    """A graph output whose values may be used on the device (``data``) but not read on the
+    host (``d``) before the step's all-reduce."""
+
+    def __init__(self, values, events):
+        self.data, self.events = nn.NdArray.from_numpy_array(np.asarray(values, np.float32)), events
+
+    @property
+    def d(self):
+        raise AssertionError(f"host read of a graph output mid-step, after {self.events}")
+
+
+class Objective:
+    def __init__(self, events):
+        self.events = events
+
+    def forward(self, **kwargs):
+        self.events.append("forward")
+
+    def backward(self, **kwargs):
+        self.events.append("backward")
+
+
+class Comm:
+    def __init__(self, events):
+        self.events = events
+
+    def all_reduce(self, grads, **kwargs):
+        self.events.append("all_reduce")
+
+
+class Solvers:
+    def zero_grad(self):
+        pass
+
+
+class Stream:
+    def next_batch(self, batch):
+        return np.zeros((batch, 1), np.float32), np.array([[0], [2]])
+
+
+def test_loss_and_error_are_read_once_after_the_all_reduce():
+    events = []
+    x, t = nn.Variable((2, 1)), nn.Variable((2, 1))
+    loss = DeviceOnly(1.5, events)
+    logits = DeviceOnly([[0.9, 0.1, 0.0], [0.8, 0.1, 0.1]], events)   # second is wrong
+    graph = (x, t, loss, Objective(events), logits)
+    plan = BatchPlan(4, 2, 2, 1.0, False, "test")     # 2 micro-batches
+    mean_loss, error = train.train_step(Stream(), graph, plan, Solvers(), Comm(events), [],
+                                        None, None)
+    assert events == ["forward", "backward", "forward", "backward", "all_reduce"]
+    assert (mean_loss, error) == (1.5, 0.5)
