@@ -6,7 +6,8 @@ file and two plots to --out::
 
     python tools/time_to_accuracy.py                     # ~12 runs of 15-25 s on a quiet 2-core box
     python tools/time_to_accuracy.py measure --seeds 1   # the measurement only, one seed
-    python tools/time_to_accuracy.py abci --noise-run runs/time_to_accuracy/adaptive-s1
+    python tools/time_to_accuracy.py abci --noise-run runs/time_to_accuracy/adaptive-goodput-s1
+    python tools/time_to_accuracy.py report              # table and plot again from --out
 
 ``measure``: for each seed and policy, ``mpirun -np RANKS python examples/imagenet/train.py``
 (no dataset flag: the digits recipe, 12 epochs) with the policy's flags; the time to the target
@@ -15,7 +16,7 @@ includes start-up, the same for every policy), with the optimizer steps taken by
 policies (``POLICIES``): the recipe's 0:64,1:128 schedule, fixed 64, fixed 256, and
 ``--adaptive-batch 1`` (goodput, nnabla_torus/goodput.py). Reported: per policy the median
 over seeds and the spread (min-max) of the time and steps to the target, the best and final
-top-1; a verdict (adaptive no slower than the best fixed policy within its seeds' spread, and
+top-1; a verdict (adaptive no slower than the best other policy within its seeds' spread, and
 in its final-accuracy band); ``batch_over_epochs.png`` (global batch and noise scale against
 epochs, every run).
 
@@ -129,6 +130,7 @@ def summarise(records, target):
             "runs": len(rows), "reached": sum(r["time_s"] is not None for r in rows),
             "time_s": spread([r["time_s"] for r in rows]),
             "steps": spread([r["steps"] for r in rows]),
+            "epochs": spread([r["epoch"] for r in rows]),
             "best_top1": spread([r["best_top1"] for r in rows]),
             "final_top1": spread([r["final_top1"] for r in rows])}
     verdict = []
@@ -139,7 +141,7 @@ def summarise(records, target):
         fast = a["time_s"][0] is not None and a["time_s"][0] <= b["time_s"][2]
         band = a["final_top1"][0] >= b["final_top1"][1] - 0.01
         verdict.append(f"time to {target:.0%}: adaptive median {fmt(a['time_s'][0])} s, best "
-                       f"fixed policy {best} median {fmt(b['time_s'][0])} s (seeds up to "
+                       f"other policy {best} median {fmt(b['time_s'][0])} s (seeds up to "
                        f"{fmt(b['time_s'][2])} s): " + ("PASS" if fast else "FAIL"))
         verdict.append(f"final top-1: adaptive median {a['final_top1'][0]:.4f}, {best} seeds "
                        f"{b['final_top1'][1]:.4f}-{b['final_top1'][2]:.4f} (band: its lowest "
@@ -152,13 +154,14 @@ def fmt(value, digits=1):
 
 
 def table(stats, target, seeds):
-    head = (f"| policy | time to {target:.0%} (s), median [min-max] | steps | best top-1 | "
-            f"final top-1 | reached |\n| --- | --- | --- | --- | --- | --- |")
+    head = (f"| policy | time to {target:.0%} (s), median [min-max] | steps | epochs | best "
+            f"top-1 | final top-1 | reached |\n| --- | --- | --- | --- | --- | --- | --- |")
     rows = []
     for policy, s in stats.items():
-        t, st, b, f = s["time_s"], s["steps"], s["best_top1"], s["final_top1"]
+        t, st, ep, b, f = (s[k] for k in ("time_s", "steps", "epochs", "best_top1",
+                                          "final_top1"))
         rows.append(f"| {policy} | {fmt(t[0])} [{fmt(t[1])}-{fmt(t[2])}] | {fmt(st[0], 0)} "
-                    f"[{fmt(st[1], 0)}-{fmt(st[2], 0)}] | {b[0]:.4f} | {f[0]:.4f} "
+                    f"[{fmt(st[1], 0)}-{fmt(st[2], 0)}] | {fmt(ep[0], 0)} | {b[0]:.4f} | {f[0]:.4f} "
                     f"[{f[1]:.4f}-{f[2]:.4f}] | {s['reached']}/{s['runs']} |")
     return "\n".join([f"seeds {seeds}", head] + rows)
 
@@ -170,10 +173,11 @@ def read_series(run_dir, name):
     return np.loadtxt(path, ndmin=2)
 
 
-def epochs_of_steps(run_dir, dataset):
-    """{step: epoch at the end of that step} from the run's global_batch series."""
-    batch = read_series(run_dir, "global_batch")
-    return dict(zip(batch[:, 0].astype(int), np.cumsum(batch[:, 1]) / dataset)), batch
+def epoch_of_step(record, steps):
+    """Epoch at the end of optimizer ``steps`` (array), interpolated between the run's
+    validation lines (each at an epoch end, with its step count)."""
+    known = [(0, 0.0)] + [(v[2], v[1]) for v in record["val"]]
+    return np.interp(steps, [k[0] for k in known], [k[1] for k in known])
 
 
 def plot_batches(records, path):
@@ -183,16 +187,18 @@ def plot_batches(records, path):
     import matplotlib.pyplot as plt
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     colours = dict(zip(POLICIES, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    styles = dict(zip(POLICIES, [dict(lw=1.5), dict(lw=4, alpha=0.4), dict(lw=1.5),
+                                 dict(lw=1.5, ls="--")]))
     for r in records:
-        epochs, batch = epochs_of_steps(r["dir"], r["dataset"])
+        batch = read_series(r["dir"], "global_batch")
         label = r["policy"] if r["seed"] == records[0]["seed"] else None
-        x = np.r_[0.0, [epochs[int(s)] for s in batch[:, 0]]][:-1]
-        top.step(x, batch[:, 1], where="post", color=colours[r["policy"]], alpha=0.8, label=label)
+        x = epoch_of_step(r, batch[:, 0] - 1)            # the batch of step k starts at k - 1
+        top.step(x, batch[:, 1], where="post", color=colours[r["policy"]], label=label,
+                 **styles[r["policy"]])
         noise = read_series(r["dir"], "noise_scale")
         if len(noise):
-            bottom.plot([epochs[int(s)] for s in noise[:, 0]], noise[:, 1],
-                        color=colours[r["policy"]], alpha=0.8,
-                        label=f"noise scale B_simple, seed {r['seed']}")
+            bottom.plot(epoch_of_step(r, noise[:, 0]), noise[:, 1], color=colours[r["policy"]],
+                        alpha=0.8, label=f"noise scale B_simple, seed {r['seed']}")
     top.set(ylabel="global batch (images)", yscale="log",
             title="batch over epochs (digits, 4 ranks)")
     top.legend(fontsize=8)
@@ -219,8 +225,14 @@ def measure(args):
         bar.write(f"{policy:22s} seed {seed}: {fmt(r['time_s'])} s / {r['steps']} steps to "
                   f"{args.target:.0%}, best top-1 {r['best_top1']:.4f}, final "
                   f"{r['final_top1']:.4f}, batches {r['batch_schedule']}, run {r['wall_s']:.0f} s")
+    return report(records, args)
+
+
+def report(records, args):
+    """Write the table, verdict, JSON and plot of ``records``; returns them."""
     stats, verdict = summarise(records, args.target)
-    text = table(stats, args.target, args.seeds) + "\n\n" + "\n".join(verdict)
+    seeds = ",".join(str(s) for s in sorted({r["seed"] for r in records}))
+    text = table(stats, args.target, seeds) + "\n\n" + "\n".join(verdict)
     plot_batches(records, os.path.join(args.out, "batch_over_epochs.png"))
     with open(os.path.join(args.out, "measured.md"), "w") as f:
         f.write(text + "\n")
@@ -234,9 +246,10 @@ def measure(args):
 # ----------------------------------------------------------------------------------------------
 # abci: prediction
 
-def noise_curve(run_dir):
-    """(fraction of training, phi) of a run: its noise_scale series against its image count."""
-    noise = read_series(run_dir, "noise_scale")
+def noise_curve(run_dir, skip):
+    """(fraction of training, phi) of a run: its noise_scale series against its image count,
+    without the first ``skip`` estimates (those the confidence rule would not act on)."""
+    noise = read_series(run_dir, "noise_scale")[skip:]
     batch = read_series(run_dir, "global_batch")
     if not len(noise):
         raise ValueError(f"{run_dir} has no noise_scale.series.txt: give an --adaptive-batch "
@@ -315,7 +328,7 @@ def predict_abci(curve, factor, prof, restart_s, steps=400):
 
 def abci(args):
     prof = load_profile(args.profile)
-    curve = noise_curve(args.noise_run)
+    curve = noise_curve(args.noise_run, args.skip_samples)
     restart_s = elastic.restart_cost(prof.name, args.restart_cost)
     factors = [args.noise_scale_factor * m for m in (0.25, 1.0, 4.0)]
     results = [predict_abci(curve, k, prof, restart_s) for k in factors]
@@ -369,8 +382,10 @@ def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("command", nargs="?", default="all", choices=("all", "measure", "abci"),
-                        help="all (default): measure, then abci from the first adaptive run")
+    parser.add_argument("command", nargs="?", default="all",
+                        choices=("all", "measure", "abci", "report"),
+                        help="all (default): measure, then abci from the first adaptive run; "
+                             "report: table and plot again from --out's measured.json")
     parser.add_argument("--out", default="runs/time_to_accuracy",
                         help="folder for the runs, tables and plots (default: %(default)s)")
     m = parser.add_argument_group("measure")
@@ -389,6 +404,9 @@ def build_parser():
     a.add_argument("--noise-scale-factor", type=float, default=34816 / 64,
                    help="ImageNet noise scale / the run's (default: 34,816/64, the recipes' "
                         "starting batches; *assumed*)")
+    a.add_argument("--skip-samples", type=int, default=20,
+                   help="noise-scale estimates left out at the start, as the confidence rule "
+                        "does (default: %(default)s, train.py's --adaptive-min-samples)")
     a.add_argument("--profile", default="abci", help="cluster profile (default: %(default)s)")
     a.add_argument("--restart-cost", type=float, default=None,
                    help="seconds per GPU-count change (default: nnabla_torus.elastic's for "
@@ -398,6 +416,10 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.command == "report":
+        with open(os.path.join(args.out, "measured.json")) as f:
+            report(json.load(f)["records"], args)
+        return 0
     if args.command in ("all", "measure"):
         records = measure(args)
         adaptive = [r for r in records if r["policy"] == ADAPTIVE]

@@ -7,6 +7,7 @@ same step as one process with batch N*b.
 """
 import json
 import os
+import re
 
 import numpy as np
 
@@ -71,7 +72,8 @@ def test_adaptive_batch_decides_by_goodput(tmp_path):
     decisions = [line for line in out.splitlines() if "goodput: keep" in line
                  or "goodput: change" in line]
     assert decisions, out                                   # the first decision, with its numbers
-    assert "(4 samples)" in decisions[0] and "against a prediction error of" in decisions[0]
+    samples = int(re.search(r"\((\d+) samples\)", decisions[0]).group(1))
+    assert samples >= 4 and "against a prediction error of" in decisions[0], decisions[0]
     assert summary_of(out)["batch_schedule"].startswith("0:32")
     noise = np.loadtxt(tmp_path / "noise_scale.series.txt", ndmin=2)
     assert len(noise) and np.all(noise[:, 1] > 0)
