@@ -92,7 +92,8 @@ class TrainConfig:
                                          "the first decision")
     adaptive_max_rse: float = knob(0.25, "adaptive mode: largest relative standard error of the "
                                          "noise scale a decision may use")
-    min_batch: int = knob(0, "adaptive mode: lower bound of the global batch (0 = the schedule's first batch)")
+    min_batch: int = knob(0, "adaptive mode: lower bound of the global batch and the goodput "
+                             "model's reference batch B0 (0 = the schedule's first batch)")
     max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = ranks x local_batch x 64)")
     # optimisation
     epochs: float = knob(90.0, "passes over the training data (fractions allowed)")

@@ -412,7 +412,10 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
             + message)
     elif meta["plan"]:
         ctrl.current = BatchPlan(*meta["plan"])
-    if noise and meta["noise"]:
+    if noise and meta["noise"] and len(meta["noise"]["_sums"]) != len(noise._sums):
+        log("resume: the checkpoint's noise-scale state is of an older format (no error "
+            "estimate): the noise scale is measured anew")
+    elif noise and meta["noise"]:
         for key, value in meta["noise"].items():
             setattr(noise, key, np.array(value) if key == "_sums" else value)
     log(f"resumed from {path}: step {meta['step']}, epoch {meta['epoch']:.3f}")
