@@ -63,6 +63,7 @@ POLICIES = {                     # name: train.py flags (the digits recipe other
     "adaptive (goodput)": ["--adaptive-batch", "1"],
 }
 ADAPTIVE = "adaptive (goodput)"
+BEFORE = "adaptive before (--before run)"
 VAL_LINE = re.compile(r"^epoch (\S+) step (\d+): .*val top-1 (\S+)")
 SIZES = re.compile(r"(\d+) training / \d+ validation images")
 PARAMS = re.compile(r": ([\d,]+) parameters, ")
@@ -77,6 +78,34 @@ def slug(policy):
 # ----------------------------------------------------------------------------------------------
 # measure
 
+def parse_log(lines):
+    """(validation lines [(seconds, epoch, step, top1)], summary dict, training images,
+    parameters) of train.py's stdout, ``lines`` as (seconds since launch, text)."""
+    vals, summary, dataset, params = [], None, None, None
+    for now, line in lines:
+        match = VAL_LINE.match(line)
+        if match and match.group(3) != "None":
+            vals.append((now, float(match.group(1)), int(match.group(2)), float(match.group(3))))
+        elif line.startswith('{"val_top1"'):
+            summary = json.loads(line)
+        elif dataset is None and SIZES.search(line):
+            dataset = int(SIZES.search(line).group(1))
+            params = int(PARAMS.search(line).group(1).replace(",", ""))
+    return vals, summary, dataset, params
+
+
+def record_of(policy, seed, run_dir, lines, target):
+    """The run's record: time and steps to ``target``, accuracies, batches."""
+    vals, summary, dataset, params = parse_log(lines)
+    hit = next((v for v in vals if v[3] >= target), None)
+    return {"policy": policy, "seed": seed, "dir": run_dir, "dataset": dataset, "params": params,
+            "time_s": hit[0] if hit else None, "steps": hit[2] if hit else None,
+            "epoch": hit[1] if hit else None, "best_top1": max(v[3] for v in vals),
+            "final_top1": summary["val_top1"], "wall_s": lines[-1][0] if lines else None,
+            "total_steps": summary["steps"], "batch_schedule": summary["batch_schedule"],
+            "val": vals}
+
+
 def run_policy(policy, seed, args, out_dir):
     """One training run; returns its record (times from launch, validation curve, summary)."""
     run_dir = os.path.join(out_dir, f"{slug(policy)}-s{seed}")
@@ -87,32 +116,23 @@ def run_policy(policy, seed, args, out_dir):
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace")
-    vals, summary, dataset, params, log = [], None, None, None, []
-    for line in proc.stdout:
-        now = time.monotonic() - start
-        log.append(line)
-        match = VAL_LINE.match(line)
-        if match and match.group(3) != "None":
-            vals.append((now, float(match.group(1)), int(match.group(2)), float(match.group(3))))
-        elif line.startswith('{"val_top1"'):
-            summary = json.loads(line)
-        elif dataset is None and SIZES.search(line):
-            dataset = int(SIZES.search(line).group(1))
-            params = int(PARAMS.search(line).group(1).replace(",", ""))
+    lines = [(time.monotonic() - start, line) for line in proc.stdout]
     status = proc.wait()
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, "stdout.log"), "w") as f:
-        f.writelines(log)
-    if status != 0 or summary is None:
+        f.writelines(line for _, line in lines)
+    if status != 0 or parse_log(lines)[1] is None:
         raise RuntimeError(f"{policy} seed {seed}: train.py exited with status {status}; "
-                           f"last lines:\n" + "".join(log[-15:]))
-    hit = next((v for v in vals if v[3] >= args.target), None)
-    return {"policy": policy, "seed": seed, "dir": run_dir, "dataset": dataset, "params": params,
-            "time_s": hit[0] if hit else None, "steps": hit[2] if hit else None,
-            "epoch": hit[1] if hit else None, "best_top1": max(v[3] for v in vals),
-            "final_top1": summary["val_top1"], "wall_s": time.monotonic() - start,
-            "total_steps": summary["steps"], "batch_schedule": summary["batch_schedule"],
-            "val": vals}
+                           f"last lines:\n" + "".join(line for _, line in lines[-15:]))
+    return record_of(policy, seed, run_dir, lines, args.target)
+
+
+def before_record(run_dir, target):
+    """The record of an earlier adaptive run (``--before``: its output folder with its
+    stdout in stdout.log; no arrival times, so only its batches and accuracy count)."""
+    with open(os.path.join(run_dir, "stdout.log"), errors="replace") as f:
+        lines = [(0.0, line) for line in f]
+    return record_of(BEFORE, 0, run_dir, lines, target)
 
 
 def predicted_seconds(record, ranks):
@@ -215,19 +235,21 @@ def plot_batches(records, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
-    colours = dict(zip(POLICIES, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    styles = dict(zip(POLICIES, [dict(lw=1.5), dict(lw=4, alpha=0.4), dict(lw=1.5),
-                                 dict(lw=1.5, ls="--")]))
+    names = list(POLICIES) + [BEFORE]
+    colours = dict(zip(names, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    styles = dict(zip(names, [dict(lw=1.5), dict(lw=4, alpha=0.4), dict(lw=1.5),
+                              dict(lw=1.5, ls="--"), dict(lw=1.5, ls=":")]))
     for r in records:
         batch = read_series(r["dir"], "global_batch")
-        label = r["policy"] if r["seed"] == records[0]["seed"] else None
+        label = r["policy"] if r["seed"] in (records[0]["seed"], 0) else None
         x = epoch_of_step(r, batch[:, 0] - 1)            # the batch of step k starts at k - 1
         top.step(x, batch[:, 1], where="post", color=colours[r["policy"]], label=label,
                  **styles[r["policy"]])
         noise = read_series(r["dir"], "noise_scale")
         if len(noise):
             bottom.plot(epoch_of_step(r, noise[:, 0]), noise[:, 1], color=colours[r["policy"]],
-                        alpha=0.8, label=f"noise scale B_simple, seed {r['seed']}")
+                        alpha=0.8, label=f"noise scale B_simple, {r['policy']}, seed "
+                                         f"{r['seed'] or '?'}")
     top.set(ylabel="global batch (images)", yscale="log",
             title="batch over epochs (digits, 4 ranks)")
     top.legend(fontsize=8)
@@ -261,10 +283,16 @@ def report(records, args):
     """Write the table, verdict, JSON and plot of ``records``; returns them."""
     for r in records:
         r["predicted_s"] = predicted_seconds(r, args.ranks)
+    before = [before_record(args.before, args.target)] if args.before else []
     stats, verdict = summarise(records, args.target)
     seeds = ",".join(str(s) for s in sorted({r["seed"] for r in records}))
     text = table(stats, args.target, seeds) + "\n\n" + "\n".join(verdict)
-    plot_batches(records, os.path.join(args.out, "batch_over_epochs.png"))
+    plot_batches(records + before, os.path.join(args.out, "batch_over_epochs.png"))
+    if before:
+        b = before[0]
+        text += (f"\n\nbefore ({args.before}): batches {b['batch_schedule']}, {b['steps']} steps / "
+                 f"epoch {fmt(b['epoch'], 0)} to {args.target:.0%}, best top-1 "
+                 f"{b['best_top1']:.4f}, final {b['final_top1']:.4f}")
     with open(os.path.join(args.out, "measured.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(args.out, "measured.json"), "w") as f:
@@ -427,6 +455,10 @@ def build_parser():
     m.add_argument("--policies", default="",
                    help="comma-separated subset of " + ", ".join(slug(p) for p in POLICIES)
                    + " (default: all)")
+    m.add_argument("--before", default="",
+                   help="output folder of an earlier adaptive run (with its stdout in "
+                        "stdout.log) to draw beside the others, e.g. the noise-scale-only "
+                        "controller's")
     m.add_argument("--train-args", default="", help="extra train.py flags, space-separated")
     m.add_argument("--mpirun-args", default="", help="extra mpirun flags, space-separated")
     a = parser.add_argument_group("abci")
