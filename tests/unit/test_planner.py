@@ -102,7 +102,7 @@ def test_cli_table_json_plot_and_env_twin(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("module", ["costmodel", "profile", "planner", "schedules",
-                                    "controller"])
+                                    "controller", "goodput"])
 def test_docstring_examples(module):
     import doctest
     import importlib
