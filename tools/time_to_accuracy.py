@@ -34,7 +34,6 @@ cost per GPU-count change (nnabla_torus.elastic.restart_cost).
 """
 import argparse
 import json
-import math
 import os
 import re
 import statistics
@@ -52,8 +51,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "imagenet"))
 from nnabla_torus import elastic, goodput, planner  # noqa: E402
 from nnabla_torus.launch import mpirun_command  # noqa: E402
 from nnabla_torus.profile import load_profile  # noqa: E402
-from nnabla_torus.schedules import BatchSchedule  # noqa: E402
 from nnabla_torus.controller import split_batch  # noqa: E402
+from nnabla_torus.schedules import BatchSchedule  # noqa: E402
 
 TRAIN = os.path.join(ROOT, "examples", "imagenet", "train.py")
 POLICIES = {                     # name: train.py flags (the digits recipe otherwise)
@@ -209,8 +208,8 @@ def table(stats, target, seeds):
         t, st, ep, pr, b, f = (s[k] for k in ("time_s", "steps", "epochs", "predicted_s",
                                               "best_top1", "final_top1"))
         rows.append(f"| {policy} | {fmt(t[0])} [{fmt(t[1])}-{fmt(t[2])}] | {fmt(st[0], 0)} "
-                    f"[{fmt(st[1], 0)}-{fmt(st[2], 0)}] | {fmt(ep[0], 0)} | {fmt(pr[0])} [{fmt(pr[1])}-"
-                    f"{fmt(pr[2])}] | {b[0]:.4f} | {f[0]:.4f} "
+                    f"[{fmt(st[1], 0)}-{fmt(st[2], 0)}] | {fmt(ep[0], 0)} | {fmt(pr[0])} "
+                    f"[{fmt(pr[1])}-{fmt(pr[2])}] | {b[0]:.4f} | {f[0]:.4f} "
                     f"[{f[1]:.4f}-{f[2]:.4f}] | {s['reached']}/{s['runs']} |")
     return "\n".join([f"seeds {seeds}", head] + rows)
 

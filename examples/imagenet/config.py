@@ -85,9 +85,9 @@ class TrainConfig:
     # global batch and its control
     batch_schedule: str = knob("0:256", "global batch per epoch range, epoch:images,... (images per step)")
     local_batch: int = knob(32, "at most this many images per rank per forward/backward")
-    adaptive_batch: bool = knob(False, "choose the global batch by goodput (cost-model throughput x "
-                                       "statistical efficiency from the measured noise scale) "
-                                       "instead of the schedule")
+    adaptive_batch: bool = knob(False, "choose the global batch by goodput (cost-model "
+                                       "throughput x statistical efficiency from the measured "
+                                       "noise scale) instead of the schedule")
     adaptive_min_samples: int = knob(20, "adaptive mode: noise-scale observations (steps) before "
                                          "the first decision")
     adaptive_max_rse: float = knob(0.25, "adaptive mode: largest relative standard error of the "
