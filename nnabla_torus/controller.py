@@ -1,14 +1,32 @@
 """Batch-size controller: the training loop asks it "what batch now?" each step or epoch.
 
-The target global batch comes from a :class:`~nnabla_torus.schedules.BatchSchedule` or from the
-measured gradient noise scale (B_simple, McCandlish et al.: the critical batch). It is realised
-as ``world_size x local_batch x accum_steps`` with ``local_batch <= max_local_batch`` (memory),
-and the learning rate is scaled for it: ``linear`` (Goyal et al.: lr x B/base_batch), ``sqrt``
-(lr x sqrt(B/base_batch)) or ``none``. At a later change of the batch, ``lr_at_change``
-says what the rate does: ``linear`` follows the rule above, ``keep`` keeps the rate of the
-starting batch (the schedule's first, or ``min_batch``) whatever the batch: batch-size
-control as a replacement for decaying the rate (Smith et al., "Don't Decay the Learning Rate,
-Increase the Batch Size", arXiv:1711.00489). Every change is logged with its ``reason``.
+The target global batch comes from a :class:`~nnabla_torus.schedules.BatchSchedule` or, in
+adaptive mode, from goodput (:mod:`nnabla_torus.goodput`): among the global batches this world
+can realise between ``min_batch`` (B0, the reference batch of the efficiency model) and
+``max_batch``, the one with the highest throughput(B) x E(B), throughput from the cost model
+(``throughput``, e.g. the planner's prediction for these ranks) and E(B) = (phi + B0)/(phi + B)
+from the measured noise scale phi (Pollux, arXiv:2008.12260). Adaptive decisions follow three
+rules:
+
+1. Confidence: no decision before the noise-scale estimate has ``min_samples`` observations and
+   a relative standard error at most ``max_rse`` (:func:`goodput.confidence`); until then the
+   run stays at B0.
+2. Hysteresis in the model's terms: a change only when the predicted goodput gain exceeds the
+   prediction's relative error, ``model_error`` (the cost model's measured error) plus the
+   efficiency's sensitivity to phi times phi's relative error (:func:`goodput.decide`).
+3. Every decision is logged once with the numbers that drove it: the first decision, each
+   change, and a better batch held back inside the error (at most once per epoch: the
+   estimate moves a little every step).
+
+A batch is realised as ``world_size x local_batch x accum_steps`` with ``local_batch <=
+max_local_batch`` (memory). The learning rate is scaled for it: ``linear`` (Goyal et al.: lr x
+B/base_batch), ``sqrt`` (lr x sqrt(B/base_batch)) or ``none``; in adaptive mode that rule
+sets the rate at B0 and a larger batch multiplies it by the goodput model's gain
+(phi/B0 + 1)/(phi/B + 1) (Pollux/AdaScale; see goodput.py for why). At a later change of the
+batch, ``lr_at_change`` says what the rate does: ``linear`` follows the rule above, ``keep``
+keeps the rate of the starting batch (the schedule's first, or ``min_batch``) whatever the
+batch: batch-size control as a replacement for decaying the rate (Smith et al., "Don't Decay
+the Learning Rate, Increase the Batch Size", arXiv:1711.00489).
 
 Example (the paper: 34K -> 68K at epoch 5 on a fixed world of 1,088 ranks takes 2 micro-batches
 from epoch 5 on; the paper doubled the GPUs instead, see planner.plan_schedule)::
@@ -22,6 +40,10 @@ from epoch 5 on; the paper doubled the GPUs instead, see planner.plan_schedule):
 import logging
 import math
 from collections import namedtuple
+
+import numpy as np
+
+from . import goodput
 
 LOG = logging.getLogger("nnabla_torus.controller")
 
@@ -54,12 +76,16 @@ def split_batch(target, world_size, max_local_batch):
     return local, accum
 
 
+MAX_CANDIDATES = 512   # adaptive mode: global batches scored (geometrically spaced beyond)
+
+
 class BatchSizeController:
     """Choose the global batch and LR factor per step or epoch; see module doc."""
 
     def __init__(self, world_size, max_local_batch, schedule=None, noise_scale=None,
                  base_batch=256, lr_scaling="linear", min_batch=None, max_batch=None,
-                 hysteresis=0.05, lr_at_change="linear"):
+                 lr_at_change="linear", throughput=None, model_error=goodput.MIN_GAIN,
+                 min_samples=20, max_rse=0.25):
         if (schedule is None) == (noise_scale is None):
             raise ValueError("give exactly one of schedule= (a BatchSchedule) or noise_scale= "
                              "(a NoiseScaleEstimator)")
@@ -78,48 +104,122 @@ class BatchSizeController:
         self.max_batch = int(max_batch or world_size * max_local_batch * 64)
         if self.min_batch > self.max_batch:
             raise ValueError(f"min_batch={self.min_batch} > max_batch={self.max_batch}")
-        self.hysteresis = float(hysteresis)
+        self.model_error, self.min_samples, self.max_rse = float(model_error), min_samples, max_rse
         self.current = None
+        self.decisions = 0          # adaptive: decisions taken (0: still waiting for confidence)
+        self._held = set()          # adaptive: epochs whose held-back batch was logged
+        self.notes = []             # adaptive: decisions that kept the batch, for the caller's log
+        if noise_scale is not None:
+            self.candidates = self._candidates(throughput)
+
+    def _candidates(self, throughput):
+        """{column: array} of the realisable global batches in [min_batch, max_batch]."""
+        low = max(1, math.ceil(self.min_batch / self.world_size))
+        high = max(low, self.max_batch // self.world_size)
+        per_rank = np.unique(np.round(np.geomspace(low, high, min(high - low + 1, MAX_CANDIDATES))))
+        splits = {}
+        for k in per_rank.astype(int).tolist():
+            local, accum = split_batch(k * self.world_size, self.world_size, self.max_local_batch)
+            splits.setdefault(self.world_size * local * accum, (local, accum))
+        batch = np.array(sorted(splits))
+        local, accum = (np.array([splits[b][i] for b in batch]) for i in (0, 1))
+        speed = np.ones(len(batch)) if throughput is None else np.asarray(
+            throughput(local, accum), float)      # None: a bigger batch buys nothing
+        return {"global_batch": batch, "local_batch": local, "accum_steps": accum,
+                "throughput": speed}
 
     def lr_factor(self, global_batch):
         """LR multiplier for ``global_batch`` under the scaling rule."""
         ratio = global_batch / self.base_batch
         return {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}[self.lr_scaling]
 
-    def _target(self, epoch):
-        """(target global batch, why) from the schedule or the noise scale."""
-        if self.schedule is not None:
-            start, batch = self.schedule.phase(epoch)
-            return batch, f"schedule phase from epoch {start:g}: global batch {batch}"
-        b_noise = self.noise_scale.b_simple
-        if b_noise is None:
-            start = self.current.global_batch if self.current else self.min_batch
-            return start, "noise scale not yet measured: keep the starting batch"
-        target = min(max(b_noise, self.min_batch), self.max_batch)
-        return target, f"noise scale B_simple={b_noise:.0f} -> target batch {target:.0f}"
+    def _adaptive_lr_factor(self, global_batch):
+        """lr_factor(B0) x gain(B): the rate at B0, raised by the goodput model's gain."""
+        if self.lr_at_change == "keep":
+            return self.lr_factor(self.min_batch)
+        phi = self.noise_scale.b_simple
+        return self.lr_factor(self.min_batch) * float(goodput.gain(global_batch, phi,
+                                                                   self.min_batch))
 
     def plan(self, epoch):
         """BatchPlan for fractional ``epoch``; logs the reason when the plan changes."""
-        target, why = self._target(epoch)
-        if (self.noise_scale is not None and self.current is not None
-                and abs(target - self.current.global_batch)
-                <= self.hysteresis * self.current.global_batch):
-            self.current = self.current._replace(changed=False)
-            return self.current
+        if self.schedule is None:
+            return self._plan_adaptive(epoch)
+        start, target = self.schedule.phase(epoch)
+        return self._set(epoch, target, f"schedule phase from epoch {start:g}: global batch "
+                                        f"{target}")
+
+    def _set(self, epoch, target, why, factor=None):
+        """Realise ``target``; a new plan (logged) when its global batch differs from now."""
         local, accum = split_batch(target, self.world_size, self.max_local_batch)
         global_batch = self.world_size * local * accum
-        changed = self.current is None or global_batch != self.current.global_batch
-        if not changed:
+        if self.current is not None and global_batch == self.current.global_batch:
             self.current = self.current._replace(changed=False)
             return self.current
         keep = self.lr_at_change == "keep"
         start = self.schedule.batch(0) if self.schedule is not None else self.min_batch
-        factor = self.lr_factor(start if keep else global_batch)
-        rule = f"{self.lr_scaling} scaling from {self.base_batch}" + (
-            f" at the starting batch {start}, kept at batch changes" if keep else "")
+        if factor is None:
+            factor = self.lr_factor(start if keep else global_batch)
+            rule = f"{self.lr_scaling} scaling from {self.base_batch}" + (
+                f" at the starting batch {start}, kept at batch changes" if keep else "")
+        else:
+            rule = (f"{self.lr_scaling} scaling from {self.base_batch} at B0 = {start}" +
+                    (", kept at batch changes" if keep else " x the goodput gain"))
         reason = (f"epoch {epoch:.2f}: {why}; realised as {self.world_size} ranks x "
                   f"{local} x {accum} accumulation = {global_batch}, "
                   f"lr x {factor:.4g} ({rule})")
         self.current = BatchPlan(global_batch, local, accum, factor, True, reason)
         LOG.info(reason)
+        return self.current
+
+    def _plan_adaptive(self, epoch):
+        est = self.noise_scale
+        conf = goodput.confidence(est.updates, est.rse, self.min_samples, self.max_rse)
+        fresh = self.current is None
+        if fresh:
+            start = self._set(epoch, self.min_batch, f"goodput: start at B0 = {self.min_batch} "
+                              f"until the noise scale is trustworthy (>= {self.min_samples} "
+                              f"samples, relative error <= {self.max_rse:g})",
+                              factor=self.lr_factor(self.min_batch))
+            if not conf.ok:
+                return start
+        elif not conf.ok:
+            return self._refresh_lr()
+        cand = self.candidates
+        batches = cand["global_batch"]
+        now = int(np.argmin(np.abs(batches - self.current.global_batch)))
+        phi = est.b_simple
+        d = goodput.decide(batches, cand["throughput"], phi, conf.rse, self.min_batch, now,
+                           self.model_error)
+        best_batch = int(batches[d.best])
+        numbers = (f"phi = {phi:.0f} +- {conf.rse:.0%} ({conf.samples} samples); batch "
+                   f"{int(batches[now])} -> {best_batch}: throughput "
+                   f"{cand['throughput'][now]:.0f} -> {cand['throughput'][d.best]:.0f} "
+                   f"samples/s x efficiency "
+                   f"{float(goodput.efficiency(batches[now], phi, self.min_batch)):.3f} -> "
+                   f"{float(goodput.efficiency(best_batch, phi, self.min_batch)):.3f} = "
+                   f"goodput {d.goodput[now]:.0f} -> {d.goodput[d.best]:.0f} ({d.gain:.3f}x) "
+                   f"against a prediction error of {d.threshold:.1%}")
+        self.decisions += 1
+        if d.change:
+            self._held.clear()
+            return self._set(epoch, best_batch, "goodput: change, " + numbers,
+                             factor=self._adaptive_lr_factor(best_batch))
+        if self.decisions == 1 or (d.best != now and math.floor(epoch) not in self._held):
+            self._held.add(math.floor(epoch))
+            verdict = ("keep: the best batch is the one in use" if d.best == now else
+                       "keep: the gain is inside the prediction error")
+            self.notes.append(f"epoch {epoch:.2f}: goodput: {verdict}, {numbers}")
+            LOG.info(self.notes[-1])
+        return self._refresh_lr(changed=fresh)
+
+    def pop_notes(self):
+        """The decisions since the last call that kept the batch (a change is in plan.reason)."""
+        notes, self.notes = self.notes, []
+        return notes
+
+    def _refresh_lr(self, changed=False):
+        """The current plan with the LR factor for the latest phi."""
+        factor = self._adaptive_lr_factor(self.current.global_batch)
+        self.current = self.current._replace(changed=changed, lr_factor=factor)
         return self.current

@@ -3,10 +3,12 @@
 The planner (:func:`nnabla_torus.planner.plan_resize`) gives the GPU count, grid and per-rank
 batch of the current batch phase; the launcher starts ``mpirun`` with that many ranks. The
 training script (``examples/imagenet/train.py --elastic 1``) asks for another size when its
-batch schedule enters a new phase (or the noise-scale batch leaves the hysteresis band) and
+batch schedule enters a new phase (or the adaptive controller's goodput batch changes) and
 the planner predicts that the restart pays; it then writes a checkpoint, prints one request
 line (``REQUEST_PREFIX`` + JSON) and exits with ``EXIT_RESIZE``; the launcher relaunches on
-the requested count with ``--resume 1`` (replacing any --resume the command had). Exit statuses of the script:
+the requested count with ``--resume 1`` (replacing any --resume the command had). The count is
+the planner's highest-goodput one at that batch (:mod:`nnabla_torus.goodput`, the objective the
+controller uses). Exit statuses of the script:
 
     0             finished: the launcher exits 0
     75            EXIT_RESIZE: checkpoint written, relaunch on the requested rank count

@@ -10,6 +10,17 @@ all-reduce) and B the global batch (after it): the communicator's ``pop_sqnorms(
 for one extra float. Each estimate is noisy and |G|^2 can come out negative, so the numerator
 and the denominator are smoothed separately (bias-corrected EMA) and divided last.
 
+How far to trust the ratio (:attr:`NoiseScaleEstimator.rse`): the EMA also keeps the squares
+and the cross product of the two estimates, so their weighted variances s^2 and covariance are
+known; an EMA mean of weights w_i has the variance of a mean of n_eff = (sum w)^2 / sum w^2
+observations (n_eff -> (1 + m)/(1 - m) = 39 for smoothing m = 0.95), and the delta method
+gives the relative standard error of phi = T/G::
+
+    rse^2 = (s_T^2 / T^2 + s_G^2 / G^2 - 2 cov(T, G) / (T G)) / n_eff
+
+Successive steps' estimates are correlated (same weights, overlapping data), so this is a
+lower bound on the true error; the controller also asks for a minimum number of observations.
+
 Example (data parallel)::
 
     est = NoiseScaleEstimator(smoothing=0.95)
@@ -33,8 +44,9 @@ class NoiseScaleEstimator:
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing={smoothing} must be in [0, 1) (0: no smoothing)")
         self.smoothing = smoothing
-        self._sums = np.zeros(2)   # EMA of (|G|^2, tr(S)) estimates
+        self._sums = np.zeros(5)   # EMA of |G|^2, tr(S), their squares and their product
         self._weight = 0.0         # EMA of 1, for bias correction
+        self._weight_sq = 0.0      # sum of the squared EMA weights, for n_eff
         self._previous = None      # last gradient in update_successive
         self.updates = 0
         self.skipped = 0           # observations dropped for an inf/NaN norm (fp16 overflow)
@@ -56,8 +68,10 @@ class NoiseScaleEstimator:
         grad_sq = (big_b * global_sqnorm - b * local_sqnorm) / (big_b - b)
         trace = (local_sqnorm - global_sqnorm) / (1.0 / b - 1.0 / big_b)
         m = self.smoothing
-        self._sums = m * self._sums + (1.0 - m) * np.array([grad_sq, trace])
+        obs = np.array([grad_sq, trace, grad_sq ** 2, trace ** 2, grad_sq * trace])
+        self._sums = m * self._sums + (1.0 - m) * obs
         self._weight = m * self._weight + (1.0 - m)
+        self._weight_sq = m * m * self._weight_sq + (1.0 - m) ** 2
         self.updates += 1
 
     def update_successive(self, grad, batch):
@@ -85,6 +99,19 @@ class NoiseScaleEstimator:
     def trace_cov(self):
         """Smoothed tr(S) estimate: per-sample gradient variance summed over parameters."""
         return self._estimate(1)
+
+    @property
+    def rse(self):
+        """Relative standard error of :attr:`b_simple` (see module doc); inf before 2 updates
+        or without a positive estimate."""
+        if self.updates < 2 or self.b_simple is None:
+            return float("inf")
+        g, t, gg, tt, gt = self._sums / self._weight
+        n_eff = self._weight ** 2 / self._weight_sq
+        if n_eff < 2.0:                     # smoothing 0: one observation, error unknown
+            return float("inf")
+        var = ((tt - t * t) / (t * t) + (gg - g * g) / (g * g) - 2.0 * (gt - g * t) / (g * t))
+        return float(np.sqrt(max(var, 0.0) / n_eff))
 
     @property
     def b_simple(self):

@@ -8,6 +8,10 @@ with the cost model (:mod:`nnabla_torus.costmodel`), all at once in numpy::
     scaling eff.   step_time(1 GPU, b, s) / step_time(p, b, s)      (weak scaling, in (0, 1])
     statistical    E(B) = (B_noise + B0) / (B_noise + max(B, B0))   (Pollux; 1 without B_noise)
     goodput        throughput * E(B)          (samples/s of progress at the reference batch B0)
+
+(E and goodput are :mod:`nnabla_torus.goodput`'s, the objective the batch-size controller and
+the elastic launcher use too; at a fixed global batch E is fixed and goodput ranks plans as
+throughput does.)
     time to train  dataset_size * epochs / goodput
 
 Maximising goodput and minimising time to train rank candidates the same way; with
@@ -32,7 +36,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import costmodel
+from . import costmodel, goodput
 from .costmodel import ALGORITHMS
 from .profile import model_of
 
@@ -139,21 +143,12 @@ def score(net, comp, p, algo, x, b, s, b_noise=None, base_batch=256,
     single = s * costmodel.compute_time(comp, 1, b, net.gpus_per_host)  # one GPU: no all-reduce
     global_batch = p * b * s
     throughput = global_batch / step
-    stat = statistical_efficiency(global_batch, b_noise, base_batch)
-    goodput = throughput * stat
+    stat = goodput.efficiency(global_batch, b_noise, base_batch)
     return {"gpus": p, "grid_x": x, "grid_y": p // x, "algorithm": algo, "local_batch": b,
             "accum_steps": s, "global_batch": global_batch, "step_time_s": step,
             "images_per_s": throughput, "scaling_efficiency": single / step,
-            "statistical_efficiency": stat, "goodput": goodput,
-            "time_to_train_s": dataset_size * epochs / goodput}
-
-
-def statistical_efficiency(global_batch, b_noise, base_batch):
-    """(B_noise + B0) / (B_noise + max(B, B0)), in (0, 1]; 1 when B_noise is None."""
-    batch = np.asarray(global_batch, float)
-    if b_noise is None:
-        return np.ones_like(batch)
-    return (b_noise + base_batch) / (b_noise + np.maximum(batch, base_batch))
+            "statistical_efficiency": stat, "goodput": throughput * stat,
+            "time_to_train_s": dataset_size * epochs / (throughput * stat)}
 
 
 def _row(cols, i):
@@ -168,12 +163,12 @@ def _row(cols, i):
 
 def best_index(cols, mask=None, tie=0.01):
     """Index of the best candidate: highest goodput, fewest GPUs among those within ``tie``."""
-    goodput = np.where(mask if mask is not None else True, cols["goodput"], -np.inf)
-    if not np.isfinite(goodput.max()):
+    value = np.where(mask if mask is not None else True, cols["goodput"], -np.inf)
+    if not np.isfinite(value.max()):
         return None
-    near = goodput >= goodput.max() * (1.0 - tie)
+    near = value >= value.max() * (1.0 - tie)
     fewest = np.where(near, cols["gpus"], np.iinfo(int).max)
-    return int(np.argmax(np.where(fewest == fewest.min(), goodput, -np.inf)))
+    return int(np.argmax(np.where(fewest == fewest.min(), value, -np.inf)))
 
 
 def best_per_gpus(cols, mask=None):
@@ -181,11 +176,11 @@ def best_per_gpus(cols, mask=None):
 
     Candidates must be sorted by GPU count (as :func:`plan` builds them).
     """
-    goodput = np.where(mask if mask is not None else True, cols["goodput"], -np.inf)
+    value = np.where(mask if mask is not None else True, cols["goodput"], -np.inf)
     counts, group = np.unique(cols["gpus"], return_inverse=True)
     starts = np.flatnonzero(np.r_[True, np.diff(group) != 0])
-    top = np.maximum.reduceat(goodput, starts)
-    hits = np.flatnonzero((goodput == top[group]) & np.isfinite(goodput))
+    top = np.maximum.reduceat(value, starts)
+    hits = np.flatnonzero((value == top[group]) & np.isfinite(value))
     _, first = np.unique(group[hits], return_index=True)
     return hits[first]
 
@@ -249,10 +244,11 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
     return PlanResult(_row(cols, best), per, cols, time.perf_counter() - start)
 
 
-def should_switch(current, proposed, threshold=0.05):
+def should_switch(current, proposed, threshold=goodput.MIN_GAIN):
     """Hysteresis: switch only when ``proposed`` (a Plan) beats ``current`` goodput by > threshold.
 
-    AdaptDL fixed batch-size flapping with such a threshold (its issue #27: 5 %).
+    AdaptDL fixed batch-size flapping with such a threshold (its issue #27: 5 %); pass the
+    cost model's measured error (``goodput.model_error_of``) to switch only outside it.
     """
     if current is None:
         return True

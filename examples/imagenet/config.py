@@ -50,6 +50,7 @@ RANGES = {
     "min_crop_area": number(float, low=0, strict=True, high=1),
     "train_images": number(int, low=0), "local_batch": number(int, low=1),
     "min_batch": number(int, low=0), "max_batch": number(int, low=0),
+    "adaptive_min_samples": number(int, low=2), "adaptive_max_rse": number(float, **POSITIVE),
     "epochs": number(float, **POSITIVE), "base_lr": number(float, **POSITIVE),
     "reference_batch": number(int, low=1), "warmup_epochs": number(float, low=0),
     "gamma": number(float, low=0, strict=True, high=1), "power": number(float, **POSITIVE),
@@ -84,8 +85,15 @@ class TrainConfig:
     # global batch and its control
     batch_schedule: str = knob("0:256", "global batch per epoch range, epoch:images,... (images per step)")
     local_batch: int = knob(32, "at most this many images per rank per forward/backward")
-    adaptive_batch: bool = knob(False, "follow the measured gradient noise scale instead of the schedule")
-    min_batch: int = knob(0, "adaptive mode: lower bound of the global batch (0 = the schedule's first batch)")
+    adaptive_batch: bool = knob(False, "choose the global batch by goodput (cost-model "
+                                       "throughput x statistical efficiency from the measured "
+                                       "noise scale) instead of the schedule")
+    adaptive_min_samples: int = knob(20, "adaptive mode: noise-scale observations (steps) before "
+                                         "the first decision")
+    adaptive_max_rse: float = knob(0.25, "adaptive mode: largest relative standard error of the "
+                                         "noise scale a decision may use")
+    min_batch: int = knob(0, "adaptive mode: lower bound of the global batch and the goodput "
+                             "model's reference batch B0 (0 = the schedule's first batch)")
     max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = ranks x local_batch x 64)")
     # optimisation
     epochs: float = knob(90.0, "passes over the training data (fractions allowed)")
@@ -313,12 +321,14 @@ def milestones(text):
     return values
 
 
-def build_schedules(cfg, world_size, noise_scale=None):
+def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_error=None):
     """Return (BatchSizeController, LearningRateSchedule) for ``cfg`` on ``world_size`` ranks.
 
     The learning rate of a step at fractional epoch e is
     ``lr_schedule.lr(e) * controller.plan(e).lr_factor``. With ``noise_scale`` (adaptive
-    batch) the run starts at the schedule's first batch unless ``min_batch`` is set.
+    batch) the run starts at the schedule's first batch unless ``min_batch`` is set, and the
+    batch maximises goodput with ``throughput`` (RunPlanner.throughput; None: flat) and the
+    cost model's ``model_error`` as hysteresis.
     """
     schedule = BatchSchedule.parse(cfg.batch_schedule)
     controller = BatchSizeController(
@@ -326,7 +336,9 @@ def build_schedules(cfg, world_size, noise_scale=None):
         noise_scale=noise_scale, base_batch=cfg.reference_batch, lr_scaling=cfg.lr_scaling,
         lr_at_change=cfg.batch_change_lr,
         min_batch=cfg.min_batch or (schedule.batch(0) if noise_scale else None),
-        max_batch=cfg.max_batch or None)
+        max_batch=cfg.max_batch or None, throughput=throughput,
+        min_samples=cfg.adaptive_min_samples, max_rse=cfg.adaptive_max_rse,
+        **({} if model_error is None else {"model_error": model_error}))
     lr_schedule = LearningRateSchedule(
         cfg.base_lr, cfg.epochs, warmup_epochs=cfg.warmup_epochs, decay=cfg.lr_decay,
         milestones=milestones(cfg.milestones),

@@ -5,7 +5,11 @@ scores the plans of :mod:`nnabla_torus.planner` for its world size and that batc
 controller splits it) and picks the fastest algorithm and grid; after the first choice it
 switches only when the gain beats the planner's hysteresis (``planner.should_switch``, 5 %).
 It also asks which rank count (and per-rank batch x accumulation) the profile's whole machine
-would be fastest with at that batch, and logs it as advice: the run keeps its ranks.
+would be fastest with at that batch, and logs it as advice: the run keeps its ranks. The advice
+moves to another count only when that count's predicted goodput beats the count advised before
+by more than the cost model's measured error (``goodput.model_error_of``: the profile's
+calibrated step-time error, else 5 %): it does not flap inside its own error. The controller's
+adaptive mode predicts its throughput with :meth:`RunPlanner.throughput` (the same cost model).
 Plans for the launched ranks use the real ranks per host, not the profile's ``gpus_per_host``;
 when hosts hold unequal numbers of ranks, ``hierarchical`` (which needs equal ones) is left out.
 
@@ -22,7 +26,7 @@ import math
 
 import numpy as np
 
-from nnabla_torus import planner
+from nnabla_torus import costmodel, goodput, planner
 from nnabla_torus.costmodel import ALGORITHMS
 from nnabla_torus.profile import default_profile, load_profile
 from nnabla_torus.topology import parse_grid
@@ -80,6 +84,9 @@ class RunPlanner:
         self.batch = None        # global batch of the latest plan
         self.settled = False     # True once the algorithm in use is a plan's choice
         self.summary = None      # the latest plan's JSON form
+        self.advised = world_size  # GPU count advised (starts at the launched one; moves only
+        #                            by more than the model error)
+        self.model_error = goodput.model_error_of(prof)
 
     @classmethod
     def from_config(cls, cfg, n_params, world_size, dataset_size, applies, ranks_per_host):
@@ -116,12 +123,38 @@ class RunPlanner:
                             local_batches=[batch_plan.local_batch],
                             accum_steps=[batch_plan.accum_steps], **self.common).best
 
-    def best_anywhere(self, global_batch):
-        """The fastest planner.Plan at ``global_batch`` over every rank count of the profile;
-        planner.UnsplittableBatch when no rank count splits it exactly."""
+    def best_anywhere(self, global_batch, counts=None):
+        """The fastest planner.Plan at ``global_batch`` over every rank count of the profile
+        (or over ``counts``); planner.UnsplittableBatch when no rank count splits it exactly."""
         limit = self.prof.models[self.model].max_local_batch
-        return planner.plan(self.prof, self.model, target_batch=global_batch,
+        return planner.plan(self.prof, self.model, target_batch=global_batch, counts=counts,
                             local_batches=local_batch_choices(limit), **self.common).best
+
+    def advise(self, global_batch):
+        """The rank count to advise at ``global_batch``: the fastest, unless the count advised
+        before is within the model error of it (hysteresis). Returns (Plan, held Plan or None)."""
+        best = self.best_anywhere(global_batch)
+        if best.gpus == self.advised:
+            self.advised = best.gpus
+            return best, None
+        try:
+            before = self.best_anywhere(global_batch, counts=[self.advised])
+        except planner.UnsplittableBatch:   # the count advised before cannot run this batch
+            self.advised = best.gpus
+            return best, None
+        if planner.should_switch(before, best, max(goodput.MIN_GAIN, self.model_error)):
+            self.advised = best.gpus
+            return best, None
+        return before, best
+
+    def throughput(self, local_batch, accum_steps):
+        """Predicted samples/s of the launched ranks at per-rank ``local_batch`` x
+        ``accum_steps`` (arrays), with the fastest algorithm (its default grid)."""
+        net, comp = self.here.network, self.prof.models[self.model]
+        local, accum = np.asarray(local_batch), np.asarray(accum_steps)
+        step = np.min([costmodel.step_time(net, comp, a, self.world_size, local, accum)
+                       for a in self.algorithms], axis=0)
+        return self.world_size * local * accum / step
 
     def replan(self, batch_plan, in_use):
         """Return (choice, log lines) for ``batch_plan`` with ``in_use`` = (algorithm, grid).
@@ -161,33 +194,37 @@ class RunPlanner:
                          f"switching threshold)")
         self.settled = self.settled or self.applies
         try:
-            anywhere = self.best_anywhere(self.batch)
+            anywhere, held = self.advise(self.batch)
         except planner.UnsplittableBatch as e:   # advice only for the batch being trained
             lines.append(f"planner: no advice on the rank count: {e}")
             self.summary = {"profile": self.prof.name, "model": self.model,
                             "global_batch": self.batch, "recommended": None,
                             "in_use": plan_dict(kept or best), "speedup": None}
             return choice, lines
-        lines.append(self.advice(anywhere, kept or best))
+        lines.append(self.advice(anywhere, kept or best, held))
         self.summary = {"profile": self.prof.name, "model": self.model,
                         "global_batch": self.batch, "recommended": plan_dict(anywhere),
                         "in_use": plan_dict(kept or best),
                         "speedup": round(anywhere.goodput / (kept or best).goodput, 3)}
         return choice, lines
 
-    def advice(self, anywhere, running):
-        """One line: the rank count the profile's machine would be fastest with, versus now."""
+    def advice(self, anywhere, running, held=None):
+        """One line: the rank count the profile's machine would be fastest with, versus now;
+        ``held``: a faster count not advised because its gain is inside the model error."""
+        within = "" if held is None else (
+            f"; {ranks(held.gpus)} would be {held.goodput / anywhere.goodput:.2f}x, inside the "
+            f"cost model's error {max(goodput.MIN_GAIN, self.model_error):.0%}: advice kept")
         split = f"{anywhere.local_batch}" + (f" x {anywhere.accum_steps} accumulation"
                                             if anywhere.accum_steps > 1 else "")
         if anywhere.gpus == self.world_size:
             return (f"planner: at global batch {self.batch} the {ranks(self.world_size)} as "
-                    f"launched are the fastest choice of {self.prof.name}")
+                    f"launched are the fastest choice of {self.prof.name}{within}")
         gain = anywhere.goodput / running.goodput
         verdict = (f"predicted {gain:.2f}x faster" if gain >= 1.01 else
                    f"predicted as fast ({gain:.2f}x) with fewer ranks")
         return (f"planner: at global batch {self.batch} {self.prof.name} would be fastest with "
                 f"{ranks(anywhere.gpus)} x {split} ({anywhere.algorithm} on {anywhere.grid}, "
-                f"{verdict}); running {ranks(self.world_size)} as launched")
+                f"{verdict}); running {ranks(self.world_size)} as launched{within}")
 
 
 def ranks(count):

@@ -82,7 +82,7 @@ from models import get_model, is_bn_or_bias
 from planning import RunPlanner
 
 SERIES = ("train_loss", "train_error", "lr", "global_batch", "images_per_sec", "val_top1",
-          "val_top5")
+          "val_top5", "noise_scale")     # noise_scale: B_simple (samples), adaptive runs only
 EPOCH_SERIES = ("val_top1", "val_top5")     # indexed by epoch; the others by optimizer step
 
 
@@ -482,7 +482,10 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
             + message)
     elif meta["plan"]:
         ctrl.current = BatchPlan(*meta["plan"])
-    if noise and meta["noise"]:
+    if noise and meta["noise"] and len(meta["noise"]["_sums"]) != len(noise._sums):
+        log("resume: the checkpoint's noise-scale state is of an older format (no error "
+            "estimate): the noise scale is measured anew")
+    elif noise and meta["noise"]:
         for key, value in meta["noise"].items():
             setattr(noise, key, np.array(value) if key == "_sums" else value)
     log(f"resumed from {path}: step {meta['step']}, epoch {meta['epoch']:.3f}")
@@ -669,7 +672,6 @@ def main(argv=None):
     solvers = SolverGroup(cfg, params)
     noise = NoiseScaleEstimator() if cfg.adaptive_batch else None
     comm.track_sqnorms = noise is not None
-    ctrl, lr_schedule = build_schedules(cfg, comm.size, noise)
     run_planner = None if cfg.plan == "off" else RunPlanner.from_config(
         cfg, sum(v.size for v in params.values()), comm.size, len(train_set),
         applies=cfg.algorithm == "auto" and not cfg.grid, ranks_per_host=comm.hosts.ranks_per_host)
@@ -680,6 +682,10 @@ def main(argv=None):
     log(f"{cfg.arch} x{cfg.width}: {sum(v.size for v in params.values()):,} parameters, "
         f"{len(train_set)} training / {len(val_set)} validation images, "
         f"{train_set.num_classes} classes; {comm.size} ranks, {all_reduce}")
+    # Adaptive batch: goodput with this run's predicted throughput (flat with --plan off).
+    ctrl, lr_schedule = build_schedules(
+        cfg, comm.size, noise, throughput=run_planner and run_planner.throughput,
+        model_error=run_planner and run_planner.model_error)
 
     step, images_seen, train_time, history = 0, 0, 0.0, []
     loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale
@@ -732,6 +738,8 @@ def main(argv=None):
         if plan.changed:
             log(f"step {step}: {plan.reason}")
             history.append([round(epoch, 4), plan.global_batch])
+        for note in ctrl.pop_notes() if noise is not None else ():
+            log(f"step {step}: {note}")
         if run_planner is not None and plan.global_batch != run_planner.batch:
             replan(run_planner, plan, comm, log)
         if advisor is not None and advisor.due(plan, epoch):
@@ -783,6 +791,8 @@ def main(argv=None):
                                 ("global_batch", plan.global_batch),
                                 ("images_per_sec", plan.global_batch / step_time)):
                 monitors[name].add(step, value)
+            if noise is not None and noise.b_simple is not None:
+                monitors["noise_scale"].add(step, noise.b_simple)
         if progress is not None:
             progress.update(step, stream.epoch() * len(train_set), loss, lr, plan.global_batch)
 

@@ -6,6 +6,7 @@ ends with exactly the parameters of an uninterrupted one. Also: N ranks x batch 
 same step as one process with batch N*b.
 """
 import os
+import re
 
 import numpy as np
 import pytest
@@ -60,10 +61,19 @@ def test_data_parallel_step_equals_single_process_big_batch():
 
 
 @pytest.mark.slow
-def test_adaptive_batch_follows_noise_scale(tmp_path):
+def test_adaptive_batch_decides_by_goodput(tmp_path):
+    # 16 steps: the confidence rule is loosened so that decisions happen in so short a run.
     out = run_mpi(2, [PROG] + SMALL + ["--train-images", "256", "--epochs", "2",
                                        "--adaptive-batch", "1", "--max-batch", "128",
+                                       "--adaptive-min-samples", "4", "--adaptive-max-rse", "5",
                                        "--output-dir", str(tmp_path)], timeout=180)
     assert "PARAMS_EQUAL" in out, out
-    assert "noise scale B_simple=" in out                  # the controller used the estimate
+    assert "goodput: start at B0 = 32 until the noise scale is trustworthy" in out, out
+    decisions = [line for line in out.splitlines() if "goodput: keep" in line
+                 or "goodput: change" in line]
+    assert decisions, out                                   # the first decision, with its numbers
+    samples = int(re.search(r"\((\d+) samples\)", decisions[0]).group(1))
+    assert samples >= 4 and "against a prediction error of" in decisions[0], decisions[0]
     assert summary_of(out)["batch_schedule"].startswith("0:32")
+    noise = np.loadtxt(tmp_path / "noise_scale.series.txt", ndmin=2)
+    assert len(noise) and np.all(noise[:, 1] > 0)

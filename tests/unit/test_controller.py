@@ -35,34 +35,35 @@ def test_paper_schedule_on_fixed_world(caplog):
     assert len(caplog.records) == 2 and "epoch 5.00" in caplog.records[1].message
 
 
-def test_noise_scale_driven_with_hysteresis():
-    est = NoiseScaleEstimator(smoothing=0.0)
-    ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=32, lr_scaling="none",
-                               min_batch=32, max_batch=4096, hysteresis=0.1)
-    assert ctrl.plan(0).global_batch == 32          # nothing measured yet
-    est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)    # B_simple = 200
-    plan = ctrl.plan(0.1)
-    assert plan.changed and plan.global_batch == 200 and plan.lr_factor == 1.0
-    est.update(2 + 420 / 8, 8, 2 + 420 / 64, 64)    # 210: within 10 %, keep
-    assert not ctrl.plan(0.2).changed
-    est.update(2 + 8000 / 8, 8, 2 + 8000 / 64, 64)  # 4000: 1000 per rank > 64 fits in memory
-    plan = ctrl.plan(0.3)                            # 16 micro-batches of round(62.5) = 62
-    assert (plan.local_batch, plan.accum_steps, plan.global_batch) == (62, 16, 3968)
-    est.update(2 + 80000 / 8, 8, 2 + 80000 / 64, 64)
-    assert not ctrl.plan(0.4).changed                # clipped at 4096: within 10 % of 3968
-    est.update(2 + 20 / 8, 8, 2 + 20 / 64, 64)      # B_simple = 10 -> min_batch 32
-    assert ctrl.plan(0.5).global_batch == 32
+def test_noise_scale_drives_the_batch_through_goodput():
+    # Flat throughput (no cost model): a bigger batch only loses efficiency, so goodput keeps
+    # B0 whatever phi; with throughput proportional to the batch it follows phi upwards.
+    est = NoiseScaleEstimator(smoothing=0.5)
+    flat = BatchSizeController(4, 64, noise_scale=est, base_batch=32, lr_scaling="none",
+                               min_batch=32, max_batch=4096, min_samples=2, max_rse=10.0)
+    scaling = BatchSizeController(4, 64, noise_scale=est, base_batch=32, lr_scaling="none",
+                                  min_batch=32, max_batch=4096, min_samples=2, max_rse=10.0,
+                                  throughput=lambda local, accum: 1000.0 * local)
+    assert flat.plan(0).global_batch == 32 == scaling.plan(0).global_batch  # nothing measured
+    for _ in range(3):
+        est.update(2 + 8000 / 8, 8, 2 + 8000 / 64, 64)    # B_simple = 4000
+    assert flat.plan(0.3).global_batch == 32
+    plan = scaling.plan(0.3)                              # 64 per rank is the fastest split
+    assert (plan.local_batch, plan.accum_steps, plan.global_batch) == (64, 1, 256)
+    assert plan.changed and "phi = 4000" in plan.reason
 
 
 def test_non_finite_gradient_norm_keeps_the_batch():
     # An fp16 overflow gives an inf/NaN norm; it used to crash split_batch with a NaN target.
-    est = NoiseScaleEstimator(smoothing=0.0)
-    ctrl = BatchSizeController(4, 64, noise_scale=est, min_batch=32, max_batch=4096)
+    est = NoiseScaleEstimator(smoothing=0.5)
+    ctrl = BatchSizeController(4, 64, noise_scale=est, min_batch=32, max_batch=4096,
+                               min_samples=2, max_rse=10.0)
     est.update(float("nan"), 8, float("inf"), 64)
     assert ctrl.plan(0).global_batch == 32 and est.skipped == 1
     est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)    # B_simple = 200
     est.update(float("inf"), 8, float("nan"), 64)
-    assert ctrl.plan(0.1).global_batch == 200
+    est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)
+    assert ctrl.plan(0.1).global_batch == 32 and est.b_simple == 200.0
 
 
 def test_split_batch_and_errors():

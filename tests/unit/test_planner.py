@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from nnabla_torus import planner
+from nnabla_torus import goodput, planner
 from nnabla_torus.costmodel import Compute, Link, Network
 from nnabla_torus.profile import Profile, load_profile
 from nnabla_torus.schedules import BatchSchedule
@@ -37,9 +37,9 @@ def test_goodput_identities(seed):
 
 def test_statistical_efficiency_hand_worked():
     # B_noise = 1000, B0 = 256: at B = 2744, (1000+256)/(1000+2744) = 1256/3744
-    assert planner.statistical_efficiency(2744, 1000, 256) == pytest.approx(1256 / 3744)
-    assert planner.statistical_efficiency(100, 1000, 256) == 1.0
-    assert planner.statistical_efficiency(10 ** 6, None, 256) == 1.0
+    assert goodput.efficiency(2744, 1000, 256) == pytest.approx(1256 / 3744)
+    assert goodput.efficiency(100, 1000, 256) == 1.0
+    assert goodput.efficiency(10 ** 6, None, 256) == 1.0
 
 
 def test_min_efficiency_constraint_and_error():
@@ -102,7 +102,7 @@ def test_cli_table_json_plot_and_env_twin(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("module", ["costmodel", "profile", "planner", "schedules",
-                                    "controller"])
+                                    "controller", "goodput"])
 def test_docstring_examples(module):
     import doctest
     import importlib

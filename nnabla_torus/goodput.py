@@ -1,0 +1,140 @@
+"""Goodput: predicted training progress per second, the one objective of the batch-size
+controller, the planner and the elastic launcher.
+
+Pure numpy and vectorised: every function takes scalars or arrays and broadcasts them.
+Units: batches in samples per optimizer step, throughput in samples per second.
+
+Model (Qiao et al., "Pollux: Co-adaptive Cluster Scheduling for Goodput-Optimized Deep
+Learning", OSDI'21, arXiv:2008.12260, section 3.1; the noise scale is McCandlish et al., "An
+Empirical Model of Large-Batch Training", arXiv:1812.06162, section 2.2)::
+
+    phi            gradient noise scale B_simple = tr(S) / |G|^2, samples (noise_scale.py)
+    B0             reference batch: the smallest batch the run may use, where E = 1
+    E(B)           = (phi + B0) / (phi + B)               statistical efficiency, in (0, 1]
+    gain(B)        = (B / B0) E(B) = (phi/B0 + 1) / (phi/B + 1)
+                     optimizer steps at B0 that one step at B is worth (Pollux's r_t; AdaScale's
+                     gain ratio, Johnson et al., arXiv:2007.05105), in [1, B/B0]
+    goodput(B)     = throughput(B) x E(B)                 samples/s of progress at B0
+
+E(B) follows from McCandlish et al.'s step/sample trade-off (S/S_min - 1)(E/E_min - 1) = 1
+with B_crit ~ phi: a step at B makes as much progress as ``gain(B)`` steps at B0. Batches
+below B0 are not modelled (E is clipped to 1 there): B0 is the run's minimum batch.
+
+Learning rate (the rule consistent with E): lr(B) = lr(B0) x gain(B), Pollux's choice with
+AdaScale. Linear scaling (Goyal et al.) is its limit phi >> B (gain -> B/B0); when the batch
+exceeds the noise scale, linear scaling takes steps the gradient's noise does not allow
+(gain saturates at 1 + phi/B0), square-root scaling has no link to phi at all.
+
+Decisions are made on estimates, so each comes with an error (:func:`decide`): a change is
+made only when the predicted goodput gain exceeds the relative error of the prediction,
+``model_error + |d ln(E(B)/E(B_now)) / d ln phi| x rse(phi)`` (hysteresis in the model's
+own terms; never below ``MIN_GAIN``, AdaptDL's 5 % threshold, its issue #27).
+
+Example (this machine's 4 ranks: 128 images/step buy 14 % throughput over 64; with phi = 300
+E(128) = 0.85 makes 128 a loss: 1.14 x 0.85 < 1)::
+
+    >>> round(float(efficiency(128, 300.0, 64)), 3), round(float(gain(128, 300.0, 64)), 3)
+    (0.85, 1.701)
+    >>> d = decide([64, 128], [390.0, 444.0], 300.0, 0.2, 64, current=0, model_error=0.14)
+    >>> int(d.best), d.change
+    (0, False)
+"""
+from collections import namedtuple
+
+import numpy as np
+
+MIN_GAIN = 0.05   # smallest predicted gain that changes anything (AdaptDL issue #27: 5 %)
+
+Confidence = namedtuple("Confidence", [
+    "ok",        # True: the estimate may drive decisions
+    "samples",   # noise-scale observations so far
+    "rse",       # relative standard error of phi (inf when unknown)
+    "reason",    # one line: why (not) yet
+])
+
+Decision = namedtuple("Decision", [
+    "best",        # index of the highest-goodput candidate (smallest batch among ties)
+    "gain",        # predicted goodput(best) / goodput(current)
+    "threshold",   # relative error of that prediction: change only when gain - 1 exceeds it
+    "change",      # True: move to ``best``
+    "goodput",     # goodput of every candidate, samples/s at B0
+])
+
+
+def efficiency(batch, phi, base_batch):
+    """Pollux statistical efficiency (phi + B0) / (phi + max(B, B0)), in (0, 1]; 1 without phi.
+
+    >>> float(efficiency(2744, 1000.0, 256)) == 1256 / 3744
+    True
+    """
+    batch = np.asarray(batch, float)
+    if phi is None:
+        return np.ones_like(batch)
+    return (phi + base_batch) / (phi + np.maximum(batch, base_batch))
+
+
+def gain(batch, phi, base_batch):
+    """Steps at B0 one step at B is worth: (B / B0) E(B), in [1, B/B0]; the LR multiplier.
+
+    Without phi (not yet measured) the linear-scaling limit B / B0.
+    """
+    batch = np.maximum(np.asarray(batch, float), base_batch)
+    return batch / base_batch * efficiency(batch, phi, base_batch)
+
+
+def goodput(throughput, batch, phi, base_batch):
+    """throughput x E(B): samples per second of progress at the reference batch B0."""
+    return np.asarray(throughput, float) * efficiency(batch, phi, base_batch)
+
+
+def phi_sensitivity(batch, current, phi):
+    """d ln(E(batch) / E(current)) / d ln phi = phi/(phi + current) - phi/(phi + batch)."""
+    batch, current = np.asarray(batch, float), np.asarray(current, float)
+    return phi / (phi + current) - phi / (phi + batch)
+
+
+def prediction_error(batch, current, phi, phi_rse, model_error):
+    """Relative error of goodput(batch) / goodput(current): throughput and efficiency parts.
+
+    ``model_error``: the cost model's relative error (its calibration's median step-time
+    error); ``phi_rse``: relative standard error of phi. Added, not in quadrature: the
+    throughput errors of two batches need not cancel. Never below ``MIN_GAIN``.
+    """
+    eff = np.abs(phi_sensitivity(batch, current, phi)) * phi_rse
+    return np.maximum(MIN_GAIN, model_error + eff)
+
+
+def decide(batches, throughput, phi, phi_rse, base_batch, current, model_error):
+    """Decision over candidate ``batches`` with predicted ``throughput`` (arrays, one per batch).
+
+    ``current``: index of the batch in use. The best candidate is the highest goodput (the
+    smallest batch among equal ones); ``change`` only when its predicted gain over the current
+    one exceeds :func:`prediction_error` (hysteresis: inside the error, keep).
+    """
+    batches = np.asarray(batches, float)
+    g = goodput(throughput, batches, phi, base_batch)
+    near = g >= g.max() * (1.0 - 1e-12)          # equal up to rounding: take the smallest batch
+    best = int(np.flatnonzero(near)[np.argmin(batches[near])])
+    ratio = float(g[best] / g[current])
+    threshold = float(prediction_error(batches[best], batches[current], phi, phi_rse,
+                                       model_error))
+    return Decision(best, ratio, threshold, best != current and ratio - 1.0 > threshold, g)
+
+
+def confidence(samples, rse, min_samples, max_rse):
+    """The confidence rule: act on phi only after ``min_samples`` observations and when its
+    relative standard error is at most ``max_rse``."""
+    if samples < min_samples:
+        return Confidence(False, samples, rse, f"{samples} noise-scale samples < {min_samples}")
+    if not rse <= max_rse:                       # also catches NaN
+        return Confidence(False, samples, rse, f"noise-scale relative error {rse:.2f} > "
+                                               f"{max_rse:g} after {samples} samples")
+    return Confidence(True, samples, rse, f"{samples} samples, relative error {rse:.2f} "
+                                          f"<= {max_rse:g}")
+
+
+def model_error_of(prof, default=MIN_GAIN):
+    """The cost model's measured relative error for profile ``prof``: its calibration's median
+    step-time error (``calibration.step_mdape``, tools/calibrate.py), else ``default``."""
+    calibration = (prof.extra or {}).get("calibration") or {}
+    return float(calibration.get("step_mdape", default))

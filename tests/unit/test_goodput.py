@@ -1,0 +1,167 @@
+"""Goodput objective: invariants over seeded random parameters, the confidence rule, and the
+hysteresis that keeps a noisy estimate from flapping the batch (Pollux, arXiv:2008.12260)."""
+import logging
+
+import numpy as np
+import pytest
+
+from nnabla_torus import goodput
+from nnabla_torus.controller import BatchSizeController
+from nnabla_torus.noise_scale import NoiseScaleEstimator
+
+
+def random_model(seed):
+    rng = np.random.default_rng(seed)
+    base = int(rng.integers(1, 4096))
+    phi = float(10 ** rng.uniform(0, 6))
+    batches = np.sort(rng.integers(base, base * 200, 37))
+    return rng, base, phi, batches
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_efficiency_in_unit_interval_and_monotone(seed):
+    rng, base, phi, batches = random_model(seed)
+    eff = goodput.efficiency(batches, phi, base)
+    assert np.all(eff > 0) and np.all(eff <= 1)
+    assert np.all(np.diff(eff) <= 0)                       # larger batch: less per sample
+    assert goodput.efficiency(base, phi, base) == 1.0
+    # gain: steps at B0 a step at B is worth, in [1, B/B0] and increasing in B
+    g = goodput.gain(batches, phi, base)
+    assert np.all(g >= 1 - 1e-12) and np.all(g <= batches / base + 1e-9)
+    assert np.all(np.diff(g) >= -1e-9)
+    np.testing.assert_allclose(g, batches / base * eff)
+    # more noise: closer to perfect scaling
+    assert np.all(goodput.efficiency(batches, phi * 10, base) >= eff)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_optimum_respects_bounds_and_beats_every_candidate(seed):
+    rng, base, phi, batches = random_model(seed)
+    # sublinear throughput: a + b*B per step (fixed cost amortised), like the cost model
+    fixed, per_sample = rng.uniform(1e-3, 1.0), rng.uniform(1e-5, 1e-2)
+    throughput = batches / (fixed + per_sample * batches)
+    d = goodput.decide(batches, throughput, phi, 0.0, base, current=0, model_error=0.0)
+    assert 0 <= d.best < len(batches) and batches[0] <= batches[d.best] <= batches[-1]
+    assert np.all(d.goodput <= d.goodput[d.best])
+    assert d.gain == pytest.approx(d.goodput[d.best] / d.goodput[0])
+    # flat throughput: no batch is worth more than the smallest
+    flat = goodput.decide(batches, np.ones(len(batches)), phi, 0.0, base, 0, 0.0)
+    assert flat.best == 0 and not flat.change
+
+
+def test_hand_worked_machine_numbers():
+    # This machine (cpu-2core, 4 ranks): 64 -> 390 images/s, 128 -> 444 (+14 %).
+    assert float(goodput.efficiency(128, 300.0, 64)) == pytest.approx(364 / 428)
+    d = goodput.decide([64, 128], [390.0, 444.0], 300.0, 0.2, 64, current=0, model_error=0.145)
+    assert d.best == 0 and not d.change                   # 444/390 x 364/428 = 0.97
+    d = goodput.decide([64, 128], [390.0, 444.0], 1e6, 0.2, 64, current=0, model_error=0.145)
+    assert d.best == 1 and not d.change                   # +13.8 % < 14.5 % error: keep
+    d = goodput.decide([64, 128], [390.0, 600.0], 1e6, 0.2, 64, current=0, model_error=0.145)
+    assert d.change                                       # +54 % is outside the error
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_threshold_grows_with_errors_and_never_below_min_gain(seed):
+    rng, base, phi, batches = random_model(seed)
+    b, now = float(batches[-1]), float(batches[0])
+    low = goodput.prediction_error(b, now, phi, 0.0, 0.0)
+    assert low == goodput.MIN_GAIN
+    rse, err = rng.uniform(0, 1), rng.uniform(0, 0.5)
+    high = goodput.prediction_error(b, now, phi, rse, err)
+    assert high >= max(goodput.MIN_GAIN, err)
+    assert goodput.prediction_error(b, now, phi, 2 * rse, err) >= high
+
+
+def test_confidence_rule_blocks_early_decisions():
+    assert not goodput.confidence(5, 0.01, 20, 0.25).ok
+    assert not goodput.confidence(50, 0.4, 20, 0.25).ok
+    assert not goodput.confidence(50, float("nan"), 20, 0.25).ok
+    assert goodput.confidence(20, 0.25, 20, 0.25).ok
+
+
+def feed(est, phi, rng, noise=0.0):
+    """One observation whose tr(S)/|G|^2 is ``phi`` (times a lognormal error)."""
+    g2, b, big_b = 1.0, 8, 64
+    trace = phi * g2 * float(np.exp(rng.normal(0, noise)))
+    est.update(g2 + trace / b, b, g2 + trace / big_b, big_b)
+
+
+
+def controller(throughput=None, **kw):
+    est = NoiseScaleEstimator(smoothing=0.9)
+    ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=32, lr_scaling="linear",
+                               min_batch=32, max_batch=4096, throughput=throughput, **kw)
+    return est, ctrl
+
+
+def scaling_throughput(local, accum):
+    """1 ms per micro-batch whatever its size: 4 ranks x local images per ms, accumulation
+    buys nothing (a bigger per-rank batch is proportionally faster up to the memory limit)."""
+    return 4.0 * local * accum / (0.001 * accum)
+
+
+def test_no_decision_before_the_estimate_is_trustworthy(caplog):
+    est, ctrl = controller(scaling_throughput, min_samples=20, max_rse=0.25)
+    rng = np.random.default_rng(0)
+    with caplog.at_level(logging.INFO, logger="nnabla_torus.controller"):
+        assert ctrl.plan(0.0).global_batch == 32
+        for step in range(19):
+            feed(est, 2000.0, rng)                         # a huge noise scale, measured early
+            assert ctrl.plan(step * 0.01).global_batch == 32, step
+        assert ctrl.decisions == 0
+        feed(est, 2000.0, rng)                             # the 20th sample: now it may act
+        plan = ctrl.plan(0.3)
+    assert plan.changed and plan.global_batch > 32
+    assert "phi = 2000" in plan.reason and "20 samples" in plan.reason
+    assert "goodput 32000 -> 230582" in plan.reason              # the numbers that drove it
+
+
+def test_a_noisy_estimate_does_not_flap_the_batch():
+    # throughput gains 10 % from 32 to 256 (inside the 14.5 % model error): never move,
+    # whatever the noisy estimate says; with a 1 % model error it may move, but only once
+    # or twice, not at every step.
+    def mild(local, accum):
+        batch = 4.0 * local * accum
+        return batch / (0.01 * batch / 32 * (1 - 0.1 * np.minimum(batch, 256) / 256))
+    est, ctrl = controller(mild, model_error=0.145)
+    rng = np.random.default_rng(1)
+    batches = []
+    for step in range(400):
+        feed(est, 500.0, rng, noise=1.0)
+        batches.append(ctrl.plan(step / 40).global_batch)
+    assert set(batches) == {32}
+    est, ctrl = controller(mild, model_error=0.01, max_rse=10.0)
+    changes = 0
+    for step in range(400):
+        feed(est, 500.0, rng, noise=1.0)
+        changes += ctrl.plan(step / 40).changed
+    assert changes <= 4, changes
+
+
+def test_learning_rate_follows_the_gain():
+    est, ctrl = controller(scaling_throughput, min_samples=2, max_rse=1.0)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        feed(est, 1000.0, rng)
+    plan = ctrl.plan(1.0)
+    phi = est.b_simple
+    assert plan.lr_factor == pytest.approx(float(goodput.gain(plan.global_batch, phi, 32)))
+    assert 1 < plan.lr_factor < plan.global_batch / 32      # below linear scaling
+    keep_est, keep = controller(scaling_throughput, min_samples=2, max_rse=1.0,
+                                lr_at_change="keep")
+    for _ in range(5):
+        feed(keep_est, 1000.0, rng)
+    assert keep.plan(1.0).lr_factor == 1.0                  # the starting batch's rate
+
+
+def test_noise_scale_relative_error_shrinks_with_samples():
+    rng = np.random.default_rng(3)
+    est = NoiseScaleEstimator(smoothing=0.95)
+    assert est.rse == float("inf")
+    errors = []
+    for n in range(1, 201):
+        feed(est, 300.0, rng, noise=0.5)
+        if n in (5, 200):
+            errors.append(est.rse)
+    assert errors[1] < errors[0] and 0 < errors[1] < 0.2
+    assert est.b_simple == pytest.approx(300.0 * np.exp(0.125), rel=0.3)
