@@ -86,10 +86,14 @@ def check_close(got, want, rtol, what):
 
 
 def division_rtol(dtype, p, division, wire_fp16=False):
-    """0 (exact) unless an average by a p that is not a power of two rounds."""
+    """0 (exact) unless an average by a p that is not a power of two rounds: float32 once
+    (sum, then / p); float16 on the wire is pre-scaled as ncclAvg (communicator.prescaled), so
+    each x_r / p and each partial sum rounds: up to (p + 1) * 2**-11 relative."""
     if not division or p & (p - 1) == 0:
         return 0.0
-    return float(np.finfo(np.float16 if wire_fp16 else dtype).eps)
+    if wire_fp16 or np.dtype(dtype) == np.float16:
+        return (p + 1) * 2.0 ** -11
+    return float(np.finfo(dtype).eps)
 
 
 def check_reduced(arrays, shapes, ranks, division, what, wire_fp16=False, first_k=0):
