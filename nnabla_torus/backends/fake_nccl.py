@@ -69,6 +69,13 @@ CUDA_LIKE = ("identity", "mul_scalar", "pow_scalar", "sum")  # nnabla functions 
 _device = [None]  # this process's fake GPU (set_device), None before
 _places = {}  # address -> (bytes, device) of arrays placed on a fake device
 _pending = []  # enqueued collectives: (requests, finish), completed by synchronize()
+# Stream model: the CUDA stream each collective is enqueued on, and the host syncs, in order
+# (lines in ext multi_process_data_parallel_communicator.cu: see NCCLBackend.overlaps_backward).
+# ("legacy-default", op): reduce_scatter / all_gather on stream 0; ("blocking", op): all_reduce /
+# reduce / bcast on streams that wait for stream 0; ("non-blocking", op): all_reduce_callback's
+# packs (cudaStreamNonBlocking, ordered by events); ("host-sync", what): synchronize() and
+# Event.synchronize(). Tests read and clear it.
+stream_log = []
 
 
 # -- the fake device -------------------------------------------------------------------------
@@ -155,6 +162,11 @@ def reset():
 
 def synchronize(device_id="0"):
     """Complete every enqueued collective (cudaDeviceSynchronize); spins while a peer is missing."""
+    stream_log.append(("host-sync", "synchronize"))
+    _complete()
+
+
+def _complete():
     while _pending:
         requests, finish = _pending.pop(0)
         try:
@@ -177,10 +189,12 @@ class Event:
         pass
 
     def synchronize(self):
-        synchronize(str(self.device_id))
+        stream_log.append(("host-sync", "event"))
+        _complete()
 
 
-def _enqueue(requests, finish=lambda: None):
+def _enqueue(requests, finish=lambda: None, stream="blocking", op="all_reduce"):
+    stream_log.append((stream, op))
     _pending.append((requests, finish))
 
 
@@ -348,11 +362,11 @@ class FakeMultiProcessDataParallelCommunicator:
             total += part
         return total
 
-    def _gather_sum(self, comm, flat, division, done):
+    def _gather_sum(self, comm, flat, division, done, stream="blocking", op="all_reduce"):
         """Enqueue the sum of ``flat`` over ``comm``; ``done(total)`` runs at synchronize()."""
         parts = np.empty((comm.Get_size(), flat.size), self.dtype)
         request = comm.Iallgather(_bytes(np.ascontiguousarray(flat)), _bytes(parts))
-        _enqueue([request], lambda: done(self._sum(parts, division)))
+        _enqueue([request], lambda: done(self._sum(parts, division)), stream, op)
 
     def _all_zeroing(self, arrays, comm):
         """Per array: zeroing on every member of ``comm`` (nnabla's mpi_check_all, blocking)."""
@@ -398,7 +412,8 @@ class FakeMultiProcessDataParallelCommunicator:
         for batch in batches:
             large, flats = self._pack(batch)
             flats = flats if me == dst else []
-            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f))
+            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f),
+                             op="reduce")
 
     def bcast(self, data, src, inplace=False, group="world"):
         """ncclBcast from group position ``src``."""
@@ -406,7 +421,7 @@ class FakeMultiProcessDataParallelCommunicator:
         for batch in batches:
             large, flats = self._pack(batch)
             _enqueue([comm.Ibcast(_bytes(large), root=src)],
-                     lambda large=large, flats=flats: self._unpack(large, flats))
+                     lambda large=large, flats=flats: self._unpack(large, flats), op="bcast")
 
     def all_gather(self, ndarray, ndarray_list, group="world"):
         """ncclAllGather: member i's ``ndarray`` lands at offset i * size of the list."""
@@ -417,7 +432,8 @@ class FakeMultiProcessDataParallelCommunicator:
             raise ValueError(f"all_gather: ndarray_list holds {large.size} elements, fewer than "
                              f"{m} members x {send.size} (NCCL would write past it)")
         recv = large[:m * send.size]
-        _enqueue([comm.Iallgather(_bytes(send), _bytes(recv))], lambda: self._unpack(large, flats))
+        _enqueue([comm.Iallgather(_bytes(send), _bytes(recv))], lambda: self._unpack(large, flats),
+                 "legacy-default", "all_gather")
 
     def reduce_scatter(self, ndarray_list, ndarray, division=False, group="world"):
         """ncclReduceScatter: member i receives the sum of chunk i of the packed list."""
@@ -431,7 +447,8 @@ class FakeMultiProcessDataParallelCommunicator:
         parts = np.empty((m, count), self.dtype)
         send = np.ascontiguousarray(large[:m * count])
         _enqueue([comm.Ialltoall(_bytes(send), _bytes(parts))],
-                 lambda: self._unpack(self._sum(parts, division), [out]))
+                 lambda: self._unpack(self._sum(parts, division), [out]),
+                 "legacy-default", "reduce_scatter")
 
     def all_reduce_callback(self, data, pack_size, division=False, group="world",
                             scale_grad=1, keep_dtype=False):
@@ -470,11 +487,15 @@ class FakeAllReduceCallback:
 
     def on_finish_backward(self):
         self._all_reduce()
-        synchronize()
+        # Counted as one host sync per backward (the conservative reading of ext ~1119-1135,
+        # where stream 0 is ordered after the packs' events), never one per pack.
+        stream_log.append(("host-sync", "on_finish_backward"))
+        _complete()
 
     def _all_reduce(self):
         if self._flats:
             flats = self._flats
             self.parent._gather_sum(self.comm, np.concatenate(self._parts), self.division,
-                                    lambda total: self.parent._unpack(total, flats))
+                                    lambda total: self.parent._unpack(total, flats),
+                                    "non-blocking", "all_reduce_callback")
         self._flats, self._parts = [], []
