@@ -156,12 +156,18 @@ class BucketedAllReduce:
     def backward(self, loss, **backward_kwargs):
         """``loss.backward(**backward_kwargs)`` with bucketed all-reduce, then flush. On the
         device (``on_device``): nnabla's callback in packs of the bucket size, no thread and
-        no hook; it averages gradients as they are (FP16: still loss-scaled)."""
+        no hook; it averages gradients as they are (FP16: still loss-scaled). Where the
+        collectives would share the compute stream (``overlaps_backward`` False, e.g. the
+        algorithm left ``native`` after ``set_algorithm``): one all-reduce after backward."""
+        grads = [v.grad for bucket in self.buckets for v in bucket]
         if on_device(self.comm):
-            grads = [v.grad for bucket in self.buckets for v in bucket]
             callback = self.comm.all_reduce_callback(grads, self.pack_size,
                                                      division=self.division)
             loss.backward(communicator_callbacks=callback, **backward_kwargs)
+            return
+        if not overlaps_backward(self.comm):      # e.g. torus2d on NCCL: one call after backward
+            loss.backward(**backward_kwargs)
+            self.comm.all_reduce(grads, division=self.division, inplace=False)
             return
         self.reset()
         try:

@@ -99,6 +99,19 @@ def device_streams(comm):
     for name in reference:
         np.testing.assert_allclose(params[name].g, 8 * reference[name], rtol=1e-6, atol=8e-7,
                                    err_msg=f"{name} loss-scaled")
+    # The algorithm switched away from native (as --algorithm auto may): one fused torus call
+    # after backward, not a pair of compute-stream collectives per bucket.
+    comm.set_algorithm("torus2d")
+    for p in params.values():
+        p.grad.zero()
+    loss.forward()
+    fake_nccl.stream_log.clear()
+    reducer.backward(loss)
+    calls = [e[1] for e in fake_nccl.stream_log if e[0] != "host-sync"]
+    assert calls == ["reduce_scatter", "all_gather"], fake_nccl.stream_log
+    for name in reference:
+        np.testing.assert_allclose(params[name].g, reference[name], rtol=1e-6, atol=1e-7,
+                                   err_msg=f"{name} torus2d")
     reducer.close()
     if comm.rank == 0:
         print(f"device streams: {len(packs)} packs on non-blocking streams, {len(syncs)} host "
