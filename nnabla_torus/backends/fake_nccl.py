@@ -41,8 +41,11 @@ and nnabla-ext-cuda ``src/nbla/cuda/communicator/multi_process_data_parallel_com
   ``synchronize()``, and a collective a peer never joins spins there for ever, as NCCL kernels
   do (nothing here times out).
 
-What it cannot mimic: CUDA streams (a GPU's later kernels on the default stream see results
-without a host synchronisation; here only ``synchronize`` delivers them), device memory,
+- streams, as a record only: ``stream_log`` lists the stream kind each collective is enqueued
+  on (legacy default, blocking, non-blocking) and every host sync, for tests of overlap.
+
+What it cannot mimic: CUDA stream semantics (a GPU's later kernels on the default stream see
+results without a host synchronisation; here only ``synchronize`` delivers them), device memory,
 NCCL's algorithms, protocols, timing and summation order (the fake sums in group order, the
 same on every member); out-of-bounds reads and writes (where NCCL would run past a buffer, the
 fake raises ValueError); the C++ type of ``all_reduce_callback``'s result (the fake's is a
