@@ -74,8 +74,9 @@ _places = {}  # address -> (bytes, device) of arrays placed on a fake device
 _pending = []  # enqueued collectives: (requests, finish), completed by synchronize()
 # Stream model: the CUDA stream each collective is enqueued on, and the host syncs, in order
 # (lines in ext multi_process_data_parallel_communicator.cu: see NCCLBackend.overlaps_backward).
-# ("legacy-default", op): reduce_scatter / all_gather on stream 0; ("blocking", op): all_reduce /
-# reduce / bcast on streams that wait for stream 0; ("non-blocking", op): all_reduce_callback's
+# ("legacy-default", op): reduce_scatter / all_gather, and all_reduce / reduce / bcast unless
+# in place on a list (stream 0 or nullptr); ("blocking", op): those in place on a list (streams
+# that wait for stream 0, see _stream); ("non-blocking", op): all_reduce_callback's
 # packs (cudaStreamNonBlocking, ordered by events); ("host-sync", what): synchronize() and
 # Event.synchronize(). Tests read and clear it.
 stream_log = []
@@ -196,7 +197,14 @@ class Event:
         _complete()
 
 
-def _enqueue(requests, finish=lambda: None, stream="blocking", op="all_reduce"):
+def _stream(data, inplace):
+    """The stream nnabla enqueues all_reduce / reduce / bcast on: an in-place list round-robins
+    over streams from plain cudaStreamCreate (ext .cu 434, 747), anything else passes nullptr,
+    the legacy default stream (754, 774, 874)."""
+    return "blocking" if inplace and isinstance(data, list) else "legacy-default"
+
+
+def _enqueue(requests, finish, stream, op):
     stream_log.append((stream, op))
     _pending.append((requests, finish))
 
@@ -365,7 +373,7 @@ class FakeMultiProcessDataParallelCommunicator:
             total += part
         return total
 
-    def _gather_sum(self, comm, flat, division, done, stream="blocking", op="all_reduce"):
+    def _gather_sum(self, comm, flat, division, done, stream, op="all_reduce"):
         """Enqueue the sum of ``flat`` over ``comm``; ``done(total)`` runs at synchronize()."""
         parts = np.empty((comm.Get_size(), flat.size), self.dtype)
         request = comm.Iallgather(_bytes(np.ascontiguousarray(flat)), _bytes(parts))
@@ -391,7 +399,8 @@ class FakeMultiProcessDataParallelCommunicator:
         batches = [[a] for a in live] if inplace else [live] if live else []
         for batch in batches:
             large, flats = self._pack(batch)
-            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f))
+            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f),
+                             _stream(data, inplace))
 
     def _rooted(self, group, root, data, inplace, op):
         """Member and root checks; (comm, position, batches of arrays NCCL moves)."""
@@ -416,7 +425,7 @@ class FakeMultiProcessDataParallelCommunicator:
             large, flats = self._pack(batch)
             flats = flats if me == dst else []
             self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f),
-                             op="reduce")
+                             _stream(data, inplace), "reduce")
 
     def bcast(self, data, src, inplace=False, group="world"):
         """ncclBcast from group position ``src``."""
@@ -424,7 +433,8 @@ class FakeMultiProcessDataParallelCommunicator:
         for batch in batches:
             large, flats = self._pack(batch)
             _enqueue([comm.Ibcast(_bytes(large), root=src)],
-                     lambda large=large, flats=flats: self._unpack(large, flats), op="bcast")
+                     lambda large=large, flats=flats: self._unpack(large, flats),
+                     _stream(data, inplace), "bcast")
 
     def all_gather(self, ndarray, ndarray_list, group="world"):
         """ncclAllGather: member i's ``ndarray`` lands at offset i * size of the list."""
