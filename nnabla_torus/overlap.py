@@ -10,6 +10,9 @@ on a communication thread: nnabla releases the GIL in backward, so communication
 remaining backward really run at the same time; ``threaded=False`` all-reduces inside the
 hook (backward waits for each bucket). Either way ``flush`` returns when every bucket is done. Parameters are matched by their underlying variable
 (``hash``/``==`` of ``nn.Variable``), not with ``is``: the hook sees fresh Python wrappers.
+On the NCCL backend with ``native`` (``on_device``) backward gets nnabla's own
+``all_reduce_callback`` instead, in packs of ``bucket_mib``: no hook, no thread, no host sync
+per pack.
 
 The result equals ``comm.all_reduce(all_grads, division=True)`` after backward. Example::
 
@@ -29,10 +32,26 @@ import threading
 
 
 def overlaps_backward(comm):
-    """Whether ``comm``'s collectives can run while backward computes (False on the NCCL
-    backend: its collectives share the compute stream, ``NCCLBackend.overlaps_backward``;
-    True for host backends and communicators without a backend)."""
-    return getattr(getattr(comm, "backend", None), "overlaps_backward", True)
+    """Whether ``comm``'s gradient all-reduce can run while backward computes: True for host
+    backends and communicators without a backend; on the NCCL backend only through nnabla's
+    own ``all_reduce_callback`` (``on_device``), since its other collectives share the
+    compute stream (``NCCLBackend.overlaps_backward``)."""
+    backend = getattr(comm, "backend", None)
+    return getattr(backend, "overlaps_backward", True) or on_device(comm)
+
+
+def on_device(comm):
+    """Whether the overlap runs on the device through nnabla's C++ ``all_reduce_callback``
+    (packs on non-blocking streams ordered by events, ext .cu ~998-1000, 1049-1050,
+    1119-1135): the NCCL backend with the world all-reduce ``native``, and no gradient norms
+    tracked (``comm.track_sqnorms``, the noise scale: nnabla's callback reports none). The torus phases are
+    not on it: they are reduce_scatter / all_gather / all_reduce on rows and columns, which
+    nnabla's Python API enqueues on the compute stream; running them on a stream of our own
+    would need NCCL calls outside nnabla's API."""
+    backend = getattr(comm, "backend", None)
+    return (getattr(backend, "all_reduce_callback", None) is not None
+            and getattr(comm, "algorithm", None) == "native"
+            and not getattr(comm, "track_sqnorms", False))
 
 MIB = 1 << 20
 _STOP = None          # queued instead of a bucket index: the communication thread ends
@@ -57,6 +76,7 @@ class BucketedAllReduce:
         unused = [v for v in params if v not in uses]
         self.buckets = (make_buckets(order, bucket_mib * MIB, grad_bytes) +
                         ([unused] if unused else []))
+        self.pack_size = max(1, int(bucket_mib * MIB) // grad_bytes)  # elements, on_device
         self.bucket_of = {v: i for i, bucket in enumerate(self.buckets) for v in bucket}
         self.pending = queue.Queue() if threaded else None
         self.error = None
@@ -134,7 +154,21 @@ class BucketedAllReduce:
                 raise RuntimeError(f"bucketed all-reduce failed: {error}") from error
 
     def backward(self, loss, **backward_kwargs):
-        """``loss.backward(**backward_kwargs)`` with bucketed all-reduce, then flush."""
+        """``loss.backward(**backward_kwargs)`` with bucketed all-reduce, then flush. On the
+        device (``on_device``): nnabla's callback in packs of the bucket size, no thread and
+        no hook; it averages gradients as they are (FP16: still loss-scaled). Where the
+        collectives would share the compute stream (``overlaps_backward`` False, e.g. the
+        algorithm left ``native`` after ``set_algorithm``): one all-reduce after backward."""
+        grads = [v.grad for bucket in self.buckets for v in bucket]
+        if on_device(self.comm):
+            callback = self.comm.all_reduce_callback(grads, self.pack_size,
+                                                     division=self.division)
+            loss.backward(communicator_callbacks=callback, **backward_kwargs)
+            return
+        if not overlaps_backward(self.comm):      # e.g. torus2d on NCCL: one call after backward
+            loss.backward(**backward_kwargs)
+            self.comm.all_reduce(grads, division=self.division, inplace=False)
+            return
         self.reset()
         try:
             loss.backward(function_post_hook=self.hook, **backward_kwargs)

@@ -17,7 +17,7 @@ step_time_ci95_s (1.96 sigma of the step times), allreduce_s (median), allreduce
 images_per_sec, images_per_sec_per_rank, images_per_sec_per_rank_ci95, overlap,
 scaling_efficiency (with --scaling: images/s / (ranks x images/s at the fewest ranks))}.
 With overlap the all-reduce time is time inside the calls during backward, not the time it
-adds to the step.
+adds to the step (0 on NCCL with ``native``: nnabla's callback packs run inside backward).
 """
 import argparse
 import json
@@ -87,10 +87,16 @@ def parse_args(argv=None):
 
 
 class TimedComm:
-    """Forward to ``comm``; add the seconds spent in all_reduce to ``seconds``."""
+    """Forward to ``comm``; add the seconds spent in all_reduce to ``seconds``. Other attributes
+    are ``comm``'s, so ``BucketedAllReduce`` takes the device path through it on NCCL with
+    ``native`` (nnabla's all_reduce_callback; its packs run inside backward and are not
+    counted in ``seconds``)."""
 
     def __init__(self, comm):
         self.comm, self.seconds = comm, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
 
     def all_reduce(self, data, **kwargs):
         from nnabla_torus.backends import synchronize

@@ -751,12 +751,14 @@ def main(argv=None):
             graph_key = (plan.local_batch, plan.accum_steps)
             if reducer is not None:
                 reducer.close()          # its thread serves the old graph's buckets
+                reducer = None
             graph = build_graph(model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
                                 plan.accum_steps)
             if cfg.overlap and not overlaps_backward(comm):
-                log("overlap off: on the nccl backend nnabla enqueues every collective on the "
-                    "stream backward runs on, so bucketing during backward only adds host "
-                    "syncs; the gradients are all-reduced after backward")
+                log(f"overlap off: on the nccl backend only algorithm native overlaps on the "
+                    f"device (nnabla's all_reduce_callback), without the noise scale; "
+                    f"{comm.algorithm} enqueues every collective on the stream backward runs "
+                    f"on: the gradients are all-reduced after backward")
             elif cfg.overlap:
                 reducer = BucketedAllReduce(comm, graph[3], params, bucket_mib=cfg.bucket_mib,
                                             grad_bytes=2 if type_config == "half" else 4)

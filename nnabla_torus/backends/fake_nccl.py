@@ -41,8 +41,11 @@ and nnabla-ext-cuda ``src/nbla/cuda/communicator/multi_process_data_parallel_com
   ``synchronize()``, and a collective a peer never joins spins there for ever, as NCCL kernels
   do (nothing here times out).
 
-What it cannot mimic: CUDA streams (a GPU's later kernels on the default stream see results
-without a host synchronisation; here only ``synchronize`` delivers them), device memory,
+- streams, as a record only: ``stream_log`` lists the stream kind each collective is enqueued
+  on (legacy default, blocking, non-blocking) and every host sync, for tests of overlap.
+
+What it cannot mimic: CUDA stream semantics (a GPU's later kernels on the default stream see
+results without a host synchronisation; here only ``synchronize`` delivers them), device memory,
 NCCL's algorithms, protocols, timing and summation order (the fake sums in group order, the
 same on every member); out-of-bounds reads and writes (where NCCL would run past a buffer, the
 fake raises ValueError); the C++ type of ``all_reduce_callback``'s result (the fake's is a
@@ -69,6 +72,14 @@ CUDA_LIKE = ("identity", "mul_scalar", "pow_scalar", "sum")  # nnabla functions 
 _device = [None]  # this process's fake GPU (set_device), None before
 _places = {}  # address -> (bytes, device) of arrays placed on a fake device
 _pending = []  # enqueued collectives: (requests, finish), completed by synchronize()
+# Stream model: the CUDA stream each collective is enqueued on, and the host syncs, in order
+# (lines in ext multi_process_data_parallel_communicator.cu: see NCCLBackend.overlaps_backward).
+# ("legacy-default", op): reduce_scatter / all_gather, and all_reduce / reduce / bcast unless
+# in place on a list (stream 0 or nullptr); ("blocking", op): those in place on a list (streams
+# that wait for stream 0, see _stream); ("non-blocking", op): all_reduce_callback's
+# packs (cudaStreamNonBlocking, ordered by events); ("host-sync", what): synchronize() and
+# Event.synchronize(). Tests read and clear it.
+stream_log = []
 
 
 # -- the fake device -------------------------------------------------------------------------
@@ -155,6 +166,11 @@ def reset():
 
 def synchronize(device_id="0"):
     """Complete every enqueued collective (cudaDeviceSynchronize); spins while a peer is missing."""
+    stream_log.append(("host-sync", "synchronize"))
+    _complete()
+
+
+def _complete():
     while _pending:
         requests, finish = _pending.pop(0)
         try:
@@ -177,10 +193,19 @@ class Event:
         pass
 
     def synchronize(self):
-        synchronize(str(self.device_id))
+        stream_log.append(("host-sync", "event"))
+        _complete()
 
 
-def _enqueue(requests, finish=lambda: None):
+def _stream(data, inplace):
+    """The stream nnabla enqueues all_reduce / reduce / bcast on: an in-place list round-robins
+    over streams from plain cudaStreamCreate (ext .cu 434, 747), anything else passes nullptr,
+    the legacy default stream (754, 774, 874)."""
+    return "blocking" if inplace and isinstance(data, list) else "legacy-default"
+
+
+def _enqueue(requests, finish, stream, op):
+    stream_log.append((stream, op))
     _pending.append((requests, finish))
 
 
@@ -348,11 +373,11 @@ class FakeMultiProcessDataParallelCommunicator:
             total += part
         return total
 
-    def _gather_sum(self, comm, flat, division, done):
+    def _gather_sum(self, comm, flat, division, done, stream, op="all_reduce"):
         """Enqueue the sum of ``flat`` over ``comm``; ``done(total)`` runs at synchronize()."""
         parts = np.empty((comm.Get_size(), flat.size), self.dtype)
         request = comm.Iallgather(_bytes(np.ascontiguousarray(flat)), _bytes(parts))
-        _enqueue([request], lambda: done(self._sum(parts, division)))
+        _enqueue([request], lambda: done(self._sum(parts, division)), stream, op)
 
     def _all_zeroing(self, arrays, comm):
         """Per array: zeroing on every member of ``comm`` (nnabla's mpi_check_all, blocking)."""
@@ -374,7 +399,8 @@ class FakeMultiProcessDataParallelCommunicator:
         batches = [[a] for a in live] if inplace else [live] if live else []
         for batch in batches:
             large, flats = self._pack(batch)
-            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f))
+            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f),
+                             _stream(data, inplace))
 
     def _rooted(self, group, root, data, inplace, op):
         """Member and root checks; (comm, position, batches of arrays NCCL moves)."""
@@ -398,7 +424,8 @@ class FakeMultiProcessDataParallelCommunicator:
         for batch in batches:
             large, flats = self._pack(batch)
             flats = flats if me == dst else []
-            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f))
+            self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f),
+                             _stream(data, inplace), "reduce")
 
     def bcast(self, data, src, inplace=False, group="world"):
         """ncclBcast from group position ``src``."""
@@ -406,7 +433,8 @@ class FakeMultiProcessDataParallelCommunicator:
         for batch in batches:
             large, flats = self._pack(batch)
             _enqueue([comm.Ibcast(_bytes(large), root=src)],
-                     lambda large=large, flats=flats: self._unpack(large, flats))
+                     lambda large=large, flats=flats: self._unpack(large, flats),
+                     _stream(data, inplace), "bcast")
 
     def all_gather(self, ndarray, ndarray_list, group="world"):
         """ncclAllGather: member i's ``ndarray`` lands at offset i * size of the list."""
@@ -417,7 +445,8 @@ class FakeMultiProcessDataParallelCommunicator:
             raise ValueError(f"all_gather: ndarray_list holds {large.size} elements, fewer than "
                              f"{m} members x {send.size} (NCCL would write past it)")
         recv = large[:m * send.size]
-        _enqueue([comm.Iallgather(_bytes(send), _bytes(recv))], lambda: self._unpack(large, flats))
+        _enqueue([comm.Iallgather(_bytes(send), _bytes(recv))], lambda: self._unpack(large, flats),
+                 "legacy-default", "all_gather")
 
     def reduce_scatter(self, ndarray_list, ndarray, division=False, group="world"):
         """ncclReduceScatter: member i receives the sum of chunk i of the packed list."""
@@ -431,7 +460,8 @@ class FakeMultiProcessDataParallelCommunicator:
         parts = np.empty((m, count), self.dtype)
         send = np.ascontiguousarray(large[:m * count])
         _enqueue([comm.Ialltoall(_bytes(send), _bytes(parts))],
-                 lambda: self._unpack(self._sum(parts, division), [out]))
+                 lambda: self._unpack(self._sum(parts, division), [out]),
+                 "legacy-default", "reduce_scatter")
 
     def all_reduce_callback(self, data, pack_size, division=False, group="world",
                             scale_grad=1, keep_dtype=False):
@@ -470,11 +500,14 @@ class FakeAllReduceCallback:
 
     def on_finish_backward(self):
         self._all_reduce()
-        synchronize()
+        # Not a host sync: stream 0 waits for the unpack stream's event (ext .cu 1101-1113);
+        # the fake has no later kernels to order, so it completes the sums here.
+        _complete()
 
     def _all_reduce(self):
         if self._flats:
             flats = self._flats
             self.parent._gather_sum(self.comm, np.concatenate(self._parts), self.division,
-                                    lambda total: self.parent._unpack(total, flats))
+                                    lambda total: self.parent._unpack(total, flats),
+                                    "non-blocking", "all_reduce_callback")
         self._flats, self._parts = [], []

@@ -35,3 +35,21 @@ def test_overflowed_step_is_skipped_on_every_rank(tmp_path):
                                        "--output-dir", str(tmp_path)], timeout=240)
     assert "step 0: FP16 gradients overflowed, update skipped; loss scale now 3.4e+38" in out, out
     assert "PARAMS_EQUAL" in out, out
+
+
+@pytest.mark.slow
+def test_issue19_fp16_overlap_on_the_nccl_fake_equals_overlap_off(tmp_path):
+    """fake-nccl, one host, --algorithm native: overlap goes through nnabla's
+    all_reduce_callback (seeded with the loss scale, then unscaled) and gives the parameters of
+    the run that all-reduces after backward, bitwise. The old code turned overlap off here."""
+    env = {"NNABLA_TORUS_BACKEND": "fake-nccl", "NNABLA_TORUS_RANKS_PER_HOST": "2"}
+    params = {}
+    for overlap in ("1", "0"):
+        args = SMALL[:-1] + [overlap]                  # SMALL ends with "--overlap", "1"
+        out = run_mpi(2, [PROG, "--save-params", str(tmp_path / f"{overlap}.npz")] + args +
+                      ["--type-config", "half", "--algorithm", "native",
+                       "--output-dir", str(tmp_path / overlap)], timeout=240, env=env)
+        assert "PARAMS_EQUAL" in out and "overlap off" not in out, out
+        params[overlap] = np.load(tmp_path / f"{overlap}.npz")
+    for name in params["0"].files:
+        np.testing.assert_array_equal(params["1"][name], params["0"][name], err_msg=name)

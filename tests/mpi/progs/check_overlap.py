@@ -5,6 +5,8 @@ has a conv, an affine and a parameter the loss never reads; bucket sizes from ti
 parameter per bucket) to huge (one bucket); all-reduce in the hook and on the communication
 thread. Prints "PASSED check_overlap" on rank 0.
 """
+import sys
+
 import numpy as np
 import nnabla as nn
 import nnabla.functions as F
@@ -13,6 +15,7 @@ from nnabla.ext_utils import get_extension_context
 from nnabla.parameter import get_parameter_or_create
 
 import nnabla_torus as C
+from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.overlap import BucketedAllReduce
 from tests.mpirun import passed_line
 
@@ -65,11 +68,62 @@ def gradients(comm, bucket_mib, threaded=False):
     return {k: p.g.copy() for k, p in params.items()}, (during, len(reducer.buckets))
 
 
+def device_streams(comm):
+    """fake-nccl, algorithm native: BucketedAllReduce.backward all-reduces during backward on
+    non-blocking streams only (nnabla's all_reduce_callback), several packs, no host sync, and the same gradients as one all-reduce after backward."""
+    from nnabla_torus.backends import fake_nccl
+    assert comm.algorithm == "native", comm.algorithm
+    reference, _ = gradients(comm, None)
+    loss, params = build(comm.rank)
+    for p in params.values():
+        p.grad.zero()
+    loss.forward()
+    reducer = BucketedAllReduce(comm, loss, params, bucket_mib=1e-4)   # ~26 elements a pack
+    fake_nccl.synchronize()
+    fake_nccl.stream_log.clear()
+    reducer.backward(loss)
+    log = list(fake_nccl.stream_log)
+    packs = [e for e in log if e[0] != "host-sync"]
+    syncs = [e for e in log if e[0] == "host-sync"]
+    assert len(packs) >= 3 and all(e == ("non-blocking", "all_reduce_callback") for e in packs), log
+    assert not syncs, log            # none per pack, none at the end (ext .cu 1101-1113)
+    for name in reference:
+        np.testing.assert_allclose(params[name].g, reference[name], rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
+    # FP16's path: backward seeded with the loss scale through the same callback.
+    for p in params.values():
+        p.grad.zero()
+    loss.forward()
+    DynamicLossScaling(scale=8.0).backward(loss, reducer)
+    for name in reference:
+        np.testing.assert_allclose(params[name].g, 8 * reference[name], rtol=1e-6, atol=8e-7,
+                                   err_msg=f"{name} loss-scaled")
+    # The algorithm switched away from native (as --algorithm auto may): one fused torus call
+    # after backward, not a pair of compute-stream collectives per bucket.
+    comm.set_algorithm("torus2d")
+    for p in params.values():
+        p.grad.zero()
+    loss.forward()
+    fake_nccl.stream_log.clear()
+    reducer.backward(loss)
+    calls = [e[1] for e in fake_nccl.stream_log if e[0] != "host-sync"]
+    assert calls == ["reduce_scatter", "all_gather"], fake_nccl.stream_log
+    for name in reference:
+        np.testing.assert_allclose(params[name].g, reference[name], rtol=1e-6, atol=1e-7,
+                                   err_msg=f"{name} torus2d")
+    reducer.close()
+    if comm.rank == 0:
+        print(f"device streams: {len(packs)} packs on non-blocking streams, no host sync")
+        print(passed_line("check_overlap"))
+
+
 def main():
     ctx = get_extension_context("cpu")
     nn.set_default_context(ctx)
     comm = C.MultiProcessDataParallelCommunicator(ctx)
     comm.init()
+    if sys.argv[1:] == ["device-streams"]:
+        return device_streams(comm)
     reference, _ = gradients(comm, None)
     assert np.abs(reference["shared/affine/W"]).sum() > 0
     for bucket_mib, threaded in [(1e-6, False), (1e-3, False), (100.0, False), (1e-6, True),
