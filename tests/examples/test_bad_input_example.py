@@ -70,6 +70,8 @@ TRAIN = [
     (["--stride-on", "2x2"], "invalid choice: '2x2'"),
     (["--zero-init-last-gamma", "maybe"], "argument --zero-init-last-gamma"),
     (["--allow-tf32", "maybe"], "argument --allow-tf32"),
+    (["--adaptive-min-samples", "-3"], "argument --adaptive-min-samples: must be an integer >= 2"),
+    (["--adaptive-max-rse", "0"], "argument --adaptive-max-rse: must be a finite number > 0"),
     (["--bn-statistics", "global"], "invalid choice: 'global'"),
     (["--context", "gpu"], "invalid choice: 'gpu'"),
     (["--type-config", "double"], "invalid choice: 'double'"),
