@@ -39,7 +39,7 @@ RESNET50_BYTES = 25557032 * 4
 # The tests that need GPUs: real NCCL (the nccl-2/4/8 cases of test_communicator, not the
 # fake-nccl-3/4 ones the CPU suite runs already) and DALI's batches in device arrays.
 DEVICE_TESTS = ["tests/mpi/test_nccl_mapping.py", "tests/mpi/test_communicator.py",
-                "tests/unit/test_data_device.py"]
+                "tests/examples/test_data_device.py"]
 DEVICE_TESTS_K = "real_nccl or (nccl- and not fake) or on_a_gpu"
 NCCL_MIN = 21003  # nnabla-ext-cuda 1.39 refuses older NCCL
 
