@@ -9,7 +9,7 @@ NP ?= 4
 PYTEST_ARGS ?=
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Root may run Open MPI only when it says so; 2-core machines need --oversubscribe for NP > 2.
-# No --mca mpi_ft_enable 1 (nnabla_torus.launch.FAULT_ARGS) here: it lets survivors name a dead
+# No --mca mpi_ft_enable 1 (nnabla_torus.launching.mpirun_cmd.FAULT_ARGS) here: it lets survivors name a dead
 # rank only across hosts (on one host mpirun names it), and with it Open MPI prints a warning
 # for every shared-memory window (ompi/mca/osc/base/osc_base_init.c).
 MPIRUN_FLAGS := --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root)

@@ -9,23 +9,23 @@ MPI) is imported on first use of its names, so the planner and ``--help`` never 
 It only installs an import hook: when anything later imports ``nnabla_ext.cuda`` (e.g.
 ``get_extension_context("cudnn")``), Open MPI, NCCL and the CUDA wheels' libraries are
 prepared first, so that nnabla registers its NCCL communicators
-(:mod:`nnabla_torus.backends.cuda_env`). Import nnabla_torus before making a CUDA context.
+(:mod:`nnabla_torus.comm.backends.cuda_env`). Import nnabla_torus before making a CUDA context.
 """
 import importlib
 
-from .backends import cuda_env
+from .comm.backends import cuda_env
 
 cuda_env.install_import_hook()
 
 __version__ = "0.1.0"
 
-_LAZY = {"MultiProcessDataParallelCommunicator": "communicator",
+_LAZY = {"MultiProcessDataParallelCommunicator": "comm.communicator",
          # nnabla's other names for the same factory (nnabla communicator.pyx:667-671)
-         "MultiProcessDataParalellCommunicator": "communicator",
-         "MultiProcessCommunicator": "communicator", "Comm": "communicator",
-         "Dist": "communicator", "DataParallelCommunicator": "communicator",
-         "TorusCommunicator": "communicator", "CollectiveTimeout": "rendezvous",
-         "RankGone": "rendezvous", "RankLost": "rendezvous", "Grid": "topology"}
+         "MultiProcessDataParalellCommunicator": "comm.communicator",
+         "MultiProcessCommunicator": "comm.communicator", "Comm": "comm.communicator",
+         "Dist": "comm.communicator", "DataParallelCommunicator": "comm.communicator",
+         "TorusCommunicator": "comm.communicator", "CollectiveTimeout": "comm.rendezvous",
+         "RankGone": "comm.rendezvous", "RankLost": "comm.rendezvous", "Grid": "comm.topology"}
 __all__ = list(_LAZY)
 
 

@@ -21,12 +21,12 @@ import sys
 
 import numpy as np
 
-from . import costmodel, planner, runtime
-from .costmodel import ALGORITHMS
+from .planning import costmodel, planner, run_forecast
+from .planning.costmodel import ALGORITHMS
 from .knobs import TIMEOUT_MAX_S, BadValue, add_knob, number
-from .profile import add_profile_knob, list_profiles, load_profile, model_of
-from .schedules import BatchSchedule
-from .topology import parse_grid
+from .planning.machine_profile import add_profile_knob, list_profiles, load_profile, model_of
+from .planning.schedules import BatchSchedule
+from .comm.topology import parse_grid
 
 COLUMNS = [("gpus", "{:>6d}"), ("grid", "{:>8s}"), ("algorithm", "{:>12s}"),
            ("local_batch", "{:>5d}"), ("accum_steps", "{:>3d}"), ("global_batch", "{:>7d}"),
@@ -118,7 +118,7 @@ def build_parser():
     add_knob(parser, "--simulate", "NNABLA_TORUS_PLAN_SIMULATE", 0,
              "re-rank the K best candidates (the best plan of each GPU count, by goodput; "
              "with --schedule: the phases) by a timed simulation of their all-reduce "
-             "(nnabla_torus.simulate; 0: off)", type=number(int, low=0))
+             "(nnabla_torus.sim.simulate; 0: off)", type=number(int, low=0))
     add_knob(parser, "--max-wall", "NNABLA_TORUS_PLAN_MAX_WALL", 600.0,
              "wall-clock seconds allowed per simulated all-reduce",
              type=number(float, low=0, strict=True, high=TIMEOUT_MAX_S))
@@ -161,9 +161,9 @@ def refuse_ignored(parser, args):
 
 def simulated(prof, model, plans, max_wall, engine=None):
     """Lines of the K plans re-ranked by simulated step time, with both all-reduce times."""
-    from .backends.virtual import WallLimit
-    from .simgrid import SimGridUnavailable
-    from .simulate import rerank, resolve_engine
+    from .sim.virtual import WallLimit
+    from .sim.simgrid import SimGridUnavailable
+    from .sim.simulate import rerank, resolve_engine
     try:
         engine = resolve_engine(engine)
         ranked = rerank(prof, model, plans, max_wall, engine)
@@ -259,7 +259,7 @@ def published_rows(prof, model, recipe, prediction, fitted_on):
         rows.append(("time to train", f"{expected['time_s']:g} s", f"{prediction.total_s:.1f} s",
                      f"{err:+.1%}{note}"))
     if "scaling_efficiency" in expected and "scaling_gpus" in expected:
-        eff = runtime.predict_efficiency(prof, model, int(expected["scaling_gpus"]),
+        eff = run_forecast.predict_efficiency(prof, model, int(expected["scaling_gpus"]),
                                          recipe.local_batch)
         rows.append((f"scaling efficiency, {expected['scaling_gpus']} GPUs",
                      f"{expected['scaling_efficiency']:.2%}", f"{eff:.2%}",
@@ -275,17 +275,17 @@ def published_rows(prof, model, recipe, prediction, fitted_on):
 
 def run_recipe(args, prof, out):
     """--recipe: the whole-run prediction, after an optional fit of b_ms (--fit-recipe)."""
-    recipe = runtime.load_recipe(args.recipe)
+    recipe = run_forecast.load_recipe(args.recipe)
     report = {"recipe": recipe.name}
     lines = [f"# recipe {recipe.name} on profile {prof.name}, model {args.model}"]
     if args.fit_recipe:
-        fit = runtime.load_recipe(args.fit_recipe)
+        fit = run_forecast.load_recipe(args.fit_recipe)
         if "time_s" not in fit.expected:
             raise ValueError(f"--fit-recipe {fit.name} states no published expected.time_s")
-        b_s = runtime.fit_compute(prof, args.model, fit, fit.expected["time_s"],
+        b_s = run_forecast.fit_compute(prof, args.model, fit, fit.expected["time_s"],
                                   args.dataset_size)
         comp = model_of(prof, args.model)
-        prof = runtime.with_compute(prof, args.model, b_s)
+        prof = run_forecast.with_compute(prof, args.model, b_s)
         step = comp.a_s + b_s * recipe.local_batch
         lines.append(f"# fitted b_ms = {b_s * 1e3:.4f} ms per image (profile: "
                      f"{comp.b_s * 1e3:.4f}) to {fit.name}'s published "
@@ -293,7 +293,7 @@ def run_recipe(args, prof, out):
                      f" compute {step * 1e3:.1f} ms per step of {recipe.local_batch} "
                      f"({recipe.local_batch / step:.0f} images/s per GPU)")
         report["fitted_b_ms"], report["fitted_on"] = b_s * 1e3, fit.name
-    pred = runtime.predict_run(prof, args.model, recipe, args.dataset_size,
+    pred = run_forecast.predict_run(prof, args.model, recipe, args.dataset_size,
                                args.algorithms.split(","))
     lines.append(" epoch epochs  global   gpus     grid    algorithm  steps    step_s  seconds")
     for ph in pred.phases:

@@ -14,7 +14,7 @@ import re
 import signal
 import subprocess
 
-from nnabla_torus.launch import mpirun_command
+from nnabla_torus.launching.mpirun_cmd import mpirun_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

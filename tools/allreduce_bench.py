@@ -15,7 +15,7 @@ small integers, so every sum is exact and compared exactly (#wrong counts wrong 
 on and off (``comm.check``), and reports check(us) = median time with it - median without it:
 what the check costs per call (on one host it rides on the shared path's first arrival).
 
-``auto`` routes each call by size (see nnabla_torus/auto.py); the ``chose`` column says which
+``auto`` routes each call by size (see nnabla_torus/comm/auto.py); the ``chose`` column says which
 algorithm it ran at that size (from ``comm.algorithm_counts``).
 
 Memory bound (one host): summing p buffers of n bytes needs at least (p-1) n-byte adds and
@@ -44,10 +44,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import nnabla as nn  # noqa: E402
 
 import nnabla_torus  # noqa: E402
-from nnabla_torus.backends import synchronize  # noqa: E402
-from nnabla_torus.collectives import ALGORITHMS, AUTO  # noqa: E402
+from nnabla_torus.comm.backends import synchronize  # noqa: E402
+from nnabla_torus.comm.collectives import ALGORITHMS, AUTO  # noqa: E402
 from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool  # noqa: E402
-from nnabla_torus.topology import parse_grid  # noqa: E402
+from nnabla_torus.comm.topology import parse_grid  # noqa: E402
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

@@ -20,10 +20,10 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from nnabla_torus import costmodel  # noqa: E402
-from nnabla_torus.costmodel import Link  # noqa: E402
+from nnabla_torus.planning import costmodel# noqa: E402
+from nnabla_torus.planning.costmodel import Link  # noqa: E402
 from nnabla_torus.knobs import add_knob  # noqa: E402
-from nnabla_torus.profile import load_profile  # noqa: E402
+from nnabla_torus.planning.machine_profile import load_profile  # noqa: E402
 from tools.emucluster.shaping import parse_rate  # noqa: E402
 
 MAPPINGS = ("by-host", "round-robin")

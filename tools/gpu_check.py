@@ -32,8 +32,8 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from nnabla_torus.launch import mpirun_command  # noqa: E402
-from nnabla_torus.topology import factor_pairs  # noqa: E402
+from nnabla_torus.launching.mpirun_cmd import mpirun_command  # noqa: E402
+from nnabla_torus.comm.topology import factor_pairs  # noqa: E402
 
 RESNET50_BYTES = 25557032 * 4
 # The tests that need GPUs: real NCCL (the nccl-2/4/8 cases of test_communicator, not the
@@ -98,7 +98,7 @@ def check_pieces():
         pieces.append(("NCCL >= 2.10.3", v >= NCCL_MIN, f"NCCL {v // 10000}.{v % 10000 // 100}."
                                                         f"{v % 100}"))
     try:
-        from nnabla_torus.backends import cuda_env
+        from nnabla_torus.comm.backends import cuda_env
         home = cuda_env.prepare_ompi_home(dict(os.environ))
         pieces.append(("Open MPI for mpi4py and nnabla", True, f"OMPI_HOME={home} "
                                                               f"({cuda_env.loaded_libmpi()})"))
@@ -139,7 +139,7 @@ def registration():
 def child_env():
     """The environment of the checks' child processes: the user's, with no LD_LIBRARY_PATH
     added for the wheels' CUDA libraries, so that the checks load the stack as a user's script
-    does (``import nnabla_torus`` prepares it, nnabla_torus.backends.cuda_env)."""
+    does (``import nnabla_torus`` prepares it, nnabla_torus.comm.backends.cuda_env)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["NNABLA_TORUS_BACKEND"] = "nccl"

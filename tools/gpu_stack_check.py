@@ -105,23 +105,23 @@ STAGES = [
      "import nnabla.communicators as C\nC.MultiProcessDataParallelCommunicator(CTX)",
      r"could not be found in \[\]", True, 1),
     ("communicator registered with nnabla_torus's OMPI_HOME",
-     "from nnabla_torus.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
+     "from nnabla_torus.comm.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
      "import nnabla.communicators as C\nc = C.MultiProcessDataParallelCommunicator(CTX)\n"
      "print('constructed', c.name)",
      r"^constructed MultiProcessDataParallelCommunicatorNccl$", False, 1),
     ("argument conversion on the real NCCL communicator",
-     "from nnabla_torus.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
+     "from nnabla_torus.comm.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
      "import numpy as np\nimport nnabla.communicators as C\n"
      "c = C.MultiProcessDataParallelCommunicator(CTX)\nx = nn.NdArray((3,))\n"
      "for call in (lambda: c.bcast(x, '0'), lambda: c.all_reduce(x, group=0)):\n"
      "    try:\n        call()\n    except TypeError as e:\n        print('TypeError:', e)",
      r"^TypeError: expected bytes, int found", False, 1),
     ("nnabla communicator init()",
-     "from nnabla_torus.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
+     "from nnabla_torus.comm.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
      "import nnabla.communicators as C\nc = C.MultiProcessDataParallelCommunicator(CTX)\nc.init()",
      r"cudaErrorInsufficientDriver", False, 1),
     ("nnabla init() under mpirun -np 2: its MPI part through mpi4py's Open MPI, device rule",
-     "from mpi4py import MPI\nfrom nnabla_torus.backends import cuda_env, nccl\n"
+     "from mpi4py import MPI\nfrom nnabla_torus.comm.backends import cuda_env, nccl\n"
      "cuda_env.import_cuda_extension()\nimport nnabla.communicators as C\n"
      "c = C.MultiProcessDataParallelCommunicator(CTX)\ntry:\n    c.init()\n"
      "except RuntimeError as e:\n    stop = str(e).strip().splitlines()[-1][:60]\n"
@@ -140,7 +140,7 @@ STAGES = [
      "except RuntimeError as e:\n    print('init() stopped at:', str(e).strip()[-300:])",
      r"init\(\) stopped at: .*import nnabla_torus before making the CUDA context", True, 1),
     ("nnabla_torus NCCLBackend",
-     "from nnabla_torus.backends.nccl import NCCLBackend\nNCCLBackend(CTX, timeout=30)",
+     "from nnabla_torus.comm.backends.nccl import NCCLBackend\nNCCLBackend(CTX, timeout=30)",
      r"CUDA sees no GPU .*nccl backend needs a CUDA driver", False, 1),
 ]
 

@@ -12,7 +12,7 @@ Parts (seconds, median of --repeat runs; the machine's load is part of them):
   checkpoint write  parameters + momentum through checkpoint.save_checkpoint (fsync included)
   checkpoint read   checkpoint.read_checkpoint of that file (checksum included)
   input start       DALI training pipeline built and its first batch decoded (data.make_loader)
-The total is what nnabla_torus.elastic charges per restart (RESTART_COST_S for this profile);
+The total is what nnabla_torus.launching.elastic charges per restart (RESTART_COST_S for this profile);
 the planner then says at which phase length a resize pays (``plan_resize``'s break-even).
 """
 import argparse
@@ -29,7 +29,7 @@ EXAMPLE = os.path.join(HERE, "..", "examples", "imagenet")
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, EXAMPLE)
 
-from nnabla_torus.launch import mpirun_command  # noqa: E402
+from nnabla_torus.launching.mpirun_cmd import mpirun_command  # noqa: E402
 
 
 def timed_run(argv):

@@ -28,7 +28,7 @@ find_python() {
   return 1
 }
 
-# The simulator's SimGrid engine (nnabla_torus/simgrid.py) compiles a small C++ program
+# The simulator's SimGrid engine (nnabla_torus/sim/simgrid.py) compiles a small C++ program
 # against Debian's libsimgrid-dev (SimGrid 3.32; the registry's simgrid is a 12-minute source
 # build). Installed here when missing and we may (root with apt-get); else the flow engine runs.
 if ! { [ -f /usr/include/simgrid/s4u.hpp ] && command -v g++ >/dev/null 2>&1; }; then

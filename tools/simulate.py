@@ -1,8 +1,8 @@
 """Simulated all-reduce times: validation against the emulated cluster, and the paper's scale.
 
-Runs our own collective code on virtual ranks (nnabla_torus.backends.virtual) timed by
-SimGrid (nnabla_torus.simgrid: recorded, then replayed) or by the flow model of
-nnabla_torus.simulate (--sim-engine), and prints markdown tables::
+Runs our own collective code on virtual ranks (nnabla_torus.sim.virtual) timed by
+SimGrid (nnabla_torus.sim.simgrid: recorded, then replayed) or by the flow model of
+nnabla_torus.sim.simulate (--sim-engine), and prints markdown tables::
 
     python tools/simulate.py validate            # emulated 2x4, 4x2, 8x2 hosts at 1 Gbit/s
     python tools/simulate.py paper --ranks 2176  # ABCI: spine, straggler, slow link cases
@@ -22,10 +22,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from nnabla_torus import costmodel  # noqa: E402
+from nnabla_torus.planning import costmodel# noqa: E402
 from nnabla_torus.knobs import TIMEOUT_MAX_S, add_knob, number  # noqa: E402
-from nnabla_torus.profile import add_profile_knob, load_profile  # noqa: E402
-from nnabla_torus.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce  # noqa: E402
+from nnabla_torus.planning.machine_profile import add_profile_knob, load_profile  # noqa: E402
+from nnabla_torus.sim.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce  # noqa: E402
 from tools.emucluster_model_check import emulated_network  # noqa: E402
 
 MiB = 1 << 20

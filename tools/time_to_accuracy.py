@@ -14,7 +14,7 @@ file and two plots to --out::
 is taken from launch to the arrival of the first validation line with top-1 >= --target (so it
 includes start-up, the same for every policy), with the optimizer steps taken by then. The
 policies (``POLICIES``): the recipe's 0:64,1:128 schedule, fixed 64, fixed 256, and
-``--adaptive-batch 1`` (goodput, nnabla_torus/goodput.py). Reported: per policy the median
+``--adaptive-batch 1`` (goodput, nnabla_torus/planning/goodput.py). Reported: per policy the median
 over seeds and the spread (min-max) of the time and steps to the target, the best and final
 top-1; a verdict (adaptive no slower than the best other policy within its seeds' spread, and
 in its final-accuracy band); ``batch_over_epochs.png`` (global batch and noise scale against
@@ -30,7 +30,7 @@ times it). Sony's 34K -> 68K schedule (1,088 then 2,176 GPUs at 32 images each, 
 *assumed*) sets the progress to reach; the goodput policy (at most 2,176 GPUs, batches from
 34,816) reaches the same progress choosing GPUs, grid and batch at each point by goodput, with
 the planner's hysteresis (a change only when the gain exceeds the model error) and a restart
-cost per GPU-count change (nnabla_torus.elastic.restart_cost).
+cost per GPU-count change (nnabla_torus.launching.elastic.restart_cost).
 """
 import argparse
 import json
@@ -48,11 +48,12 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples", "imagenet"))
 
-from nnabla_torus import elastic, goodput, planner  # noqa: E402
-from nnabla_torus.launch import mpirun_command  # noqa: E402
-from nnabla_torus.profile import load_profile  # noqa: E402
-from nnabla_torus.controller import split_batch  # noqa: E402
-from nnabla_torus.schedules import BatchSchedule  # noqa: E402
+from nnabla_torus.launching import elastic
+from nnabla_torus.planning import goodput, planner# noqa: E402
+from nnabla_torus.launching.mpirun_cmd import mpirun_command  # noqa: E402
+from nnabla_torus.planning.machine_profile import load_profile  # noqa: E402
+from nnabla_torus.planning.controller import split_batch  # noqa: E402
+from nnabla_torus.planning.schedules import BatchSchedule  # noqa: E402
 
 TRAIN = os.path.join(ROOT, "examples", "imagenet", "train.py")
 POLICIES = {                     # name: train.py flags (the digits recipe otherwise)
@@ -471,7 +472,7 @@ def build_parser():
                         "does (default: %(default)s, train.py's --adaptive-min-samples)")
     a.add_argument("--profile", default="abci", help="cluster profile (default: %(default)s)")
     a.add_argument("--restart-cost", type=float, default=None,
-                   help="seconds per GPU-count change (default: nnabla_torus.elastic's for "
+                   help="seconds per GPU-count change (default: nnabla_torus.launching.elastic's for "
                         "the profile)")
     return parser
 

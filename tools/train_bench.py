@@ -99,7 +99,7 @@ class TimedComm:
         return getattr(self.comm, name)
 
     def all_reduce(self, data, **kwargs):
-        from nnabla_torus.backends import synchronize
+        from nnabla_torus.comm.backends import synchronize
         # The device work queued before the call (backward's kernels, on the stream NCCL
         # shares) is not the all-reduce's: wait for it before the clock starts.
         synchronize(self.comm)
@@ -134,8 +134,8 @@ def measure(args, comm, settings):
     import train
     from config import TrainConfig
     from models import get_model
-    from nnabla_torus.controller import BatchPlan
-    from nnabla_torus.backends import synchronize
+    from nnabla_torus.planning.controller import BatchPlan
+    from nnabla_torus.comm.backends import synchronize
     from nnabla_torus.loss_scaling import DynamicLossScaling
     from nnabla_torus.overlap import BucketedAllReduce
 
@@ -238,7 +238,7 @@ def append_json(path, records):
 
 def run_scaling(args):
     """Launch one mpirun per rank count; add scaling efficiency against the fewest ranks."""
-    from nnabla_torus.launch import mpirun_command
+    from nnabla_torus.launching.mpirun_cmd import mpirun_command
     counts = args.scaling
     passed_on = ("arch", "width", "image_size", "classes", "batch", "iters", "warmup",
                  "bucket_mib", "overlap", "context", "type_config")

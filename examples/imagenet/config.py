@@ -15,13 +15,13 @@ import os
 
 import yaml
 
-from nnabla_torus.collectives import ALGORITHMS
-from nnabla_torus.controller import LR_SCALINGS, BatchSizeController
+from nnabla_torus.comm.collectives import ALGORITHMS
+from nnabla_torus.planning.controller import LR_SCALINGS, BatchSizeController
 from nnabla_torus.knobs import add_knob, check_output_path, env_value, number
-from nnabla_torus.profile import load_profile
-from nnabla_torus.provenance import load_tagged
-from nnabla_torus.schedules import DECAYS, BatchSchedule, LearningRateSchedule
-from nnabla_torus.topology import parse_grid
+from nnabla_torus.planning.machine_profile import load_profile
+from nnabla_torus.planning.provenance import load_tagged
+from nnabla_torus.planning.schedules import DECAYS, BatchSchedule, LearningRateSchedule
+from nnabla_torus.comm.topology import parse_grid
 
 RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is given
@@ -205,7 +205,7 @@ def load_recipe(name):
     """Read a recipe (name in recipes/ or a path) into a dict; reject unknown keys by name.
 
     Values may carry provenance tags (``# published [source]: ...``, see
-    :mod:`nnabla_torus.provenance`); a published tag without a known source is an error. The
+    :mod:`nnabla_torus.planning.provenance`); a published tag without a known source is an error. The
     ``sources:`` and ``expected:`` blocks (citations, published results) are not knobs.
     """
     path = name if os.path.sep in name or name.endswith((".yaml", ".yml")) else \

@@ -1,7 +1,7 @@
 """The planner inside the training loop: all-reduce algorithm and grid for the launched ranks.
 
 At the first step and whenever the batch-size controller changes the global batch, every rank
-scores the plans of :mod:`nnabla_torus.planner` for its world size and that batch (as the
+scores the plans of :mod:`nnabla_torus.planning.planner` for its world size and that batch (as the
 controller splits it) and picks the fastest algorithm and grid; after the first choice it
 switches only when the gain beats the planner's hysteresis (``planner.should_switch``, 5 %).
 It also asks which rank count (and per-rank batch x accumulation) the profile's whole machine
@@ -26,10 +26,10 @@ import math
 
 import numpy as np
 
-from nnabla_torus import costmodel, goodput, planner
-from nnabla_torus.costmodel import ALGORITHMS
-from nnabla_torus.profile import default_profile, load_profile
-from nnabla_torus.topology import parse_grid
+from nnabla_torus.planning import costmodel, goodput, planner
+from nnabla_torus.planning.costmodel import ALGORITHMS
+from nnabla_torus.planning.machine_profile import default_profile, load_profile
+from nnabla_torus.comm.topology import parse_grid
 
 
 def model_key(arch, width, image_size):

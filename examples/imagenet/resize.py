@@ -34,11 +34,12 @@ import math
 
 import numpy as np
 
-from nnabla_torus import elastic, planner
-from nnabla_torus.controller import BatchPlan, split_batch
+from nnabla_torus.launching import elastic
+from nnabla_torus.planning import planner
+from nnabla_torus.planning.controller import BatchPlan, split_batch
 from nnabla_torus.knobs import env_value
-from nnabla_torus.schedules import BatchSchedule
-from nnabla_torus.topology import parse_grid
+from nnabla_torus.planning.schedules import BatchSchedule
+from nnabla_torus.comm.topology import parse_grid
 
 from planning import local_batch_choices
 
@@ -151,7 +152,7 @@ class ResizeAdvisor:
     """Asks the planner, at each new global batch, which rank count the rest of the phase pays.
 
     The launcher (``nnabla-torus-run``) passes its slots, restart cost and an optional fixed
-    rank schedule through the environment (``nnabla_torus.elastic.ENV_*``); without it the
+    rank schedule through the environment (``nnabla_torus.launching.elastic.ENV_*``); without it the
     profile's machine and its restart cost are assumed, and the decision is only logged.
     """
 

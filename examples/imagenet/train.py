@@ -61,15 +61,15 @@ from nnabla.ext_utils import get_extension_context
 from nnabla.monitor import Monitor, MonitorSeries
 
 import nnabla_torus as C
-from nnabla_torus import elastic
-from nnabla_torus.communicator import DEFAULTS
-from nnabla_torus.controller import BatchPlan
+from nnabla_torus.launching import elastic
+from nnabla_torus.comm.communicator import DEFAULTS
+from nnabla_torus.planning.controller import BatchPlan
 from nnabla_torus.loss_scaling import DynamicLossScaling
-from nnabla_torus.costmodel import ALGORITHMS
-from nnabla_torus.noise_scale import NoiseScaleEstimator
+from nnabla_torus.planning.costmodel import ALGORITHMS
+from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
-from nnabla_torus.schedules import BatchSchedule
-from nnabla_torus.topology import Grid, parse_grid
+from nnabla_torus.planning.schedules import BatchSchedule
+from nnabla_torus.comm.topology import Grid, parse_grid
 
 import data
 import digits
@@ -886,5 +886,5 @@ if __name__ == "__main__":
     except (ValueError, FileNotFoundError, CheckpointError) as error:
         # A message, not a traceback; abort_job ends every rank even when only this one raised
         # (after sys.exit it would wait in MPI_Finalize while the others wait for it).
-        from nnabla_torus import failfast
+        from nnabla_torus.comm import failfast
         failfast.abort_job(f"train.py: error: {error}")

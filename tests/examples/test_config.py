@@ -95,7 +95,7 @@ def test_digits_recipe_batch_and_lr_per_epoch():
 
 def test_the_profile_knob_shares_the_tools_environment_variable():
     from examples.imagenet.config import env_of
-    from nnabla_torus.profile import PROFILE_ENV
+    from nnabla_torus.planning.machine_profile import PROFILE_ENV
     assert env_of("profile") == PROFILE_ENV
 
 

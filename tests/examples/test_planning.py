@@ -5,9 +5,9 @@ import numpy as np
 
 from examples.imagenet.config import parse_config
 from examples.imagenet.planning import RunPlanner, find_compute, local_batch_choices
-from nnabla_torus import planner
-from nnabla_torus.controller import BatchPlan, split_batch
-from nnabla_torus.profile import load_profile
+from nnabla_torus.planning import planner
+from nnabla_torus.planning.controller import BatchPlan, split_batch
+from nnabla_torus.planning.machine_profile import load_profile
 
 DIGITS_PARAMS = 176402        # resnet18 x0.125 on 10 classes (the default run logs it)
 RESNET50_PARAMS = 25557032

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from examples.imagenet.config import RECIPE_DIR, load_recipe, parse_config
-from nnabla_torus.profile import PROFILE_DIR
-from nnabla_torus.provenance import load_tagged, parse_tags, require_tags, untagged
+from nnabla_torus.planning.machine_profile import PROFILE_DIR
+from nnabla_torus.planning.provenance import load_tagged, parse_tags, require_tags, untagged
 
 RECIPES = sorted(glob.glob(os.path.join(RECIPE_DIR, "*.yaml")))
 

@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
 import data  # noqa: E402
 import resize  # noqa: E402
-from nnabla_torus.controller import BatchPlan  # noqa: E402
+from nnabla_torus.planning.controller import BatchPlan  # noqa: E402
 
 
 def rows(num, batch, size, seed, order=None, start=0):
@@ -110,8 +110,8 @@ def test_a_grid_that_does_not_fit_the_new_size_falls_back():
 def advisor(monkeypatch, size, fixed=None, slots=None, adaptive=False):
     from types import SimpleNamespace
 
-    from nnabla_torus.profile import load_profile
-    from nnabla_torus.schedules import BatchSchedule
+    from nnabla_torus.planning.machine_profile import load_profile
+    from nnabla_torus.planning.schedules import BatchSchedule
     for name, value in (("NNABLA_TORUS_ELASTIC_RANKS", fixed),
                         ("NNABLA_TORUS_ELASTIC_SLOTS", slots)):
         if value is None:

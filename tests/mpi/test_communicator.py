@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nnabla_torus.topology import default_grid, factor_pairs
+from nnabla_torus.comm.topology import default_grid, factor_pairs
 from tests.mpirun import DIED, LOST, expect_passed, run_mpi
 
 PROG = "tests/mpi/progs/comm_cases.py"

@@ -18,7 +18,7 @@ FAKE = "tests/mpi/progs/elastic_fake.py"
 def launcher(*args, **popen):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMPI_MCA_rmaps_base_oversubscribe="1")
-    return subprocess.Popen([sys.executable, "-m", "nnabla_torus.elastic", *args], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "nnabla_torus.launching.elastic", *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, **popen)
 

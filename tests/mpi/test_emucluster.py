@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from nnabla_torus.launch import mpirun_path
+from nnabla_torus.launching.mpirun_cmd import mpirun_path
 from tests.mpirun import DIED, LOST, expect_passed
 from tools.emucluster import cli
 from tools.emucluster.layout import Layout

@@ -3,7 +3,7 @@ exact by their rule; ranks configured differently get a ValueError on every rank
 
 The leaving rank runs ``tests/mpi/progs/failfast_loop.py``, a plain script that only imports
 nnabla_torus, inits the communicator and all-reduces in a loop, at the default
-NNABLA_TORUS_TIMEOUT (300 s: before nnabla_torus.failfast, the job ended after T + 1 s, or
+NNABLA_TORUS_TIMEOUT (300 s: before nnabla_torus.comm.failfast, the job ended after T + 1 s, or
 2T + 1 s when rank 0 left).
 """
 import re
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nnabla_torus.rendezvous import BLOCKING_EXIT_GRACE_S
+from nnabla_torus.comm.rendezvous import BLOCKING_EXIT_GRACE_S
 from tests.mpirun import expect_passed, run_mpi
 
 PROG = "tests/mpi/progs/failfast_loop.py"

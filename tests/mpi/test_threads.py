@@ -1,4 +1,4 @@
-"""Collectives called from several threads of each rank (nnabla_torus/threads.py).
+"""Collectives called from several threads of each rank (nnabla_torus/comm/threads.py).
 
 One after another (each thread joined before the next starts) the sums are exact; at the same
 time the job ends within seconds with ConcurrentCall naming two threads, and no thread sees a

@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from nnabla_torus import auto
-from nnabla_torus.profile import load_profile
+from nnabla_torus.comm import auto
+from nnabla_torus.planning.machine_profile import load_profile
 
 KiB, MiB = 1 << 10, 1 << 20
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from nnabla_torus import plan_cli
-from nnabla_torus.profile import PROFILE_DIR, load_profile
-from nnabla_torus.schedules import BatchSchedule
+from nnabla_torus.planning.machine_profile import PROFILE_DIR, load_profile
+from nnabla_torus.planning.schedules import BatchSchedule
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -79,8 +79,8 @@ COMMUNICATOR = [
 
 
 def make_communicator(name, value):
-    from nnabla_torus.backends.mpi import settings
-    from nnabla_torus.communicator import TorusCommunicator
+    from nnabla_torus.comm.backends.mpi import settings
+    from nnabla_torus.comm.communicator import TorusCommunicator
     if name in ("segment_bytes", "pipeline_bytes", "shm", "shm_bytes", "poll_sleep"):  # MPI kwargs
         return settings(**{name: value})
     if name.isupper():
@@ -197,7 +197,7 @@ def test_the_table_covers_every_flag_and_knob():
     flags -= {"-h", "--help"}
     assert flags == {word for argv, _ in PLAN for word in argv.split() if word.startswith("--")}
     read = set()
-    for module in ("communicator.py", "backends/mpi.py"):
+    for module in ("comm/communicator.py", "comm/backends/mpi.py"):
         with open(os.path.join(REPO, "nnabla_torus", module)) as f:
             read |= set(re.findall(r'"(NNABLA_TORUS_[A-Z0-9_]+)"', f.read()))
     assert read == {name for name, _, _ in COMMUNICATOR if name.isupper()}
@@ -214,7 +214,7 @@ def test_nearest_batch_plans_the_nearest_feasible_batch_and_says_so(capsys, tmp_
 
 
 def test_split_batch_gives_the_closest_split():
-    from nnabla_torus.controller import split_batch
+    from nnabla_torus.planning.controller import split_batch
     assert split_batch(128, 3, 32) == (21, 2)      # 126 (before: 22 x 2 = 132)
     assert split_batch(1000, 3, 64) == (56, 6)     # 1,008: 55 x 6 = 990 is farther
 

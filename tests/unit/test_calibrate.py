@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from nnabla_torus import calibrate, costmodel
-from nnabla_torus.costmodel import Compute, Link, Network, Software
+from nnabla_torus.planning import calibrate, costmodel
+from nnabla_torus.planning.costmodel import Compute, Link, Network, Software
 
 
 def true_network():
@@ -66,7 +66,7 @@ def test_mdape_and_errors():
 
 
 def test_auto_tables_from_benchmark_records_round_trip_through_a_profile(tmp_path):
-    from nnabla_torus.profile import load_profile, profile_to_dict, save_profile
+    from nnabla_torus.planning.machine_profile import load_profile, profile_to_dict, save_profile
     records = [{"algorithm": "native", "ranks": 4, "ranks_per_host": 4, "bytes": 4096},
                {"algorithm": "auto", "ranks": 4, "ranks_per_host": 4, "bytes": 4096,
                 "auto_bounds": [2097152], "auto_algorithms": ["native", "torus2d"]},
@@ -90,7 +90,7 @@ def test_auto_tables_from_benchmark_records_round_trip_through_a_profile(tmp_pat
     ({"ranks": 4, "bounds": [], "algorithms": ["native"]}, "ranks_per_host"),
 ])
 def test_a_bad_auto_table_is_named(entry, text):
-    from nnabla_torus.profile import load_profile, profile_from_dict, profile_to_dict
+    from nnabla_torus.planning.machine_profile import load_profile, profile_from_dict, profile_to_dict
     raw = dict(profile_to_dict(load_profile("cpu-2core")), auto_tables=[entry])
     with pytest.raises(ValueError, match="auto_tables\\[0\\]") as err:
         profile_from_dict(raw)

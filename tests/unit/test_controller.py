@@ -4,9 +4,9 @@ import logging
 import numpy as np
 import pytest
 
-from nnabla_torus.controller import BatchSizeController, split_batch
-from nnabla_torus.noise_scale import NoiseScaleEstimator
-from nnabla_torus.schedules import BatchSchedule
+from nnabla_torus.planning.controller import BatchSizeController, split_batch
+from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
+from nnabla_torus.planning.schedules import BatchSchedule
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -26,7 +26,7 @@ def test_plan_invariant(seed):
 def test_paper_schedule_on_fixed_world(caplog):
     sched = BatchSchedule.parse("0:34816,5:69632")
     ctrl = BatchSizeController(1088, 32, schedule=sched, base_batch=256, lr_scaling="sqrt")
-    with caplog.at_level(logging.INFO, logger="nnabla_torus.controller"):
+    with caplog.at_level(logging.INFO, logger="nnabla_torus.planning.controller"):
         first, same, later = ctrl.plan(0), ctrl.plan(4.9), ctrl.plan(5.0)
     assert (first.local_batch, first.accum_steps, first.changed) == (32, 1, True)
     assert not same.changed

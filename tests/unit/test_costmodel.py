@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from nnabla_torus import costmodel as cm
-from nnabla_torus.costmodel import Compute, Link, Network, Software
+from nnabla_torus.planning import costmodel as cm
+from nnabla_torus.planning.costmodel import Compute, Link, Network, Software
 
 RNG = np.random.default_rng(1234)
 
@@ -280,7 +280,7 @@ def test_call_waits_per_extra_rank_on_several_hosts_only():
 
 
 def test_profiles_name_the_native_they_model():
-    from nnabla_torus.profile import load_profile, profile_from_dict, profile_to_dict
+    from nnabla_torus.planning.machine_profile import load_profile, profile_from_dict, profile_to_dict
     abci, cpu = load_profile("abci"), load_profile("cpu-2core")
     assert not abci.network.native_hierarchical          # NCCL: one flat algorithm
     assert abci.network.oversubscribed_hosts_wait_s == 0

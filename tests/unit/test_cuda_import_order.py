@@ -96,7 +96,7 @@ def test_extension_imported_first_gets_a_clear_error(extension):
         from nnabla.ext_utils import get_extension_context
         ctx = get_extension_context("cudnn", device_id="0")
         import nnabla_ext.cuda
-        from nnabla_torus.backends import cuda_env
+        from nnabla_torus.comm.backends import cuda_env
         print("registered", nnabla_ext.cuda.REGISTERED)
         try:
             cuda_env.check_registered(ctx)
@@ -110,7 +110,7 @@ def test_extension_imported_first_gets_a_clear_error(extension):
 def test_prepare_points_nccl_home_at_the_wheel(tmp_path, monkeypatch):
     """dl_nccl_init tries $NCCL_HOME/lib first, then libnccl.so before libnccl.so.2 (ext
     dl_nccl.cpp.tmpl ~32-75): NCCL_HOME makes the wheel's NCCL win over a system libnccl.so."""
-    from nnabla_torus.backends import cuda_env
+    from nnabla_torus.comm.backends import cuda_env
     lib = tmp_path / "nvidia" / "nccl" / "lib"
     lib.mkdir(parents=True)
     (lib / "libnccl.so.2").write_bytes(b"")

@@ -2,8 +2,9 @@
 for GPU jobs, cpu-2core for CPU jobs) and NNABLA_TORUS_PROFILE overrides it everywhere."""
 import pytest
 
-from nnabla_torus import elastic, plan_cli
-from nnabla_torus.profile import PROFILE_ENV, default_profile
+from nnabla_torus.launching import elastic
+from nnabla_torus import plan_cli
+from nnabla_torus.planning.machine_profile import PROFILE_ENV, default_profile
 from tools import simulate
 
 

@@ -16,9 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DOCS = os.path.join(ROOT, "docs")
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(DOCS, "*.md")))
 # The modules whose env_value/knob_value calls define the communicator's knobs.
-KNOB_MODULES = ("nnabla_torus/communicator.py", "nnabla_torus/backends/mpi.py")
+KNOB_MODULES = ("nnabla_torus/comm/communicator.py", "nnabla_torus/comm/backends/mpi.py")
 # Modules whose top-level constants those calls use as defaults.
-CONSTANT_MODULES = KNOB_MODULES + ("nnabla_torus/collectives.py",)
+CONSTANT_MODULES = KNOB_MODULES + ("nnabla_torus/comm/collectives.py",)
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 INLINE_CODE = re.compile(r"`[^`]*`")

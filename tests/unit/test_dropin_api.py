@@ -11,8 +11,8 @@ import nnabla.communicators as real
 import nnabla.functions as F
 import nnabla.parametric_functions as PF
 import nnabla_torus as C
-from nnabla_torus import backward_callback, sync_bn
-from nnabla_torus.communicator import TorusCommunicator
+from nnabla_torus.comm import backward_callback, sync_bn
+from nnabla_torus.comm.communicator import TorusCommunicator
 from tests.unit.test_nnabla_conformance import real_signature
 
 FACTORIES = ("MultiProcessDataParallelCommunicator", "MultiProcessDataParalellCommunicator",

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from nnabla_torus import elastic, planner
-from nnabla_torus.profile import load_profile
+from nnabla_torus.launching import elastic
+from nnabla_torus.planning import planner
+from nnabla_torus.planning.machine_profile import load_profile
 
 
 def test_hostfile_slots_and_errors(tmp_path):

@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from nnabla_torus import costmodel
-from nnabla_torus.profile import load_profile
+from nnabla_torus.planning import costmodel
+from nnabla_torus.planning.machine_profile import load_profile
 from tools import emucluster_model_check as check
 
 MiB = 1 << 20

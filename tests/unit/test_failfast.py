@@ -7,9 +7,9 @@ import threading
 import numpy as np
 import pytest
 
-from nnabla_torus import failfast
-from nnabla_torus.collectives import scale_numpy
-from nnabla_torus.communicator import log_once_per_job
+from nnabla_torus.comm import failfast
+from nnabla_torus.comm.collectives import scale_numpy
+from nnabla_torus.comm.communicator import log_once_per_job
 
 
 def test_abort_job_on_one_process_prints_rank_and_host_once_and_exits(capsys):

@@ -5,9 +5,9 @@ import logging
 import numpy as np
 import pytest
 
-from nnabla_torus import goodput
-from nnabla_torus.controller import BatchSizeController
-from nnabla_torus.noise_scale import NoiseScaleEstimator
+from nnabla_torus.planning import goodput
+from nnabla_torus.planning.controller import BatchSizeController
+from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 
 
 def random_model(seed):
@@ -103,7 +103,7 @@ def scaling_throughput(local, accum):
 def test_no_decision_before_the_estimate_is_trustworthy(caplog):
     est, ctrl = controller(scaling_throughput, min_samples=20, max_rse=0.25)
     rng = np.random.default_rng(0)
-    with caplog.at_level(logging.INFO, logger="nnabla_torus.controller"):
+    with caplog.at_level(logging.INFO, logger="nnabla_torus.planning.controller"):
         assert ctrl.plan(0.0).global_batch == 32
         for step in range(19):
             feed(est, 2000.0, rng)                         # a huge noise scale, measured early

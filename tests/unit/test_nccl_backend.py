@@ -14,9 +14,10 @@ import pytest
 from mpi4py import MPI
 
 import nnabla as nn
-from nnabla_torus.backends import cuda_env, fake_nccl, nccl, synchronize
-from nnabla_torus.backends.nccl import NCCLBackend, NCCLGroup
-from nnabla_torus.rendezvous import RankLost
+from nnabla_torus.comm.backends import cuda_env, nccl, synchronize
+from nnabla_torus.testing import fake_nccl
+from nnabla_torus.comm.backends.nccl import NCCLBackend, NCCLGroup
+from nnabla_torus.comm.rendezvous import RankLost
 
 MPI_ERROR = ("runtime error in MultiProcessDataParallelCommunicatorNccl: `MPI_Allreduce(&condition,"
              " &result, 1, MPI_C_BOOL, MPI_LAND, comm)` failed by `MPI_ERR_PROC_FAILED: Process "
@@ -225,7 +226,7 @@ class CountingControl:
     messages rank 0 posts per argument check (mpi4py's request objects: REQUEST_NULL)."""
 
     def __init__(self, size, signature):
-        from nnabla_torus.rendezvous import call_hash
+        from nnabla_torus.comm.rendezvous import call_hash
         self.size, self.messages, self.digest = size, 0, call_hash(signature)
 
     def Get_size(self):
@@ -252,7 +253,7 @@ class CountingControl:
 def test_issue19_finding7_the_argument_check_costs_rank_0_no_more_at_2176_ranks():
     """On NCCL (no shared memory) every call was checked through rank 0: 2(p - 1) messages
     there per call; large groups now use one non-blocking all-reduce."""
-    from nnabla_torus.rendezvous import check_same_call
+    from nnabla_torus.comm.rendezvous import check_same_call
     signature = ("all_reduce", (("float32", (17,)),), True, False)
     costs = []
     for size in (8, 2176):
@@ -303,7 +304,7 @@ def test_issue19_finding3_no_bucketing_during_backward_on_the_nccl_backend():
     assert not overlaps_backward(Comm(nccl))
     assert overlaps_backward(Comm(nccl, "native")) and on_device(Comm(nccl, "native"))
     assert not overlaps_backward(Comm(nccl, "native", track_sqnorms=True))
-    from nnabla_torus.backends.mpi import MPIBackend
+    from nnabla_torus.comm.backends.mpi import MPIBackend
     mpi = object.__new__(MPIBackend)
     assert overlaps_backward(Comm(mpi, "native")) and not on_device(Comm(mpi, "native"))
     assert overlaps_backward(object())

@@ -23,8 +23,9 @@ import nnabla as nn
 import nnabla.communicators as real
 import nnabla.functions as F
 from nnabla.ext_utils import get_extension_context
-from nnabla_torus.backends import fake_nccl, nccl
-from nnabla_torus.backends.nccl import NCCLBackend, NCCLGroup
+from nnabla_torus.comm.backends import nccl
+from nnabla_torus.testing import fake_nccl
+from nnabla_torus.comm.backends.nccl import NCCLBackend, NCCLGroup
 
 Fake = fake_nccl.FakeMultiProcessDataParallelCommunicator
 PARAM = re.compile(r"^(?:(?P<type>[\w ]+?) )?(?P<name>\w+)(?:=(?P<default>.+))?$")

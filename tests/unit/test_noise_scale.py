@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from nnabla_torus.noise_scale import NoiseScaleEstimator
+from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 
 
 def sample_grads(rng, true_grad, sigma, batch, count):

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from nnabla_torus.backends.mpi import MPIBackend
-from nnabla_torus.rendezvous import CollectiveTimeout
+from nnabla_torus.comm.backends.mpi import MPIBackend
+from nnabla_torus.comm.rendezvous import CollectiveTimeout
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from nnabla_torus import goodput, planner
-from nnabla_torus.costmodel import Compute, Link, Network
-from nnabla_torus.profile import Profile, load_profile
-from nnabla_torus.schedules import BatchSchedule
+from nnabla_torus.planning import goodput, planner
+from nnabla_torus.planning.costmodel import Compute, Link, Network
+from nnabla_torus.planning.machine_profile import Profile, load_profile
+from nnabla_torus.planning.schedules import BatchSchedule
 
 
 def random_profile(rng):

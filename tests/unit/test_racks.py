@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from nnabla_torus import costmodel as cm
-from nnabla_torus import planner
-from nnabla_torus.costmodel import Link, Network
-from nnabla_torus.profile import load_profile, profile_from_dict, profile_to_dict
+from nnabla_torus.planning import costmodel as cm
+from nnabla_torus.planning import planner
+from nnabla_torus.planning.costmodel import Link, Network
+from nnabla_torus.planning.machine_profile import load_profile, profile_from_dict, profile_to_dict
 
 # 1 rank per host, 2 hosts per rack; free NVLink, 1 us + 1 GB/s between hosts, spine 2 us at
 # 1 GB/s per host with 4:1 oversubscription: a rack's uplink carries 2 x 1 GB/s / 4 = 0.5 GB/s.

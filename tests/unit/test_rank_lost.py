@@ -9,8 +9,8 @@ import pytest
 from mpi4py import MPI
 
 import nnabla_torus
-from nnabla_torus import communicator, rendezvous
-from nnabla_torus.rendezvous import RankLost, lost_ranks, rank_lost, wait_requests
+from nnabla_torus.comm import communicator, rendezvous
+from nnabla_torus.comm.rendezvous import RankLost, lost_ranks, rank_lost, wait_requests
 
 
 def test_no_rank_is_lost_in_a_healthy_job():

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from nnabla_torus.schedules import BatchSchedule, LearningRateSchedule
+from nnabla_torus.planning.schedules import BatchSchedule, LearningRateSchedule
 
 
 def test_batch_schedule_phases_and_parse():

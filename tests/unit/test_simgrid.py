@@ -10,11 +10,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from nnabla_torus import plan_cli, simgrid
-from nnabla_torus.backends.virtual import WallLimit
-from nnabla_torus.costmodel import Link, Network
-from nnabla_torus.profile import load_profile
-from nnabla_torus.simulate import Faults, Platform, resolve_engine, simulate_allreduce
+from nnabla_torus import plan_cli
+from nnabla_torus.sim import simgrid
+from nnabla_torus.sim.virtual import WallLimit
+from nnabla_torus.planning.costmodel import Link, Network
+from nnabla_torus.planning.machine_profile import load_profile
+from nnabla_torus.sim.simulate import Faults, Platform, resolve_engine, simulate_allreduce
 from tools.emucluster_model_check import emulated_network
 
 # Skipped only where SimGrid or the compiler is not installed (tools/setup_venv.sh installs

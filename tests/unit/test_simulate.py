@@ -6,11 +6,12 @@ import time
 import numpy as np
 import pytest
 
-from nnabla_torus import costmodel, plan_cli
-from nnabla_torus.backends.virtual import WallLimit
-from nnabla_torus.costmodel import Link, Network
-from nnabla_torus.profile import load_profile
-from nnabla_torus.simulate import Faults, max_min_rates, simulate_allreduce
+from nnabla_torus.planning import costmodel
+from nnabla_torus import plan_cli
+from nnabla_torus.sim.virtual import WallLimit
+from nnabla_torus.planning.costmodel import Link, Network
+from nnabla_torus.planning.machine_profile import load_profile
+from nnabla_torus.sim.simulate import Faults, max_min_rates, simulate_allreduce
 
 @pytest.fixture(autouse=True)
 def flow_engine(monkeypatch):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from nnabla_torus.profile import load_profile
+from nnabla_torus.planning.machine_profile import load_profile
 from tools import time_to_accuracy as tool
 
 LOG = """resnet18 x0.125: 176,402 parameters, 1438 training / 359 validation images, 10 classes; 4

@@ -1,7 +1,7 @@
 """Topology: grid rows and columns, grid parsing, the default grid, grid checks, host layout."""
 import pytest
 
-from nnabla_torus.topology import (Grid, HostLayout, check_grid, default_grid, factor_pairs,
+from nnabla_torus.comm.topology import (Grid, HostLayout, check_grid, default_grid, factor_pairs,
                                    parse_grid, squarest_grid)
 
 

@@ -12,7 +12,7 @@ import nnabla as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
 import train  # noqa: E402
-from nnabla_torus.controller import BatchPlan  # noqa: E402
+from nnabla_torus.planning.controller import BatchPlan  # noqa: E402
 
 
 class DeviceOnly:

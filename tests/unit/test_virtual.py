@@ -5,10 +5,10 @@ import time
 import numpy as np
 import pytest
 
-from nnabla_torus import planner
-from nnabla_torus.backends.virtual import Deadlock, World, make_ranks, run_allreduce
-from nnabla_torus.profile import load_profile
-from nnabla_torus.schedules import BatchSchedule
+from nnabla_torus.planning import planner
+from nnabla_torus.sim.virtual import Deadlock, World, make_ranks, run_allreduce
+from nnabla_torus.planning.machine_profile import load_profile
+from nnabla_torus.planning.schedules import BatchSchedule
 
 
 def exact(p, algorithm, grid, per_host, n, dtype=np.float32, pipeline_bytes=8 << 20, seed=0):

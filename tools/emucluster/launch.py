@@ -14,8 +14,8 @@ import signal
 import subprocess
 import sys
 
-from nnabla_torus.launch import FAULT_ARGS
-from nnabla_torus.launch import mpirun_path as find_mpirun
+from nnabla_torus.launching.mpirun_cmd import FAULT_ARGS
+from nnabla_torus.launching.mpirun_cmd import mpirun_path as find_mpirun
 from tools.emucluster.net import ClusterError
 
 MAPPINGS = {
@@ -58,7 +58,7 @@ def write_hostfile(layout, state_dir, ranks_per_host):
 
 
 def mpirun_path():
-    """nnabla_torus.launch.mpirun_path, failing with a ClusterError."""
+    """nnabla_torus.launching.mpirun_cmd.mpirun_path, failing with a ClusterError."""
     try:
         return find_mpirun()
     except RuntimeError as e:

@@ -21,7 +21,7 @@ from nnabla.ext_utils import get_extension_context
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "imagenet"))
 import nnabla_torus as C  # noqa: E402
-from nnabla_torus.controller import BatchPlan  # noqa: E402
+from nnabla_torus.planning.controller import BatchPlan  # noqa: E402
 from nnabla_torus.loss_scaling import DynamicLossScaling  # noqa: E402
 from nnabla_torus.overlap import BucketedAllReduce  # noqa: E402
 from tests.mpirun import passed_line  # noqa: E402

@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 import nnabla as nn
 from nnabla.ext_utils import get_extension_context
-from nnabla_torus.backends.fake_nccl import FakeMultiProcessDataParallelCommunicator, synchronize
+from nnabla_torus.testing.fake_nccl import FakeMultiProcessDataParallelCommunicator, synchronize
 from tests.mpirun import passed_line
 
 RANK, P = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
@@ -146,10 +146,10 @@ def check_reduce(comm):
 
 def check_callback(comm):
     """all_reduce_callback: nnabla's packing (cast to T, times scale_grad, packs of pack_size,
-    zeroing skipped), run by backward through nnabla_torus.backward_callback; sums land by the
+    zeroing skipped), run by backward through nnabla_torus.comm.backward_callback; sums land by the
     end of backward."""
     import nnabla.functions as F
-    from nnabla_torus import backward_callback
+    from nnabla_torus.comm import backward_callback
     assert backward_callback.install()
     x = nn.Variable.from_numpy_array(data((3, 4), RANK))
     ws = [nn.Variable.from_numpy_array(np.ones((3, 4), np.float32), need_grad=True)

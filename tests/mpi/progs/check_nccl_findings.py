@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 from nnabla.ext_utils import get_extension_context
 import nnabla_torus as C
-from nnabla_torus.backends import fake_nccl
+from nnabla_torus.testing import fake_nccl
 from check_fake_nccl import data, nd, run_or_abort
 
 RANK, P = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()

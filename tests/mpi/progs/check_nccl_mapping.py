@@ -26,7 +26,7 @@ from mpi4py import MPI
 import nnabla as nn
 from nnabla.ext_utils import get_extension_context
 import nnabla_torus as C
-from nnabla_torus.topology import parse_grid
+from nnabla_torus.comm.topology import parse_grid
 from check_fake_nccl import data, nd, run_or_abort
 
 RANK, P = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()

@@ -71,7 +71,7 @@ def gradients(comm, bucket_mib, threaded=False):
 def device_streams(comm):
     """fake-nccl, algorithm native: BucketedAllReduce.backward all-reduces during backward on
     non-blocking streams only (nnabla's all_reduce_callback), several packs, no host sync, and the same gradients as one all-reduce after backward."""
-    from nnabla_torus.backends import fake_nccl
+    from nnabla_torus.testing import fake_nccl
     assert comm.algorithm == "native", comm.algorithm
     reference, _ = gradients(comm, None)
     loss, params = build(comm.rank)

@@ -28,8 +28,8 @@ from mpi4py import MPI
 
 import nnabla as nn
 import nnabla_torus as C
-from nnabla_torus import auto
-from nnabla_torus.topology import Grid, default_grid, factor_pairs
+from nnabla_torus.comm import auto
+from nnabla_torus.comm.topology import Grid, default_grid, factor_pairs
 from tests.mpirun import passed_line
 
 WORLD = MPI.COMM_WORLD
@@ -360,7 +360,7 @@ def case_shared_pieces(comm, config):
     """The shared-memory path in pieces of 4000 bytes (26 pieces of 100003 float32, halves
     alternating), after a window grown by a larger call; float16 and integers too. Twice:
     small pieces summed after one arrival, then every piece through two (threshold 0)."""
-    from nnabla_torus.backends import mpi
+    from nnabla_torus.comm.backends import mpi
     be = comm.backend
     assert comm._plan.shared, "rows inside one host share memory"
     saved = be.shm_bytes, mpi.SHM_ONE_ARRIVAL_BYTES
@@ -447,7 +447,7 @@ def auto_with_profile(edit):
     (rank 0 writes the file)."""
     import tempfile
     import yaml
-    from nnabla_torus.profile import load_profile, profile_to_dict
+    from nnabla_torus.planning.machine_profile import load_profile, profile_to_dict
     path = None
     if RANK == 0:
         raw = profile_to_dict(load_profile("cpu-2core"))
@@ -854,7 +854,7 @@ def groups_differ(comm, case):
 def shm_refused():
     """The MPI library refuses shared windows (on every rank: the call is collective):
     every rank falls back to messages, rank 0 says why once, and sums stay exact."""
-    from nnabla_torus import rendezvous
+    from nnabla_torus.comm import rendezvous
 
     def refuse(nbytes, comm):
         raise MPI.Exception(MPI.ERR_NO_MEM)

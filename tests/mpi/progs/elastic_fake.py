@@ -14,7 +14,7 @@ import time
 
 from mpi4py import MPI
 
-from nnabla_torus import elastic
+from nnabla_torus.launching import elastic
 
 
 def request(ranks):

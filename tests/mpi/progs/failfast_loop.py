@@ -17,7 +17,7 @@ import nnabla as nn
 import numpy as np
 
 import nnabla_torus
-from nnabla_torus import failfast
+from nnabla_torus.comm import failfast
 
 
 def leave(how, rank):

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from nnabla_torus.noise_scale import NoiseScaleEstimator
+from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from tests.mpirun import passed_line
 
 

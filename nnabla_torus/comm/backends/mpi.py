@@ -48,7 +48,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..collectives import PIPELINE_BYTES, scale_numpy
-from ..knobs import knob_value, number, parse_bool
+from ...knobs import knob_value, number, parse_bool
 from ..rendezvous import CallMismatch, HostSync, Pacer, Watchdog, allocate_shared, overdue, wait_requests
 
 logger = logging.getLogger("nnabla_torus")

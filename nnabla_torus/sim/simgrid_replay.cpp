@@ -1,6 +1,6 @@
 // Replay of recorded collective schedules on a SimGrid platform (S4U API, SimGrid 3.32).
 //
-// Built and run by nnabla_torus/simgrid.py, which records the trace and writes the platform:
+// Built and run by nnabla_torus/sim/simgrid.py, which records the trace and writes the platform:
 //   simgrid_replay PLATFORM.xml TRACE.bin [--cfg=name:value ...]
 // The trace holds streams of ops; stream r < ranks is rank r's own, run by an actor on host
 // "r<r>". Ops:

@@ -35,13 +35,13 @@ import time
 import numpy as np
 
 from . import costmodel
-from .collectives import PIPELINE_BYTES
+from ..comm.collectives import PIPELINE_BYTES
 from .costmodel import Compute, Link, Network, Software
-from .knobs import env_value
-from .launch import mpirun_command
-from .topology import parse_grid
+from ..knobs import env_value
+from ..launching.mpirun_cmd import mpirun_command
+from ..comm.topology import parse_grid
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OURS = ("ring", "torus2d", "hierarchical")   # algorithms implemented in Python by us
 
 
@@ -281,7 +281,7 @@ def base_network(cores, ranks_per_host):
 
 def build_parser():
     import argparse
-    from .knobs import add_knob
+    from ..knobs import add_knob
     parser = argparse.ArgumentParser(prog="calibrate", description=__doc__.split("\n")[0])
 
     def knob(flag, default, help, **kwargs):   # env twin: NNABLA_TORUS_CAL_<FLAG>
@@ -328,7 +328,7 @@ def _load_or_measure(path, measure, save_dir, name):
 
 def calibrate(args, log=print):
     """Measure (or load), fit and return (Profile, report)."""
-    from .profile import Profile
+    from .machine_profile import Profile
     cores = os.cpu_count() or 1
     ranks_per_host = max(_ints(args.ranks) + _ints(args.train_ranks))
     base = base_network(cores, ranks_per_host)
@@ -370,11 +370,11 @@ def calibrate(args, log=print):
 
 
 def main(argv=None):
-    from .profile import save_profile
+    from .machine_profile import save_profile
     args = build_parser().parse_args(argv)
     prof, report = calibrate(args)
     save_profile(prof, args.out, header="nnabla-torus cluster profile written by "
-                 "tools/calibrate.py; see nnabla_torus/profile.py for the format.\n"
+                 "tools/calibrate.py; see nnabla_torus/planning/machine_profile.py for the format.\n"
                  "Fitted on this machine; the 'calibration' block says what was pinned.")
     print(f"all-reduce MdAPE {report['allreduce_mdape']:.1%} over "
           f"{report['allreduce_records']} records; by algorithm: "

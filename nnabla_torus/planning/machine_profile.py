@@ -1,6 +1,6 @@
 """Cluster profiles: hosts, links and per-model compute coefficients for the cost model.
 
-A profile is a YAML (or JSON) file; shipped ones live in ``nnabla_torus/profiles/`` and are
+A profile is a YAML (or JSON) file; shipped ones live in ``nnabla_torus/planning/profiles/`` and are
 named without their extension (``abci``, ``cpu-2core``). Format (units in the key names)::
 
     name: abci
@@ -15,7 +15,7 @@ named without their extension (``abci``, ``cpu-2core``). Format (units in the ke
       hosts_per_rack: 34        # a multiple of hosts_per_rack; links.inter is inside a rack
       spine: {latency_us: 6.2, bandwidth_GBps: 25.0}   # across racks, per host, full bisection
       oversubscription: 3.0     # rack downlink / uplink (1 = full bisection to the spine)
-    run:                        # optional fixed costs of a whole run (nnabla_torus.runtime)
+    run:                        # optional fixed costs of a whole run (nnabla_torus.planning.run_forecast)
       startup_s: 0.0            # launch, initialisation, first-step compilation
       validation_s: 0.0         # one pass over the validation set
       validations: 1            # passes per run (train.py validates at every epoch end)
@@ -55,7 +55,7 @@ from collections import namedtuple
 import yaml
 
 from .costmodel import ALGORITHMS, Compute, Link, Network, Software
-from .knobs import add_knob
+from ..knobs import add_knob
 
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
 PROFILE_ENV = "NNABLA_TORUS_PROFILE"   # the --profile twin of every tool and of train.py

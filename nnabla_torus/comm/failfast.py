@@ -3,7 +3,7 @@
 Without this, a rank that raises an unhandled exception (or calls ``sys.exit``) goes on to
 ``MPI_Finalize``, which waits for every other rank, while the others wait for it in their next
 collective: the job hangs until the collective's timeout. ``install()`` (called when
-``nnabla_torus.communicator`` is imported, so any script that uses the communicator has it)
+``nnabla_torus.comm.communicator`` is imported, so any script that uses the communicator has it)
 handles the three ways a rank leaves early:
 
 - an unhandled exception (main thread or any other thread): Python prints the traceback, then
@@ -22,7 +22,7 @@ handles the three ways a rank leaves early:
 With one process (or before MPI is initialised) nothing is aborted: the process exits with a
 non-zero status, and mpirun then ends the job itself. Example::
 
-    from nnabla_torus import failfast
+    from nnabla_torus.comm import failfast
     failfast.install()                  # importing the communicator does this
     if not os.path.isdir(path):
         failfast.abort_job(f"train.py: error: {path} is not a folder", 2)

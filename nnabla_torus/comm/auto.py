@@ -5,7 +5,7 @@ computed on rank 0 and broadcast, so every rank makes the same choice for the sa
 choice depends only on the call's byte count, which the argument check agrees on). Sources:
 
 - a profile (``NNABLA_TORUS_AUTO_PROFILE=<name or path>``): its cost model
-  (:func:`nnabla_torus.costmodel.allreduce_time`, with the profile's per-algorithm software
+  (:func:`nnabla_torus.planning.costmodel.allreduce_time`, with the profile's per-algorithm software
   terms) times each candidate at ``SIZES`` for this job's ranks and ranks per host;
 - else, or when the profile lacks the software term of a candidate (said once), a quick
   measurement on the spot (:func:`measure`): each candidate at ``SIZES`` interleaved, a call's
@@ -99,7 +99,7 @@ def missing_terms(profile, candidates):
 
 def predicted_times(profile, candidates, ranks, per_host, grid_x, sizes=SIZES):
     """``{algorithm: [seconds per size]}`` from the profile's cost model for this job."""
-    from .costmodel import allreduce_time
+    from ..planning.costmodel import allreduce_time
     net = profile.network._replace(gpus_per_host=per_host)
     return {name: [float(allreduce_time(net, name, ranks, n,
                                         grid_x if name == "torus2d" else None)) for n in sizes]

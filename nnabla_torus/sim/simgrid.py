@@ -1,6 +1,6 @@
 """SimGrid engine: our collectives' schedules, recorded once, replayed on a SimGrid platform.
 
-1. **Record.** The collective runs untimed on the virtual World (``backends/virtual.py``: the
+1. **Record.** The collective runs untimed on the virtual World (``sim/virtual.py``: the
    real schedule code of every rank) with a ``Recorder``, which writes down each rank's ops in
    the order the rank performs them: post a send / receive (destination / source, the
    communicator, simulated bytes), and wait (the requests that wait needed
@@ -62,8 +62,8 @@ import time
 
 import numpy as np
 
-from .backends.virtual import WallLimit, run_allreduce
-from .knobs import env_value
+from .virtual import WallLimit, run_allreduce
+from ..knobs import env_value
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simgrid_replay.cpp")
 CXX = "g++"   # the compiler (a module attribute so that tests can point it elsewhere)

@@ -1,6 +1,6 @@
 """A fake of nnabla-ext-cuda's multi-process NCCL communicator: numpy on CPU, mpi4py between ranks.
 
-``NNABLA_TORUS_BACKEND=fake-nccl`` runs the NCCL mapping (``backends/nccl.py``) end to end
+``NNABLA_TORUS_BACKEND=fake-nccl`` runs the NCCL mapping (``comm/backends/nccl.py``) end to end
 under mpirun on a machine without GPUs. Read from nnabla ``python/src/nnabla/communicator.pyx``
 and nnabla-ext-cuda ``src/nbla/cuda/communicator/multi_process_data_parallel_communicator.cu``
 (v1.39); what it mimics:
@@ -50,7 +50,7 @@ NCCL's algorithms, protocols, timing and summation order (the fake sums in group
 same on every member); out-of-bounds reads and writes (where NCCL would run past a buffer, the
 fake raises ValueError); the C++ type of ``all_reduce_callback``'s result (the fake's is a
 Python object, which nnabla's backward runs only through
-``nnabla_torus.backward_callback.install()``) and the deprecated ``allreduce``.
+``nnabla_torus.comm.backward_callback.install()``) and the deprecated ``allreduce``.
 
 Example (under ``mpirun -np 2``)::
 
@@ -477,7 +477,7 @@ class FakeAllReduceCallback:
     multiplied by ``scale_grad`` into the pack and, when the pack holds ``pack_size`` elements
     or backward ends, summed (``division``: ncclAvg) and unpacked (keep_dtype is moot: arrays
     are T). As in nnabla, a gradient is packed at each use. A Python object: nnabla's backward
-    runs it only through ``nnabla_torus.backward_callback.install()``; on_finish_backward
+    runs it only through ``nnabla_torus.comm.backward_callback.install()``; on_finish_backward
     completes the enqueued sums (a GPU's default stream would wait for them)."""
 
     def __init__(self, parent, comm, arrays, pack_size, division, scale_grad):

@@ -11,10 +11,10 @@ instead (``HostSync``: one arrival flag per member, no message). Either way this
   timeout, naming the ranks that did not arrive.
 
 A rank that dies is named at once instead (``RankLost``) when the MPI library reports dead
-processes: Open MPI 5 launched with ``--mca mpi_ft_enable 1`` (what ``nnabla_torus.launch``
+processes: Open MPI 5 launched with ``--mca mpi_ft_enable 1`` (what ``nnabla_torus.launching.mpirun_cmd``
 adds). The runtime still ends the whole job; the flag only turns the survivors' "socket closed"
 into an error that says which rank is gone. A rank that left the script early (``sys.exit``, an
-early return) is named too (``RankGone``, from the exit notices of ``nnabla_torus.failfast``).
+early return) is named too (``RankGone``, from the exit notices of ``nnabla_torus.comm.failfast``).
 """
 import contextlib
 import hashlib

@@ -1,7 +1,7 @@
 """Batch-size controller: the training loop asks it "what batch now?" each step or epoch.
 
-The target global batch comes from a :class:`~nnabla_torus.schedules.BatchSchedule` or, in
-adaptive mode, from goodput (:mod:`nnabla_torus.goodput`): among the global batches this world
+The target global batch comes from a :class:`~nnabla_torus.planning.schedules.BatchSchedule` or, in
+adaptive mode, from goodput (:mod:`nnabla_torus.planning.goodput`): among the global batches this world
 can realise between ``min_batch`` (B0, the reference batch of the efficiency model) and
 ``max_batch``, the one with the highest throughput(B) x E(B), throughput from the cost model
 (``throughput``, e.g. the planner's prediction for these ranks) and E(B) = (phi + B0)/(phi + B)
@@ -31,7 +31,7 @@ the Learning Rate, Increase the Batch Size", arXiv:1711.00489).
 Example (the paper: 34K -> 68K at epoch 5 on a fixed world of 1,088 ranks takes 2 micro-batches
 from epoch 5 on; the paper doubled the GPUs instead, see planner.plan_schedule)::
 
-    >>> from nnabla_torus.schedules import BatchSchedule
+    >>> from nnabla_torus.planning.schedules import BatchSchedule
     >>> ctrl = BatchSizeController(1088, 32, schedule=BatchSchedule.parse("0:34816,5:69632"))
     >>> p = ctrl.plan(5.0)
     >>> p.global_batch, p.local_batch, p.accum_steps, p.lr_factor, p.changed
@@ -45,7 +45,7 @@ import numpy as np
 
 from . import goodput
 
-LOG = logging.getLogger("nnabla_torus.controller")
+LOG = logging.getLogger("nnabla_torus.planning.controller")
 
 BatchPlan = namedtuple("BatchPlan", [
     "global_batch",   # samples per optimizer step = world_size * local_batch * accum_steps

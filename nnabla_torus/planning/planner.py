@@ -1,7 +1,7 @@
 """Planner: how many GPUs, which grid and all-reduce algorithm, which batch, now.
 
 Every candidate (GPU count p, algorithm, grid X x Y, per-GPU batch b, accumulation s) is scored
-with the cost model (:mod:`nnabla_torus.costmodel`), all at once in numpy::
+with the cost model (:mod:`nnabla_torus.planning.costmodel`), all at once in numpy::
 
     global batch   B = p * b * s
     throughput     B / step_time                                    (samples/s)
@@ -9,7 +9,7 @@ with the cost model (:mod:`nnabla_torus.costmodel`), all at once in numpy::
     statistical    E(B) = (B_noise + B0) / (B_noise + max(B, B0))   (Pollux; 1 without B_noise)
     goodput        throughput * E(B)          (samples/s of progress at the reference batch B0)
 
-(E and goodput are :mod:`nnabla_torus.goodput`'s, the objective the batch-size controller and
+(E and goodput are :mod:`nnabla_torus.planning.goodput`'s, the objective the batch-size controller and
 the elastic launcher use too; at a fixed global batch E is fixed and goodput ranks plans as
 throughput does.)
     time to train  dataset_size * epochs / goodput
@@ -25,7 +25,7 @@ them against the steps each grid needs.
 
 Example (the paper's first phase: 34,816 images at 32 per GPU)::
 
-    >>> from nnabla_torus.profile import load_profile
+    >>> from nnabla_torus.planning.machine_profile import load_profile
     >>> best = plan(load_profile("abci"), "resnet50", target_batch=34816, local_batches=[32])
     >>> best.best.gpus, best.best.global_batch
     (1088, 34816)
@@ -38,7 +38,7 @@ import numpy as np
 
 from . import costmodel, goodput
 from .costmodel import ALGORITHMS
-from .profile import model_of
+from .machine_profile import model_of
 
 Plan = namedtuple("Plan", [
     "gpus", "grid", "algorithm", "local_batch", "accum_steps", "global_batch",

@@ -1,13 +1,13 @@
 """nnabla-torus-run: an elastic launcher that runs each batch phase on the GPU count it pays.
 
-The planner (:func:`nnabla_torus.planner.plan_resize`) gives the GPU count, grid and per-rank
+The planner (:func:`nnabla_torus.planning.planner.plan_resize`) gives the GPU count, grid and per-rank
 batch of the current batch phase; the launcher starts ``mpirun`` with that many ranks. The
 training script (``examples/imagenet/train.py --elastic 1``) asks for another size when its
 batch schedule enters a new phase (or the adaptive controller's goodput batch changes) and
 the planner predicts that the restart pays; it then writes a checkpoint, prints one request
 line (``REQUEST_PREFIX`` + JSON) and exits with ``EXIT_RESIZE``; the launcher relaunches on
 the requested count with ``--resume 1`` (replacing any --resume the command had). The count is
-the planner's highest-goodput one at that batch (:mod:`nnabla_torus.goodput`, the objective the
+the planner's highest-goodput one at that batch (:mod:`nnabla_torus.planning.goodput`, the objective the
 controller uses). Exit statuses of the script:
 
     0             finished: the launcher exits 0
@@ -35,11 +35,11 @@ import subprocess
 import sys
 import time
 
-from . import planner
-from .knobs import add_knob, number
-from .launch import mpirun_command
-from .profile import add_profile_knob, load_profile
-from .schedules import BatchSchedule
+from ..planning import planner
+from ..knobs import add_knob, number
+from .mpirun_cmd import mpirun_command
+from ..planning.machine_profile import add_profile_knob, load_profile
+from ..planning.schedules import BatchSchedule
 
 EXIT_RESIZE = 75          # the script checkpointed and asks to run on another rank count
 EXIT_STOPPED = 76         # the script checkpointed after SIGUSR1 (the launcher's Ctrl-C)

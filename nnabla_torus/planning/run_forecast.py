@@ -16,7 +16,7 @@ held-out check (docs/planner.md, "Whole-run prediction against the published run
 
 Example::
 
-    >>> from nnabla_torus.profile import load_profile
+    >>> from nnabla_torus.planning.machine_profile import load_profile
     >>> recipe = load_recipe("sony-224s")
     >>> run = predict_run(load_profile("abci"), "resnet50", recipe)
     >>> [(p.plan.gpus, p.steps) for p in run.phases]
@@ -28,13 +28,13 @@ from collections import namedtuple
 
 from . import planner
 from .costmodel import ALGORITHMS
-from .profile import RUN_KEYS, model_of
+from .machine_profile import RUN_KEYS, model_of
 from .provenance import load_tagged
 from .schedules import BatchSchedule
 
 # The ImageNet example's recipes, found from a source checkout (an installed wheel has none:
 # give a path instead).
-RECIPE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+RECIPE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                           "examples", "imagenet", "recipes")
 
 RunRecipe = namedtuple("RunRecipe", [

@@ -177,7 +177,7 @@ def _type_contexts(ctx, fake, device_id):
 def _load_extension(ctx, fake):
     """The module that makes and synchronises the device: fake_nccl, or nnabla_ext.cuda."""
     if fake:
-        from . import fake_nccl
+        from ...testing import fake_nccl
         return fake_nccl
     if ctx is not None and not ctx.backend[0].startswith(("cuda", "cudnn")):  # None: cudnn
         raise ValueError(f"the nccl backend needs a CUDA context, e.g. get_extension_context("

@@ -3,9 +3,10 @@ import json
 
 import pytest
 
-from nnabla_torus import plan_cli, runtime
-from nnabla_torus.profile import load_profile, profile_from_dict
-from nnabla_torus.schedules import BatchSchedule
+from nnabla_torus import plan_cli
+from nnabla_torus.planning import run_forecast
+from nnabla_torus.planning.machine_profile import load_profile, profile_from_dict
+from nnabla_torus.planning.schedules import BatchSchedule
 
 # 4 hosts x 1 GPU, links without latency, 1 byte of gradients at 1e9 GB/s: a step is the
 # compute a + b * batch (the all-reduce takes ~1e-18 s).
@@ -16,13 +17,13 @@ TOY = {"name": "toy", "hosts": 4, "gpus_per_host": 1, "slots_per_host": 1,
        "run": {"startup_s": 1.0, "validation_s": 0.5, "validations": 2, "loader_stall_ms": 2.0},
        "models": {"m": {"a_ms": 0.0, "b_ms": 1.0, "gamma": 1.0, "max_local_batch": 64,
                         "grad_bytes": 1}}}
-RECIPE = runtime.RunRecipe("toy", BatchSchedule.parse("0:16,1:32"), 8, 3.0, {}, {})
+RECIPE = run_forecast.RunRecipe("toy", BatchSchedule.parse("0:16,1:32"), 8, 3.0, {}, {})
 
 
 def test_phases_steps_and_fixed_costs_worked_by_hand():
     # 64 images: epoch 0 at 16 on 2 GPUs = 4 steps, epochs 1-2 at 32 on 4 GPUs = 4 steps;
     # each step 8 images x 1 ms = 8 ms, plus 2 ms of loader stall (a fixed cost).
-    run = runtime.predict_run(profile_from_dict(TOY), "m", RECIPE, dataset_size=64)
+    run = run_forecast.predict_run(profile_from_dict(TOY), "m", RECIPE, dataset_size=64)
     assert [(p.start_epoch, p.epochs, p.steps, p.plan.gpus) for p in run.phases] == [
         (0.0, 1.0, 4, 2), (1.0, 2.0, 4, 4)]
     assert [round(p.seconds, 9) for p in run.phases] == [0.032, 0.032]
@@ -33,24 +34,24 @@ def test_phases_steps_and_fixed_costs_worked_by_hand():
 def test_fit_recovers_the_per_image_compute():
     prof = profile_from_dict(TOY)
     # b = 2 ms: 8 steps x 16 ms of compute + 2.016 s of fixed costs = 2.144 s.
-    b = runtime.fit_compute(prof, "m", RECIPE, 2.144, dataset_size=64, tol_s=1e-9)
+    b = run_forecast.fit_compute(prof, "m", RECIPE, 2.144, dataset_size=64, tol_s=1e-9)
     assert b == pytest.approx(2e-3, rel=1e-6)
     with pytest.raises(ValueError, match="even with no per-image compute.*predicts 2.0 s"):
-        runtime.fit_compute(prof, "m", RECIPE, 1.5, dataset_size=64)
+        run_forecast.fit_compute(prof, "m", RECIPE, 1.5, dataset_size=64)
 
 
 def test_held_out_check_on_the_published_runs():
     """Fit b on v1's 224 s only; predict v1's 91.62 % and v2's 122 s with it."""
     prof = load_profile("abci")
-    v1, v2 = runtime.load_recipe("sony-224s"), runtime.load_recipe("sony-122s")
-    assert runtime.predict_run(prof, "resnet50", v1).total_s == pytest.approx(64.2, abs=0.1)
-    b = runtime.fit_compute(prof, "resnet50", v1, v1.expected["time_s"])
+    v1, v2 = run_forecast.load_recipe("sony-224s"), run_forecast.load_recipe("sony-122s")
+    assert run_forecast.predict_run(prof, "resnet50", v1).total_s == pytest.approx(64.2, abs=0.1)
+    b = run_forecast.fit_compute(prof, "resnet50", v1, v1.expected["time_s"])
     assert b * 1e3 == pytest.approx(3.671, abs=1e-3)         # 122.5 ms per step of 32
-    fitted = runtime.with_compute(prof, "resnet50", b)
-    eff = runtime.predict_efficiency(fitted, "resnet50", v1.expected["scaling_gpus"], 32)
+    fitted = run_forecast.with_compute(prof, "resnet50", b)
+    eff = run_forecast.predict_efficiency(fitted, "resnet50", v1.expected["scaling_gpus"], 32)
     assert eff == pytest.approx(0.9578, abs=1e-4)             # published 0.9162
     # v2's GPU count and schedule are not in the sources: v1's are kept, so 224 s again.
-    assert runtime.predict_run(fitted, "resnet50", v2).total_s == pytest.approx(224, abs=0.01)
+    assert run_forecast.predict_run(fitted, "resnet50", v2).total_s == pytest.approx(224, abs=0.01)
 
 
 def test_cli_prints_the_prediction_beside_the_published_figures(tmp_path, capsys):

@@ -18,7 +18,7 @@ reads. How each algorithm runs: docs/communicator.md.
 Every value is checked when the communicator is made (a ValueError names the knob, the value
 and the allowed range), and ``init()`` compares the settings of all ranks (a ValueError on
 every rank names what each rank set) before anything that would hang if they differed.
-Importing this module installs :mod:`nnabla_torus.failfast` (an error on one rank ends the
+Importing this module installs :mod:`nnabla_torus.comm.failfast` (an error on one rank ends the
 job), so errors between the import and ``init()`` are covered too.
 """
 import collections
@@ -39,7 +39,7 @@ from . import auto, failfast, topology
 from .threads import OneCaller
 from .backends import synchronize
 from .collectives import AUTO, Plan, get_algorithm
-from .knobs import TIMEOUT_MAX_S, env_value, knob_value, number
+from ..knobs import TIMEOUT_MAX_S, env_value, knob_value, number
 from .rendezvous import (CallMismatch, CollectiveTimeout, RankGone, RankLost, call_hash,
                          check_group_lists, check_same_call, lost_ranks, raise_mismatch,
                          rank_lost)
@@ -81,7 +81,7 @@ class OnRankZero(logging.Filter):
         return self.rank == 0 or getattr(record, "every_rank", False)
 
 
-def log_once_per_job(rank, names=("nnabla_torus", "nnabla_torus.controller")):
+def log_once_per_job(rank, names=("nnabla_torus", "nnabla_torus.planning.controller")):
     """Add an ``OnRankZero`` filter to the loggers ``names`` (once); ``init()`` does this for
     the library's loggers, a script may pass its own logger's name."""
     for name in names:
@@ -120,7 +120,7 @@ class TorusCommunicator:
         get_algorithm(self.algorithm, allow_auto=True)  # fail early on a typo
         self.auto_profile = auto_profile or env_value("NNABLA_TORUS_AUTO_PROFILE", "")
         if self.auto_profile:
-            from .profile import load_profile
+            from ..planning.machine_profile import load_profile
             self._profile = load_profile(self.auto_profile)  # a bad name fails here
         self.auto_table = None   # auto.Table, fixed by the first set_algorithm("auto")
         self.auto_timer = time.perf_counter  # the clock of auto's measurement (tests skew it)
@@ -820,7 +820,7 @@ class TorusCommunicator:
 
         NCCL backend: nnabla's own C++ callback from the communicator the backend holds
         (group mapped to the backend's group), which nnabla's backward accepts as it is.
-        Other backends: a Python callback (``nnabla_torus.backward_callback``); nnabla's
+        Other backends: a Python callback (``nnabla_torus.comm.backward_callback``); nnabla's
         backward accepts only C++ callbacks, so creating a communicator installs, once per
         process, a ``Variable.backward`` that runs Python callbacks through
         ``function_post_hook`` and hands everything else to nnabla's own backward unchanged.

@@ -13,7 +13,7 @@ bug that MPI's buffering would hide still shows as a deadlock.
 
 Untimed, the scheduler just runs ranks until all have finished; when none can move it raises
 ``Deadlock`` naming the waiting ranks and what they wait for, never hangs. Timed
-(``nnabla_torus.simulate``), a ``network`` turns every matched message into a flow on a
+(``nnabla_torus.sim.simulate``), a ``network`` turns every matched message into a flow on a
 simulated platform and the scheduler advances a simulated clock (discrete events).
 
 Stand-in: ``library_all_reduce`` (hierarchical's cross-host phase, native) runs our ring
@@ -38,11 +38,11 @@ except ImportError as e:   # an optional extra: the communicator itself does not
     raise ImportError("virtual ranks and the simulator need greenlet: "
                       "pip install 'nnabla-torus[simulate]' (or pip install greenlet)") from e
 
-from ..collectives import PIPELINE_BYTES, get_algorithm
-from ..communicator import TorusCommunicator
+from ..comm.collectives import PIPELINE_BYTES, get_algorithm
+from ..comm.communicator import TorusCommunicator
 from ..knobs import TIMEOUT_MAX_S
-from ..topology import HostLayout
-from .mpi import Group, MPIBackend
+from ..comm.topology import HostLayout
+from ..comm.backends.mpi import Group, MPIBackend
 
 MAX_RANKS = 1 << 16   # a sanity bound on the world size (one greenlet and buffer per rank)
 
@@ -179,12 +179,12 @@ class VirtualCommunicator(TorusCommunicator):
 class World:
     """The scheduler of ``size`` virtual ranks: message matching, and a clock when timed.
 
-    ``network`` (optional, see ``nnabla_torus.simulate.FlowNetwork``) has ``attach(world)``,
+    ``network`` (optional, see ``nnabla_torus.sim.simulate.FlowNetwork``) has ``attach(world)``,
     ``start(src, dst,
     nbytes, done)`` (call ``done()`` when delivered), ``next_time()``, ``advance(t)`` and
     ``cost(rank, reduce_bytes, send_bytes, sends)`` (seconds a rank computes after a wait).
     ``max_wall``: wall-clock seconds before WallLimit is raised (None: no limit).
-    ``recorder`` (optional, untimed runs; see ``nnabla_torus.simgrid.Recorder``) has
+    ``recorder`` (optional, untimed runs; see ``nnabla_torus.sim.simgrid.Recorder``) has
     ``post(request, send, src, dst, key, nbytes)``, ``cost`` (as the network's) and
     ``wait(rank, requests, seconds)``: it writes down every rank's posts and waits in order.
     """

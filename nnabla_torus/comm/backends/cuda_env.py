@@ -236,7 +236,7 @@ def check_registered(ctx):
             f"when nnabla_ext.cuda is first imported, and here it was imported before nnabla_torus"
             f" could prepare them (e.g. get_extension_context('cudnn') before import "
             f"nnabla_torus). Fix: import nnabla_torus before making the CUDA context, or call "
-            f"nnabla_torus.backends.cuda_env.prepare() first, or export OMPI_HOME=<Open MPI "
+            f"nnabla_torus.comm.backends.cuda_env.prepare() first, or export OMPI_HOME=<Open MPI "
             f"prefix whose lib/libmpi.so is a shared library> before starting Python") from None
 
 

@@ -1,6 +1,6 @@
 """Timed simulation: our collectives' messages as flows on a platform built from a cluster profile.
 
-The virtual backend (``backends/virtual.py``) runs the real schedule code of every rank; here
+The virtual backend (``sim/virtual.py``) runs the real schedule code of every rank; here
 each message it matches becomes a *flow* on a simulated platform, and a rank's own work after a
 wait (adding received bytes, per-step software cost) becomes simulated compute time.
 
@@ -30,7 +30,7 @@ cost model's per-call waits of oversubscribed hosts (``costmodel.call_waits``) a
 
 Two engines time this platform (``simulate_allreduce(engine=...)``): ``flow``, our own
 contention-aware flow model (FlowNetwork, timed while the virtual ranks run; no dependency),
-and ``simgrid`` (nnabla_torus.simgrid: the ranks' ops recorded, then replayed by SimGrid's C++
+and ``simgrid`` (nnabla_torus.sim.simgrid: the ranks' ops recorded, then replayed by SimGrid's C++
 API on the same links, with its CM02 max-min model); ``auto`` picks simgrid when its replay
 program builds here. Not modelled: segments within a step (the MPI backend overlaps adding with
 receiving in 4 MiB segments), NCCL's or MPI's own algorithms (the library all-reduce is our
@@ -38,7 +38,7 @@ ring), congestion control, packet-level effects.
 
 Example (8 ranks, 2 hosts of 4, torus2d 4x2 on 1 MB)::
 
-    >>> from nnabla_torus.costmodel import Link, Network
+    >>> from nnabla_torus.planning.costmodel import Link, Network
     >>> net = Network(Link(1e-6, 1e10), Link(2e-6, 1e9), 0.0, 4, 4, 0, {})
     >>> r = simulate_allreduce(net, "torus2d", 8, 1e6, grid="4x2")
     >>> round(r.seconds * 1e3, 3), r.busiest   # columns: 4 flows of 125 KB share a NIC: 2 x 502 us
@@ -50,10 +50,12 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import costmodel, simgrid
-from .backends.virtual import run_allreduce
-from .knobs import knob_value
-from .topology import parse_grid
+from ..planning import costmodel
+
+from . import simgrid
+from .virtual import run_allreduce
+from ..knobs import knob_value
+from ..comm.topology import parse_grid
 
 Result = namedtuple("Result", [
     "seconds",       # simulated all-reduce time (s)
@@ -297,7 +299,7 @@ def check_fits(net, algorithm, ranks, grid, hosts=None):
 
 def resolve_engine(engine=None):
     """"simgrid" or "flow": ``engine`` (None: NNABLA_TORUS_SIM_ENGINE, default auto); auto is
-    simgrid when its replay program builds here (nnabla_torus.simgrid.available), else flow."""
+    simgrid when its replay program builds here (nnabla_torus.sim.simgrid.available), else flow."""
     def choice(text):
         if text not in ENGINES:
             raise ValueError(f"simulation engine {text!r} is not one of {', '.join(ENGINES)}")
@@ -317,7 +319,7 @@ def simulate_allreduce(net, algorithm, ranks, nbytes, grid=None, faults=Faults()
     elements, each byte standing for nbytes / (that buffer's bytes) simulated bytes.
     ``hosts``: the profile's host count (checked); ``max_wall``: wall seconds before
     virtual.WallLimit; ``engine``: flow (FlowNetwork, timed as it runs), simgrid (recorded,
-    then replayed by nnabla_torus.simgrid) or auto (see resolve_engine).
+    then replayed by nnabla_torus.sim.simgrid) or auto (see resolve_engine).
     """
     check_fits(net, algorithm, ranks, grid, hosts)
     engine = resolve_engine(engine)

@@ -76,7 +76,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from .topology import default_grid
+from ..comm.topology import default_grid
 
 ALGORITHMS = ("ring", "torus2d", "hierarchical", "native")
 

@@ -1,0 +1,1 @@
+"""The communicator and what moves the bytes: topology, collectives, backends, rendezvous."""

@@ -1,0 +1,1 @@
+"""Launching: the mpirun command line and the elastic launcher."""

@@ -1,0 +1,1 @@
+"""Simulation: virtual ranks, the flow engine and the SimGrid engine."""

@@ -1,0 +1,1 @@
+"""Test doubles shipped for the test suite and gpu-check (not used by training)."""
