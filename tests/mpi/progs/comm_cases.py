@@ -834,6 +834,7 @@ def threads(comm, count):
 
     run(False, 3)
     print(f"rank {RANK}: one after another OK", flush=True)
+    comm.barrier()  # no rank starts the aborting phase before every rank has said OK
     run(True, 200)
     print(f"rank {RANK}: concurrent calls were not refused", flush=True)
 
