@@ -40,14 +40,13 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import nnabla as nn  # noqa: E402
+import nnabla as nn
 
-import nnabla_torus  # noqa: E402
-from nnabla_torus.comm.backends import synchronize  # noqa: E402
-from nnabla_torus.comm.collectives import ALGORITHMS, AUTO  # noqa: E402
-from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool  # noqa: E402
-from nnabla_torus.comm.topology import parse_grid  # noqa: E402
+import nnabla_torus
+from nnabla_torus.comm.backends import synchronize
+from nnabla_torus.comm.collectives import ALGORITHMS, AUTO
+from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool
+from nnabla_torus.comm.topology import parse_grid
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

@@ -68,11 +68,9 @@ const char *nvmlErrorString(int r) { return "stub libnvidia-ml.so.1"; }
 """
 
 PRELUDE = """
-import sys
-sys.path.insert(0, %r)
 import nnabla as nn
 CTX = nn.Context(["cudnn:float", "cuda:float", "cpu:float"], "CudaCachedArray", "0")
-""" % REPO
+"""
 # What examples/imagenet/train.py, tools/train_bench.py and tests/mpi/progs/comm_cases.py do,
 # in their order: nnabla_torus imported at the top, the CUDA context made before the
 # communicator. Reaching registration (nnabla's own factory constructs its NCCL communicator)
