@@ -59,8 +59,8 @@ def writable(path):
     return path
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(prog="nnabla-torus-plan", description=__doc__.split("\n")[0])
+def _add_search_knobs(parser):
+    """What to plan on: the profile, model, GPU counts, algorithms and batches."""
     add_profile_knob(parser, gpus=True, help=f"cluster profile: shipped name "
                      f"({', '.join(list_profiles())}) or a file path")
     add_knob(parser, "--model", "NNABLA_TORUS_PLAN_MODEL", "resnet50", "model in the profile")
@@ -86,6 +86,10 @@ def build_parser():
     add_knob(parser, "--local-batch", "NNABLA_TORUS_PLAN_LOCAL_BATCH", None,
              "fixed per-GPU batch (None: try powers of two up to the memory limit)",
              type=number(int, low=1))
+
+
+def _add_objective_knobs(parser):
+    """What a plan is scored by: noise scale, dataset, epochs, scaling efficiency."""
     add_knob(parser, "--noise-scale", "NNABLA_TORUS_PLAN_NOISE_SCALE", None,
              "gradient noise scale B_noise in samples (None: statistical efficiency 1)",
              type=number(float, low=0, strict=True))
@@ -97,6 +101,10 @@ def build_parser():
              type=number(float, low=0, strict=True))
     add_knob(parser, "--min-efficiency", "NNABLA_TORUS_PLAN_MIN_EFFICIENCY", 0.0,
              "minimum scaling efficiency of a plan (0..1)", type=number(float, low=0, high=1))
+
+
+def _add_output_knobs(parser):
+    """What is shown: table rows, JSON, plot, a recipe's prediction."""
     add_knob(parser, "--rows", "NNABLA_TORUS_PLAN_ROWS", "log",
              "table rows: 'log' (powers of two and the recommendation) or 'all'",
              choices=("log", "all"))
@@ -112,6 +120,10 @@ def build_parser():
     add_knob(parser, "--fit-recipe", "NNABLA_TORUS_PLAN_FIT_RECIPE", None,
              "first fit the model's per-image compute (b_ms) to this recipe's published time, "
              "then predict --recipe with it (a held-out check when the recipes differ)")
+
+
+def _add_explain_and_simulate_knobs(parser):
+    """The recommendation's terms and the re-ranking by a timed simulation."""
     add_knob(parser, "--explain", "NNABLA_TORUS_PLAN_EXPLAIN", False,
              "print the compute and all-reduce phase terms of the recommendation", type=bool,
              nargs="?", const=True)
@@ -126,6 +138,13 @@ def build_parser():
              "engine of --simulate: simgrid (SimGrid replay), flow (our flow model) or auto "
              "(simgrid when libsimgrid-dev and g++ are here)",
              choices=("auto", "simgrid", "flow"))   # simulate.ENGINES (not imported: greenlet)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="nnabla-torus-plan", description=__doc__.split("\n")[0])
+    for add in (_add_search_knobs, _add_objective_knobs, _add_output_knobs,
+                _add_explain_and_simulate_knobs):
+        add(parser)
     return parser
 
 
@@ -315,33 +334,28 @@ def run_recipe(args, prof, out):
     return report
 
 
-def run(args, out=sys.stdout):
-    prof = load_profile(args.profile)
-    if args.recipe:
-        return {"profile": prof.name, "model": args.model, **run_recipe(args, prof, out)}
-    if args.fit_recipe:
-        raise ValueError("--fit-recipe needs --recipe (the recipe to predict after the fit)")
-    common = dict(algorithms=args.algorithms.split(","), b_noise=args.noise_scale,
-                  base_batch=args.base_batch, dataset_size=args.dataset_size,
-                  epochs=args.epochs, min_efficiency=args.min_efficiency,
-                  beyond_profile=args.allow_beyond_profile)
-    report = {"profile": prof.name, "model": args.model}
-    if args.schedule:
-        if args.local_batch is None:
-            raise SystemExit("--schedule needs --local-batch (images per GPU in every phase)")
-        phases = planner.plan_schedule(prof, args.model, args.schedule, args.local_batch, **common)
-        print(f"# profile {prof.name}, model {args.model}: schedule {args.schedule} at "
-              f"{args.local_batch} per GPU", file=out)
-        print(" epoch " + HEADER, file=out)
-        for start, best in phases:
-            print(f"{start:6g} " + format_row(best), file=out)
-            if args.explain:
-                print("\n".join(explain(prof, args.model, best)), file=out)
-        report["phases"] = [dict(start_epoch=s, **p._asdict()) for s, p in phases]
-        if args.simulate:
-            print("\n".join(simulated(prof, args.model, [p for _, p in phases][:args.simulate],
-                                       args.max_wall, args.sim_engine)), file=out)
-        return report
+def run_schedule(args, prof, common, report, out):
+    """The plan of each phase of ``--schedule``: print the table, return the report."""
+    if args.local_batch is None:
+        raise SystemExit("--schedule needs --local-batch (images per GPU in every phase)")
+    phases = planner.plan_schedule(prof, args.model, args.schedule, args.local_batch, **common)
+    print(f"# profile {prof.name}, model {args.model}: schedule {args.schedule} at "
+          f"{args.local_batch} per GPU", file=out)
+    print(" epoch " + HEADER, file=out)
+    for start, best in phases:
+        print(f"{start:6g} " + format_row(best), file=out)
+        if args.explain:
+            print("\n".join(explain(prof, args.model, best)), file=out)
+    report["phases"] = [dict(start_epoch=s, **p._asdict()) for s, p in phases]
+    if args.simulate:
+        print("\n".join(simulated(prof, args.model, [p for _, p in phases][:args.simulate],
+                                   args.max_wall, args.sim_engine)), file=out)
+    return report
+
+
+def run_table(args, prof, common, report, out):
+    """The best plan of each GPU count and the recommendation: print them, return the report.
+    """
     batch = dict(max_gpus=args.max_gpus, counts=args.gpus,
                  local_batches=None if args.local_batch is None else [args.local_batch], **common)
     try:
@@ -377,6 +391,22 @@ def run(args, out=sys.stdout):
     report.update(recommendation=best._asdict(), planning_seconds=result.seconds,
                   per_gpus=[p._asdict() for p in result.per_gpus])
     return report
+
+
+def run(args, out=sys.stdout):
+    prof = load_profile(args.profile)
+    if args.recipe:
+        return {"profile": prof.name, "model": args.model, **run_recipe(args, prof, out)}
+    if args.fit_recipe:
+        raise ValueError("--fit-recipe needs --recipe (the recipe to predict after the fit)")
+    common = dict(algorithms=args.algorithms.split(","), b_noise=args.noise_scale,
+                  base_batch=args.base_batch, dataset_size=args.dataset_size,
+                  epochs=args.epochs, min_efficiency=args.min_efficiency,
+                  beyond_profile=args.allow_beyond_profile)
+    report = {"profile": prof.name, "model": args.model}
+    if args.schedule:
+        return run_schedule(args, prof, common, report, out)
+    return run_table(args, prof, common, report, out)
 
 
 def main(argv=None):
