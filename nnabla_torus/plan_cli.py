@@ -21,12 +21,13 @@ import sys
 
 import numpy as np
 
-from .planning import costmodel, planner, run_forecast
+from .planning import costmodel, planner
 from .planning.costmodel import ALGORITHMS
 from .knobs import TIMEOUT_MAX_S, BadValue, add_knob, number
 from .planning.machine_profile import add_profile_knob, list_profiles, load_profile, model_of
 from .planning.schedules import BatchSchedule
 from .comm.topology import parse_grid
+from .plan_recipe import run_recipe
 
 COLUMNS = [("gpus", "{:>6d}"), ("grid", "{:>8s}"), ("algorithm", "{:>12s}"),
            ("local_batch", "{:>5d}"), ("accum_steps", "{:>3d}"), ("global_batch", "{:>7d}"),
@@ -59,8 +60,8 @@ def writable(path):
     return path
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(prog="nnabla-torus-plan", description=__doc__.split("\n")[0])
+def _add_search_knobs(parser):
+    """What to plan on: the profile, model, GPU counts, algorithms and batches."""
     add_profile_knob(parser, gpus=True, help=f"cluster profile: shipped name "
                      f"({', '.join(list_profiles())}) or a file path")
     add_knob(parser, "--model", "NNABLA_TORUS_PLAN_MODEL", "resnet50", "model in the profile")
@@ -86,6 +87,10 @@ def build_parser():
     add_knob(parser, "--local-batch", "NNABLA_TORUS_PLAN_LOCAL_BATCH", None,
              "fixed per-GPU batch (None: try powers of two up to the memory limit)",
              type=number(int, low=1))
+
+
+def _add_objective_knobs(parser):
+    """What a plan is scored by: noise scale, dataset, epochs, scaling efficiency."""
     add_knob(parser, "--noise-scale", "NNABLA_TORUS_PLAN_NOISE_SCALE", None,
              "gradient noise scale B_noise in samples (None: statistical efficiency 1)",
              type=number(float, low=0, strict=True))
@@ -97,6 +102,10 @@ def build_parser():
              type=number(float, low=0, strict=True))
     add_knob(parser, "--min-efficiency", "NNABLA_TORUS_PLAN_MIN_EFFICIENCY", 0.0,
              "minimum scaling efficiency of a plan (0..1)", type=number(float, low=0, high=1))
+
+
+def _add_output_knobs(parser):
+    """What is shown: table rows, JSON, plot, a recipe's prediction."""
     add_knob(parser, "--rows", "NNABLA_TORUS_PLAN_ROWS", "log",
              "table rows: 'log' (powers of two and the recommendation) or 'all'",
              choices=("log", "all"))
@@ -112,6 +121,10 @@ def build_parser():
     add_knob(parser, "--fit-recipe", "NNABLA_TORUS_PLAN_FIT_RECIPE", None,
              "first fit the model's per-image compute (b_ms) to this recipe's published time, "
              "then predict --recipe with it (a held-out check when the recipes differ)")
+
+
+def _add_explain_and_simulate_knobs(parser):
+    """The recommendation's terms and the re-ranking by a timed simulation."""
     add_knob(parser, "--explain", "NNABLA_TORUS_PLAN_EXPLAIN", False,
              "print the compute and all-reduce phase terms of the recommendation", type=bool,
              nargs="?", const=True)
@@ -126,6 +139,13 @@ def build_parser():
              "engine of --simulate: simgrid (SimGrid replay), flow (our flow model) or auto "
              "(simgrid when libsimgrid-dev and g++ are here)",
              choices=("auto", "simgrid", "flow"))   # simulate.ENGINES (not imported: greenlet)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="nnabla-torus-plan", description=__doc__.split("\n")[0])
+    for add in (_add_search_knobs, _add_objective_knobs, _add_output_knobs,
+                _add_explain_and_simulate_knobs):
+        add(parser)
     return parser
 
 
@@ -250,98 +270,28 @@ def plot(path, result):
     plt.close(fig)
 
 
-def published_rows(prof, model, recipe, prediction, fitted_on):
-    """(what, published, predicted, error) rows for the figures ``recipe.expected`` states."""
-    rows, expected = [], recipe.expected
-    if "time_s" in expected:
-        note = " (fitted to it)" if fitted_on == recipe.name else ""
-        err = prediction.total_s / expected["time_s"] - 1
-        rows.append(("time to train", f"{expected['time_s']:g} s", f"{prediction.total_s:.1f} s",
-                     f"{err:+.1%}{note}"))
-    if "scaling_efficiency" in expected and "scaling_gpus" in expected:
-        eff = run_forecast.predict_efficiency(prof, model, int(expected["scaling_gpus"]),
-                                         recipe.local_batch)
-        rows.append((f"scaling efficiency, {expected['scaling_gpus']} GPUs",
-                     f"{expected['scaling_efficiency']:.2%}", f"{eff:.2%}",
-                     f"{(eff - expected['scaling_efficiency']) * 100:+.2f} points"))
-    if "gpus" in expected:
-        gpus = max(ph.plan.gpus for ph in prediction.phases)
-        rows.append(("GPUs (largest phase)", f"{expected['gpus']:g}", f"{gpus}",
-                     f"{gpus - expected['gpus']:+g} (batch / local_batch)"))
-    if "top1" in expected:
-        rows.append(("top-1", f"{expected['top1']:.2%}", "-", "not modelled"))
-    return rows
-
-
-def run_recipe(args, prof, out):
-    """--recipe: the whole-run prediction, after an optional fit of b_ms (--fit-recipe)."""
-    recipe = run_forecast.load_recipe(args.recipe)
-    report = {"recipe": recipe.name}
-    lines = [f"# recipe {recipe.name} on profile {prof.name}, model {args.model}"]
-    if args.fit_recipe:
-        fit = run_forecast.load_recipe(args.fit_recipe)
-        if "time_s" not in fit.expected:
-            raise ValueError(f"--fit-recipe {fit.name} states no published expected.time_s")
-        b_s = run_forecast.fit_compute(prof, args.model, fit, fit.expected["time_s"],
-                                  args.dataset_size)
-        comp = model_of(prof, args.model)
-        prof = run_forecast.with_compute(prof, args.model, b_s)
-        step = comp.a_s + b_s * recipe.local_batch
-        lines.append(f"# fitted b_ms = {b_s * 1e3:.4f} ms per image (profile: "
-                     f"{comp.b_s * 1e3:.4f}) to {fit.name}'s published "
-                     f"{fit.expected['time_s']:g} s:"
-                     f" compute {step * 1e3:.1f} ms per step of {recipe.local_batch} "
-                     f"({recipe.local_batch / step:.0f} images/s per GPU)")
-        report["fitted_b_ms"], report["fitted_on"] = b_s * 1e3, fit.name
-    pred = run_forecast.predict_run(prof, args.model, recipe, args.dataset_size,
-                               args.algorithms.split(","))
-    lines.append(" epoch epochs  global   gpus     grid    algorithm  steps    step_s  seconds")
-    for ph in pred.phases:
-        p = ph.plan
-        lines.append(f"{ph.start_epoch:6g} {ph.epochs:6g} {p.global_batch:7d} {p.gpus:6d} "
-                     f"{p.grid:>8s} {p.algorithm:>12s} {ph.steps:6d} {p.step_time_s:9.4f} "
-                     f"{ph.seconds:8.1f}")
-    lines.append("fixed costs (profile run:): " + ", ".join(
-        f"{k} {v:.1f} s" for k, v in pred.fixed.items()))
-    lines.append(f"predicted end-to-end time: {pred.total_s:.1f} s")
-    rows = published_rows(prof, args.model, recipe, pred, report.get("fitted_on"))
-    if rows:
-        lines.append(f"{'':<34s} {'published':>10s} {'predicted':>10s}  error")
-        lines += [f"{what:<34s} {pub:>10s} {got:>10s}  {err}" for what, pub, got, err in rows]
-    print("\n".join(lines), file=out)
-    report.update(total_s=pred.total_s, fixed=pred.fixed, published=rows,
-                  phases=[dict(start_epoch=ph.start_epoch, epochs=ph.epochs, steps=ph.steps,
-                               seconds=ph.seconds, **ph.plan._asdict()) for ph in pred.phases])
+def run_schedule(args, prof, common, report, out):
+    """The plan of each phase of ``--schedule``: print the table, return the report."""
+    if args.local_batch is None:
+        raise SystemExit("--schedule needs --local-batch (images per GPU in every phase)")
+    phases = planner.plan_schedule(prof, args.model, args.schedule, args.local_batch, **common)
+    print(f"# profile {prof.name}, model {args.model}: schedule {args.schedule} at "
+          f"{args.local_batch} per GPU", file=out)
+    print(" epoch " + HEADER, file=out)
+    for start, best in phases:
+        print(f"{start:6g} " + format_row(best), file=out)
+        if args.explain:
+            print("\n".join(explain(prof, args.model, best)), file=out)
+    report["phases"] = [dict(start_epoch=s, **p._asdict()) for s, p in phases]
+    if args.simulate:
+        print("\n".join(simulated(prof, args.model, [p for _, p in phases][:args.simulate],
+                                   args.max_wall, args.sim_engine)), file=out)
     return report
 
 
-def run(args, out=sys.stdout):
-    prof = load_profile(args.profile)
-    if args.recipe:
-        return {"profile": prof.name, "model": args.model, **run_recipe(args, prof, out)}
-    if args.fit_recipe:
-        raise ValueError("--fit-recipe needs --recipe (the recipe to predict after the fit)")
-    common = dict(algorithms=args.algorithms.split(","), b_noise=args.noise_scale,
-                  base_batch=args.base_batch, dataset_size=args.dataset_size,
-                  epochs=args.epochs, min_efficiency=args.min_efficiency,
-                  beyond_profile=args.allow_beyond_profile)
-    report = {"profile": prof.name, "model": args.model}
-    if args.schedule:
-        if args.local_batch is None:
-            raise SystemExit("--schedule needs --local-batch (images per GPU in every phase)")
-        phases = planner.plan_schedule(prof, args.model, args.schedule, args.local_batch, **common)
-        print(f"# profile {prof.name}, model {args.model}: schedule {args.schedule} at "
-              f"{args.local_batch} per GPU", file=out)
-        print(" epoch " + HEADER, file=out)
-        for start, best in phases:
-            print(f"{start:6g} " + format_row(best), file=out)
-            if args.explain:
-                print("\n".join(explain(prof, args.model, best)), file=out)
-        report["phases"] = [dict(start_epoch=s, **p._asdict()) for s, p in phases]
-        if args.simulate:
-            print("\n".join(simulated(prof, args.model, [p for _, p in phases][:args.simulate],
-                                       args.max_wall, args.sim_engine)), file=out)
-        return report
+def run_table(args, prof, common, report, out):
+    """The best plan of each GPU count and the recommendation: print them, return the report.
+    """
     batch = dict(max_gpus=args.max_gpus, counts=args.gpus,
                  local_batches=None if args.local_batch is None else [args.local_batch], **common)
     try:
@@ -377,6 +327,22 @@ def run(args, out=sys.stdout):
     report.update(recommendation=best._asdict(), planning_seconds=result.seconds,
                   per_gpus=[p._asdict() for p in result.per_gpus])
     return report
+
+
+def run(args, out=sys.stdout):
+    prof = load_profile(args.profile)
+    if args.recipe:
+        return {"profile": prof.name, "model": args.model, **run_recipe(args, prof, out)}
+    if args.fit_recipe:
+        raise ValueError("--fit-recipe needs --recipe (the recipe to predict after the fit)")
+    common = dict(algorithms=args.algorithms.split(","), b_noise=args.noise_scale,
+                  base_batch=args.base_batch, dataset_size=args.dataset_size,
+                  epochs=args.epochs, min_efficiency=args.min_efficiency,
+                  beyond_profile=args.allow_beyond_profile)
+    report = {"profile": prof.name, "model": args.model}
+    if args.schedule:
+        return run_schedule(args, prof, common, report, out)
+    return run_table(args, prof, common, report, out)
 
 
 def main(argv=None):

@@ -40,14 +40,13 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import nnabla as nn  # noqa: E402
+import nnabla as nn
 
-import nnabla_torus  # noqa: E402
-from nnabla_torus.comm.backends import synchronize  # noqa: E402
-from nnabla_torus.comm.collectives import ALGORITHMS, AUTO  # noqa: E402
-from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool  # noqa: E402
-from nnabla_torus.comm.topology import parse_grid  # noqa: E402
+import nnabla_torus
+from nnabla_torus.comm.backends import synchronize
+from nnabla_torus.comm.collectives import ALGORITHMS, AUTO
+from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool
+from nnabla_torus.comm.topology import parse_grid
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -178,6 +177,83 @@ def memory_bound(nbytes, ranks, world, repeats=5):
     return world.bcast(bound, root=0)
 
 
+def print_header(comm, args, dtype, hosts):
+    """nccl-tests' ``#`` header: version, parameters, rank -> host map, auto's table, columns."""
+    print(f"# nnabla_torus {nnabla_torus.__version__} allreduce_bench: {comm.size} ranks, "
+          f"dtype {dtype.name}, iters {args.iters} x rounds {args.rounds}, warmup {args.warmup}")
+    print(f"# {MPI.Get_library_version().splitlines()[0].strip()}")
+    print("# rank -> host: " + " ".join(f"{r}:{h}" for r, h in enumerate(hosts)))
+    if comm.auto_table is not None:
+        print(f"# auto ({comm.auto_table.source}): {comm.auto_table.describe()}")
+    print(f"# {'size(B)':>11} {'count':>10} {'type':>7} {'algorithm':>12} {'grid':>5} "
+          f"{'time(us)':>11} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'ratio':>6} "
+          f"{'bound(us)':>10} {'%bound':>6} {'chose':>12} {'#wrong':>6}"
+          + (f" {'check(us)':>9}" if args.check_cost else ""))
+
+
+Measured = collections.namedtuple("Measured", [   # each a dict keyed by run
+    "times",       # seconds of every timed call
+    "unchecked",   # the same with the result check off (--check-cost)
+    "wrong",       # wrong elements, summed over the ranks
+    "chose",       # Counter of the algorithms the calls ran (auto's choices)
+])
+
+
+def measure_size(comm, args, runs, nd, source, expected, world):
+    """Time every run on one size, ``args.rounds`` interleaved rounds; check the results."""
+    times = {run: [] for run in runs}
+    unchecked = {run: [] for run in runs}   # --check-cost: the same calls, check off
+    wrong = {}
+    chose = {run: collections.Counter() for run in runs}
+    for _ in range(args.rounds):
+        for run in runs:
+            comm.set_algorithm(*run)
+            time_calls(comm, nd, source, args.warmup, world)
+            before = collections.Counter(comm.algorithm_counts)
+            times[run] += time_calls(comm, nd, source, args.iters, world)
+            chose[run] += comm.algorithm_counts - before
+            bad = int(np.count_nonzero(nd.data != expected))
+            wrong[run] = world.allreduce(bad, op=MPI.SUM) + wrong.get(run, 0)
+            if args.check_cost:
+                checking, comm.check = comm.check, False
+                time_calls(comm, nd, source, args.warmup, world)
+                unchecked[run] += time_calls(comm, nd, source, args.iters, world)
+                comm.check = checking
+    return Measured(times, unchecked, wrong, chose)
+
+
+def size_record(comm, args, run, nbytes, dtype, measured, native, bound):
+    """The JSON record of one run on one size (the communicator set to that run)."""
+    p = comm.size
+    t = float(np.median(measured.times[run]))
+    algbw = nbytes / t / 1e9 if t > 0 else 0.0
+    rec = dict(algorithm=run[0], grid=str(comm.grid) if run[0] != "native" else "-",
+               pipelined=comm.pipelined, ranks=p, bytes=nbytes, dtype=dtype.name, time_us=t * 1e6,
+               algbw_GBps=algbw, busbw_GBps=algbw * 2 * (p - 1) / p,
+               ratio_to_native=t / native if native > 0 else float("nan"),
+               bound_us=bound * 1e6 if bound else None,
+               fraction_of_bound=bound / t if bound and t > 0 else None,
+               chose=dict(measured.chose[run]), correct=measured.wrong[run] == 0,
+               wrong=measured.wrong[run], ranks_per_host=comm.hosts.ranks_per_host or p,
+               check_us=(t - float(np.median(measured.unchecked[run]))) * 1e6
+               if args.check_cost else None)
+    if run[0] == "auto":   # the table tools/calibrate.py saves in a profile
+        rec.update(auto_bounds=comm.auto_table.bounds, auto_algorithms=comm.auto_table.names)
+    return rec
+
+
+def print_row(rec, count, check_cost):
+    """One fixed-width row of the table (nccl-tests' columns, then ours)."""
+    picked = "+".join(sorted(rec["chose"])) if rec["algorithm"] == "auto" else "-"
+    print(f"  {rec['bytes']:>11} {count:>10} {rec['dtype']:>7} {rec['algorithm']:>12} "
+          f"{rec['grid']:>5} {rec['time_us']:>11.1f} {rec['algbw_GBps']:>11.3f} "
+          f"{rec['busbw_GBps']:>11.3f} {rec['ratio_to_native']:>6.2f} "
+          f"{rec['bound_us'] or 0:>10.1f} "
+          f"{100 * (rec['fraction_of_bound'] or 0):>5.0f}% {picked:>12} "
+          f"{rec['wrong']:>6}"
+          + (f" {rec['check_us']:>9.1f}" if check_cost else ""), flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
     world = MPI.COMM_WORLD
@@ -185,74 +261,25 @@ def main(argv=None):
     comm.init()
     p, rank = comm.size, comm.rank
     dtype = np.dtype(args.dtype)
-    sizes = args.sizes
     runs = variants(comm, parse_list(args.algorithms), parse_list(args.grids))
     hosts = world.allgather(platform.node())
     if rank == 0:
-        print(f"# nnabla_torus {nnabla_torus.__version__} allreduce_bench: {p} ranks, "
-              f"dtype {dtype.name}, iters {args.iters} x rounds {args.rounds}, warmup {args.warmup}")
-        print(f"# {MPI.Get_library_version().splitlines()[0].strip()}")
-        print("# rank -> host: " + " ".join(f"{r}:{h}" for r, h in enumerate(hosts)))
-        if comm.auto_table is not None:
-            print(f"# auto ({comm.auto_table.source}): {comm.auto_table.describe()}")
-        print(f"# {'size(B)':>11} {'count':>10} {'type':>7} {'algorithm':>12} {'grid':>5} "
-              f"{'time(us)':>11} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'ratio':>6} "
-              f"{'bound(us)':>10} {'%bound':>6} {'chose':>12} {'#wrong':>6}"
-              + (f" {'check(us)':>9}" if args.check_cost else ""))
+        print_header(comm, args, dtype, hosts)
     records = []
-    for nbytes in sizes:
+    for nbytes in args.sizes:
         count = max(nbytes // dtype.itemsize, 0)
         source = ((np.arange(count) % 7) + rank % 5).astype(dtype)
         expected = sum(((np.arange(count) % 7) + r % 5) for r in range(p)).astype(dtype)
         nd = nn.NdArray.from_numpy_array(source.copy())
         source = nn.NdArray.from_numpy_array(source)   # moved to the device on first use
-        times = {run: [] for run in runs}
-        unchecked = {run: [] for run in runs}   # --check-cost: the same calls, check off
-        wrong = {}
-        chose = {run: collections.Counter() for run in runs}
         bound = memory_bound(nbytes, p, world) if len(set(hosts)) == 1 else None
-        for _ in range(args.rounds):
-            for run in runs:
-                comm.set_algorithm(*run)
-                time_calls(comm, nd, source, args.warmup, world)
-                before = collections.Counter(comm.algorithm_counts)
-                times[run] += time_calls(comm, nd, source, args.iters, world)
-                chose[run] += comm.algorithm_counts - before
-                bad = int(np.count_nonzero(nd.data != expected))
-                wrong[run] = world.allreduce(bad, op=MPI.SUM) + wrong.get(run, 0)
-                if args.check_cost:
-                    checking, comm.check = comm.check, False
-                    time_calls(comm, nd, source, args.warmup, world)
-                    unchecked[run] += time_calls(comm, nd, source, args.iters, world)
-                    comm.check = checking
-        native = float(np.median(times[("native", None)]))
+        measured = measure_size(comm, args, runs, nd, source, expected, world)
+        native = float(np.median(measured.times[("native", None)]))
         for run in runs:
             comm.set_algorithm(*run)
-            t = float(np.median(times[run]))
-            algbw = nbytes / t / 1e9 if t > 0 else 0.0
-            rec = dict(algorithm=run[0], grid=str(comm.grid) if run[0] != "native" else "-",
-                       pipelined=comm.pipelined, ranks=p, bytes=nbytes, dtype=dtype.name, time_us=t * 1e6,
-                       algbw_GBps=algbw, busbw_GBps=algbw * 2 * (p - 1) / p,
-                       ratio_to_native=t / native if native > 0 else float("nan"),
-                       bound_us=bound * 1e6 if bound else None,
-                       fraction_of_bound=bound / t if bound and t > 0 else None,
-                       chose=dict(chose[run]), correct=wrong[run] == 0, wrong=wrong[run],
-                       ranks_per_host=comm.hosts.ranks_per_host or p,
-                       check_us=(t - float(np.median(unchecked[run]))) * 1e6
-                       if args.check_cost else None)
-            if run[0] == "auto":   # the table calibrate.py saves in a profile
-                rec.update(auto_bounds=comm.auto_table.bounds,
-                           auto_algorithms=comm.auto_table.names)
-            records.append(rec)
+            records.append(size_record(comm, args, run, nbytes, dtype, measured, native, bound))
             if rank == 0:
-                picked = "+".join(sorted(chose[run])) if run[0] == "auto" else "-"
-                print(f"  {nbytes:>11} {count:>10} {dtype.name:>7} {rec['algorithm']:>12} "
-                      f"{rec['grid']:>5} {rec['time_us']:>11.1f} {algbw:>11.3f} "
-                      f"{rec['busbw_GBps']:>11.3f} {rec['ratio_to_native']:>6.2f} "
-                      f"{rec['bound_us'] or 0:>10.1f} "
-                      f"{100 * (rec['fraction_of_bound'] or 0):>5.0f}% {picked:>12} "
-                      f"{wrong[run]:>6}"
-                      + (f" {rec['check_us']:>9.1f}" if args.check_cost else ""), flush=True)
+                print_row(records[-1], count, args.check_cost)
     comm.close()
     all_ok = all(r["correct"] for r in records)
     if rank == 0:

@@ -1,16 +1,174 @@
-"""Calibrate the cost model on this machine and write a cluster profile.
+"""Calibration: measure this machine, fit the cost model, write a cluster profile.
+
+1. ``tools/allreduce_bench.py --json`` under mpirun at several rank counts and sizes, every
+   algorithm (records: algorithm, grid, ranks, bytes, time_us).
+2. ``tools/train_bench.py --json`` at several rank counts and per-rank batches, without and
+   with overlap (records: ranks, local_batch, overlap, step_time_s).
+3. Fit them (nnabla_torus/planning/calibrate.py: what is fitted, what is pinned) and report
+   the median absolute percentage error (MdAPE) of predicted versus measured times.
+
+Measuring needs this source checkout (tools/ and examples/imagenet/); fitting saved records
+with ``--allreduce-json`` / ``--train-json`` needs no benchmark run. Run it alone (under
+``flock /tmp/nnabla-torus-bench.lock`` on a shared machine): it times. Example::
 
     python tools/calibrate.py --ranks 2,4,8 --train-ranks 1,2,4 --batches 4,8,16,32 \\
         --out nnabla_torus/planning/profiles/cpu-2core.yaml
-
-Run it alone (under ``flock /tmp/nnabla-torus-bench.lock`` on a shared machine): it times.
 """
+import argparse
+import json
 import os
+import subprocess
 import sys
+import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-from nnabla_torus.planning.calibrate import main  # noqa: E402
+import _example  # noqa: F401  (examples/imagenet on sys.path, for the model's gradient size)
+from nnabla_torus.knobs import add_knob
+from nnabla_torus.launching.mpirun_cmd import mpirun_command
+from nnabla_torus.planning.calibrate import base_network, calibrated_profile, fit_network
+from nnabla_torus.planning.machine_profile import PROFILE_DIR, save_profile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_json_tool(ranks, tool, args, env=None, timeout=1800):
+    """Run ``tools/<tool> args --json TMP`` under mpirun; return its JSON records."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "out.json")
+        full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        full_env.update(env or {})
+        cmd = mpirun_command(ranks, [os.path.join(REPO, "tools", tool)] + list(args) + ["--json", path])
+        done = subprocess.run(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        if done.returncode != 0 or not os.path.exists(path):
+            raise RuntimeError(f"{' '.join(cmd)} failed (exit {done.returncode}):\n"
+                               f"{done.stdout[-3000:]}")
+        with open(path) as f:
+            return json.load(f)
+
+
+def grids_for(ranks):
+    """torus2d grids to benchmark at ``ranks``: every XxY with X, Y >= 2."""
+    return [f"{ranks // y}x{y}" for y in range(2, ranks) if ranks % y == 0 and ranks // y >= 2]
+
+
+def measure_allreduce(ranks_list, sizes, iters, rounds, log=print):
+    records = []
+    for ranks in ranks_list:
+        args = ["--sizes", sizes, "--iters", str(iters), "--rounds", str(rounds), "--warmup", "1",
+                "--algorithms", "torus2d,ring,hierarchical,native,auto"]   # auto: its table
+        if grids_for(ranks):
+            args += ["--grids", ",".join(grids_for(ranks))]
+        log(f"calibrate: all-reduce benchmark at {ranks} ranks ...")
+        records += run_json_tool(ranks, "allreduce_bench.py", args)
+    return records
+
+
+def measure_steps(ranks_list, batches, bench_args, algorithm, log=print):
+    records = []
+    for ranks in ranks_list:
+        for batch in batches:
+            log(f"calibrate: training steps at {ranks} ranks x batch {batch} ...")
+            records += run_json_tool(ranks, "train_bench.py",
+                                     list(bench_args) + ["--batch", str(batch)],
+                                     env={"NNABLA_TORUS_ALGORITHM": algorithm})
+    return records
+
+
+def model_grad_bytes(arch, width, classes, image_size):
+    """Bytes of float32 gradients of the example's model (built once, on CPU)."""
+    import nnabla as nn
+    import nnabla.functions as F  # noqa: F401  (registers the functions used by the model)
+    from models import get_model
+    nn.clear_parameters()
+    model = get_model(arch, classes, width)
+    model(nn.Variable((1, 3, image_size, image_size)), False)
+    count = sum(int(np.prod(v.shape)) for v in nn.get_parameters().values())
+    nn.clear_parameters()
+    return 4 * count
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="calibrate", description=__doc__.split("\n")[0])
+
+    def knob(flag, default, help, **kwargs):   # env twin: NNABLA_TORUS_CAL_<FLAG>
+        env = "NNABLA_TORUS_CAL_" + flag[2:].upper().replace("-", "_")
+        add_knob(parser, flag, env, default, help, **kwargs)
+    knob("--name", "cpu-2core", "profile name")
+    knob("--out", os.path.join(PROFILE_DIR, "cpu-2core.yaml"), "profile file to write")
+    knob("--ranks", "2,4,8", "rank counts for the all-reduce benchmark")
+    knob("--sizes", "4K,64K,1M,16M,128M", "all-reduce sizes (K/M/G suffixes)")
+    knob("--iters", 5, "timed calls per all-reduce size, algorithm and round", type=int)
+    knob("--rounds", 3, "interleaved rounds over the algorithms (evens out machine noise)",
+         type=int)
+    knob("--train-ranks", "1,2,4", "rank counts for the training-step benchmark")
+    knob("--batches", "4,8,16,32", "per-rank batches for the training-step benchmark")
+    knob("--train-iters", 5, "timed training steps per setting", type=int)
+    knob("--arch", "resnet18", "model of the training-step benchmark")
+    knob("--width", 0.25, "width multiplier of the model", type=float)
+    knob("--image-size", 32, "image side, pixels", type=int)
+    knob("--classes", 1000, "classes of the model", type=int)
+    knob("--algorithm", "torus2d", "all-reduce algorithm during the training benchmark")
+    knob("--max-local-batch", 256, "per-rank batch limit to record in the profile", type=int)
+    knob("--allreduce-json", None, "fit these all-reduce records instead of measuring")
+    knob("--train-json", None, "fit these training-step records instead of measuring")
+    knob("--save-json", None, "directory to save the measured records in")
+    return parser
+
+
+def _ints(text):
+    return [int(t) for t in str(text).split(",") if t.strip()]
+
+
+def _load_or_measure(path, measure, save_dir, name):
+    if path:
+        with open(path) as f:
+            return json.load(f)
+    records = measure()
+    if save_dir:
+        os.makedirs(save_dir, exist_ok=True)
+        with open(os.path.join(save_dir, name), "w") as f:
+            json.dump(records, f, indent=1)
+    return records
+
+
+def calibrate(args, log=print):
+    """Measure (or load), fit and return (Profile, report)."""
+    cores = os.cpu_count() or 1
+    ranks_per_host = max(_ints(args.ranks) + _ints(args.train_ranks))
+    base = base_network(cores, ranks_per_host)
+    allreduce = _load_or_measure(args.allreduce_json, lambda: measure_allreduce(
+        _ints(args.ranks), args.sizes, args.iters, args.rounds, log), args.save_json,
+        "allreduce.json")
+    network_fit = fit_network(allreduce, base)
+    bench_args = ["--arch", args.arch, "--width", str(args.width), "--image-size",
+                  str(args.image_size), "--classes", str(args.classes), "--iters",
+                  str(args.train_iters), "--warmup", "2"]
+    steps = _load_or_measure(args.train_json, lambda: measure_steps(
+        _ints(args.train_ranks), _ints(args.batches), bench_args, args.algorithm, log),
+        args.save_json, "train.json")
+    grad_bytes = model_grad_bytes(args.arch, args.width, args.classes, args.image_size)
+    return calibrated_profile(args, base, allreduce, network_fit, steps, grad_bytes)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    prof, report = calibrate(args)
+    save_profile(prof, args.out, header="nnabla-torus cluster profile written by "
+                 "tools/calibrate.py; see nnabla_torus/planning/machine_profile.py for the format.\n"
+                 "Fitted on this machine; the 'calibration' block says what was pinned.")
+    print(f"all-reduce MdAPE {report['allreduce_mdape']:.1%} over "
+          f"{report['allreduce_records']} records; by algorithm: "
+          + ", ".join(f"{a} {e:.1%}" for a, e in report["allreduce_mdape_by_algorithm"].items()))
+    print(f"training-step MdAPE {report['step_mdape']:.1%} over {report['step_records']} "
+          f"records (compute slots per host: {report['compute_slots_chosen']})")
+    check = report["plan_versus_sweep"]
+    print(f"plan on the measured sweep: {check['chosen']} (ranks, batch) reaches "
+          f"{check['ratio']:.1%} of the best measured images/s at {check['best_measured']}")
+    print(f"wrote {args.out}")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,17 +14,16 @@ predicted: the model's hierarchical and native assume ranks placed host by host.
 """
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from nnabla_torus.planning import costmodel# noqa: E402
-from nnabla_torus.planning.costmodel import Link  # noqa: E402
-from nnabla_torus.knobs import add_knob  # noqa: E402
-from nnabla_torus.planning.machine_profile import load_profile  # noqa: E402
-from tools.emucluster.shaping import parse_rate  # noqa: E402
+from nnabla_torus.planning import costmodel
+from nnabla_torus.planning.costmodel import Link
+from nnabla_torus.knobs import add_knob
+from nnabla_torus.planning.machine_profile import load_profile
+
+from emucluster.shaping import parse_rate
 
 MAPPINGS = ("by-host", "round-robin")
 

@@ -12,22 +12,18 @@ Usage (2 ranks, the example's ResNet-50 at width 0.25, 32 px)::
     mpirun -np 2 python tools/gil_bench.py --iters 20 --intervals 5,1,0.1
 """
 import argparse
-import os
 import sys
 import time
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(REPO, "examples", "imagenet"))
+import _example  # noqa: F401  (examples/imagenet on sys.path, for its models)
+import nnabla as nn
+from nnabla.ext_utils import get_extension_context
 
-import nnabla as nn  # noqa: E402
-from nnabla.ext_utils import get_extension_context  # noqa: E402
-
-import nnabla_torus as C  # noqa: E402
-from nnabla_torus.knobs import add_knob, number  # noqa: E402
-from nnabla_torus.overlap import BucketedAllReduce  # noqa: E402
+import nnabla_torus as C
+from nnabla_torus.knobs import add_knob, number
+from nnabla_torus.overlap import BucketedAllReduce
 
 
 def build_parser():

@@ -31,9 +31,8 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from nnabla_torus.launching.mpirun_cmd import mpirun_command  # noqa: E402
-from nnabla_torus.comm.topology import factor_pairs  # noqa: E402
+from nnabla_torus.launching.mpirun_cmd import mpirun_command
+from nnabla_torus.comm.topology import factor_pairs
 
 RESNET50_BYTES = 25557032 * 4
 # The tests that need GPUs: real NCCL (the nccl-2/4/8 cases of test_communicator, not the

@@ -68,11 +68,9 @@ const char *nvmlErrorString(int r) { return "stub libnvidia-ml.so.1"; }
 """
 
 PRELUDE = """
-import sys
-sys.path.insert(0, %r)
 import nnabla as nn
 CTX = nn.Context(["cudnn:float", "cuda:float", "cpu:float"], "CudaCachedArray", "0")
-""" % REPO
+"""
 # What examples/imagenet/train.py, tools/train_bench.py and tests/mpi/progs/comm_cases.py do,
 # in their order: nnabla_torus imported at the top, the CUDA context made before the
 # communicator. Reaching registration (nnabla's own factory constructs its NCCL communicator)
@@ -121,11 +119,11 @@ STAGES = [
      "import nnabla.communicators as C\nc = C.MultiProcessDataParallelCommunicator(CTX)\nc.init()",
      r"cudaErrorInsufficientDriver", False, 1),
     ("nnabla init() under mpirun -np 2: its MPI part through mpi4py's Open MPI, device rule",
-     "from mpi4py import MPI\nfrom nnabla_torus.comm.backends import cuda_env, nccl\n"
+     "from mpi4py import MPI\nfrom nnabla_torus.comm.backends import cuda_env, nccl_device\n"
      "cuda_env.import_cuda_extension()\nimport nnabla.communicators as C\n"
      "c = C.MultiProcessDataParallelCommunicator(CTX)\ntry:\n    c.init()\n"
      "except RuntimeError as e:\n    stop = str(e).strip().splitlines()[-1][:60]\n"
-     "ours = nccl.nnabla_device(MPI.COMM_WORLD)[0]\nMPI.COMM_WORLD.Barrier()\n"
+     "ours = nccl_device.nnabla_device(MPI.COMM_WORLD)[0]\nMPI.COMM_WORLD.Barrier()\n"
      "print(f'rank {c.rank}/{c.size}: nnabla local_rank {c.local_rank}, ours {ours}, '\n"
      "      f'init stopped at {stop}')",
      r"^rank 1/2: nnabla local_rank 1, ours 1, init stopped at \(cudaGetDevice", False, 2),

@@ -2,12 +2,9 @@
 
     python tools/plan.py --profile abci --schedule 0:34816,5:69632 --local-batch 32 --explain
 """
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from nnabla_torus.plan_cli import main  # noqa: E402
+from nnabla_torus.plan_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,12 +24,10 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(HERE, "..", "examples", "imagenet")
-sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, EXAMPLE)
+import _example  # noqa: F401  (examples/imagenet on sys.path, for its models)
+from nnabla_torus.launching.mpirun_cmd import mpirun_command
 
-from nnabla_torus.launching.mpirun_cmd import mpirun_command  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def timed_run(argv):

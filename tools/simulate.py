@@ -15,18 +15,17 @@ tools/emucluster_model_check.py builds for that run (cpu-2core's intra-host, sof
 reduction costs, 1 Gbit/s inter-host links, 20 us latency, 2/H cores per host).
 """
 import argparse
-import os
 import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from nnabla_torus.planning import costmodel# noqa: E402
-from nnabla_torus.knobs import TIMEOUT_MAX_S, add_knob, number  # noqa: E402
-from nnabla_torus.planning.machine_profile import add_profile_knob, load_profile  # noqa: E402
-from nnabla_torus.sim.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce  # noqa: E402
-from tools.emucluster_model_check import emulated_network  # noqa: E402
+from nnabla_torus.planning import costmodel
+from nnabla_torus.knobs import TIMEOUT_MAX_S, add_knob, number
+from nnabla_torus.planning.machine_profile import add_profile_knob, load_profile
+from nnabla_torus.sim.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce
+
+from emucluster_model_check import emulated_network
 
 MiB = 1 << 20
 RESNET50_FP16_BYTES = 25_557_032 * 2

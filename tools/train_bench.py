@@ -23,16 +23,14 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(REPO, "examples", "imagenet"))
 
-from nnabla_torus.knobs import add_knob, check_output_flag, number  # noqa: E402
+import _example  # noqa: F401  (examples/imagenet on sys.path, for its config and models)
+from nnabla_torus.knobs import add_knob, check_output_flag, number
 
 
 def build_parser():

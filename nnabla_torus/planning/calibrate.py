@@ -1,35 +1,23 @@
-"""Calibration: measure this machine, fit the cost model, write a cluster profile.
+"""Calibration: fit the cost model to measurement records and build a cluster profile.
 
-1. ``tools/allreduce_bench.py --json`` under mpirun at several rank counts and sizes, every
-   algorithm (records: algorithm, grid, ranks, bytes, time_us).
-2. ``tools/train_bench.py --json`` at several rank counts and per-rank batches, without and
-   with overlap (records: ranks, local_batch, overlap, step_time_s).
-3. Fit by least squares on log time (scipy ``least_squares``, parameters in log space):
-   network: intra-host latency and bandwidth (in memory and in cache), the wait per call when
-   ranks outnumber cores,
-   and each algorithm's software cost (seconds per step and per byte; native's per-step cost
-   is pinned at 0, its steps being the link's);
-   compute: a, b and the overlap exponent gamma, with the per-host compute slots chosen
-   among 1..cores by the best fit.
-   Pinned (the data cannot identify them) and reported: the reduction cost per byte (measured
-   by a numpy add micro-benchmark: on a ring it only ever appears next to 1/bandwidth), the
-   per-host slots for data movement (the CPU core count), the last-level cache size (from
-   sysfs) and, on one host, the whole inter-host level.
-4. Report the median absolute percentage error (MdAPE) of predicted versus measured times.
+Pure fitting (least squares on log time, parameters in log space); measuring is
+tools/calibrate.py's job, which runs the benchmarks under mpirun and hands their records here:
 
-Measuring runs ``tools/`` and ``examples/imagenet/`` of a source checkout (the installed
-package alone cannot measure; fitting saved records with ``--allreduce-json`` /
-``--train-json`` works anywhere).
+- all-reduce records (tools/allreduce_bench.py --json: algorithm, grid, ranks, bytes, time_us)
+  fit the network: intra-host latency and bandwidth (in memory and in cache), the wait per
+  call when ranks outnumber cores, and each algorithm's software cost (seconds per step and
+  per byte; native's per-step cost is pinned at 0, its steps being the link's);
+- training-step records (tools/train_bench.py --json: ranks, local_batch, overlap,
+  step_time_s) fit the compute: a, b and the overlap exponent gamma, with the per-host compute
+  slots chosen among 1..cores by the best fit.
 
-Example::
-
-    python tools/calibrate.py --ranks 2,4,8 --batches 4,8,16 --out cpu-2core.yaml
+Pinned (the data cannot identify them) and reported: the reduction cost per byte (a numpy add
+micro-benchmark: on a ring it only ever appears next to 1/bandwidth), the per-host slots for
+data movement (the CPU core count), the last-level cache size (sysfs) and, on one host, the
+whole inter-host level. The report gives the median absolute percentage error (MdAPE) of
+predicted versus measured times.
 """
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 
 import numpy as np
@@ -37,11 +25,10 @@ import numpy as np
 from . import costmodel
 from ..comm.collectives import PIPELINE_BYTES
 from .costmodel import Compute, Link, Network, Software
+from .machine_profile import Profile
 from ..knobs import env_value
-from ..launching.mpirun_cmd import mpirun_command
 from ..comm.topology import parse_grid
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OURS = ("ring", "torus2d", "hierarchical")   # algorithms implemented in Python by us
 
 
@@ -186,69 +173,11 @@ def reduce_cost_per_byte(nbytes=1 << 24, repeats=5):
     return best / nbytes
 
 
-def run_json_tool(ranks, tool, args, env=None, timeout=1800):
-    """Run ``tools/<tool> args --json TMP`` under mpirun; return its JSON records."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "out.json")
-        full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        full_env.update(env or {})
-        cmd = mpirun_command(ranks, [os.path.join(REPO, "tools", tool)] + list(args) + ["--json", path])
-        done = subprocess.run(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        if done.returncode != 0 or not os.path.exists(path):
-            raise RuntimeError(f"{' '.join(cmd)} failed (exit {done.returncode}):\n"
-                               f"{done.stdout[-3000:]}")
-        with open(path) as f:
-            return json.load(f)
-
-
-def grids_for(ranks):
-    """torus2d grids to benchmark at ``ranks``: every XxY with X, Y >= 2."""
-    return [f"{ranks // y}x{y}" for y in range(2, ranks) if ranks % y == 0 and ranks // y >= 2]
-
-
-def measure_allreduce(ranks_list, sizes, iters, rounds, log=print):
-    records = []
-    for ranks in ranks_list:
-        args = ["--sizes", sizes, "--iters", str(iters), "--rounds", str(rounds), "--warmup", "1",
-                "--algorithms", "torus2d,ring,hierarchical,native,auto"]   # auto: its table
-        if grids_for(ranks):
-            args += ["--grids", ",".join(grids_for(ranks))]
-        log(f"calibrate: all-reduce benchmark at {ranks} ranks ...")
-        records += run_json_tool(ranks, "allreduce_bench.py", args)
-    return records
-
-
 def auto_tables(records):
     """auto's size ranges as measured at the benchmark's init, per job shape: the profile's
     ``auto_tables`` ({(ranks, ranks_per_host): (bounds, algorithms)})."""
     return {(r["ranks"], r["ranks_per_host"]): (r["auto_bounds"], r["auto_algorithms"])
             for r in records if r["algorithm"] == "auto" and "auto_bounds" in r}
-
-
-def measure_steps(ranks_list, batches, bench_args, algorithm, log=print):
-    records = []
-    for ranks in ranks_list:
-        for batch in batches:
-            log(f"calibrate: training steps at {ranks} ranks x batch {batch} ...")
-            records += run_json_tool(ranks, "train_bench.py",
-                                     list(bench_args) + ["--batch", str(batch)],
-                                     env={"NNABLA_TORUS_ALGORITHM": algorithm})
-    return records
-
-
-def model_grad_bytes(arch, width, classes, image_size):
-    """Bytes of float32 gradients of the example's model (built once, on CPU)."""
-    sys.path.insert(0, os.path.join(REPO, "examples", "imagenet"))
-    import nnabla as nn
-    import nnabla.functions as F  # noqa: F401  (registers the functions used by the model)
-    from models import get_model
-    nn.clear_parameters()
-    model = get_model(arch, classes, width)
-    model(nn.Variable((1, 3, image_size, image_size)), False)
-    count = sum(int(np.prod(v.shape)) for v in nn.get_parameters().values())
-    nn.clear_parameters()
-    return 4 * count
 
 
 def last_level_cache_bytes():
@@ -279,79 +208,11 @@ def base_network(cores, ranks_per_host):
                                                   int))
 
 
-def build_parser():
-    import argparse
-    from ..knobs import add_knob
-    parser = argparse.ArgumentParser(prog="calibrate", description=__doc__.split("\n")[0])
-
-    def knob(flag, default, help, **kwargs):   # env twin: NNABLA_TORUS_CAL_<FLAG>
-        env = "NNABLA_TORUS_CAL_" + flag[2:].upper().replace("-", "_")
-        add_knob(parser, flag, env, default, help, **kwargs)
-    knob("--name", "cpu-2core", "profile name")
-    knob("--out", os.path.join(os.path.dirname(__file__), "profiles", "cpu-2core.yaml"),
-         "profile file to write")
-    knob("--ranks", "2,4,8", "rank counts for the all-reduce benchmark")
-    knob("--sizes", "4K,64K,1M,16M,128M", "all-reduce sizes (K/M/G suffixes)")
-    knob("--iters", 5, "timed calls per all-reduce size, algorithm and round", type=int)
-    knob("--rounds", 3, "interleaved rounds over the algorithms (evens out machine noise)",
-         type=int)
-    knob("--train-ranks", "1,2,4", "rank counts for the training-step benchmark")
-    knob("--batches", "4,8,16,32", "per-rank batches for the training-step benchmark")
-    knob("--train-iters", 5, "timed training steps per setting", type=int)
-    knob("--arch", "resnet18", "model of the training-step benchmark")
-    knob("--width", 0.25, "width multiplier of the model", type=float)
-    knob("--image-size", 32, "image side, pixels", type=int)
-    knob("--classes", 1000, "classes of the model", type=int)
-    knob("--algorithm", "torus2d", "all-reduce algorithm during the training benchmark")
-    knob("--max-local-batch", 256, "per-rank batch limit to record in the profile", type=int)
-    knob("--allreduce-json", None, "fit these all-reduce records instead of measuring")
-    knob("--train-json", None, "fit these training-step records instead of measuring")
-    knob("--save-json", None, "directory to save the measured records in")
-    return parser
-
-
-def _ints(text):
-    return [int(t) for t in str(text).split(",") if t.strip()]
-
-
-def _load_or_measure(path, measure, save_dir, name):
-    if path:
-        with open(path) as f:
-            return json.load(f)
-    records = measure()
-    if save_dir:
-        os.makedirs(save_dir, exist_ok=True)
-        with open(os.path.join(save_dir, name), "w") as f:
-            json.dump(records, f, indent=1)
-    return records
-
-
-def calibrate(args, log=print):
-    """Measure (or load), fit and return (Profile, report)."""
-    from .machine_profile import Profile
-    cores = os.cpu_count() or 1
-    ranks_per_host = max(_ints(args.ranks) + _ints(args.train_ranks))
-    base = base_network(cores, ranks_per_host)
-    allreduce = _load_or_measure(args.allreduce_json, lambda: measure_allreduce(
-        _ints(args.ranks), args.sizes, args.iters, args.rounds, log), args.save_json,
-        "allreduce.json")
-    net, net_report = fit_network(allreduce, base)
-    bench_args = ["--arch", args.arch, "--width", str(args.width), "--image-size",
-                  str(args.image_size), "--classes", str(args.classes), "--iters",
-                  str(args.train_iters), "--warmup", "2"]
-    steps = _load_or_measure(args.train_json, lambda: measure_steps(
-        _ints(args.train_ranks), _ints(args.batches), bench_args, args.algorithm, log),
-        args.save_json, "train.json")
-    grad_bytes = model_grad_bytes(args.arch, args.width, args.classes, args.image_size)
-    start = Compute(1e-2, 1e-3, 1.0, args.max_local_batch, grad_bytes, 0)
-    comp, comp_report = fit_compute(steps, net, start, args.algorithm, cores)
-    model = f"{args.arch}-w{args.width:g}-{args.image_size}px"
-    report = dict(net_report, **comp_report)
-    probe = Profile(args.name, "", 1, net, {model: comp}, {})
-    report["plan_versus_sweep"] = plan_versus_sweep(probe, model, steps, args.algorithm)
-    report["pinned"] = {
+def pinned_report(base, ranks_per_host):
+    """What the fit could not identify and how each was set: {field: "value: source"}."""
+    return {
         "reduce_ns_per_byte": f"{base.reduce_s_per_byte * 1e9:.4f}: numpy add micro-benchmark",
-        "slots_per_host": f"{cores}: CPU cores (data movement shares them)",
+        "slots_per_host": f"{base.slots_per_host}: CPU cores (data movement shares them)",
         "cache_MiB": f"{base.cache_bytes / (1 << 20):g}: last-level cache from sysfs",
         "links.inter": "assumed 1 Gbit/s Ethernet: one host, no inter-host measurement",
         "software.native.step_us": "0: native steps are the link's latency",
@@ -359,6 +220,25 @@ def calibrate(args, log=print):
         "torus_pipeline_MiB": "the MPI backend's pieces (NNABLA_TORUS_PIPELINE_BYTES)",
         "oversubscribed_hosts_wait_us": "0: needs several hosts (tools/emucluster_model_check)",
         "gpus_per_host": f"{ranks_per_host}: the most ranks measured on this host"}
+
+
+def calibrated_profile(args, base, allreduce, network_fit, steps, grad_bytes):
+    """Fit the compute to ``steps`` and return (Profile, report) for this machine.
+
+    ``args``: the calibration settings (tools/calibrate.py's flags: name, arch, width,
+    image_size, algorithm, max_local_batch, ranks, sizes, train_ranks, batches); ``base``:
+    :func:`base_network`; ``network_fit``: :func:`fit_network` of the ``allreduce`` records;
+    ``grad_bytes``: bytes of the model's float32 gradients.
+    """
+    net, net_report = network_fit
+    cores, ranks_per_host = base.slots_per_host, base.gpus_per_host
+    start = Compute(1e-2, 1e-3, 1.0, args.max_local_batch, grad_bytes, 0)
+    comp, comp_report = fit_compute(steps, net, start, args.algorithm, cores)
+    model = f"{args.arch}-w{args.width:g}-{args.image_size}px"
+    report = dict(net_report, **comp_report)
+    probe = Profile(args.name, "", 1, net, {model: comp}, {})
+    report["plan_versus_sweep"] = plan_versus_sweep(probe, model, steps, args.algorithm)
+    report["pinned"] = pinned_report(base, ranks_per_host)
     report["model"] = model
     report["measured"] = {"allreduce_ranks": args.ranks, "sizes": args.sizes,
                           "train_ranks": args.train_ranks, "batches": args.batches,
@@ -367,22 +247,3 @@ def calibrate(args, log=print):
                    f"tools/calibrate.py on {time.strftime('%Y-%m-%d')}", 1, net,
                    {model: comp}, {"calibration": report, "auto_tables": auto_tables(allreduce)})
     return prof, report
-
-
-def main(argv=None):
-    from .machine_profile import save_profile
-    args = build_parser().parse_args(argv)
-    prof, report = calibrate(args)
-    save_profile(prof, args.out, header="nnabla-torus cluster profile written by "
-                 "tools/calibrate.py; see nnabla_torus/planning/machine_profile.py for the format.\n"
-                 "Fitted on this machine; the 'calibration' block says what was pinned.")
-    print(f"all-reduce MdAPE {report['allreduce_mdape']:.1%} over "
-          f"{report['allreduce_records']} records; by algorithm: "
-          + ", ".join(f"{a} {e:.1%}" for a, e in report["allreduce_mdape_by_algorithm"].items()))
-    print(f"training-step MdAPE {report['step_mdape']:.1%} over {report['step_records']} "
-          f"records (compute slots per host: {report['compute_slots_chosen']})")
-    check = report["plan_versus_sweep"]
-    print(f"plan on the measured sweep: {check['chosen']} (ranks, batch) reaches "
-          f"{check['ratio']:.1%} of the best measured images/s at {check['best_measured']}")
-    print(f"wrote {args.out}")
-    return 0

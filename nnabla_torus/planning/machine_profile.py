@@ -11,7 +11,7 @@ named without their extension (``abci``, ``cpu-2core``). Format (units in the ke
     links:
       intra: {latency_us: 5.0, bandwidth_GBps: 50.0}   # inside a host, per rank pair
       inter: {latency_us: 6.0, bandwidth_GBps: 25.0}   # between hosts, per host (all NICs)
-    racks:                      # optional third level (costmodel module doc); hosts must be
+    racks:                      # optional third level (docs/costmodel.md); hosts must be
       hosts_per_rack: 34        # a multiple of hosts_per_rack; links.inter is inside a rack
       spine: {latency_us: 6.2, bandwidth_GBps: 25.0}   # across racks, per host, full bisection
       oversubscription: 3.0     # rack downlink / uplink (1 = full bisection to the spine)

@@ -1,56 +1,10 @@
 """SimGrid engine: our collectives' schedules, recorded once, replayed on a SimGrid platform.
 
-1. **Record.** The collective runs untimed on the virtual World (``sim/virtual.py``: the
-   real schedule code of every rank) with a ``Recorder``, which writes down each rank's ops in
-   the order the rank performs them: post a send / receive (destination / source, the
-   communicator, simulated bytes), and wait (the requests that wait needed
-   complete, then the seconds the rank computes after it: ``simulate.Platform.cost``, so adds,
-   software cost and the straggler are charged as the flow engine charges them). The lanes
-   of the pipelined torus (``run_lanes``) are not flattened into the order the untimed run
-   happened to advance them (that fixed interleaving made the replay up to 23 % slower than
-   the flow engine on the emulated 2 x 4 torus): each lane is recorded as a stream of its
-   own, and where a lane waits for another's piece (a callable item), the recorder notes the
-   op count the other lane had reached when the untimed run let it go on (DEP). Bytes are
-   scaled as ``simulate.simulate_allreduce`` does: small real buffers, each byte standing for
-   ``scale`` simulated bytes.
-2. **Replay.** ``simgrid_replay.cpp`` (SimGrid's S4U C++ API; Debian's ``libsimgrid-dev``,
-   3.32) runs one actor per rank on its own host: asynchronous put / get of the recorded sizes
-   on a mailbox per (source, destination, communicator), so messages match first in, first
-   out (as MPI matches them per tag: ``Recorder.check_order`` makes sure that is the same); a wait is ``Comm::wait`` on each listed request, then ``sleep_for`` the
-   compute; lanes are actors on the rank's host that compute one at a time (a mutex: the
-   rank has one thread) and wait for each other through condition variables. Messages to or
-   from the straggler carry ``Comm::set_rate`` (its flows' rate cap).
-   It is compiled on first use with ``g++ -O2 -std=c++17 ... -lsimgrid`` into
-   ``$NNABLA_TORUS_CACHE`` (default ``~/.cache/nnabla_torus``), keyed by the source's hash.
-
-Platform (``platform_xml``), from the same ``simulate.Platform`` as the flow engine (same link
-names and capacities, the slow host's NICs included) in SimGrid's XML (DTD 4.1): a zone per
-host (ranks r<i>, routers g<h> and x<h>; routes between its ranks over port_out, bus, port_in),
-a zone per rack (host-to-host zoneRoutes over nic_out, nic_in; with several racks, routes to
-and from the rack's spine router rg<k> over nic_out / nic_in), and a top zone (rack-to-rack
-zoneRoutes over up, down). No route is listed per rank pair, so the file grows with ranks, not
-ranks squared. SimGrid adds up the latencies of a route's links, so the latency sits on links
-only one route kind uses: half the intra-host latency on each port, half the inter-host latency
-on each rank's ``lo[r]`` (rank to g<h>) and half the spine latency on each rank's ``xlo[r]``
-(rank to x<h>), all FATPIPE at 1e30 B/s (they never limit a rate); the straggler's own links
-carry (slowdown - 1/2) of a route's latency. A lone message of m bytes then takes the flow
-model's route latency + m / (its narrowest link), which ``tests/unit/test_simgrid.py`` checks.
-
-Network model (``CONFIG``), chosen deliberately: SimGrid's default ``LV08`` fits TCP and
-multiplies latencies by 13.01 and bandwidths by 0.97; we use ``network/model:CM02`` (max-min
-fair sharing, Casanova & Marchal 2002) with ``network/latency-factor:1``,
-``network/bandwidth-factor:1`` and ``network/weight-S:0``; ``network/TCP-gamma:1e30``
-removes the TCP window bound gamma / (2 x route latency) (its 4 MiB default would cap a flow
-at 4 MiB / 12 us = 350 GB/s on ABCI; 0 would not do: SimGrid takes min(rate cap, that bound)
-and a bound of 0 means "none", which would drop the straggler's ``set_rate``);
-``network/crosstraffic:0`` drops the reverse flow of 5 % of each message's rate that models
-TCP's acknowledgements (the flow model and closed form have none; InfiniBand's and the
-emulated cluster's acknowledgements are not modelled either). What CM02 keeps that the flow
-engine does not: flows sharing a link are weighted by the inverse of their route latency (a
-cross-rack flow at 6.2 us gets 3 % less of a NIC than an intra-rack one at 6.0 us, the
-straggler's flows 1/1.1 of their share), and a message pays its latency before its transfer
-(the flow model after). Sources: SimGrid 3.32's ``src/surf/network_cm02.cpp`` and
-``docs/source/Configuring_SimGrid.rst``.
+Record each rank's sends, receives and waits on the virtual World (sim/virtual.py), replay them
+with simgrid_replay.cpp (SimGrid's S4U API, compiled on first use into $NNABLA_TORUS_CACHE) on
+a platform generated from the same ``simulate.Platform`` as the flow engine. Why a replay and
+not SimGrid's Python binding or SMPI, the platform's zones and the network model's settings
+(with the SimGrid sources they come from): docs/simulation.md.
 """
 import array
 import hashlib
@@ -268,59 +222,70 @@ class Recorder:
                 f.write(part.tobytes())
 
 
-def platform_xml(platform):
-    """SimGrid platform (XML, DTD 4.1) of a simulate.Platform (see the module doc)."""
-    p, net, faults = platform, platform.net, platform.faults
-    names, caps = p.names, [float(c) for c in p.capacity[:-1]]
-    multi = p.racks > 1
+class _PlatformXml:
+    """The XML elements of one simulate.Platform: its link ids, capacities and latency halves."""
 
-    def half(latency, rank):   # a rank's share of a route's latency; the straggler's is more
-        return latency * (faults.slowdown - 0.5 if rank == faults.straggler else 0.5)
+    def __init__(self, platform):
+        self.p, self.net, self.faults = platform, platform.net, platform.faults
+        self.names, self.caps = platform.names, [float(c) for c in platform.capacity[:-1]]
+        self.multi = platform.racks > 1
+        self.intra = self.net.intra.latency_s / platform.share
 
-    def link(index, latency=0.0):
-        return f'<link id="{names[index]}" bandwidth="{caps[index]!r}Bps" latency="{latency!r}s"/>'
+    def half(self, latency, rank):   # a rank's share of a route's latency; the straggler's is more
+        return latency * (self.faults.slowdown - 0.5 if rank == self.faults.straggler else 0.5)
 
+    def link(self, index, latency=0.0):
+        return (f'<link id="{self.names[index]}" bandwidth="{self.caps[index]!r}Bps" '
+                f'latency="{latency!r}s"/>')
+
+    @staticmethod
     def wire(name, latency):   # latency only: never limits a rate
         return (f'<link id="{name}" bandwidth="1e30Bps" latency="{latency!r}s" '
                 f'sharing_policy="FATPIPE"/>')
 
+    @staticmethod
     def route(tag, src, dst, links, gw=None):
         gws = f' gw_src="{gw[0]}" gw_dst="{gw[1]}"' if gw else ""
         ctn = "".join(f'<link_ctn id="{name}"/>' for name in links)
         return f'<{tag} src="{src}" dst="{dst}"{gws} symmetrical="NO">{ctn}</{tag}>'
 
-    intra = net.intra.latency_s / p.share
-    out = ['<?xml version="1.0"?>',
-           '<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">',
-           '<platform version="4.1">', '<zone id="top" routing="Full">']
-    for rack in range(p.racks):
+    def host_zone(self, h):
+        """Host h's zone: its ranks, routers, ports, bus and the routes among its ranks."""
+        p, names, route, multi = self.p, self.names, self.route, self.multi
+        ranks = range(h * p.g, min((h + 1) * p.g, p.ranks))
+        out = [f'<zone id="h{h}" routing="Full">']
+        out += [f'<host id="r{r}" speed="1f"/>' for r in ranks]
+        out.append(f'<router id="g{h}"/>' + (f'<router id="x{h}"/>' if multi else ""))
+        for r in ranks:
+            out += [self.link(p.port_out + r, self.half(self.intra, r)),
+                    self.link(p.port_in + r, self.half(self.intra, r)),
+                    self.wire(f"lo[{r}]", self.half(self.net.inter.latency_s, r))]
+            if multi:
+                out.append(self.wire(f"xlo[{r}]", self.half(self.net.spine.latency_s, r)))
+        out.append(self.link(p.bus + h))
+        for r in ranks:
+            out += [route("route", f"r{r}", f"r{s}", (names[p.port_out + r], names[p.bus + h],
+                                                      names[p.port_in + s]))
+                    for s in ranks if s != r]
+            out += [route("route", f"r{r}", f"g{h}", (f"lo[{r}]",)),
+                    route("route", f"g{h}", f"r{r}", (f"lo[{r}]",))]
+            if multi:
+                out += [route("route", f"r{r}", f"x{h}", (f"xlo[{r}]",)),
+                        route("route", f"x{h}", f"r{r}", (f"xlo[{r}]",))]
+        out.append("</zone>")
+        return out
+
+    def rack_zone(self, rack):
+        """Rack ``rack``'s zone: its host zones, NICs, host-to-host and spine routes."""
+        p, names, route, multi = self.p, self.names, self.route, self.multi
         hosts = range(rack * p.per_rack, min((rack + 1) * p.per_rack, p.hosts))
-        out.append(f'<zone id="rack{rack}" routing="Full">')
+        out = [f'<zone id="rack{rack}" routing="Full">']
         for h in hosts:
-            ranks = range(h * p.g, min((h + 1) * p.g, p.ranks))
-            out.append(f'<zone id="h{h}" routing="Full">')
-            out += [f'<host id="r{r}" speed="1f"/>' for r in ranks]
-            out.append(f'<router id="g{h}"/>' + (f'<router id="x{h}"/>' if multi else ""))
-            for r in ranks:
-                out += [link(p.port_out + r, half(intra, r)), link(p.port_in + r, half(intra, r)),
-                        wire(f"lo[{r}]", half(net.inter.latency_s, r))]
-                if multi:
-                    out.append(wire(f"xlo[{r}]", half(net.spine.latency_s, r)))
-            out.append(link(p.bus + h))
-            for r in ranks:
-                out += [route("route", f"r{r}", f"r{s}", (names[p.port_out + r], names[p.bus + h],
-                                                          names[p.port_in + s]))
-                        for s in ranks if s != r]
-                out += [route("route", f"r{r}", f"g{h}", (f"lo[{r}]",)),
-                        route("route", f"g{h}", f"r{r}", (f"lo[{r}]",))]
-                if multi:
-                    out += [route("route", f"r{r}", f"x{h}", (f"xlo[{r}]",)),
-                            route("route", f"x{h}", f"r{r}", (f"xlo[{r}]",))]
-            out.append("</zone>")
+            out += self.host_zone(h)
         if multi:
             out.append(f'<zone id="s{rack}" routing="Full"><router id="rg{rack}"/></zone>')
         for h in hosts:
-            out += [link(p.nic_out + h), link(p.nic_in + h)]
+            out += [self.link(p.nic_out + h), self.link(p.nic_in + h)]
         for a in hosts:
             out += [route("zoneRoute", f"h{a}", f"h{b}", (names[p.nic_out + a],
                                                           names[p.nic_in + b]), (f"g{a}", f"g{b}"))
@@ -331,11 +296,29 @@ def platform_xml(platform):
                         route("zoneRoute", f"s{rack}", f"h{a}", (names[p.nic_in + a],),
                               (f"rg{rack}", f"x{a}"))]
         out.append("</zone>")
-    if multi:
-        racks = range(p.racks)
-        out += [link(p.up + k) for k in racks] + [link(p.down + k) for k in racks]
-        out += [route("zoneRoute", f"rack{a}", f"rack{b}", (names[p.up + a], names[p.down + b]),
-                      (f"rg{a}", f"rg{b}")) for a in racks for b in racks if a != b]
+        return out
+
+    def spine(self):
+        """The racks' up and down links and the rack-to-rack routes over them."""
+        p, names, racks = self.p, self.names, range(self.p.racks)
+        out = [self.link(p.up + k) for k in racks] + [self.link(p.down + k) for k in racks]
+        out += [self.route("zoneRoute", f"rack{a}", f"rack{b}",
+                           (names[p.up + a], names[p.down + b]), (f"rg{a}", f"rg{b}"))
+                for a in racks for b in racks if a != b]
+        return out
+
+
+def platform_xml(platform):
+    """SimGrid platform (XML, DTD 4.1) of a simulate.Platform (docs/simulation.md: its zones
+    and where the latencies sit)."""
+    xml = _PlatformXml(platform)
+    out = ['<?xml version="1.0"?>',
+           '<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">',
+           '<platform version="4.1">', '<zone id="top" routing="Full">']
+    for rack in range(platform.racks):
+        out += xml.rack_zone(rack)
+    if xml.multi:
+        out += xml.spine()
     out += ["</zone>", "</platform>", ""]
     return "\n".join(out)
 

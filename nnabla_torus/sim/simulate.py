@@ -4,37 +4,10 @@ The virtual backend (``sim/virtual.py``) runs the real schedule code of every ra
 each message it matches becomes a *flow* on a simulated platform, and a rank's own work after a
 wait (adding received bytes, per-step software cost) becomes simulated compute time.
 
-Platform (from a costmodel ``Network``; ranks host by host, hosts rack by rack)::
-
-    rank r on host r // gpus_per_host, host h in rack h // hosts_per_rack
-    links, one per direction:  port_out[r], port_in[r]   intra.bandwidth (NVLink / memory)
-                               bus[h]                    intra.bandwidth x min(slots, ranks/host)
-                               nic_out[h], nic_in[h]     inter.bandwidth (all NICs of a host)
-                               up[k], down[k]            hosts_per_rack x spine.bandwidth
-                                                         / oversubscription (rack to spine)
-    route r -> s, same host:   port_out[r], bus[h], port_in[s];  latency intra.latency / share
-                  same rack:   nic_out, nic_in;                  latency inter.latency
-                  other rack:  nic_out, up, down, nic_in;        latency spine.latency
-
-Flow model: max-min fair sharing of every link's bandwidth among the flows crossing it
-(progressive filling), recomputed whenever a flow starts or ends: the fluid model that
-SimGrid's network models are built on, here without SimGrid's TCP corrections (its default
-LV08 model multiplies latencies by ~13 and bandwidths by 0.97). A message of m bytes posted
-at time t (both ends posted: rendezvous) is delivered at the end of its transfer plus its
-route's latency, so alone on its links it takes latency + m / bandwidth, the cost model's hop.
-
-Compute (a rank sleeps after a wait), as the cost model charges it: bytes received on a
-reduce-scatter x reduce_s_per_byte, and per step with a send the algorithm's software cost
-step_s + bytes x s_per_byte, all divided by share = min(1, slots / ranks per host). The
-cost model's per-call waits of oversubscribed hosts (``costmodel.call_waits``) are added once.
-
-Two engines time this platform (``simulate_allreduce(engine=...)``): ``flow``, our own
-contention-aware flow model (FlowNetwork, timed while the virtual ranks run; no dependency),
-and ``simgrid`` (nnabla_torus.sim.simgrid: the ranks' ops recorded, then replayed by SimGrid's C++
-API on the same links, with its CM02 max-min model); ``auto`` picks simgrid when its replay
-program builds here. Not modelled: segments within a step (the MPI backend overlaps adding with
-receiving in 4 MiB segments), NCCL's or MPI's own algorithms (the library all-reduce is our
-ring), congestion control, packet-level effects.
+Two engines time the platform: ``flow``, our own max-min fair flow model (here), and
+``simgrid`` (sim/simgrid.py); ``auto`` picks simgrid when its replay program builds. The
+platform's links and routes, the flow model, what compute is charged and what is not
+modelled: docs/simulation.md ("The platform and the flow engine in detail").
 
 Example (8 ranks, 2 hosts of 4, torus2d 4x2 on 1 MB)::
 

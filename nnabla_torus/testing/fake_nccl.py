@@ -1,56 +1,12 @@
 """A fake of nnabla-ext-cuda's multi-process NCCL communicator: numpy on CPU, mpi4py between ranks.
 
 ``NNABLA_TORUS_BACKEND=fake-nccl`` runs the NCCL mapping (``comm/backends/nccl.py``) end to end
-under mpirun on a machine without GPUs. Read from nnabla ``python/src/nnabla/communicator.pyx``
-and nnabla-ext-cuda ``src/nbla/cuda/communicator/multi_process_data_parallel_communicator.cu``
-(v1.39); what it mimics:
-
-- the Python API and argument forms: ``name, size, rank, local_rank, init, barrier, abort,
-  add_context_and_parameters, new_group, list_groups, find_group, all_reduce, reduce, bcast,
-  all_gather, reduce_scatter``; ``data`` of type ``list`` is many arrays, anything else one
-  NdArray; ``group`` is a str;
-- one reduction type T per communicator, from the context's type_config (float: float32,
-  half: float16); arrays are cast to T in place (a float16 array given to a float communicator
-  becomes float32), so a narrowed array of another dtype raises, as in nnabla;
-- groups: ``new_group`` registers the name on every caller and creates the communicator on
-  the members only (collective over them); an existing name or ranks outside [0, size) raise;
-  ``list_groups`` includes "world"; ``find_group`` of an unknown name is ``[]``; a collective
-  on a group without the caller raises "self (rank=r) is not included in <group>." and, as in
-  nnabla, leaves the unknown name registered with no ranks;
-- ``bcast``'s ``src`` and ``reduce``'s ``dst`` are positions in the group (NCCL group ranks);
-- ncclSum, and ncclAvg for ``division=True`` as NCCL does it for floating types: every input
-  is multiplied by T(1/m) before the sum;
-- ``reduce_scatter`` sends the concatenation of ``ndarray_list`` and member i receives the
-  sum of chunk i (``ndarray.size`` elements); ``all_gather`` receives member i's ``ndarray``
-  at offset i * ``ndarray.size`` of the concatenation of ``ndarray_list``; neither checks that
-  the list holds m arrays;
-- ``all_reduce`` skips arrays that are zeroing (``zero()`` not yet materialised) on every
-  member; ``reduce`` with ``inplace=True`` uses the world whatever ``group`` is (as v1.39 does).
-
-- host-side MPI (init, barrier, new_group, all_reduce's zeroing check) blocks as nnabla's
-  does, and an MPI error becomes nnabla's RuntimeError "`MPI_...` failed by `...`";
-- the device rules that a CPU run does not enforce by itself (``set_device``, ``place``):
-  each array placed on a fake device is tagged with it (by address); ``F.identity``,
-  ``F.mul_scalar``, ``F.pow_scalar`` and ``F.sum`` behave as their CUDA kernels: they run on
-  the current context's device and cast their ``outputs`` to the context's type T first, so a
-  narrowed view of another dtype raises nnabla's own "cast of child-arrays is not permitted",
-  a whole array is silently converted (as on a GPU), and a narrowed view on another device
-  raises; the communicator refuses narrowed arrays of another device likewise;
-- asynchronous completion: every collective is enqueued and returns; results land only at
-  ``synchronize(device_id)`` (nnabla_ext.cuda's ``cudaDeviceSynchronize``) or an ``Event``'s
-  ``synchronize()``, and a collective a peer never joins spins there for ever, as NCCL kernels
-  do (nothing here times out).
-
-- streams, as a record only: ``stream_log`` lists the stream kind each collective is enqueued
-  on (legacy default, blocking, non-blocking) and every host sync, for tests of overlap.
-
-What it cannot mimic: CUDA stream semantics (a GPU's later kernels on the default stream see
-results without a host synchronisation; here only ``synchronize`` delivers them), device memory,
-NCCL's algorithms, protocols, timing and summation order (the fake sums in group order, the
-same on every member); out-of-bounds reads and writes (where NCCL would run past a buffer, the
-fake raises ValueError); the C++ type of ``all_reduce_callback``'s result (the fake's is a
-Python object, which nnabla's backward runs only through
-``nnabla_torus.comm.backward_callback.install()``) and the deprecated ``allreduce``.
+under mpirun on a machine without GPUs. This module is what the backend loads in place of
+``nnabla_ext.cuda``: the communicator double here, the fake device (``set_device``,
+``synchronize``, ``Event``, ``place``, ``stream_log``) from fake_cuda.py. What it mimics of
+nnabla ``python/src/nnabla/communicator.pyx`` and nnabla-ext-cuda
+``src/nbla/cuda/communicator/multi_process_data_parallel_communicator.cu`` (v1.39), and what it
+cannot: docs/gpu.md ("The fake NCCL communicator").
 
 Example (under ``mpirun -np 2``)::
 
@@ -62,152 +18,15 @@ Example (under ``mpirun -np 2``)::
 """
 import numbers
 import socket
-import time
 
 import numpy as np
 from mpi4py import MPI
 
-TYPE_CONFIGS = {"float": np.float32, "half": np.float16}
-CUDA_LIKE = ("identity", "mul_scalar", "pow_scalar", "sum")  # nnabla functions the rules wrap
-_device = [None]  # this process's fake GPU (set_device), None before
-_places = {}  # address -> (bytes, device) of arrays placed on a fake device
-_pending = []  # enqueued collectives: (requests, finish), completed by synchronize()
-# Stream model: the CUDA stream each collective is enqueued on, and the host syncs, in order
-# (lines in ext multi_process_data_parallel_communicator.cu: see NCCLBackend.overlaps_backward).
-# ("legacy-default", op): reduce_scatter / all_gather, and all_reduce / reduce / bcast unless
-# in place on a list (stream 0 or nullptr); ("blocking", op): those in place on a list (streams
-# that wait for stream 0, see _stream); ("non-blocking", op): all_reduce_callback's
-# packs (cudaStreamNonBlocking, ordered by events); ("host-sync", what): synchronize() and
-# Event.synchronize(). Tests read and clear it.
-stream_log = []
-
-
-# -- the fake device -------------------------------------------------------------------------
-def _extent(ndarray):
-    """(address, bytes) of ``ndarray``'s host memory, None when it holds no data yet."""
-    try:
-        data = ndarray.data if ndarray.size else None
-    except RuntimeError:
-        return None
-    return None if data is None else (data.__array_interface__["data"][0], data.nbytes)
-
-
-def place(ndarray, device):
-    """Tag ``ndarray`` (a whole array) as living on fake GPU ``device``."""
-    extent = _extent(ndarray)
-    if extent:
-        _places[extent[0]] = (extent[1], int(device))
-
-
-def device_of(ndarray):
-    """(device or None for host memory, whether ``ndarray`` is a narrowed part of it)."""
-    extent = _extent(ndarray)
-    if extent is None:
-        return None, False
-    address, nbytes = extent
-    for start, (size, device) in _places.items():
-        if start <= address and address + nbytes <= start + size:
-            return device, (start, size) != (address, nbytes)
-    return None, False
-
-
-def check_device(ndarray, device, what):
-    """Refuse a narrowed ``ndarray`` of another device (nnabla cannot cast a child array across
-    devices); a whole array moves to ``device``, as nnabla's cast moves it."""
-    where, narrowed = device_of(ndarray)
-    if where is None or where == device:
-        return
-    if narrowed:
-        raise RuntimeError(f"runtime error in {what} (fake device rule): cast of child-arrays is "
-                           f"not permitted (a narrowed array on fake GPU {where} used on fake "
-                           f"GPU {device})")
-    place(ndarray, device)
-
-
-def _like_cuda(name, function):
-    """``function`` with the CUDA kernel's rules: device of the context, outputs cast to T."""
-    def run(*args, **kwargs):
-        import nnabla as nn
-        ctx = nn.get_current_context()
-        dtype = TYPE_CONFIGS.get(ctx.backend[0].split(":")[-1], np.float32)
-        if not ctx.array_class:  # nnabla's bare default context names no array class
-            ctx = nn.Context(list(ctx.backend), "CpuCachedArray", ctx.device_id)
-        device = int(ctx.device_id or 0)
-        for a in list(args) + list(kwargs.get("outputs") or []):
-            if isinstance(a, nn.NdArray):
-                check_device(a, device, f"F.{name}")
-        for out in kwargs.get("outputs") or []:
-            out.cast(dtype, ctx)  # raises nnabla's own error for a narrowed view of another dtype
-        return function(*args, **kwargs)
-    run.fake_cuda, run.original = True, function
-    return run
-
-
-def set_device(device_id):
-    """Make this process's fake GPU ``device_id`` and give nnabla's functions the CUDA rules."""
-    import nnabla.functions as F
-    _device[0] = int(device_id)
-    for name in CUDA_LIKE:
-        function = getattr(F, name)
-        if not getattr(function, "fake_cuda", False):
-            setattr(F, name, _like_cuda(name, function))
-
-
-def reset():
-    """Give nnabla's functions back, forget placements and enqueued work (tests)."""
-    import nnabla.functions as F
-    for name in CUDA_LIKE:
-        function = getattr(F, name)
-        setattr(F, name, getattr(function, "original", function))
-    _device[0] = None
-    _places.clear()
-    _pending.clear()
-
-
-def synchronize(device_id="0"):
-    """Complete every enqueued collective (cudaDeviceSynchronize); spins while a peer is missing."""
-    stream_log.append(("host-sync", "synchronize"))
-    _complete()
-
-
-def _complete():
-    while _pending:
-        requests, finish = _pending.pop(0)
-        try:
-            while not MPI.Request.Testall(requests):
-                time.sleep(1e-4)
-        except MPI.Exception:  # a dead peer: NCCL's kernels would spin, so does the fake
-            while True:
-                time.sleep(1.0)
-        finish()
-
-
-class Event:
-    """``nnabla_ext.cuda.init.Event`` on the fake GPU: ``record()`` then ``synchronize()`` waits
-    for the work enqueued so far (here: all of it), with the GIL released as nnabla's does."""
-
-    def __init__(self, device_id):
-        self.device_id = int(device_id)
-
-    def record(self):
-        pass
-
-    def synchronize(self):
-        stream_log.append(("host-sync", "event"))
-        _complete()
-
-
-def _stream(data, inplace):
-    """The stream nnabla enqueues all_reduce / reduce / bcast on: an in-place list round-robins
-    over streams from plain cudaStreamCreate (ext .cu 434, 747), anything else passes nullptr,
-    the legacy default stream (754, 774, 874)."""
-    return "blocking" if inplace and isinstance(data, list) else "legacy-default"
-
-
-def _enqueue(requests, finish, stream, op):
-    stream_log.append((stream, op))
-    _pending.append((requests, finish))
-
+# The fake device, under the names nnabla_ext.cuda gives them (the backend loads this module
+# as its extension) and those the tests use.
+from .fake_cuda import (TYPE_CONFIGS, Event, check_device, complete,  # noqa: F401
+                        current_device, device_of, enqueue, place, reset, set_device,
+                        stream_kind, stream_log, synchronize)
 
 def _nnabla_error(kind, message):
     """nnabla's NBLA_ERROR(error_code::kind, ...) reaches Python as RuntimeError."""
@@ -345,7 +164,7 @@ class FakeMultiProcessDataParallelCommunicator:
 
     def _typed(self, ndarray):
         """``ndarray`` cast to T in place (as nnabla's ``cast(dtype, ctx_)``); a flat view."""
-        if _device[0] is not None:
+        if current_device() is not None:
             check_device(ndarray, int(self.ctx.device_id), "MultiProcessDataParallelCommunicator")
         ndarray.cast(self.dtype, self.ctx)
         return ndarray.data.reshape(-1)
@@ -377,7 +196,7 @@ class FakeMultiProcessDataParallelCommunicator:
         """Enqueue the sum of ``flat`` over ``comm``; ``done(total)`` runs at synchronize()."""
         parts = np.empty((comm.Get_size(), flat.size), self.dtype)
         request = comm.Iallgather(_bytes(np.ascontiguousarray(flat)), _bytes(parts))
-        _enqueue([request], lambda: done(self._sum(parts, division)), stream, op)
+        enqueue([request], lambda: done(self._sum(parts, division)), stream, op)
 
     def _all_zeroing(self, arrays, comm):
         """Per array: zeroing on every member of ``comm`` (nnabla's mpi_check_all, blocking)."""
@@ -400,7 +219,7 @@ class FakeMultiProcessDataParallelCommunicator:
         for batch in batches:
             large, flats = self._pack(batch)
             self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f),
-                             _stream(data, inplace))
+                             stream_kind(data, inplace))
 
     def _rooted(self, group, root, data, inplace, op):
         """Member and root checks; (comm, position, batches of arrays NCCL moves)."""
@@ -425,16 +244,16 @@ class FakeMultiProcessDataParallelCommunicator:
             large, flats = self._pack(batch)
             flats = flats if me == dst else []
             self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f),
-                             _stream(data, inplace), "reduce")
+                             stream_kind(data, inplace), "reduce")
 
     def bcast(self, data, src, inplace=False, group="world"):
         """ncclBcast from group position ``src``."""
         comm, _, batches = self._rooted(group, src, data, inplace, "ncclBcast")
         for batch in batches:
             large, flats = self._pack(batch)
-            _enqueue([comm.Ibcast(_bytes(large), root=src)],
+            enqueue([comm.Ibcast(_bytes(large), root=src)],
                      lambda large=large, flats=flats: self._unpack(large, flats),
-                     _stream(data, inplace), "bcast")
+                     stream_kind(data, inplace), "bcast")
 
     def all_gather(self, ndarray, ndarray_list, group="world"):
         """ncclAllGather: member i's ``ndarray`` lands at offset i * size of the list."""
@@ -445,7 +264,7 @@ class FakeMultiProcessDataParallelCommunicator:
             raise ValueError(f"all_gather: ndarray_list holds {large.size} elements, fewer than "
                              f"{m} members x {send.size} (NCCL would write past it)")
         recv = large[:m * send.size]
-        _enqueue([comm.Iallgather(_bytes(send), _bytes(recv))], lambda: self._unpack(large, flats),
+        enqueue([comm.Iallgather(_bytes(send), _bytes(recv))], lambda: self._unpack(large, flats),
                  "legacy-default", "all_gather")
 
     def reduce_scatter(self, ndarray_list, ndarray, division=False, group="world"):
@@ -459,7 +278,7 @@ class FakeMultiProcessDataParallelCommunicator:
         out = self._typed(ndarray)
         parts = np.empty((m, count), self.dtype)
         send = np.ascontiguousarray(large[:m * count])
-        _enqueue([comm.Ialltoall(_bytes(send), _bytes(parts))],
+        enqueue([comm.Ialltoall(_bytes(send), _bytes(parts))],
                  lambda: self._unpack(self._sum(parts, division), [out]),
                  "legacy-default", "reduce_scatter")
 
@@ -502,7 +321,7 @@ class FakeAllReduceCallback:
         self._all_reduce()
         # Not a host sync: stream 0 waits for the unpack stream's event (ext .cu 1101-1113);
         # the fake has no later kernels to order, so it completes the sums here.
-        _complete()
+        complete()
 
     def _all_reduce(self):
         if self._flats:

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from nnabla_torus.planning import costmodel as cm
+from nnabla_torus.planning.costmodel import han as cm_han, links as cm_links
 from nnabla_torus.planning.costmodel import Compute, Link, Network, Software
 
 RNG = np.random.default_rng(1234)
@@ -104,7 +105,7 @@ def test_closed_form_links_match_explicit_mapping(seed):
     x, y = int(rng.integers(1, 13)), int(rng.integers(1, 13))
     for rows in (True, False):
         crosses, flows = cm.grid_links(x, y, g, rows)
-        want_c, want_f = cm._explicit_links(x, y, g, rows)
+        want_c, want_f = cm_links._explicit_links(x, y, g, rows)
         assert bool(crosses) == want_c
         if want_c:
             assert int(flows) == want_f
@@ -182,7 +183,7 @@ def han_net(g=4, slots=4, **kw):
 def test_han_leader_bytes_by_host_count():
     # H = 2: chain in, linear out, 1 segment each way; H = 4: leader 0 sends 3/4 (reduce-
     # scatter) + 3 copies (linear bcast); H = 8: 7/8 + 1 (chain) out, 2 * 7/8 in.
-    assert cm._han_leader_bytes([2, 3, 4, 8]) == pytest.approx([1, 2 / 3 + 2, 3.75, 1.875])
+    assert cm_han._han_leader_bytes([2, 3, 4, 8]) == pytest.approx([1, 2 / 3 + 2, 3.75, 1.875])
 
 
 def test_han_hand_worked_two_hosts():

@@ -17,6 +17,7 @@ def test_without_gpus_the_check_is_dry_and_passes(tmp_path):
         pytest.skip("this machine has GPUs: run make gpu-check itself")
     out = tmp_path / "gpu_check.json"
     done = subprocess.run([sys.executable, "tools/gpu_check.py", "--json", str(out)], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO),   # this tree, not the installed one
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()

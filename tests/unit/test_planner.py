@@ -101,8 +101,10 @@ def test_cli_table_json_plot_and_env_twin(tmp_path, monkeypatch, capsys):
     assert "2176" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("module", ["costmodel", "profile", "planner", "schedules",
-                                    "controller", "goodput"])
+@pytest.mark.parametrize("module", [
+    "planning.costmodel", "planning.costmodel.links", "planning.costmodel.phases",
+    "planning.costmodel.han", "planning.costmodel.allreduce", "planning.machine_profile",
+    "planning.planner", "planning.schedules", "planning.controller", "planning.goodput"])
 def test_docstring_examples(module):
     import doctest
     import importlib

@@ -1,6 +1,6 @@
 """Entry point: ``python -m tools.emucluster SUBCOMMAND ...`` (see ``cli``)."""
 import sys
 
-from tools.emucluster.cli import main
+from .cli import main
 
 sys.exit(main())

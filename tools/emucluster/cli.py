@@ -20,8 +20,8 @@ import signal
 import sys
 
 from nnabla_torus.knobs import add_knob
-from tools.emucluster import launch, net, shaping
-from tools.emucluster.layout import Layout
+from . import launch, net, shaping
+from .layout import Layout
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STATE_ROOT = "/run/nnabla-torus-emucluster"

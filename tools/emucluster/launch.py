@@ -16,7 +16,7 @@ import sys
 
 from nnabla_torus.launching.mpirun_cmd import FAULT_ARGS
 from nnabla_torus.launching.mpirun_cmd import mpirun_path as find_mpirun
-from tools.emucluster.net import ClusterError
+from .net import ClusterError
 
 MAPPINGS = {
     "by-host": "slot",      # ranks 0..R-1 on host 0, R..2R-1 on host 1, ...

@@ -10,7 +10,7 @@ message (the rate limit works without it). Example::
 """
 import re
 
-from tools.emucluster.net import ClusterError, run
+from .net import ClusterError, run
 
 AUTO_BURST_SECONDS = 2e-3  # bucket depth in seconds of line rate, see LinkSpec._burst
 UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}

@@ -1,31 +1,12 @@
 """Load nnabla-ext-cuda so that it registers its NCCL communicator over mpi4py's Open MPI.
 
-nnabla-ext-cuda 1.39 (``src/nbla/cuda/communicator/dl_mpi.cpp``) dlopens ``libmpi.so`` from
-``$OMPI_HOME/lib``, then the default search path, then ``/usr/lib64``, ``/usr/lib`` and
-``/opt/openmpi/lib``, and registers its communicators only when that and ``libnccl.so`` load
-(``src/nbla/cuda/init.cpp.tmpl``); otherwise it prints "openmpi library is not found" and
-``MultiProcessDataParallelCommunicator(ctx)`` later fails with "Any of [cuda:float] could not be
-found". The registry's Open MPI puts a 20-byte linker script (``INPUT(libmpi.so.40)``) at
-``.venv/lib/libmpi.so``, which dlopen refuses. So before the first ``import nnabla_ext.cuda``
-``prepare_ompi_home`` points ``OMPI_HOME`` at a folder whose ``lib/libmpi.so`` is the very
-library mpi4py loaded (the venv's own, or a symlink to it in a private folder): one MPI in
-the process, whatever the system has.
-
-All of this must happen before the *first* import of ``nnabla_ext.cuda``, and a training
-script imports it early and indirectly: ``get_extension_context("cudnn")`` imports
-``nnabla_ext.cudnn``, which imports ``nnabla_ext.cuda`` (nnabla ``python/src/nnabla/
-ext_utils.py`` ``import_extension_module``), long before a communicator exists. So
-``import nnabla_torus`` installs an import hook (``install_import_hook``, cheap: it imports
-neither CUDA nor MPI) that runs ``prepare`` the moment anything imports ``nnabla_ext.cuda``.
-The only rule for a script: import ``nnabla_torus`` before the CUDA context is made (or call
-``cuda_env.prepare()`` yourself). A script that imported the extension first gets
-``ExtensionImportedTooEarly`` from the communicator, naming that fix, instead of nnabla's
-"Any of [cuda:float, ...] could not be found".
-
-``prepare`` also sets ``NCCL_HOME`` to the ``nvidia-nccl-cu12`` wheel when unset: nnabla's
-``dl_nccl_init`` tries ``$NCCL_HOME/lib/libnccl.so{,.2}`` first, then ``libnccl.so`` before
-``libnccl.so.2`` on the default path (ext ``src/nbla/cuda/communicator/dl_nccl.cpp.tmpl``
-~32-75), so a system NCCL would otherwise win over the wheel's.
+nnabla-ext-cuda looks for libmpi (``$OMPI_HOME/lib/libmpi.so`` first) and NCCL only when
+``nnabla_ext.cuda`` is first imported, which ``get_extension_context("cudnn")`` does long before
+a communicator exists. So ``import nnabla_torus`` installs an import hook that, at that moment,
+points ``OMPI_HOME`` at the very Open MPI mpi4py loaded, ``NCCL_HOME`` at the NCCL wheel, and
+loads the CUDA wheels' libraries; a script that imported the extension first gets
+``ExtensionImportedTooEarly`` naming the fix. Why each step, with the nnabla and
+nnabla-ext-cuda source lines: docs/gpu.md ("The one rule for scripts").
 
 Example::
 

@@ -1,73 +1,11 @@
 """NCCL backend: the torus primitives mapped onto nnabla-ext-cuda's own communicator.
 
-A thin mapping, not an NCCL binding: every primitive is one call of
-``nnabla.communicators.MultiProcessDataParallelCommunicator`` (nnabla-ext-cuda's
-``MultiProcessDataParallelCommunicatorNccl``) on a group made with its ``new_group``:
-
-==========================  ==================================================================
-torus primitive             nnabla call (group = the row, the column or the world)
-==========================  ==================================================================
-reduce_scatter(g, buf)      ``reduce_scatter([chunk 0 .. chunk m-1], chunk q, group=g)``
-all_gather(g, buf)          ``all_gather(chunk q, [chunk 0 .. chunk m-1], group=g)``
-all_reduce(g, buf)          ``all_reduce(buf, inplace=True, group=g)`` (NCCL's own all-reduce,
-                            so on this backend ``ring`` and ``native`` are the same call)
-bcast(g, buf, root)         ``bcast(buf, root, inplace=True, group=g)``; ``root`` is the
-                            position in the group, as in nnabla (NCCL's root is a group rank)
-==========================  ==================================================================
-
-NCCL splits a buffer into m equal chunks (chunk i = ``[i*c, (i+1)*c)``, c = n/m), so fused
-buffers are padded to a multiple of the world size times 16 bytes (``padded_length``: equal,
-16-byte aligned chunks); a primitive called on
-a buffer that its group size does not divide (``inplace=True`` all-reduce of a 17-element
-array) goes through a zero-padded workspace, and its chunks are ``[i*c, (i+1)*c)`` cut at n
-with c = ceil(n/m).
-
-Buffers are ``DeviceSlice`` objects: a range of a 1-D device NdArray, narrowed only while an
-operation runs, because nnabla forbids two live narrowed views of one array that overlap and
-forbids casting a narrowed view to another dtype or device ("cast of child-arrays is not
-permitted", nnabla ``src/nbla/synced_array.cpp``). So every nnabla function call here runs in
-an explicit ``nn.context_scope`` of the buffer's device and dtype, and same-dtype copies use
-``copy_from(src, use_current_context=False)``: nnabla's default (``True``) runs ``F.identity``
-in the caller's default context, and ``IdentityCuda<T>`` casts its output to that context's T.
-
-Device: nnabla's NCCL communicator uses GPU ``local_rank`` = the number of earlier ranks with
-the same short host name. The backend computes that number itself (``device_id``), checks that
-nnabla agrees and that the host has that many GPUs, and keeps every buffer there.
-
-Communicators: one nnabla communicator per wire dtype (each reduces one dtype). The float32 one
-is created at start-up; the float16 one on the first float16 call, after every rank of the
-world agreed to create it (creation is collective over the world, so the first float16 call
-must involve every rank, e.g. a world all-reduce; otherwise it times out naming the missing
-ranks). Groups made before are replayed on it in creation order. ``close()`` frees both.
-
-Groups are created by ``new_group`` on their members only, and nnabla's ``new_group`` is
-collective over the members (MPI_Comm_create_group, then ncclCommInitRank); every rank creates
-its groups in the order the caller asks for them (the communicator asks for row, then column,
-on every rank), which keeps overlapping creations from deadlocking.
-
-Completion and hangs: nnabla enqueues NCCL work and returns (reduce_scatter and all_gather on
-the default stream); its own watchdog (NNABLA_MPI_WATCH_DOG_*) is armed only in ``init()`` and
-``all_reduce`` and times that host-side enqueue only, so it catches no hung NCCL kernel. Here
-each NCCL phase ends with a device synchronisation inside our watchdog (``timeout`` seconds;
-a CUDA event wait, which releases the GIL, unlike nnabla_ext.cuda's ``synchronize``):
-a phase that hangs (a peer never joins; a dead peer leaves NCCL kernels spinning) aborts the
-job naming the phase, group, rank and host. Cost: one host round trip per phase. nnabla's
-``init()`` and ``new_group`` hold the GIL while they wait, so our watchdog cannot end a hang
-inside them: ``init()`` is covered by nnabla's watchdog (enabled with our timeout, unless
-NNABLA_MPI_WATCH_DOG_ENABLE is set), and every member of a group is checked to be present,
-with our timeout, before nnabla's ``new_group`` runs. An MPI error
-inside nnabla (RuntimeError "`MPI_...` failed by ...") becomes ``RankLost`` naming the dead
-rank(s) when the MPI library knows them (Open MPI with ``--mca mpi_ft_enable 1``).
-
-Costs of going through nnabla's API (not measured): its reduce_scatter and all_gather take a
-list of arrays and copy them into a fresh buffer of the whole size on every call (an
-allocation and 2n element moves per reduce_scatter, 4n per all_gather, on top of NCCL's own;
-docs/gpu.md), and every all_reduce first runs a 1-element MPI_Allreduce
-(nnabla's check for arrays still zeroed on every rank).
-
-Checked against the real nnabla-ext-cuda 1.39 only as far as it loads without a GPU (import,
-communicator registration, construction: ``tools/gpu_stack_check.py``); the data path is
-tested against ``fake_nccl`` (numpy on CPU, with the device rules above enforced).
+A thin mapping, not an NCCL binding: each primitive (reduce_scatter, all_gather, all_reduce,
+bcast on a group) is one call of nnabla's ``MultiProcessDataParallelCommunicator`` on a group
+made with its ``new_group``, padded where NCCL's equal chunks need it, with a watchdog around
+each phase (nnabla's own times only the host-side enqueue). The mapping table, the device and
+dtype rules, group creation, hangs and costs, with the nnabla sources they come from:
+docs/gpu.md ("The NCCL mapping"). Buffers: nccl_device.py.
 
 Example (under ``mpirun -np 4``, one rank per GPU; the communicator normally drives this)::
 
@@ -85,25 +23,9 @@ import socket
 import numpy as np
 from mpi4py import MPI
 
-from ..collectives import scale_numpy
 from ..rendezvous import (CollectiveTimeout, RankLost, Watchdog, check_same_call, lost_ranks,
                           wait_requests)
-
-WIRE_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half"}
-ALIGN_BYTES = 16  # chunk alignment of fused buffers (padded_length)
-
-
-def short_host():
-    """The host name as nnabla-ext-cuda compares it (up to the first dot)."""
-    return socket.gethostname().split(".")[0]
-
-
-def nnabla_device(world):
-    """nnabla's GPU for this rank: the number of earlier ranks with the same short host name,
-    and the number of ranks on this host."""
-    hosts = world.allgather(short_host())
-    me = hosts[world.Get_rank()]
-    return hosts[:world.Get_rank()].count(me), hosts.count(me)
+from .nccl_device import WIRE_TYPES, DeviceBuffers, nnabla_device, short_host, type_contexts
 
 
 def agree(world, step, what):
@@ -127,35 +49,6 @@ def mpi_error_in(error):
     return isinstance(error, RuntimeError) and "`MPI_" in text and "failed by" in text
 
 
-class DeviceSlice:
-    """Elements ``[start, start + size)`` of the 1-D NdArray ``base`` (no view held open)."""
-    __slots__ = ("base", "start", "size", "ctx")
-
-    def __init__(self, base, start, size, ctx):
-        self.base, self.start, self.size, self.ctx = base, start, size, ctx
-
-    def __len__(self):
-        return self.size
-
-    @property
-    def dtype(self):
-        return np.dtype(self.base.dtype)
-
-    def narrow(self, offset=0, length=None):
-        """A short-lived NdArray over ``[offset, offset + length)`` of this slice (no copy)."""
-        length = self.size - offset if length is None else length
-        if self.start + offset == 0 and length == self.base.size:
-            return self.base
-        return self.base.narrow(0, self.start + offset, length)
-
-    def fill(self, value):
-        """Set every element to ``value`` now (a lazy fill would die with the narrowed view)."""
-        if self.size:
-            view = self.narrow()
-            view.fill(value)
-            view.cast(view.dtype, self.ctx)
-
-
 class NCCLGroup:
     """A group of world ``ranks``: nnabla group ``name``, our ``rank`` (position) in it, and an
     mpi4py communicator ``control`` over it for the cross-rank argument check."""
@@ -163,15 +56,6 @@ class NCCLGroup:
     def __init__(self, name, ranks, rank, control):
         self.name, self.ranks, self.rank, self.control = name, list(ranks), rank, control
         self.size = len(self.ranks)
-
-
-def _type_contexts(ctx, fake, device_id):
-    """nnabla contexts for float32 and float16 work on GPU ``device_id`` (fake: CPU; no
-    ``ctx``: cudnn)."""
-    from nnabla.ext_utils import get_extension_context
-    ext = "cpu" if fake else "cudnn" if ctx is None else ctx.backend[0].split(":")[0]
-    return {dtype: get_extension_context(ext, device_id=str(device_id), type_config=config)
-            for dtype, config in WIRE_TYPES.items()}
 
 
 def _load_extension(ctx, fake):
@@ -187,7 +71,7 @@ def _load_extension(ctx, fake):
     return cuda_env.import_cuda_extension()
 
 
-class NCCLBackend:
+class NCCLBackend(DeviceBuffers):
     """Torus primitives on nnabla-ext-cuda's NCCL communicator (``fake``: on ``fake_nccl``)."""
 
     # Every call this backend makes enqueues NCCL on CUDA's legacy default stream, the stream
@@ -217,12 +101,12 @@ class NCCLBackend:
             else:
                 from nnabla_ext.cuda.init import Event
                 from . import cuda_env
-                cuda_env.check_registered(_type_contexts(ctx, fake, self.device_id)[
+                cuda_env.check_registered(type_contexts(ctx, fake, self.device_id)[
                     np.dtype(np.float32)])
                 cuda_env.check_device(self.device_id, local_ranks)
                 self._event_class = Event
         agree(self.world, load, f"loading the {self.name} backend")
-        self._ctx = _type_contexts(ctx, fake, self.device_id)
+        self._ctx = type_contexts(ctx, fake, self.device_id)
         self.ctx = self._ctx[np.dtype(np.float32)]
         self._dog = Watchdog(self.rank, self.timeout, self._abort_hung)
         self._comms = {}
@@ -439,90 +323,6 @@ class NCCLBackend:
         """The nnabla communicator of the user's type (``half``: float16), e.g. for nnabla's own
         sync_batch_normalization kernel; group names are ``group(ranks).name``."""
         return self._communicator(np.dtype(np.float16 if half else np.float32))
-
-    # -- buffers: DeviceSlice ranges of device NdArrays ---------------------------------------
-    def flat(self, ndarray, write=True):
-        """A DeviceSlice over all of ``ndarray``, moved to our device in its dtype (no copy)."""
-        try:
-            dtype = ndarray.dtype
-        except RuntimeError:  # new or zero()ed: no array yet; float32 is nnabla's default
-            dtype = np.float32
-        dtype = np.dtype(dtype)
-        ctx = self._ctx.get(dtype, self.ctx)
-        ndarray.cast(dtype, ctx)
-        if self.on_host:
-            self._ext.place(ndarray, self.device_id)
-        base = ndarray if ndarray.ndim == 1 else ndarray.view((ndarray.size,))
-        return DeviceSlice(base, 0, ndarray.size, ctx)
-
-    def empty(self, dtype, count):
-        import nnabla as nn
-        dtype = np.dtype(dtype)
-        ctx = self._ctx.get(dtype, self.ctx)
-        base = nn.NdArray((count,))
-        base.cast(dtype, ctx)
-        if self.on_host:
-            self._ext.place(base, self.device_id)
-        return DeviceSlice(base, 0, count, ctx)
-
-    def padded_length(self, count, dtype=np.float32):
-        """``count`` rounded up so that the world (and every row, whose size divides it)
-        splits it into equal chunks (NCCL's reduce-scatter/all-gather) of a multiple of
-        ALIGN_BYTES each: every chunk, shard and NCCL pointer then starts 16-byte aligned, which
-        NCCL's vectorised copy path needs (unaligned offsets, e.g. 4 mod 16, take its slower
-        path). Costs at most size * 16 bytes of padding."""
-        unit = self.size * max(1, ALIGN_BYTES // np.dtype(dtype).itemsize)
-        return -(-count // unit) * unit
-
-    @staticmethod
-    def sub(buf, start, stop):
-        return DeviceSlice(buf.base, buf.start + start, stop - start, buf.ctx)
-
-    def _native(self, dtype):
-        """Whether nnabla functions can write ``dtype`` here (CPU functions are float32 only)."""
-        return not self.on_host or dtype == np.float32
-
-    def read(self, buf, index):
-        import nnabla as nn
-        import nnabla.functions as F
-        with nn.context_scope(self.ctx):  # reads the element on our device, into a new array
-            return float(F.identity(buf.narrow(index, 1)).data[0])
-
-    def copy(self, dst, src):
-        if not dst.size:
-            return
-        import nnabla as nn
-        d, s = dst.narrow(), src.narrow()
-        with nn.context_scope(self._ctx[dst.dtype]):
-            if dst.dtype == src.dtype:  # a device-to-device copy in the source's dtype and place
-                d.copy_from(s, use_current_context=False)
-            elif self._native(dst.dtype):
-                import nnabla.functions as F
-                # MulScalarCuda<T> writes T, the destination's dtype, into the narrowed view.
-                F.mul_scalar(s, 1.0, outputs=[d])
-            else:
-                d.data[...] = s.data
-
-    def scale(self, buf, factor):
-        if not buf.size:
-            return
-        view = buf.narrow()
-        if self._native(buf.dtype):
-            import nnabla as nn
-            import nnabla.functions as F
-            with nn.context_scope(self._ctx[buf.dtype]):
-                F.mul_scalar(view, float(factor), outputs=[view])
-        else:
-            scale_numpy(view.data, factor)
-
-    def sqnorm(self, buf):
-        """Squared L2 norm, summed in float32 on the device."""
-        if not buf.size:
-            return 0.0
-        import nnabla as nn
-        import nnabla.functions as F
-        with nn.context_scope(self.ctx):
-            return float(F.sum(F.pow_scalar(buf.narrow(), 2.0)).data)
 
     # -- control ----------------------------------------------------------------------------
     def barrier(self, what="barrier"):

@@ -1,0 +1,158 @@
+"""Where the NCCL backend's data lives: the rank's GPU (nnabla's rule), the wire dtypes and
+their contexts, and ``DeviceSlice``, a range of a device NdArray narrowed only while used.
+
+nnabla forbids two live narrowed views of one array that overlap, and casting a narrowed view
+to another dtype or device (nnabla ``src/nbla/synced_array.cpp``), hence slices that hold no
+view open (docs/gpu.md, "The NCCL mapping").
+"""
+import socket
+
+import numpy as np
+
+from ..collectives import scale_numpy
+
+WIRE_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half"}
+ALIGN_BYTES = 16  # chunk alignment of fused buffers (padded_length)
+
+
+def short_host():
+    """The host name as nnabla-ext-cuda compares it (up to the first dot)."""
+    return socket.gethostname().split(".")[0]
+
+
+def nnabla_device(world):
+    """nnabla's GPU for this rank: the number of earlier ranks with the same short host name,
+    and the number of ranks on this host."""
+    hosts = world.allgather(short_host())
+    me = hosts[world.Get_rank()]
+    return hosts[:world.Get_rank()].count(me), hosts.count(me)
+
+
+def type_contexts(ctx, fake, device_id):
+    """nnabla contexts for float32 and float16 work on GPU ``device_id`` (fake: CPU; no
+    ``ctx``: cudnn)."""
+    from nnabla.ext_utils import get_extension_context
+    ext = "cpu" if fake else "cudnn" if ctx is None else ctx.backend[0].split(":")[0]
+    return {dtype: get_extension_context(ext, device_id=str(device_id), type_config=config)
+            for dtype, config in WIRE_TYPES.items()}
+
+
+class DeviceSlice:
+    """Elements ``[start, start + size)`` of the 1-D NdArray ``base`` (no view held open)."""
+    __slots__ = ("base", "start", "size", "ctx")
+
+    def __init__(self, base, start, size, ctx):
+        self.base, self.start, self.size, self.ctx = base, start, size, ctx
+
+    def __len__(self):
+        return self.size
+
+    @property
+    def dtype(self):
+        return np.dtype(self.base.dtype)
+
+    def narrow(self, offset=0, length=None):
+        """A short-lived NdArray over ``[offset, offset + length)`` of this slice (no copy)."""
+        length = self.size - offset if length is None else length
+        if self.start + offset == 0 and length == self.base.size:
+            return self.base
+        return self.base.narrow(0, self.start + offset, length)
+
+    def fill(self, value):
+        """Set every element to ``value`` now (a lazy fill would die with the narrowed view)."""
+        if self.size:
+            view = self.narrow()
+            view.fill(value)
+            view.cast(view.dtype, self.ctx)
+
+
+class DeviceBuffers:
+    """The buffer half of the backend contract (flat, empty, sub, read, copy, scale, sqnorm) on
+    DeviceSlices, in explicit contexts of the buffer's device and dtype.
+
+    The class using it sets ``ctx`` (float32 context), ``_ctx`` ({dtype: context}), ``size``
+    (world size), ``on_host`` (the fake: numpy on CPU), ``_ext`` and ``device_id``.
+    """
+
+    def flat(self, ndarray, write=True):
+        """A DeviceSlice over all of ``ndarray``, moved to our device in its dtype (no copy)."""
+        try:
+            dtype = ndarray.dtype
+        except RuntimeError:  # new or zero()ed: no array yet; float32 is nnabla's default
+            dtype = np.float32
+        dtype = np.dtype(dtype)
+        ctx = self._ctx.get(dtype, self.ctx)
+        ndarray.cast(dtype, ctx)
+        if self.on_host:
+            self._ext.place(ndarray, self.device_id)
+        base = ndarray if ndarray.ndim == 1 else ndarray.view((ndarray.size,))
+        return DeviceSlice(base, 0, ndarray.size, ctx)
+
+    def empty(self, dtype, count):
+        import nnabla as nn
+        dtype = np.dtype(dtype)
+        ctx = self._ctx.get(dtype, self.ctx)
+        base = nn.NdArray((count,))
+        base.cast(dtype, ctx)
+        if self.on_host:
+            self._ext.place(base, self.device_id)
+        return DeviceSlice(base, 0, count, ctx)
+
+    def padded_length(self, count, dtype=np.float32):
+        """``count`` rounded up so that the world (and every row, whose size divides it)
+        splits it into equal chunks (NCCL's reduce-scatter/all-gather) of a multiple of
+        ALIGN_BYTES each: every chunk, shard and NCCL pointer then starts 16-byte aligned, which
+        NCCL's vectorised copy path needs (unaligned offsets, e.g. 4 mod 16, take its slower
+        path). Costs at most size * 16 bytes of padding."""
+        unit = self.size * max(1, ALIGN_BYTES // np.dtype(dtype).itemsize)
+        return -(-count // unit) * unit
+
+    @staticmethod
+    def sub(buf, start, stop):
+        return DeviceSlice(buf.base, buf.start + start, stop - start, buf.ctx)
+
+    def _native(self, dtype):
+        """Whether nnabla functions can write ``dtype`` here (CPU functions are float32 only)."""
+        return not self.on_host or dtype == np.float32
+
+    def read(self, buf, index):
+        import nnabla as nn
+        import nnabla.functions as F
+        with nn.context_scope(self.ctx):  # reads the element on our device, into a new array
+            return float(F.identity(buf.narrow(index, 1)).data[0])
+
+    def copy(self, dst, src):
+        if not dst.size:
+            return
+        import nnabla as nn
+        d, s = dst.narrow(), src.narrow()
+        with nn.context_scope(self._ctx[dst.dtype]):
+            if dst.dtype == src.dtype:  # a device-to-device copy in the source's dtype and place
+                d.copy_from(s, use_current_context=False)
+            elif self._native(dst.dtype):
+                import nnabla.functions as F
+                # MulScalarCuda<T> writes T, the destination's dtype, into the narrowed view.
+                F.mul_scalar(s, 1.0, outputs=[d])
+            else:
+                d.data[...] = s.data
+
+    def scale(self, buf, factor):
+        if not buf.size:
+            return
+        view = buf.narrow()
+        if self._native(buf.dtype):
+            import nnabla as nn
+            import nnabla.functions as F
+            with nn.context_scope(self._ctx[buf.dtype]):
+                F.mul_scalar(view, float(factor), outputs=[view])
+        else:
+            scale_numpy(view.data, factor)
+
+    def sqnorm(self, buf):
+        """Squared L2 norm, summed in float32 on the device."""
+        if not buf.size:
+            return 0.0
+        import nnabla as nn
+        import nnabla.functions as F
+        with nn.context_scope(self.ctx):
+            return float(F.sum(F.pow_scalar(buf.narrow(), 2.0)).data)
