@@ -13,17 +13,14 @@ import dataclasses
 import difflib
 import os
 
-import yaml
-
 from nnabla_torus.comm.collectives import ALGORITHMS
 from nnabla_torus.planning.controller import LR_SCALINGS, BatchSizeController
 from nnabla_torus.knobs import add_knob, check_output_path, env_value, number
 from nnabla_torus.planning.machine_profile import load_profile
-from nnabla_torus.planning.provenance import load_tagged
+from nnabla_torus.planning.recipe_files import RECIPE_DIR, read_recipe
 from nnabla_torus.planning.schedules import DECAYS, BatchSchedule, LearningRateSchedule
 from nnabla_torus.comm.topology import parse_grid
 
-RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is given
 DEFAULT_DATA_RECIPE = "resnet50-90ep"  # used with --data-dir and no -C
 # recipe blocks that are not knobs: citations of the provenance tags, the published results
@@ -202,27 +199,14 @@ def build_parser():
 
 
 def load_recipe(name):
-    """Read a recipe (name in recipes/ or a path) into a dict; reject unknown keys by name.
+    """Read a recipe (a shipped name or a path, :mod:`nnabla_torus.planning.recipe_files`) into
+    a dict of knobs; reject unknown keys by name.
 
     Values may carry provenance tags (``# published [source]: ...``, see
     :mod:`nnabla_torus.planning.provenance`); a published tag without a known source is an error. The
     ``sources:`` and ``expected:`` blocks (citations, published results) are not knobs.
     """
-    path = name if os.path.sep in name or name.endswith((".yaml", ".yml")) else \
-        os.path.join(RECIPE_DIR, name + ".yaml")
-    if not os.path.isfile(path):
-        known = sorted(f[:-5] for f in os.listdir(RECIPE_DIR) if f.endswith(".yaml"))
-        raise ValueError(f"recipe {name!r} not found (looked for {path}); "
-                         f"use one of {known} or a path to a YAML file")
-    with open(path) as f:
-        try:
-            values, _ = load_tagged(f, f"recipe {path}")   # refuses a published tag without source
-        except yaml.YAMLError as e:
-            mark, start = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else path
-            context = f", {e.context} at line {start.line + 1}" if start and e.context else ""
-            raise ValueError(f"recipe {where}: not valid YAML ({getattr(e, 'problem', None) or e}"
-                             f"{context}); write one 'key: value' per line") from None
+    values, path = read_recipe(name)
     values = {k: v for k, v in values.items() if k not in RECIPE_META_KEYS}
     valid = {f.name: f for f in knob_fields()}
     unknown = sorted(set(values) - set(valid))
