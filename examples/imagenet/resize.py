@@ -197,3 +197,21 @@ class ResizeAdvisor:
                 f"keep {self.size} rank(s) at global batch {plan.global_batch}: {e}"), ""
         ranks, fit = elastic.fit_ranks(d.gpus, self.slots or d.gpus, plan.global_batch)
         return ranks, d, "; ".join(n for n in (note, fit) if n)
+
+
+def elastic_request(advisor, plan, epoch, acting, log):
+    """The launcher request for ``plan`` at ``epoch`` (dict), or None to go on as launched.
+
+    Without --elastic (``acting`` False) the decision is only logged: what nnabla-torus-run
+    would do here.
+    """
+    ranks, decision, note = advisor.decide(plan, epoch)
+    move = decision.resize and ranks != advisor.size
+    verb = "requesting a relaunch on" if acting else "nnabla-torus-run would relaunch on"
+    log("elastic: " + (f"{verb} {ranks} ranks: " if move else "") + decision.reason
+        + (f" ({note})" if note else ""))
+    if not (acting and move):
+        return None
+    return {"ranks": ranks, "epoch": epoch, "global_batch": plan.global_batch,
+            "reason": decision.reason, "gain_s": decision.gain_s,
+            "restart_cost_s": decision.restart_cost_s}

@@ -242,9 +242,10 @@ def test_every_numeric_knob_has_a_range_and_arch_choices_match_the_models():
 
 def test_json_summary_values_are_strict_json():
     import json
-    import train
-    summary = train.strict_json({"val_top1": train.json_value(float("nan")), "speedup": float("inf"),
-                                 "plan": {"times": [1.5, float("-inf")]}, "steps": 3})
+    import report
+    summary = report.strict_json({"val_top1": report.json_value(float("nan")),
+                                  "speedup": float("inf"),
+                                  "plan": {"times": [1.5, float("-inf")]}, "steps": 3})
     assert json.dumps(summary) == ('{"val_top1": null, "speedup": null, "plan": {"times": '
                                    '[1.5, null]}, "steps": 3}')
-    assert train.json_value(None) is None and train.json_value(0.123456) == 0.1235
+    assert report.json_value(None) is None and report.json_value(0.123456) == 0.1235
