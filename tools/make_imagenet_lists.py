@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples", "imagenet"))
-from data import IMAGE_EXTENSIONS, decode_error, scan_class_folders, write_list  # noqa: E402
+from image_lists import IMAGE_EXTENSIONS, decode_error, scan_class_folders, write_list  # noqa: E402
 from nnabla_torus.knobs import add_knob, check_output_path, number  # noqa: E402
 
 

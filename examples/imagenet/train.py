@@ -59,8 +59,8 @@ from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
 from nnabla_torus.planning.schedules import BatchSchedule
 
-import data
 import digits
+import image_lists
 import report
 import resize
 from checkpoint import CheckpointError, remove_stale_temporaries
@@ -112,8 +112,8 @@ def make_context_and_comm(cfg, log_all):
 def open_datasets(cfg, log):
     """Return (train_set, val_set); the embedded digits data when no --data-dir is given."""
     root = cfg.data_dir or digits.ensure_digits_dataset()
-    train_set = data.read_dataset(os.path.join(root, "train"), os.path.join(root, "train.txt"))
-    val_set = data.read_dataset(os.path.join(root, "val"), os.path.join(root, "val.txt"),
+    train_set = image_lists.read_dataset(os.path.join(root, "train"), os.path.join(root, "train.txt"))
+    val_set = image_lists.read_dataset(os.path.join(root, "val"), os.path.join(root, "val.txt"),
                                 num_classes=train_set.num_classes)
     count, first = val_set.outside
     if count:
@@ -124,7 +124,7 @@ def open_datasets(cfg, log):
         # A seeded subset mixes the classes (the list is ordered by class folder).
         keep = np.sort(np.random.default_rng(cfg.seed).permutation(len(train_set))
                        [:cfg.train_images])
-        train_set = data.Dataset(train_set.root, [train_set.files[i] for i in keep],
+        train_set = image_lists.Dataset(train_set.root, [train_set.files[i] for i in keep],
                                  train_set.labels[keep])
     return train_set, val_set
 

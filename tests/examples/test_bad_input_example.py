@@ -194,7 +194,7 @@ def test_bad_flag_is_refused_with_a_message(parse, argv, fragment, paths, capsys
 def test_the_list_tool_and_the_loader_agree_on_names_with_spaces(tmp_path):
     """Before: the tool wrote "n01/a b.JPEG 0" and read_list (split(), 2 fields) refused it."""
     from PIL import Image
-    from data import read_list
+    from image_lists import read_list
     (tmp_path / "train" / "n01").mkdir(parents=True)
     Image.new("RGB", (8, 8)).save(tmp_path / "train" / "n01" / "a b.JPEG")
     make_imagenet_lists.main(["--train-dir", str(tmp_path / "train")])
