@@ -116,7 +116,7 @@ def _add_output_knobs(parser):
              "write a PNG of step time and scaling efficiency versus GPU count per algorithm",
              type=writable)
     add_knob(parser, "--recipe", "NNABLA_TORUS_PLAN_RECIPE", None,
-             "predict this training recipe's end-to-end time (name in examples/imagenet/recipes "
+             "predict this training recipe's end-to-end time (a shipped name, e.g. sony-224s, "
              "or a path) beside its published figures")
     add_knob(parser, "--fit-recipe", "NNABLA_TORUS_PLAN_FIT_RECIPE", None,
              "first fit the model's per-image compute (b_ms) to this recipe's published time, "

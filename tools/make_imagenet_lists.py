@@ -20,8 +20,8 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
-import _example  # noqa: F401  (examples/imagenet on sys.path, for its data module)
-from data import IMAGE_EXTENSIONS, decode_error, scan_class_folders, write_list
+import _example  # noqa: F401  (examples/imagenet on sys.path, for its image_lists module)
+from image_lists import IMAGE_EXTENSIONS, decode_error, scan_class_folders, write_list
 from nnabla_torus.knobs import add_knob, check_output_path, number
 
 

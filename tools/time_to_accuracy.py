@@ -137,13 +137,13 @@ def before_record(run_dir, target):
 
 def predicted_seconds(record, ranks):
     """Seconds the run's steps up to the target take by the cost model of the profile the run
-    planned with (load-free, start-up and validation excluded): train.py's own RunPlanner."""
+    planned with (load-free, start-up and validation excluded): train.py's own TrainingPlanner."""
     from config import parse_config
-    from planning import RunPlanner
+    from planning import TrainingPlanner
     if record["steps"] is None:
         return None
     cfg = parse_config(["--seed", str(record["seed"])])
-    run = RunPlanner.from_config(cfg, record["params"], ranks, record["dataset"], True, ranks)
+    run = TrainingPlanner.from_config(cfg, record["params"], ranks, record["dataset"], True, ranks)
     batch = read_series(record["dir"], "global_batch")
     batch = batch[batch[:, 0] <= record["steps"], 1].astype(int)
     local, accum = np.array([split_batch(b, ranks, cfg.local_batch) for b in batch]).T

@@ -13,17 +13,14 @@ import dataclasses
 import difflib
 import os
 
-import yaml
-
 from nnabla_torus.comm.collectives import ALGORITHMS
 from nnabla_torus.planning.controller import LR_SCALINGS, BatchSizeController
 from nnabla_torus.knobs import add_knob, check_output_path, env_value, number
 from nnabla_torus.planning.machine_profile import load_profile
-from nnabla_torus.planning.provenance import load_tagged
+from nnabla_torus.planning.recipe_files import RECIPE_DIR, read_recipe
 from nnabla_torus.planning.schedules import DECAYS, BatchSchedule, LearningRateSchedule
 from nnabla_torus.comm.topology import parse_grid
 
-RECIPE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
 DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is given
 DEFAULT_DATA_RECIPE = "resnet50-90ep"  # used with --data-dir and no -C
 # recipe blocks that are not knobs: citations of the provenance tags, the published results
@@ -36,13 +33,17 @@ CHOICES = {
     "lr_scaling": LR_SCALINGS,
     "type_config": ("float", "half"),
     "context": ("cpu", "cudnn"),
-    "algorithm": ("auto", *ALGORITHMS),
-    "plan": ("auto", "off"),
+    "algorithm": ("planned", *ALGORITHMS),
+    "plan": ("on", "off"),
     "bad_images": ("skip", "stop"),
     "batch_change_lr": ("linear", "keep"),
     "stride_on": ("3x3", "1x1"),
     "bn_statistics": ("per_gpu",),
 }
+# Old spellings still accepted (flag, variable, recipe), each logged once with its new name:
+# "auto" was the example's name for the planner's choice, which the communicator's own
+# algorithm "auto" (a per-message-size table) made ambiguous.
+RENAMED_VALUES = {"algorithm": {"auto": "planned"}, "plan": {"auto": "on"}}
 # Allowed range of every numeric knob: a parser for the flag, the variable and the recipe value.
 POSITIVE, FRACTION = dict(low=0, strict=True), dict(low=0, high=1, strict_high=True)
 RANGES = {
@@ -129,12 +130,13 @@ class TrainConfig:
                                    "nnabla's default, off, is full FP32)")
     seed: int = knob(313, "random seed of model init and data order")
     # communication
-    algorithm: str = knob("auto", "all-reduce: " + " | ".join(("auto", *ALGORITHMS)) + " "
-                                  "(auto = the planner's choice, or torus2d with --plan off)")
+    algorithm: str = knob("planned", "all-reduce: " + " | ".join(CHOICES["algorithm"]) + " "
+                                     "(planned = the planner's choice at each global batch, "
+                                     "torus2d with --plan off; auto: the old name of planned)")
     grid: str = knob("", "torus2d process grid XxY, e.g. 2x4 (empty = the planner's or the "
                          "communicator's choice from the hosts)")
-    plan: str = knob("auto", "planner: auto (plan algorithm and grid at each global batch, log "
-                             "the best rank count) | off")
+    plan: str = knob("on", "planner: on (plan algorithm and grid at each global batch, log "
+                           "the best rank count) | off (auto: the old name of on)")
     profile: str = knob("", "cluster profile for the planner: shipped name or YAML path "
                             "(empty = cpu-2core for a CPU context, abci otherwise)")
     overlap: bool = knob(True, "all-reduce gradient buckets during backward")
@@ -153,9 +155,11 @@ class TrainConfig:
                                 "else a line every log_every steps")
     log_every: int = knob(50, "optimizer steps between progress lines when stderr is not a "
                               "terminal (0 = none)")
-    # filled by parse_config: where each value came from (cli | recipe | env | default)
+    # filled by parse_config: where each value came from (cli | recipe | env | default), and
+    # one note per old spelling it renamed (RENAMED_VALUES), for the rank-0 log
     recipe: str = ""
     source: dict = dataclasses.field(default_factory=dict, repr=False)
+    notes: list = dataclasses.field(default_factory=list, repr=False)
 
     def describe(self):
         """Return one line per knob: ``name = value  (source)``, for the rank-0 log."""
@@ -168,7 +172,7 @@ class TrainConfig:
 
 def knob_fields():
     """The dataclass fields that are knobs (everything but the bookkeeping of parse_config)."""
-    return [f for f in dataclasses.fields(TrainConfig) if f.name not in ("recipe", "source")]
+    return [f for f in dataclasses.fields(TrainConfig) if f.name not in ("recipe", "source", "notes")]
 
 
 def flag_of(name):
@@ -195,6 +199,8 @@ def build_parser():
     for field in knob_fields():
         help_text = field.metadata["help"]
         choices = CHOICES.get(field.name)
+        if field.name in RENAMED_VALUES:
+            choices = (*choices, *RENAMED_VALUES[field.name])
         add_knob(parser, flag_of(field.name), env=env_of(field.name),
                  default=getattr(defaults, field.name), type=RANGES.get(field.name, field.type),
                  help=help_text, choices=choices, dest=field.name)
@@ -202,27 +208,14 @@ def build_parser():
 
 
 def load_recipe(name):
-    """Read a recipe (name in recipes/ or a path) into a dict; reject unknown keys by name.
+    """Read a recipe (a shipped name or a path, :mod:`nnabla_torus.planning.recipe_files`) into
+    a dict of knobs; reject unknown keys by name.
 
     Values may carry provenance tags (``# published [source]: ...``, see
     :mod:`nnabla_torus.planning.provenance`); a published tag without a known source is an error. The
     ``sources:`` and ``expected:`` blocks (citations, published results) are not knobs.
     """
-    path = name if os.path.sep in name or name.endswith((".yaml", ".yml")) else \
-        os.path.join(RECIPE_DIR, name + ".yaml")
-    if not os.path.isfile(path):
-        known = sorted(f[:-5] for f in os.listdir(RECIPE_DIR) if f.endswith(".yaml"))
-        raise ValueError(f"recipe {name!r} not found (looked for {path}); "
-                         f"use one of {known} or a path to a YAML file")
-    with open(path) as f:
-        try:
-            values, _ = load_tagged(f, f"recipe {path}")   # refuses a published tag without source
-        except yaml.YAMLError as e:
-            mark, start = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark else path
-            context = f", {e.context} at line {start.line + 1}" if start and e.context else ""
-            raise ValueError(f"recipe {where}: not valid YAML ({getattr(e, 'problem', None) or e}"
-                             f"{context}); write one 'key: value' per line") from None
+    values, path = read_recipe(name)
     values = {k: v for k, v in values.items() if k not in RECIPE_META_KEYS}
     valid = {f.name: f for f in knob_fields()}
     unknown = sorted(set(values) - set(valid))
@@ -266,9 +259,19 @@ def parse_config(argv=None):
         else:
             values[name] = getattr(with_env, name)
             source[name] = "env" if os.environ.get(env_of(name), "") != "" else "default"
-    cfg = TrainConfig(**values, recipe=recipe_name, source=source)
+    notes = [rename(values, name) for name in RENAMED_VALUES
+             if values[name] in RENAMED_VALUES[name]]
+    cfg = TrainConfig(**values, recipe=recipe_name, source=source, notes=notes)
     validate(cfg)
     return cfg
+
+
+def rename(values, name):
+    """Replace the old spelling of knob ``name`` in ``values`` by the new; return the note."""
+    old = values[name]
+    values[name] = RENAMED_VALUES[name][old]
+    return (f"note: {name} {old!r} is the old spelling of {values[name]!r}; write "
+            f"{flag_of(name)} {values[name]} (the old one still works)")
 
 
 def validate(cfg):
@@ -327,7 +330,7 @@ def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_er
     The learning rate of a step at fractional epoch e is
     ``lr_schedule.lr(e) * controller.plan(e).lr_factor``. With ``noise_scale`` (adaptive
     batch) the run starts at the schedule's first batch unless ``min_batch`` is set, and the
-    batch maximises goodput with ``throughput`` (RunPlanner.throughput; None: flat) and the
+    batch maximises goodput with ``throughput`` (TrainingPlanner.throughput; None: flat) and the
     cost model's ``model_error`` as hysteresis.
     """
     schedule = BatchSchedule.parse(cfg.batch_schedule)

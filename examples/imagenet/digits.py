@@ -23,7 +23,7 @@ import shutil
 
 import numpy as np
 
-from data import write_list
+from image_lists import write_list
 
 VERSION = "digits-v1 32px jpeg95 split80/20 seed0"
 IMAGE_SIZE = 32      # pixels per side of the written images

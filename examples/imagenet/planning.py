@@ -9,27 +9,29 @@ would be fastest with at that batch, and logs it as advice: the run keeps its ra
 moves to another count only when that count's predicted goodput beats the count advised before
 by more than the cost model's measured error (``goodput.model_error_of``: the profile's
 calibrated step-time error, else 5 %): it does not flap inside its own error. The controller's
-adaptive mode predicts its throughput with :meth:`RunPlanner.throughput` (the same cost model).
+adaptive mode predicts its throughput with :meth:`TrainingPlanner.throughput` (the same cost
+model).
 Plans for the launched ranks use the real ranks per host, not the profile's ``gpus_per_host``;
 when hosts hold unequal numbers of ranks, ``hierarchical`` (which needs equal ones) is left out.
 
 A plan is a pure function of (profile, model, gradient bytes, world size, global batch), so
 every rank computes the same one; rank 0's choice is still broadcast (two numbers) so that
-hosts whose numpy rounds differently cannot split the job. Example::
+hosts whose numpy rounds differently cannot split the job (``replan_and_switch``). Example::
 
-    planner = RunPlanner.from_config(cfg, n_params=705608 // 4, world_size=4,
-                                     dataset_size=1437, applies=True, ranks_per_host=4)
+    planner = TrainingPlanner.from_config(cfg, n_params=705608 // 4, world_size=4,
+                                          dataset_size=1437, applies=True, ranks_per_host=4)
     choice, lines = planner.replan(batch_plan, in_use=("torus2d", "2x2"))
     # choice: ("ring", "4x1") to switch to, or None to keep; lines: the log, for rank 0
 """
 import math
 
+import nnabla as nn
 import numpy as np
 
 from nnabla_torus.planning import costmodel, goodput, planner
 from nnabla_torus.planning.costmodel import ALGORITHMS
 from nnabla_torus.planning.machine_profile import default_profile, load_profile
-from nnabla_torus.comm.topology import parse_grid
+from nnabla_torus.comm.topology import Grid, parse_grid
 
 
 def model_key(arch, width, image_size):
@@ -68,7 +70,7 @@ def plan_dict(plan):
             "images_per_s": round(plan.images_per_s, 1)}
 
 
-class RunPlanner:
+class TrainingPlanner:
     """Plans of one run (profile, model, world size); see module doc."""
 
     def __init__(self, prof, model, note, world_size, applies, dataset_size, epochs,
@@ -92,7 +94,7 @@ class RunPlanner:
     def from_config(cls, cfg, n_params, world_size, dataset_size, applies, ranks_per_host):
         """Load cfg.profile and plan for this model: its gradient bytes, cfg.local_batch limit.
 
-        ``applies``: whether the run follows the plan (``--algorithm auto``, no ``--grid``) or
+        ``applies``: whether the run follows the plan (``--algorithm planned``, no ``--grid``) or
         only logs it. ``ranks_per_host``: of the launched world (``comm.hosts.ranks_per_host``,
         0 when hosts hold unequal numbers). Raises ValueError for an unknown profile.
         """
@@ -176,7 +178,7 @@ class RunPlanner:
         if not self.applies:
             lines.append(head + f"{best.algorithm} on {best.grid} predicted "
                          f"{ratio(best, current)} of {in_use[0]} on {in_use[1]}; keeping "
-                         f"{in_use[0]} as set (--algorithm auto and no --grid let it choose)")
+                         f"{in_use[0]} as set (--algorithm planned and no --grid let it choose)")
         elif (best.algorithm, best.grid) == tuple(in_use):
             lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
                          f"{best.step_time_s:.3g} s/step, {best.images_per_s:.0f} images/s")
@@ -238,3 +240,19 @@ def ratio(faster, slower):
         return "?"
     r = faster.goodput / slower.goodput
     return f"{r:.2f}x faster" if r >= 1 else f"{r:.2f}x (slower)"
+
+
+def replan_and_switch(training_planner, batch_plan, comm, log):
+    """Plan for ``batch_plan`` and switch ``comm`` to rank 0's choice (collective)."""
+    choice, lines = training_planner.replan(batch_plan, (comm.algorithm, str(comm.grid)))
+    for line in lines:
+        log(line)
+    # Every rank planned the same; rank 0's choice is sent anyway so no rounding can split them.
+    grid = parse_grid(choice[1]) if choice and choice[1] else None
+    code = np.array([-1, 0, 0], np.float32) if choice is None else np.array(
+        [ALGORITHMS.index(choice[0]), grid.x if grid else 0, grid.y if grid else 0], np.float32)
+    sent = nn.NdArray.from_numpy_array(code)
+    comm.bcast([sent], src=0, inplace=True)
+    algorithm, x, y = (int(v) for v in sent.data)
+    if algorithm >= 0:
+        comm.set_algorithm(ALGORITHMS[algorithm], Grid(x, y) if x else None)

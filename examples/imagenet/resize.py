@@ -180,20 +180,38 @@ class ResizeAdvisor:
         return min([s for s in starts if s > epoch] + [self.epochs])
 
     def decide(self, plan, epoch):
-        """(ranks, ResizeDecision) for the rest of the phase; ranks fit the slots and batch."""
+        """(ranks, ResizeDecision, note) for the rest of the phase (:func:`elastic.decide`);
+        ranks fit the slots and batch."""
         rp = self.run_planner
         self.decided = self._key(plan, epoch)
-        fixed = self.decided[1]
         images = (self.phase_end(epoch) - epoch) * self.dataset_size
         cost = elastic.restart_cost(rp.prof.name, self.cost)
         try:
-            d = planner.plan_resize(
-                rp.prof, rp.model, plan.global_batch, self.size, images, cost,
-                max_gpus=self.slots, fixed_gpus=fixed, local_batches=local_batch_choices(
+            d, note = elastic.decide(
+                rp.prof, rp.model, plan.global_batch, self.size, images, cost, slots=self.slots,
+                fixed=self.decided[1], local_batches=local_batch_choices(
                     rp.prof.models[rp.model].max_local_batch), **rp.common)
         except planner.UnsplittableBatch as e:   # no other count realises this exact batch
             return self.size, planner.ResizeDecision(
                 self.size, None, False, 0.0, cost, math.inf,
                 f"keep {self.size} rank(s) at global batch {plan.global_batch}: {e}"), ""
-        ranks, note = elastic.fit_ranks(d.gpus, self.slots or d.gpus, plan.global_batch)
-        return ranks, d, note
+        ranks, fit = elastic.fit_ranks(d.gpus, self.slots or d.gpus, plan.global_batch)
+        return ranks, d, "; ".join(n for n in (note, fit) if n)
+
+
+def elastic_request(advisor, plan, epoch, acting, log):
+    """The launcher request for ``plan`` at ``epoch`` (dict), or None to go on as launched.
+
+    Without --elastic (``acting`` False) the decision is only logged: what nnabla-torus-run
+    would do here.
+    """
+    ranks, decision, note = advisor.decide(plan, epoch)
+    move = decision.resize and ranks != advisor.size
+    verb = "requesting a relaunch on" if acting else "nnabla-torus-run would relaunch on"
+    log("elastic: " + (f"{verb} {ranks} ranks: " if move else "") + decision.reason
+        + (f" ({note})" if note else ""))
+    if not (acting and move):
+        return None
+    return {"ranks": ranks, "epoch": epoch, "global_batch": plan.global_batch,
+            "reason": decision.reason, "gain_s": decision.gain_s,
+            "restart_cost_s": decision.restart_cost_s}

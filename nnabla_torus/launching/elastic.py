@@ -120,36 +120,44 @@ def phase_images(schedule, start, epochs, dataset_size):
     return (min(later + [epochs]) - start) * dataset_size
 
 
-def decide(args, prof, global_batch, current, images, epoch):
-    """(ResizeDecision, note) of plan_resize for the launcher's flags at ``epoch``.
+def decide(prof, model, global_batch, current, images, restart_cost_s, slots=None, fixed=None,
+           **plan_args):
+    """(ResizeDecision, note): the one "resize now?" rule, for nnabla-torus-run and train.py.
 
-    The planner first plans over the whole profile; when it wants more ranks than the slots
-    that exist, it plans again within them and the note says so. A fixed --ranks-schedule
-    overrides the count (capped at the slots, also noted).
+    :func:`planner.plan_resize` for the rest of a batch phase (``images`` left at
+    ``global_batch``, ``current`` ranks, None at the first launch) within the ``slots`` that
+    exist (None: the profile's). A ``fixed`` count above the slots is capped to them; when the
+    planner's count is the cap, it plans again without it and the note says if it wants more.
+    ``plan_args``: local_batches, dataset_size, epochs. Raises planner.UnsplittableBatch.
     """
+    note = ""
+    if fixed is not None and slots and fixed > slots:
+        fixed, note = fit_ranks(fixed, slots)
+    d = planner.plan_resize(prof, model, global_batch, current, images, restart_cost_s,
+                            max_gpus=slots, fixed_gpus=fixed, **plan_args)
+    if fixed is None and slots and d.gpus == slots:        # at the cap: would it want more?
+        wanted = planner.plan_resize(prof, model, global_batch, current, images,
+                                     restart_cost_s, **plan_args).gpus
+        if wanted > slots:
+            note = (f"the planner wants {wanted} ranks but only {slots} slots "
+                    f"exist: planning within them")
+    return d, note
+
+
+def decide_phase(args, prof, global_batch, current, images, epoch):
+    """:func:`decide` for the launcher's flags at ``epoch``; ValueError naming the flag to
+    change when no rank count splits the phase's batch."""
     fixed = BatchSchedule.parse(args.ranks_schedule).batch(epoch) if args.ranks_schedule \
         else None
-    note = ""
-    if fixed is not None and fixed > args.total_slots:
-        note = f"--ranks-schedule wants {fixed} ranks but only {args.total_slots} slots exist"
-        fixed = args.total_slots
-    common = dict(fixed_gpus=fixed, dataset_size=args.dataset_size, epochs=args.epochs,
-                  local_batches=[args.local_batch] if args.local_batch else None)
-    cost = restart_cost(prof.name, args.restart_cost)
     try:
-        d = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
-                                max_gpus=args.total_slots, **common)
+        return decide(prof, args.model, global_batch, current, images,
+                      restart_cost(prof.name, args.restart_cost), slots=args.total_slots,
+                      fixed=fixed, dataset_size=args.dataset_size, epochs=args.epochs,
+                      local_batches=[args.local_batch] if args.local_batch else None)
     except planner.UnsplittableBatch as e:
         raise ValueError(f"epoch {epoch:g}: {e}; give that phase of --schedule one of them"
                          + (" (or another --ranks-schedule)" if fixed is not None else "")
                          ) from None
-    if fixed is None and d.gpus == args.total_slots:        # at the cap: would it want more?
-        wanted = planner.plan_resize(prof, args.model, global_batch, current, images, cost,
-                                     **common).gpus
-        if wanted > args.total_slots:
-            note = (f"the planner wants {wanted} ranks but only {args.total_slots} slots "
-                    f"exist: planning within them")
-    return d, note
 
 
 def launch_sequence(args, prof):
@@ -164,7 +172,7 @@ def launch_sequence(args, prof):
             break
         batch = schedule.batch(start)
         end = min([s for s in starts if s > start] + [args.epochs])
-        d, note = decide(args, prof, batch, current, (end - start) * args.dataset_size, start)
+        d, note = decide_phase(args, prof, batch, current, (end - start) * args.dataset_size, start)
         ranks, fit = fit_ranks(d.gpus, args.total_slots, batch)
         note = "; ".join(n for n in (note, fit) if n)
         log(f"epoch {start:g}: {d.reason}" + (f" ({note})" if note else ""))
@@ -265,7 +273,7 @@ def run(args, prof):
         argv = argv[1:]                              # mpirun_command adds this interpreter
     if args.schedule:
         epoch0, batch0 = BatchSchedule.parse(args.schedule).phases[0]
-        first, note = decide(args, prof, batch0, None, phase_images(
+        first, note = decide_phase(args, prof, batch0, None, phase_images(
             BatchSchedule.parse(args.schedule), epoch0, args.epochs, args.dataset_size), 0.0)
         ranks, fit = fit_ranks(first.gpus, args.total_slots, batch0)
         note = "; ".join(n for n in (note, fit) if n)

@@ -29,13 +29,8 @@ from collections import namedtuple
 from . import planner
 from .costmodel import ALGORITHMS
 from .machine_profile import RUN_KEYS, model_of
-from .provenance import load_tagged
+from .recipe_files import read_recipe
 from .schedules import BatchSchedule
-
-# The ImageNet example's recipes, found from a source checkout (an installed wheel has none:
-# give a path instead).
-RECIPE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                          "examples", "imagenet", "recipes")
 
 RunRecipe = namedtuple("RunRecipe", [
     "name", "schedule", "local_batch", "epochs", "expected", "sources",
@@ -51,17 +46,9 @@ RunPrediction = namedtuple("RunPrediction", [
 
 
 def load_recipe(name_or_path):
-    """The parts of a training recipe a prediction needs (name in RECIPE_DIR or a path)."""
-    path = name_or_path
-    if not os.path.isfile(path):
-        path = os.path.join(RECIPE_DIR, name_or_path + ".yaml")
-    if not os.path.isfile(path):
-        known = sorted(f[:-5] for f in os.listdir(RECIPE_DIR) if f.endswith(".yaml")) \
-            if os.path.isdir(RECIPE_DIR) else []
-        raise ValueError(f"recipe {name_or_path!r} not found (looked for {path}); use one of "
-                         f"{known} or a path to a recipe YAML")
-    with open(path) as f:
-        values, _ = load_tagged(f, f"recipe {path}")
+    """The parts of a training recipe a prediction needs (a shipped name or a path:
+    :func:`.recipe_files.read_recipe`'s lookup)."""
+    values, path = read_recipe(name_or_path)
     missing = [k for k in ("batch_schedule", "local_batch", "epochs") if k not in values]
     if missing:
         raise ValueError(f"recipe {path}: a run prediction needs {missing}; add them")

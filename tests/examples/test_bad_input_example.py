@@ -194,7 +194,7 @@ def test_bad_flag_is_refused_with_a_message(parse, argv, fragment, paths, capsys
 def test_the_list_tool_and_the_loader_agree_on_names_with_spaces(tmp_path):
     """Before: the tool wrote "n01/a b.JPEG 0" and read_list (split(), 2 fields) refused it."""
     from PIL import Image
-    from data import read_list
+    from image_lists import read_list
     (tmp_path / "train" / "n01").mkdir(parents=True)
     Image.new("RGB", (8, 8)).save(tmp_path / "train" / "n01" / "a b.JPEG")
     make_imagenet_lists.main(["--train-dir", str(tmp_path / "train")])
@@ -242,9 +242,10 @@ def test_every_numeric_knob_has_a_range_and_arch_choices_match_the_models():
 
 def test_json_summary_values_are_strict_json():
     import json
-    import train
-    summary = train.strict_json({"val_top1": train.json_value(float("nan")), "speedup": float("inf"),
-                                 "plan": {"times": [1.5, float("-inf")]}, "steps": 3})
+    import report
+    summary = report.strict_json({"val_top1": report.json_value(float("nan")),
+                                  "speedup": float("inf"),
+                                  "plan": {"times": [1.5, float("-inf")]}, "steps": 3})
     assert json.dumps(summary) == ('{"val_top1": null, "speedup": null, "plan": {"times": '
                                    '[1.5, null]}, "steps": 3}')
-    assert train.json_value(None) is None and train.json_value(0.123456) == 0.1235
+    assert report.json_value(None) is None and report.json_value(0.123456) == 0.1235

@@ -164,7 +164,7 @@ def test_a_blank_or_cut_monitor_line_is_dropped_on_resume(tmp_path):
     """Before: IndexError on a blank line of train_loss.series.txt."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples",
                                     "imagenet"))
-    import train
+    import report
     (tmp_path / "train_loss.series.txt").write_text("1 2.5\n\n2 2.4\n3\n9 1.0\n")
-    train.make_monitors(SimpleNamespace(output_dir=str(tmp_path)), 0, resumed_at=(5, 0.5))
+    report.make_monitors(SimpleNamespace(output_dir=str(tmp_path)), 0, resumed_at=(5, 0.5))
     assert (tmp_path / "train_loss.series.txt").read_text() == "1 2.5\n2 2.4\n"

@@ -12,6 +12,7 @@ from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
 import data  # noqa: E402
+import image_lists  # noqa: E402
 
 NUM_IMAGES = 23   # prime, so shards of 2 and 3 ranks differ in size
 
@@ -30,7 +31,7 @@ def indexed(tmp_path_factory):
         pixels = np.broadcast_to(colour(i).astype(np.uint8), (40, 48, 3))
         Image.fromarray(np.ascontiguousarray(pixels)).save(root / name, quality=95)
         entries.append((name, i))
-    data.write_list(root / "list.txt", entries)
+    image_lists.write_list(root / "list.txt", entries)
     return data.read_dataset(str(root), str(root / "list.txt"))
 
 

@@ -4,7 +4,7 @@ import time
 import numpy as np
 
 from examples.imagenet.config import parse_config
-from examples.imagenet.planning import RunPlanner, find_compute, local_batch_choices
+from examples.imagenet.planning import TrainingPlanner, find_compute, local_batch_choices
 from nnabla_torus.planning import planner
 from nnabla_torus.planning.controller import BatchPlan, split_batch
 from nnabla_torus.planning.machine_profile import load_profile
@@ -20,7 +20,7 @@ def batch_plan(global_batch, world, limit):
 
 def digits_planner(world=4, argv=()):
     cfg = parse_config(list(argv))
-    return RunPlanner.from_config(cfg, DIGITS_PARAMS, world, 1437, applies=True,
+    return TrainingPlanner.from_config(cfg, DIGITS_PARAMS, world, 1437, applies=True,
                                  ranks_per_host=world), cfg
 
 
@@ -72,7 +72,7 @@ def test_compute_lookup_exact_full_width_or_borrowed():
 
 def test_sony_recipe_on_abci_plans_both_phases_quickly():
     cfg = parse_config(["-C", "sony-224s"])
-    run = RunPlanner.from_config(cfg, RESNET50_PARAMS, 1088, 1281167, applies=True,
+    run = TrainingPlanner.from_config(cfg, RESNET50_PARAMS, 1088, 1281167, applies=True,
                                  ranks_per_host=4)
     assert run.prof.name == "abci" and run.prof.models["resnet50"].grad_bytes == 2 * RESNET50_PARAMS
     tic = time.perf_counter()
@@ -93,13 +93,13 @@ def test_launched_world_planned_with_its_real_hosts():
     bp = batch_plan(64, 4, cfg.local_batch)
     # 4 ranks as 2 hosts x 2 ranks on cpu-2core (2 cores a host): no core sharing, unlike
     # the profile's 8 ranks a host, where the 4 ranks share one host's 2 cores.
-    two_hosts = RunPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=2)
-    one_host = RunPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=4)
+    two_hosts = TrainingPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=2)
+    one_host = TrainingPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=4)
     assert two_hosts.here.network.gpus_per_host == 2 and two_hosts.prof.network.gpus_per_host == 8
     assert two_hosts.best_here(bp).step_time_s < 0.75 * one_host.best_here(bp).step_time_s
     assert "hierarchical" in one_host.algorithms
     # Unequal hosts: the communicator refuses hierarchical, so the planner must never pick it.
-    uneven = RunPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=0)
+    uneven = TrainingPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=0)
     assert "hierarchical" not in uneven.algorithms
     assert uneven.here.network.gpus_per_host == 8
     assert uneven.best_here(bp).algorithm != "hierarchical"

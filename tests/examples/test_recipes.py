@@ -90,7 +90,7 @@ def test_bad_recipe_is_an_error_naming_the_key_and_the_fix(tmp_path, text, messa
 def test_no_decay_bn_bias_off_puts_every_parameter_under_weight_decay():
     import sys
     import nnabla as nn
-    sys.path.insert(0, os.path.join(RECIPE_DIR, ".."))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
     import train
     from models import get_model
     nn.clear_parameters()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
-import train  # noqa: E402
+from run_checkpoint import load_agreed_checkpoint  # noqa: E402
 from checkpoint import CheckpointError, save_checkpoint  # noqa: E402
 
 
@@ -30,18 +30,18 @@ def test_other_ranks_load_rank_zeros_choice(tmp_path):
     for step in (10, 20):
         save_checkpoint(str(tmp_path), step, {"w": np.full(2, step)}, {"step": step})
     # This rank already sees step 20 but rank 0 (lagging view) chose 10: load 10.
-    arrays, meta, path = train.load_agreed_checkpoint(str(tmp_path), RankOneComm(10), print)
+    arrays, meta, path = load_agreed_checkpoint(str(tmp_path), RankOneComm(10), print)
     assert meta["step"] == 10 and path.endswith("ckpt-000000010.npz.chk")
     big = (1 << 24) + 3                             # beyond float32's exact integers
     save_checkpoint(str(tmp_path), big, {"w": np.zeros(2)}, {"step": big}, keep=10)
-    assert train.load_agreed_checkpoint(str(tmp_path), RankOneComm(big), print)[1]["step"] == big
+    assert load_agreed_checkpoint(str(tmp_path), RankOneComm(big), print)[1]["step"] == big
 
 
 def test_unreadable_choice_fails_on_every_rank(tmp_path):
     save_checkpoint(str(tmp_path), 10, {"w": np.zeros(2)}, {"step": 10})
     with pytest.raises(CheckpointError, match=r"1 rank\(s\) could not read .*ckpt-000000030"):
-        train.load_agreed_checkpoint(str(tmp_path), RankOneComm(30), print)
+        load_agreed_checkpoint(str(tmp_path), RankOneComm(30), print)
     with pytest.raises(CheckpointError, match="1 rank"):    # another rank failed: this one too
-        train.load_agreed_checkpoint(str(tmp_path), RankOneComm(10, other_failures=1), print)
+        load_agreed_checkpoint(str(tmp_path), RankOneComm(10, other_failures=1), print)
     with pytest.raises(CheckpointError, match="rank 0 found no intact checkpoint"):
-        train.load_agreed_checkpoint(str(tmp_path), RankOneComm(-1), print)
+        load_agreed_checkpoint(str(tmp_path), RankOneComm(-1), print)

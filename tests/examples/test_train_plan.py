@@ -1,9 +1,9 @@
 """The planner in the ImageNet example under mpirun: it chooses, logs and reports.
 
-With ``--plan auto`` (the default) rank 0 logs the plan for the launched ranks at each global
-batch and the best rank count of the profile, the run switches to the planned algorithm and
-the JSON summary reports it; an explicit ``--algorithm`` is only advised; a bad profile is a
-one-line error on every rank.
+With ``--plan on`` (the default; spelled ``auto`` here, its old name, which still works) rank 0
+logs the plan for the launched ranks at each global batch and the best rank count of the
+profile, the run switches to the planned algorithm and the JSON summary reports it; an
+explicit ``--algorithm`` is only advised; a bad profile is a one-line error on every rank.
 """
 import re
 

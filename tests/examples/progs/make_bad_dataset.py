@@ -11,7 +11,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "imagenet"))
-import data  # noqa: E402
+import image_lists  # noqa: E402
 import digits  # noqa: E402
 
 BAD = ("truncated.JPEG", "empty.JPEG", "text.JPEG")
@@ -23,7 +23,7 @@ def main():
     parser.add_argument("--train-label", type=int)
     parser.add_argument("--val-label", type=int)
     args = parser.parse_args()
-    source = data.read_dataset(os.path.join(digits.ensure_digits_dataset(), "train"))
+    source = image_lists.read_dataset(os.path.join(digits.ensure_digits_dataset(), "train"))
     entries = {"train": [], "val": []}
     for label in range(4):
         files = [f for f, lab in zip(source.files, source.labels) if lab == label][:32]
@@ -42,7 +42,7 @@ def main():
     for split, label in (("train", args.train_label), ("val", args.val_label)):
         if label is not None:
             entries[split][-1] = (entries[split][-1][0], label)
-        data.write_list(os.path.join(args.root, f"{split}.txt"), entries[split])
+        image_lists.write_list(os.path.join(args.root, f"{split}.txt"), entries[split])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""What the ranks do together at the end of an epoch: agree on the undecodable images, make
+the BN statistics one model's, and measure accuracy over the whole validation set.
+
+Every function here is collective: call it on every rank. Example::
+
+    share_bad_images(train_set, comm, reported, log, epoch)
+    average_running_stats(comm)
+    top1, top5 = validate(val_set, model, cfg, comm, device_id, log)
+"""
+import math
+
+import nnabla as nn
+import numpy as np
+
+import data
+
+
+def validate(val_set, model, cfg, comm, device_id, log, dtype="float"):
+    """Return (top1, top5) accuracy over the whole validation set (all ranks' shards summed).
+
+    Undecodable images are left out and counted in the log (``--bad-images skip``) or raise
+    BadImageError (``stop``).
+    """
+    batch = min(cfg.local_batch, math.ceil(len(val_set) / comm.size))
+    x = nn.Variable((batch, 3, cfg.image_size, cfg.image_size))
+    logits = model(x, test=True)
+    counts = np.zeros(4, np.float32)              # correct top-1, correct top-5, images, bad
+    loader = data.make_loader(val_set, batch, comm.rank, comm.size, train=False,
+                              image_size=cfg.image_size, device_id=device_id,
+                              on_bad=cfg.bad_images, dtype=dtype)
+    for images, labels in loader:
+        data.feed(x, images)
+        logits.forward(clear_buffer=True)
+        valid = labels[:, 0] >= 0
+        top5 = np.argsort(-logits.d, axis=1)[:, :5]
+        hits = top5 == labels
+        counts[:3] += [hits[valid, 0].sum(), hits[valid].any(axis=1).sum(), valid.sum()]
+    counts[3] = loader.skipped()
+    comm.allreduce_numpy(counts)
+    if counts[3]:
+        log(f"warning: {int(counts[3])} undecodable validation image(s) left out of the accuracy")
+    return (counts[0] / counts[2], counts[1] / counts[2]) if counts[2] else (None, None)
+
+
+def share_bad_images(dataset, comm, reported, log, epoch):
+    """Merge every rank's undecodable training images into ``dataset.bad`` (collective); log them.
+
+    A rank skips a bad image the moment it meets one (its step count stays the same); here, at
+    the epoch end, the others learn of it so that later epochs leave it out without a retry.
+    ``reported``: the indices logged before (updated). Logs the count and the new names.
+    """
+    total = comm.allreduce_numpy(np.array([len(dataset.bad)], np.float32))[0]
+    if total != len(reported) * comm.size:          # some rank found a new one
+        mask = np.zeros(len(dataset), np.float32)
+        mask[list(dataset.bad)] = 1
+        dataset.bad.update(np.flatnonzero(comm.allreduce_numpy(mask)).tolist())
+    new = sorted(dataset.bad - reported)
+    reported.update(new)
+    if reported:
+        log(f"epoch {epoch:.2f}: {len(reported)} undecodable training image(s) left out" +
+            (f"; new: {', '.join(dataset.files[i] for i in new)}" if new else ""))
+
+
+def average_running_stats(comm):
+    """Average BN running mean/var over ranks so every rank evaluates and saves one model."""
+    trainable = set(nn.get_parameters().keys())
+    stats = [v.data for k, v in nn.get_parameters(grad_only=False).items() if k not in trainable]
+    if stats:
+        comm.all_reduce(stats, division=True, inplace=False)

@@ -1,0 +1,203 @@
+"""What rank 0 reports: the log, the progress line or bar, the monitor series, the plot, JSON.
+
+Only rank 0 prints (``RankZeroLog``), through the tqdm bar when there is one; the library's
+warnings go the same way (``configure_logging``). The monitors are nnabla's
+``MonitorSeries`` files ``<output_dir>/<name>.series.txt``, kept up to the checkpoint on a
+resume; ``plot_series`` draws ``training.png`` from them. Example::
+
+    log = RankZeroLog(comm.rank)
+    log.progress = Progress(total=17256, initial=0, every=50, enabled=True)
+    log("epoch 1.00 step 14: ...")          # through the bar, or a plain line
+"""
+import logging
+import math
+import os
+import sys
+import time
+
+import numpy as np
+from nnabla.monitor import Monitor, MonitorSeries
+
+SERIES = ("train_loss", "train_error", "lr", "global_batch", "images_per_sec", "val_top1",
+          "val_top5", "noise_scale")     # noise_scale: B_simple (samples), adaptive runs only
+EPOCH_SERIES = ("val_top1", "val_top5")     # indexed by epoch; the others by optimizer step
+
+
+
+class RankZeroLog:
+    """``log(text)``: print on rank 0 only, through ``progress`` (a Progress) once it is set."""
+
+    def __init__(self, rank):
+        self.rank0, self.progress = rank == 0, None
+
+    def __call__(self, text):
+        if self.rank0 and self.progress is not None:
+            self.progress.write(text)
+        elif self.rank0:
+            print(text, flush=True)
+
+
+def configure_logging(rank, log):
+    """Print the library's warnings (``nnabla_torus.*``) through ``log`` on rank 0, beside the
+    script's lines and without breaking the progress bar; on other ranks (only the records the
+    communicator lets through there: those that differ per rank) on stderr with the rank.
+    Its INFO lines are left out: they repeat what the loop logs (the batch changes)."""
+    class Handler(logging.Handler):
+        def emit(self, record):
+            text = self.format(record)
+            if rank == 0:
+                log(text)
+            else:
+                print(f"rank {rank}: {text}", file=sys.stderr, flush=True)
+
+    handler = Handler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger = logging.getLogger("nnabla_torus")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+
+class Progress:
+    """Rank 0's progress: a tqdm bar on a terminal, else a plain line every ``every`` steps.
+
+    A bar written to a file is thousands of carriage-return frames; a line per N steps reads
+    well in a log. ``write`` prints a log line without breaking the bar.
+    """
+
+    def __init__(self, total, initial, every, enabled):
+        self.bar, self.every, self.enabled = None, every, enabled
+        self.total, self.tic = total, time.time()
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, initial=min(initial, total), unit="img",
+                            unit_scale=True, dynamic_ncols=True)   # stderr: stdout keeps the log
+
+    def write(self, text):
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def update(self, step, position, loss, lr, batch):
+        """After optimizer step ``step``: the run is at image ``position`` of its
+        epochs x dataset images (shard padding not counted, so never past the total);
+        ``batch`` images in this step."""
+        seen = round(min(position, self.total))
+        if self.bar is not None:
+            self.bar.update(seen - self.bar.n)
+            self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=batch, refresh=False)
+        elif self.enabled and self.every and step % self.every == 0:
+            print(f"step {step}: {seen:,}/{self.total:,} images ({seen / self.total:.1%}), "
+                  f"loss {loss:.4f}, lr {lr:.3g}, global batch {batch}, "
+                  f"{time.time() - self.tic:.0f} s", flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def json_value(value):
+    """``value`` rounded to 4 digits, or None (JSON null) when it is missing or not finite."""
+    return None if value is None or not math.isfinite(value) else round(float(value), 4)
+
+
+def strict_json(value):
+    """``value`` with every non-finite float (anywhere in dicts and lists) replaced by None,
+    so that ``json.dumps`` writes strict JSON (no NaN or Infinity)."""
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def summary_json(run, wall):
+    """The run's last line on rank 0, as a strict-JSON-able dict (null where a value is
+    missing): accuracy, epochs, steps, throughput, wall seconds, what the all-reduce ran."""
+    comm = run.comm
+    return strict_json({
+        "val_top1": json_value(run.top1), "val_top5": json_value(run.top5),
+        "epochs": round(run.stream.epoch(), 3), "steps": run.step,
+        "images_per_sec": round(run.images_seen / max(run.train_time, 1e-9), 1),
+        "wall_s": round(wall, 1), "ranks": comm.size, "algorithm": comm.algorithm,
+        "grid": str(comm.grid),
+        "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in run.history),
+        "plan": run.planner and run.planner.summary,
+        "bad_images": len(run.reported_bad)})
+
+
+def make_monitors(cfg, rank, resumed_at=None):
+    """MonitorSeries per name (rank 0 only); on resume keep the rows up to the checkpoint.
+
+    ``resumed_at``: (step, epoch) of the checkpoint. MonitorSeries truncates its file when
+    created, so the kept rows are written back after it.
+    """
+    if rank != 0:
+        return None
+    kept = {}
+    for name in SERIES if resumed_at else ():
+        path = series_path(cfg.output_dir, name)
+        limit = resumed_at[1] if name in EPOCH_SERIES else resumed_at[0]
+        if os.path.exists(path):
+            kept[name] = [line for line in open(path) if series_x(line) <= limit + 1e-9]
+    monitor = Monitor(cfg.output_dir)
+    monitors = {name: MonitorSeries(name, monitor, interval=1, verbose=False) for name in SERIES}
+    for name, lines in kept.items():
+        with open(series_path(cfg.output_dir, name), "a") as f:
+            f.writelines(lines)
+    return monitors
+
+
+def add_step(monitors, step, loss, error, lr, batch, seconds, noise_scale=None):
+    """Add optimizer step ``step`` to the monitors (None: not rank 0): ``batch`` images in
+    ``seconds``; ``noise_scale``: B_simple in samples, when the adaptive batch measures it."""
+    if not monitors:
+        return
+    for name, value in (("train_loss", loss), ("train_error", error), ("lr", lr),
+                        ("global_batch", batch), ("images_per_sec", batch / seconds)):
+        monitors[name].add(step, value)
+    if noise_scale is not None:
+        monitors["noise_scale"].add(step, noise_scale)
+
+
+def series_x(line):
+    """The step or epoch a monitor line starts with; inf (not kept) for a blank or cut line,
+    e.g. the last line of a run that was killed while writing it."""
+    fields = line.split()
+    try:
+        return float(fields[0]) if len(fields) == 2 else math.inf
+    except ValueError:
+        return math.inf
+
+
+def series_path(output_dir, name):
+    return os.path.join(output_dir, f"{name}.series.txt")
+
+
+def plot_series(output_dir, path):
+    """Write a PNG of loss, accuracy and global batch from the monitor files in output_dir."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def read(name):
+        file = series_path(output_dir, name)
+        rows = np.loadtxt(file, ndmin=2) if os.path.exists(file) else np.zeros((0, 2))
+        return rows[:, 0], rows[:, 1]
+
+    fig, axes = plt.subplots(3, 1, figsize=(7, 8), sharex=False)
+    axes[0].plot(*read("train_loss"))
+    axes[0].set(ylabel="train loss", xlabel="step")
+    for name in ("val_top1", "val_top5"):
+        axes[1].plot(*read(name), marker="o", label=name)
+    axes[1].set(ylabel="accuracy", xlabel="epoch", ylim=(0, 1))
+    axes[1].legend()
+    axes[2].step(*read("global_batch"), where="post")
+    axes[2].set(ylabel="global batch (images)", xlabel="step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
