@@ -1,4 +1,4 @@
-"""Time to accuracy of batch-size policies: measured here or on the emulated cluster, predicted on ABCI.
+"""Time to accuracy of batch-size policies: measured here or on an emulated cluster, ABCI predicted.
 
 One command runs everything (4 policies x 3 seeds of the embedded digits run on 4 ranks, then
 the ABCI prediction from the adaptive runs' measured noise scale) and writes a table, a JSON

@@ -2,9 +2,10 @@
 
 The calibrated profile of this machine (``cpu-2core``) with the inter-host link replaced by the
 emulated one (``emucluster_model_check.emulated_network``) and the machine's cores and compute
-slots divided among the emulated hosts, which all share them (*derived*: K hosts on one machine
-each get 1/K of it, so a host's compute takes K times as long). Train with it as ``train.py --profile FILE``, so the controller's goodput
-and the planner see the shaped link. Example::
+divided among the emulated hosts, which all share them (*derived*: each of K hosts gets 1/K of
+the machine, so its data movement has 1/K of the cores and its compute takes K times as long).
+Train with it as ``train.py --profile FILE``, so the controller's goodput and the planner see
+the shaped link. Example::
 
     prof = emulated_profile(load_profile("cpu-2core"), hosts=2, ranks_per_host=2,
                             rate="100mbit")
@@ -19,10 +20,10 @@ INTER_LATENCY_S = 20e-6  # one-way inter-host hop, as fitted in docs/benchmarks.
 def emulated_profile(base, hosts, ranks_per_host, rate, latency_s=INTER_LATENCY_S):
     """``base`` (a Profile) as ``hosts`` emulated hosts of ``ranks_per_host`` ranks linked at
     ``rate`` (tc syntax, e.g. "100mbit"; "none" keeps the base's inter-host link)."""
-    rate_bps = parse_rate(rate)
     net = base.network
-    inter = (rate_bps, latency_s) if rate_bps else (net.inter.bandwidth_Bps * 8, net.inter.latency_s)
-    net = emulated_network(base, inter[0], inter[1], ranks_per_host,
+    rate_bps = parse_rate(rate) or net.inter.bandwidth_Bps * 8
+    latency_s = latency_s if parse_rate(rate) else net.inter.latency_s
+    net = emulated_network(base, rate_bps, latency_s, ranks_per_host,
                            (net.slots_per_host or 1.0) / hosts)
     models = {name: comp._replace(a_s=comp.a_s * hosts, b_s=comp.b_s * hosts)
               for name, comp in base.models.items()}
