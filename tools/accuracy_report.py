@@ -154,7 +154,9 @@ def fmt(value, digits=1):
 
 
 def span(triple, digits=1):
-    """"median [min-max]" of a spread."""
+    """"median [min-max]" of a spread ("-" when no run has the value)."""
+    if triple[0] is None:
+        return "-"
     return f"{fmt(triple[0], digits)} [{fmt(triple[1], digits)}-{fmt(triple[2], digits)}]"
 
 
