@@ -214,3 +214,34 @@ def test_interrupt_tears_everything_down():
             subprocess.run([sys.executable, "-m", "tools.emucluster", "down"], cwd=REPO, env=env)
     assert proc.returncode == 130 and "interrupted" in out, out
     assert_nothing_left()
+
+
+@needs_emulation
+def test_time_to_accuracy_on_the_emulated_cluster(tmp_path):
+    """tools/time_to_accuracy.py --cluster emu:2x1, 2 epochs of fixed 64, fixed 256 and
+    adaptive over 20 Mbit/s links: the table, the verdict and the measured throughput of the
+    larger batch (its all-reduce is amortised over 4x the images: measured 2.7x here)."""
+    env = dict(os.environ, NNABLA_TORUS_EMU_TEST_TAG=TAG, NNABLA_TORUS_EMU_SUBNET=SUBNET)
+    argv = [sys.executable, "tools/time_to_accuracy.py", "measure", "--cluster", "emu:2x1",
+            "--emu-rate", "20mbit", "--emu-prefix", PREFIX, "--run-timeout", "150",
+            "--seeds", "1", "--policies", "fixed-64,fixed-256,adaptive-goodput",
+            "--target", "0.2", "--train-args", "--epochs 2 --warmup-epochs 0",
+            "--out", str(tmp_path)]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            subprocess.run([sys.executable, "-m", "tools.emucluster", "down", "--prefix", PREFIX],
+                           cwd=REPO, env=env)
+    assert_nothing_left()
+    assert proc.returncode == 0, out[-4000:]
+    saved = json.loads((tmp_path / "measured.json").read_text())
+    assert saved["where"] == "digits, emulated 2 hosts x 1 ranks, links 20mbit"
+    speed = {r["policy"]: r["images_per_s"] for r in saved["records"]}
+    assert speed["fixed 256"] > 1.3 * speed["fixed 64"], speed
+    assert any(line.startswith("throughput: fixed 256") for line in saved["verdict"])
+    assert (tmp_path / "batch_over_epochs.png").stat().st_size > 0
+    assert (tmp_path / "emu-2x1-20mbit.yaml").exists()

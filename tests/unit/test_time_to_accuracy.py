@@ -1,9 +1,12 @@
-"""tools/time_to_accuracy.py: its log parsing and the abci prediction's invariants."""
+"""tools/time_to_accuracy.py: its log parsing (tools/accuracy_report.py), the abci prediction's
+invariants (tools/abci_prediction.py) and the emulated cluster's profile."""
 import numpy as np
 import pytest
 
+from nnabla_torus.planning import costmodel
 from nnabla_torus.planning.machine_profile import load_profile
-from tools import time_to_accuracy as tool
+from tools import abci_prediction, accuracy_report as rep
+from tools.emucluster.profile import emulated_profile
 
 LOG = """resnet18 x0.125: 176,402 parameters, 1438 training / 359 validation images, 10 classes; 4
 epoch 1.00 step 23: train loss 2.2873, val top-1 0.2535 top-5 0.7103, 322 images/s
@@ -15,11 +18,11 @@ epoch 3.00 step 69: train loss 2.0, val top-1 0.95 top-5 0.99, 466 images/s
 
 def test_time_and_steps_to_the_target_come_from_the_first_line_that_reaches_it(tmp_path):
     lines = [(10.0 * i, line) for i, line in enumerate(LOG)]
-    r = tool.record_of("fixed 64", 1, str(tmp_path), lines, 0.90)
+    r = rep.record_of("fixed 64", 1, str(tmp_path), lines, 0.90)
     assert (r["time_s"], r["steps"], r["epoch"]) == (20.0, 46, 2.0)
     assert (r["best_top1"], r["final_top1"], r["dataset"], r["params"]) == (0.95, 0.95, 1438,
                                                                             176402)
-    assert tool.record_of("fixed 64", 1, str(tmp_path), lines, 0.99)["time_s"] is None
+    assert rep.record_of("fixed 64", 1, str(tmp_path), lines, 0.99)["time_s"] is None
 
 
 @pytest.mark.parametrize("phi", [1e3, 1e5, 1e8])
@@ -27,9 +30,56 @@ def test_abci_goodput_is_never_much_slower_than_sonys_schedule(phi):
     # Sony's two phases are among the goodput policy's candidates, so with any noise scale
     # its time to the same progress is at most Sony's plus the hysteresis (5 %).
     curve = (np.array([0.0, 1.0]), np.array([phi, phi]))
-    r = tool.predict_abci(curve, 1.0, load_profile("abci"), restart_s=0.0, steps=50)
+    r = abci_prediction.predict_abci(curve, 1.0, load_profile("abci"), restart_s=0.0, steps=50)
     assert r["goodput_s"] <= r["fixed_s"] * 1.05
     assert min(p[2] for p in r["goodput_path"]) >= 34816          # B0 is the smallest batch
     assert max(p[1] for p in r["goodput_path"]) <= 2176
     if phi == 1e8:          # efficiency ~1 everywhere: progress = 90 epochs of images
         assert r["epochs_equivalent"] == pytest.approx(90.0, rel=1e-3)
+
+
+@pytest.mark.parametrize("hosts, per_host", [(2, 2), (4, 2), (3, 1)])
+def test_emulated_profile_keeps_the_machines_compute_and_shapes_the_link(hosts, per_host):
+    # All emulated hosts share this machine: the compute of hosts x per_host ranks must be
+    # what the base profile predicts for that many ranks on its one host.
+    base = load_profile("cpu-2core")
+    prof = emulated_profile(base, hosts, per_host, "20mbit")
+    comp, ranks = prof.models["resnet18-w0.125-16px"], hosts * per_host
+    one_host = costmodel.compute_time(base.models["resnet18-w0.125-16px"], ranks, 16, ranks)
+    assert costmodel.compute_time(comp, ranks, 16, per_host) == pytest.approx(one_host)
+    assert prof.network.inter.bandwidth_Bps == 20e6 / 8 and prof.hosts == hosts
+    assert prof.network.gpus_per_host == per_host
+
+
+def test_a_slow_emulated_link_makes_larger_batches_faster_and_a_fast_one_does_not():
+    base = load_profile("cpu-2core")
+    name = "resnet18-w0.125-16px"
+
+    def images_per_s(rate, batch):
+        prof = emulated_profile(base, 2, 2, rate)
+        comp = prof.models[name]._replace(max_local_batch=32)
+        local = min(32, batch // 4)
+        return batch / min(float(costmodel.step_time(prof.network, comp, a, 4, local,
+                                                     batch // 4 // local))
+                           for a in costmodel.ALGORITHMS)
+
+    assert images_per_s("20mbit", 128) > 1.5 * images_per_s("20mbit", 64)
+    assert images_per_s("1gbit", 128) < 1.2 * images_per_s("1gbit", 64)
+
+
+def test_the_verdict_says_whether_larger_batches_bought_throughput(tmp_path):
+    def record(policy, batch, images_per_s):
+        folder = tmp_path / f"{policy.replace(' ', '-')}-{images_per_s}"
+        folder.mkdir()
+        (folder / "global_batch.series.txt").write_text(f"1 {batch}\n2 {batch}\n")
+        lines = [(1.0, LOG[2].replace("466 images/s", f"{images_per_s} images/s")),
+                 (2.0, '{"val_top1": 0.91, "steps": 2, "batch_schedule": "0:%d", '
+                       '"images_per_sec": %d, "ranks": 4}\n' % (batch, images_per_s))]
+        return rep.record_of(policy, 1, str(folder), lines, 0.90)
+
+    _, verdict = rep.summarise([record("fixed 64", 64, 120), record("fixed 256", 256, 340),
+                                record(rep.ADAPTIVE, 64, 125)], 0.90)
+    assert verdict[-1].endswith("larger batches buy 2.83x"), verdict
+    _, verdict = rep.summarise([record("fixed 64", 64, 400), record("fixed 256", 256, 410),
+                                record(rep.ADAPTIVE, 64, 400)], 0.90)
+    assert "buy nothing (1.02x)" in verdict[-1], verdict

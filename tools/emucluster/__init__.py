@@ -10,5 +10,6 @@ links. Run as root from the repository root::
         -- .venv/bin/python tools/allreduce_bench.py --sizes 64K,1M,100M
 
 Modules: ``layout`` (names and addresses), ``net`` (namespaces, bridge, veths),
-``shaping`` (tc), ``launch`` (hostfile, agent, mpirun), ``cli`` (subcommands).
+``shaping`` (tc), ``launch`` (hostfile, agent, mpirun), ``cli`` (subcommands), ``profile``
+(the cost-model profile of an emulated cluster, for training on it).
 """

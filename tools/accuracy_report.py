@@ -1,0 +1,218 @@
+"""Records, tables and plots of tools/time_to_accuracy.py runs (no launching here).
+
+A run's record comes from train.py's stdout, each line with the seconds since launch at which
+it arrived (:func:`record_of`); :func:`summarise` takes the medians and spreads over seeds per
+policy and the verdict; :func:`table` is the Markdown table; :func:`plot_batches` the batch
+over epochs. Example::
+
+    r = record_of("fixed 64", 1, "runs/tta/fixed-64-s1", [(2.5, "epoch 1.00 step 23: ...")], 0.9)
+    stats, verdict = summarise([r], 0.9)
+"""
+import json
+import os
+import re
+import statistics
+
+import numpy as np
+
+import _example  # noqa: F401  (examples/imagenet on sys.path, for its config and planning)
+from nnabla_torus.planning.controller import split_batch
+
+ADAPTIVE = "adaptive (goodput)"
+BEFORE = "adaptive before (--before run)"
+VAL_LINE = re.compile(r"^epoch (\S+) step (\d+): .*val top-1 (\S+)")
+SIZES = re.compile(r"(\d+) training / \d+ validation images")
+PARAMS = re.compile(r": ([\d,]+) parameters, ")
+
+
+def parse_log(lines):
+    """(validation lines [(seconds, epoch, step, top1)], summary dict, training images,
+    parameters) of train.py's stdout, ``lines`` as (seconds since launch, text)."""
+    vals, summary, dataset, params = [], None, None, None
+    for now, line in lines:
+        match = VAL_LINE.match(line)
+        if match and match.group(3) != "None":
+            vals.append((now, float(match.group(1)), int(match.group(2)), float(match.group(3))))
+        elif line.startswith('{"val_top1"'):
+            summary = json.loads(line)
+        elif dataset is None and SIZES.search(line):
+            dataset = int(SIZES.search(line).group(1))
+            params = int(PARAMS.search(line).group(1).replace(",", ""))
+    return vals, summary, dataset, params
+
+
+def record_of(policy, seed, run_dir, lines, target, profile="", ranks_per_host=0):
+    """The run's record: time and steps to ``target``, accuracies, training images/s, and the
+    profile (train.py's --profile, "" = its default) and ranks per host it planned with."""
+    vals, summary, dataset, params = parse_log(lines)
+    hit = next((v for v in vals if v[3] >= target), None)
+    return {"policy": policy, "seed": seed, "dir": run_dir, "dataset": dataset, "params": params,
+            "time_s": hit[0] if hit else None, "steps": hit[2] if hit else None,
+            "epoch": hit[1] if hit else None, "best_top1": max(v[3] for v in vals),
+            "final_top1": summary["val_top1"], "wall_s": lines[-1][0] if lines else None,
+            "images_per_s": summary.get("images_per_sec"), "ranks": summary.get("ranks"),
+            "total_steps": summary["steps"], "batch_schedule": summary["batch_schedule"],
+            "profile": profile, "ranks_per_host": ranks_per_host, "val": vals}
+
+
+def before_record(run_dir, target):
+    """The record of an earlier adaptive run (``--before``: its output folder with its
+    stdout in stdout.log; no arrival times, so only its batches and accuracy count)."""
+    with open(os.path.join(run_dir, "stdout.log"), errors="replace") as f:
+        lines = [(0.0, line) for line in f]
+    return record_of(BEFORE, 0, run_dir, lines, target)
+
+
+def predicted_seconds(record):
+    """Seconds the run's steps up to the target take by the cost model of the profile the run
+    planned with (load-free, start-up and validation excluded): train.py's own TrainingPlanner."""
+    from config import parse_config
+    from planning import TrainingPlanner
+    if record["steps"] is None:
+        return None
+    ranks = record["ranks"]
+    cfg = parse_config(["--seed", str(record["seed"])]
+                       + (["--profile", record["profile"]] if record["profile"] else []))
+    run = TrainingPlanner.from_config(cfg, record["params"], ranks, record["dataset"], True,
+                                 record["ranks_per_host"] or ranks)
+    batch = read_series(record["dir"], "global_batch")
+    batch = batch[batch[:, 0] <= record["steps"], 1].astype(int)
+    local, accum = np.array([split_batch(b, ranks, cfg.local_batch) for b in batch]).T
+    return float(np.sum(batch / run.throughput(local, accum)))
+
+
+def spread(values):
+    """(median, min, max) of the values that exist; (None,) * 3 when none."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None, None
+    return statistics.median(values), min(values), max(values)
+
+
+def batch_range(record):
+    """(smallest, largest) global batch the run trained with."""
+    batch = read_series(record["dir"], "global_batch")
+    return (int(batch[:, 1].min()), int(batch[:, 1].max())) if len(batch) else (None, None)
+
+
+def policy_stats(rows):
+    """Medians and spreads over the seeds of one policy's records."""
+    batches = [batch_range(r) for r in rows]
+    return {"runs": len(rows), "reached": sum(r["time_s"] is not None for r in rows),
+            **{key: spread([r.get(key) for r in rows])
+               for key in ("time_s", "steps", "epoch", "predicted_s", "best_top1",
+                           "final_top1", "images_per_s")},
+            "batches": (min(b[0] for b in batches), max(b[1] for b in batches))}
+
+
+def summarise(records, target):
+    """{policy: stats} (policies in the order of their first record) and the verdict lines."""
+    policies = list(dict.fromkeys(r["policy"] for r in records))
+    stats = {p: policy_stats([r for r in records if r["policy"] == p]) for p in policies}
+    fixed = {p: s for p, s in stats.items() if p != ADAPTIVE and s["time_s"][0] is not None}
+    if ADAPTIVE not in stats or not fixed:
+        return stats, []
+    best = min(fixed, key=lambda p: fixed[p]["time_s"][0])
+    a, b = stats[ADAPTIVE], fixed[best]
+    fast = a["time_s"][0] is not None and a["time_s"][0] <= b["time_s"][2]
+    band = a["final_top1"][0] >= b["final_top1"][1] - 0.01
+    verdict = [f"time to {target:.0%}: adaptive median {fmt(a['time_s'][0])} s, best other "
+               f"policy {best} median {fmt(b['time_s'][0])} s (seeds up to "
+               f"{fmt(b['time_s'][2])} s): " + ("PASS" if fast else "FAIL")]
+    modelled = {p: s["predicted_s"][0] for p, s in stats.items()
+                if s["predicted_s"][0] is not None}
+    if ADAPTIVE in modelled and len(modelled) > 1:
+        other = min((p for p in modelled if p != ADAPTIVE), key=modelled.get)
+        verdict.append(f"load-free check, cost-model time of the steps to {target:.0%}: "
+                       f"adaptive {modelled[ADAPTIVE]:.1f} s, best other {other} "
+                       f"{modelled[other]:.1f} s (information, not the verdict)")
+    verdict.append(f"final top-1: adaptive median {a['final_top1'][0]:.4f}, {best} seeds "
+                   f"{b['final_top1'][1]:.4f}-{b['final_top1'][2]:.4f} (band: its lowest "
+                   f"- 0.01): " + ("PASS" if band else "FAIL"))
+    return stats, verdict + throughput_lines(stats)
+
+
+def throughput_lines(stats):
+    """Whether larger batches bought throughput in these runs: measured training images/s of
+    the largest fixed batch over the smallest (same runs, so the load affects both)."""
+    fixed = {s["batches"][0]: s for p, s in stats.items()
+             if p != ADAPTIVE and s["batches"][0] == s["batches"][1]}
+    if len(fixed) < 2 or None in fixed:
+        return []
+    small, large = fixed[min(fixed)], fixed[max(fixed)]
+    gain = large["images_per_s"][0] / small["images_per_s"][0]
+    return [f"throughput: fixed {max(fixed)} trains {large['images_per_s'][0]:.0f} images/s, "
+            f"fixed {min(fixed)} {small['images_per_s'][0]:.0f} (medians): larger batches "
+            + (f"buy {gain:.2f}x" if gain > 1.05 else f"buy nothing ({gain:.2f}x)")]
+
+
+def fmt(value, digits=1):
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def span(triple, digits=1):
+    """"median [min-max]" of a spread ("-" when no run has the value)."""
+    if triple[0] is None:
+        return "-"
+    return f"{fmt(triple[0], digits)} [{fmt(triple[1], digits)}-{fmt(triple[2], digits)}]"
+
+
+def table(stats, target, seeds):
+    """The Markdown table of ``summarise``'s stats."""
+    head = (f"| policy | time to {target:.0%} (s), median [min-max] | steps | epochs | "
+            f"cost-model time of those steps (s) | train images/s | batches | best top-1 | "
+            f"final top-1 | reached |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- "
+            f"| --- |")
+    rows = [f"| {policy} | {span(s['time_s'])} | {span(s['steps'], 0)} | "
+            f"{fmt(s['epoch'][0], 0)} | {span(s['predicted_s'])} | "
+            f"{span(s['images_per_s'], 0)} | {s['batches'][0]}-{s['batches'][1]} | "
+            f"{s['best_top1'][0]:.4f} | {span(s['final_top1'], 4)} | "
+            f"{s['reached']}/{s['runs']} |" for policy, s in stats.items()]
+    return "\n".join([f"seeds {seeds}", head] + rows)
+
+
+def read_series(run_dir, name):
+    """(step, value) rows of a run's ``NAME.series.txt`` (train.py's monitors)."""
+    path = os.path.join(run_dir, f"{name}.series.txt")
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return np.zeros((0, 2))
+    return np.loadtxt(path, ndmin=2)
+
+
+def epoch_of_step(record, steps):
+    """Epoch at the end of optimizer ``steps`` (array), interpolated between the run's
+    validation lines (each at an epoch end, with its step count)."""
+    known = [(0, 0.0)] + [(v[2], v[1]) for v in record["val"]]
+    return np.interp(steps, [k[0] for k in known], [k[1] for k in known])
+
+
+def plot_batches(records, path, where):
+    """Global batch (and the noise scale of adaptive runs) against epochs, every run;
+    ``where`` names the machine in the title."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    names = list(dict.fromkeys(r["policy"] for r in records))
+    colours = dict(zip(names, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    styles = {"fixed 64": dict(lw=4, alpha=0.4), ADAPTIVE: dict(lw=1.5, ls="--"),
+              BEFORE: dict(lw=1.5, ls=":")}
+    for r in records:
+        batch = read_series(r["dir"], "global_batch")
+        label = r["policy"] if r["seed"] in (records[0]["seed"], 0) else None
+        x = epoch_of_step(r, batch[:, 0] - 1)            # the batch of step k starts at k - 1
+        top.step(x, batch[:, 1], where="post", color=colours[r["policy"]], label=label,
+                 **styles.get(r["policy"], dict(lw=1.5)))
+        noise = read_series(r["dir"], "noise_scale")
+        if len(noise):
+            bottom.plot(epoch_of_step(r, noise[:, 0]), noise[:, 1], color=colours[r["policy"]],
+                        alpha=0.8, label=f"noise scale B_simple, {r['policy']}, seed "
+                                         f"{r['seed'] or '?'}")
+    top.set(ylabel="global batch (images)", yscale="log", title=f"batch over epochs ({where})")
+    top.legend(fontsize=8)
+    bottom.set(xlabel="epoch", ylabel="noise scale (images)", yscale="log")
+    if bottom.lines:
+        bottom.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
