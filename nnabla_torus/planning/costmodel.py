@@ -76,9 +76,8 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..comm.collectives import ALGORITHM_NAMES as ALGORITHMS  # in the planner's order
 from ..comm.topology import default_grid
-
-ALGORITHMS = ("ring", "torus2d", "hierarchical", "native")
 
 Link = namedtuple("Link", [
     "latency_s",       # a: seconds per hop, whatever its size
