@@ -30,29 +30,18 @@ import numpy as np
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
-from . import auto_routing, failfast, plans, topology  # noqa: E402
+from . import auto_routing, failfast, other_collectives, plans, topology  # noqa: E402
+from .backends import make_backend  # noqa: E402
 from .array_reduce import SquaredNorms, reduce_arrays  # noqa: E402
 from .collectives import AUTO, Plan, get_algorithm  # noqa: E402
-from .fused import Workspace, as_list, dtype_of, pack, signature, unpack  # noqa: E402
+from .fused import Workspace, as_list, signature  # noqa: E402
 from .guarded_calls import collective, exchange, guarded  # noqa: E402
 from .job_log import log_once_per_job  # noqa: E402,F401  (scripts import it from here)
 from .rendezvous import check_group_lists, check_same_call  # noqa: E402
-from .settings import DEFAULTS, CommSettings, differences  # noqa: E402,F401  (DEFAULTS: train.py)
+from .settings import DEFAULTS, CommSettings, differences  # noqa: E402  (train.py: DEFAULTS)
 from .threads import OneCaller  # noqa: E402
 
 failfast.install()  # MPI has started (mpi4py.MPI): from here on, one rank's error ends the job
-
-
-def make_backend(name, ctx, timeout, **knobs):
-    """The backend called ``name`` (mpi | nccl | fake-nccl); ``knobs`` go to the MPI backend."""
-    if name == "mpi":
-        from .backends.mpi import MPIBackend
-        return MPIBackend(timeout=timeout, **knobs)
-    if name in ("nccl", "fake-nccl"):
-        from .backends.nccl import NCCLBackend
-        return NCCLBackend(ctx, timeout=timeout, fake=(name == "fake-nccl"))
-    raise ValueError(f"unknown backend {name!r}; choose mpi, nccl or fake-nccl "
-                     f"(NNABLA_TORUS_BACKEND or backend=)")
 
 
 def _setting(name, doc):
@@ -224,7 +213,8 @@ class TorusCommunicator:
 
             def create():   # members agree on the list first: a mismatch would block in MPI
                 check_group_lists(self._group_control, name, ranks, self.timeout,
-                                  getattr(be, "spin", 2e-4), getattr(be, "poll_sleep", 5e-5))
+                                  getattr(be, "spin", DEFAULTS["spin"]),
+                                  getattr(be, "poll_sleep", DEFAULTS["poll_sleep"]))
                 be.group(ranks)
             guarded(self, f"new_group {name!r}", create)
         self._groups[name] = ranks
@@ -255,12 +245,8 @@ class TorusCommunicator:
         ``inplace=False`` packs all arrays into one fused buffer and reduces it once (fast);
         ``inplace=True`` reduces each array in its own storage.
 
-        Zeroing rule (nnabla-ext-cuda v1.39.0 multi_process_data_parallel_communicator.cu:
-        711-758): an array that is ``zero()``-ed and not written since on every member is left
-        untouched and still marked zeroing (``NdArray.zeroing``), so nnabla's solvers skip its
-        update and weight decay (nnabla src/nbla/solver.cpp); any other array is summed. The
-        cross-rank decision costs no message of its own in the fused path (one slot per array
-        rides in the fused buffer); ``inplace=True`` all-reduces one flag per array first.
+        As nnabla's, an array ``zero()``-ed and not written since on every member is left
+        untouched and still zeroing (docs/communicator.md#the-zeroing-rule).
         """
         self._all_reduce_call("all_reduce", as_list(data), division, inplace, group)
 
@@ -327,29 +313,7 @@ class TorusCommunicator:
 
         As in nnabla, ``src`` is a position in the group (the world rank for "world").
         """
-        arrays = as_list(data)
-        grp = self._group(group)
-        if not 0 <= src < grp.size:
-            raise ValueError(f"bcast source {src} is not a position in group {group!r} of "
-                             f"{grp.size} ranks {grp.ranks}; use 0..{grp.size - 1}")
-        root, be = src, self.backend
-        src = grp.ranks[root]  # the world rank that sends
-        sig = ("bcast", signature(arrays), root, bool(inplace))
-
-        def body():
-            if inplace:
-                for a in arrays:
-                    be.bcast(grp, be.flat(a), root, f"bcast from rank {src}")
-                return
-            for dtype in dict.fromkeys(dtype_of(a) for a in arrays):
-                same = [a for a in arrays if dtype_of(a) == dtype]
-                buf = self.workspace.buffer(be, dtype, sum(a.size for a in same))
-                if self.rank == src:
-                    pack(be, same, buf)
-                be.bcast(grp, buf, root, f"bcast from rank {src}")
-                if self.rank != src:
-                    unpack(be, buf, same)
-        collective(self, grp, sig, f"bcast (group {group!r})", body)
+        other_collectives.bcast(self, data, src, inplace, group)
 
     def reduce(self, data, dst, division=False, inplace=False, group="world"):
         """Sum (``division``: average) NdArray(s) over ``group`` into member ``dst`` only.
@@ -361,32 +325,7 @@ class TorusCommunicator:
         changes nothing but is accepted; nnabla v1.39's in-place reduce ignores ``group``,
         this one honours it.
         """
-        arrays = as_list(data)
-        grp = self._group(group)
-        if isinstance(dst, bool) or not isinstance(dst, (int, np.integer)) \
-                or not 0 <= dst < grp.size:
-            raise ValueError(f"reduce destination {dst!r} is not a position in group {group!r} "
-                             f"of {grp.size} ranks {grp.ranks}; use 0..{grp.size - 1}")
-        run, algorithm = self._runner(group, grp)
-        be, dst = self.backend, int(dst)
-        sig = ("reduce", signature(arrays), dst, bool(division), bool(inplace), algorithm,
-               str(self.grid) if group == "world" else None)
-
-        def body():
-            if grp.size == 1:
-                return
-            for dtype in dict.fromkeys(dtype_of(a) for a in arrays):
-                same = [a for a in arrays if dtype_of(a) == dtype]
-                n = sum(a.size for a in same)
-                buf = self.workspace.buffer(be, dtype, be.padded_length(n))
-                pack(be, same, buf)
-                run(buf)
-                if grp.rank == dst:
-                    if division:
-                        be.scale(be.sub(buf, 0, n), 1.0 / grp.size)
-                    unpack(be, buf, same)
-        collective(self, grp, sig, f"reduce to {dst} ({algorithm}, group {group!r})", body,
-                         fold=True)
+        other_collectives.reduce(self, data, dst, division, inplace, group)
 
     def all_reduce_callback(self, data, pack_size, division=False, group="world",
                             scale_grad=1, keep_dtype=False):
@@ -395,31 +334,12 @@ class TorusCommunicator:
         runs, each gradient first multiplied by ``scale_grad`` (nnabla communicator.pyx:471-536;
         ext .cu:953-1118).
 
-        NCCL backend: nnabla's own C++ callback from the communicator the backend holds
-        (group mapped to the backend's group), which nnabla's backward accepts as it is.
-        Other backends: a Python callback (``nnabla_torus.comm.backward_callback``); nnabla's
-        backward accepts only C++ callbacks, so creating a communicator installs, once per
-        process, a ``Variable.backward`` that runs Python callbacks through
-        ``function_post_hook`` and hands everything else to nnabla's own backward unchanged.
+        NCCL backend: nnabla's own C++ callback; others: a Python one, which the backward
+        that creating a communicator installs runs (:mod:`.backward_callback`).
         """
         from . import backward_callback
-        arrays = as_list(data)
-        grp = self._group(group)
-        if not isinstance(pack_size, (int, np.integer)) or isinstance(pack_size, bool) \
-                or pack_size < 1:
-            raise ValueError(f"all_reduce_callback: pack_size={pack_size!r} must be an integer "
-                             f">= 1 (elements per pack, e.g. 2 * 1024 * 1024)")
-        native = getattr(self.backend, "all_reduce_callback", None)
-        if native is not None:
-            callback = native(arrays, int(pack_size), bool(division), grp, float(scale_grad),
-                              bool(keep_dtype), half=self._half())
-        else:
-            dtype = None if keep_dtype else np.float16 if self._half() else np.float32
-            callback = backward_callback.AllReduceCallback(
-                self, arrays, int(pack_size), bool(division), group, float(scale_grad), dtype)
-        if not backward_callback.is_native(callback):
-            backward_callback.require()
-        return callback
+        return backward_callback.make_callback(self, data, pack_size, division, group,
+                                               scale_grad, keep_dtype)
 
     def native_communicator(self, group="world"):
         """(nnabla's own C++ communicator, its name for ``group``) on the NCCL backend, for
@@ -435,42 +355,11 @@ class TorusCommunicator:
 
     def all_gather(self, ndarray, ndarray_list, group="world"):
         """``ndarray_list[i]`` receives member i's ``ndarray`` (group order)."""
-        grp = self._group(group)
-        outs = as_list(ndarray_list)
-        be, n = self.backend, ndarray.size
-        # The list's shapes join the cross-rank check, so a wrong list fails on every rank.
-        sig = ("all_gather", signature([ndarray]), tuple(tuple(o.shape) for o in outs))
-
-        def body():
-            if len(outs) != grp.size or any(tuple(o.shape) != tuple(ndarray.shape) for o in outs):
-                raise ValueError(f"all_gather needs {grp.size} arrays of shape "
-                                 f"{tuple(ndarray.shape)} in ndarray_list, got "
-                                 f"{[tuple(o.shape) for o in outs]}")
-            buf = self.workspace.buffer(be, dtype_of(ndarray), n * grp.size)
-            be.all_gather_into(grp, be.flat(ndarray, write=False), buf, f"all_gather ({group!r})")
-            unpack(be, buf, outs)
-        collective(self, grp, sig, f"all_gather (group {group!r})", body)
+        other_collectives.all_gather(self, ndarray, ndarray_list, group)
 
     def reduce_scatter(self, ndarray_list, ndarray, division=False, group="world"):
         """``ndarray`` receives the sum over members of their ``ndarray_list[my position]``."""
-        grp = self._group(group)
-        ins = as_list(ndarray_list)
-        be, n = self.backend, ndarray.size
-        sig = ("reduce_scatter", signature(ins), tuple(ndarray.shape), bool(division))
-
-        def body():
-            if len(ins) != grp.size or any(tuple(i.shape) != tuple(ndarray.shape) for i in ins):
-                raise ValueError(f"reduce_scatter needs {grp.size} arrays of shape "
-                                 f"{tuple(ndarray.shape)} in ndarray_list, got "
-                                 f"{[tuple(i.shape) for i in ins]}")
-            # The inputs' dtype: an output made with nn.NdArray(shape) has none until written.
-            buf = self.workspace.buffer(be, dtype_of(ins[0]), n * grp.size)
-            pack(be, ins, buf)
-            shard = be.reduce_scatter(grp, buf, f"reduce_scatter ({group!r})")
-            if division:
-                be.scale(shard, 1.0 / grp.size)
-            be.copy(be.flat(ndarray, write=True), shard)
-        collective(self, grp, sig, f"reduce_scatter (group {group!r})", body)
+        other_collectives.reduce_scatter(self, ndarray_list, ndarray, division, group)
 
     def close(self):
         """Free the backend's resources now (on NCCL: nnabla's communicators, their NCCL

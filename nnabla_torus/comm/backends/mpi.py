@@ -13,9 +13,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..collectives import PIPELINE_BYTES, scale_numpy
+from ..collectives import scale_numpy
 from ..rendezvous import Pacer, Watchdog, overdue, wait_requests
-from ..settings import mpi_settings
+from ..settings import DEFAULTS, mpi_settings
 from .mpi_shared import SharedMemoryPath, chunk_bounds
 
 
@@ -50,7 +50,7 @@ class MPIBackend(SharedMemoryPath):
     """
     name = "mpi"
 
-    def __init__(self, comm=None, timeout=300.0, segment_bytes=None, pipeline_bytes=None,
+    def __init__(self, comm=None, timeout=DEFAULTS["timeout"], segment_bytes=None, pipeline_bytes=None,
                  spin=None, poll_sleep=None, shm=None, shm_bytes=None):
         self.world = (comm if comm is not None else MPI.COMM_WORLD).Dup()
         self.rank = self.world.Get_rank()
