@@ -119,6 +119,31 @@ def install():
     return True
 
 
+def make_callback(comm, data, pack_size, division, group, scale_grad, keep_dtype):
+    """``comm.all_reduce_callback``'s callback: on the NCCL backend nnabla's own C++ one from
+    the communicator the backend holds (its group mapped to the backend's), which nnabla's
+    backward accepts as it is; on others an ``AllReduceCallback``, run by ``install()``'s
+    backward."""
+    from .fused import as_list
+    arrays = as_list(data)
+    grp = comm._group(group)
+    if not isinstance(pack_size, (int, np.integer)) or isinstance(pack_size, bool) \
+            or pack_size < 1:
+        raise ValueError(f"all_reduce_callback: pack_size={pack_size!r} must be an integer "
+                         f">= 1 (elements per pack, e.g. 2 * 1024 * 1024)")
+    native = getattr(comm.backend, "all_reduce_callback", None)
+    if native is not None:
+        callback = native(arrays, int(pack_size), bool(division), grp, float(scale_grad),
+                          bool(keep_dtype), half=comm._half())
+    else:
+        dtype = None if keep_dtype else np.float16 if comm._half() else np.float32
+        callback = AllReduceCallback(
+            comm, arrays, int(pack_size), bool(division), group, float(scale_grad), dtype)
+    if not is_native(callback):
+        require()
+    return callback
+
+
 def require():
     """Raise unless ``install()`` worked: a Python callback would not reach nnabla's backward."""
     if not install():

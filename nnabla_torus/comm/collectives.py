@@ -34,6 +34,10 @@ import numpy as np
 
 
 PIPELINE_BYTES = 8 << 20  # default size of the pieces of a pipelined torus2d (bytes)
+# The algorithms' names, the one list of them. In this order the planner (planning/costmodel.py,
+# planner.py) numbers them and breaks ties towards the earlier one; train.py broadcasts an index.
+ALGORITHM_NAMES = ("ring", "torus2d", "hierarchical", "native")
+DEFAULT_ALGORITHM = "torus2d"
 
 
 @dataclass
@@ -133,7 +137,10 @@ def native(backend, plan, buf):
     backend.library_all_reduce(plan.world, buf, "native all_reduce")
 
 
-ALGORITHMS = {"torus2d": torus2d, "ring": ring, "hierarchical": hierarchical, "native": native}
+# name -> function (each is defined above under its name), the default first: the order that
+# messages, choices and help texts list them in.
+ALGORITHMS = {name: globals()[name]
+              for name in sorted(ALGORITHM_NAMES, key=lambda name: name != DEFAULT_ALGORITHM)}
 AUTO = "auto"  # not a function: the communicator picks one of ALGORITHMS per call (auto.py)
 
 

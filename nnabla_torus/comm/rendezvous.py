@@ -1,20 +1,12 @@
 """Rendezvous: every rank of a group arrives at the same collective with matching arguments.
 
-Before a collective each member sends a 64-bit hash of its call (operation, dtypes, shapes,
-flags) to the group's first member, which answers with a verdict: two small messages per
-call. When the group's members share one host the hashes meet in an MPI-3 shared window
-instead (``HostSync``: one arrival flag per member, no message). Either way this turns the two classic failure modes of data-parallel jobs into errors:
-
-- arguments that differ across ranks (a silent wrong sum or a deadlock in other libraries)
-  raise ``ValueError`` on every member, describing each rank's call;
-- a rank that never arrives makes the waiting ranks raise ``CollectiveTimeout`` after the
-  timeout, naming the ranks that did not arrive.
-
-A rank that dies is named at once instead (``RankLost``) when the MPI library reports dead
-processes: Open MPI 5 launched with ``--mca mpi_ft_enable 1`` (what ``nnabla_torus.launching.mpirun_cmd``
-adds). The runtime still ends the whole job; the flag only turns the survivors' "socket closed"
-into an error that says which rank is gone. A rank that left the script early (``sys.exit``, an
-early return) is named too (``RankGone``, from the exit notices of ``nnabla_torus.comm.failfast``).
+Before a collective the members compare a 64-bit hash of the call (operation, dtypes, shapes,
+flags): two small messages per call, or one arrival in an MPI-3 shared window (``HostSync``)
+when they share a host. Differing arguments raise ``ValueError`` on every member, describing
+each rank's call; a rank that never arrives makes the others raise ``CollectiveTimeout``
+naming it; a dead rank is named at once (``RankLost``, under Open MPI's ``--mca
+mpi_ft_enable 1``), one that left its script early too (``RankGone``, from
+:mod:`nnabla_torus.comm.failfast`). How and why: docs/communicator.md#errors-and-failures.
 """
 import contextlib
 import hashlib
@@ -27,6 +19,9 @@ import numpy as np
 from mpi4py import MPI
 
 from . import failfast
+from .settings import DEFAULTS
+
+SPIN_S, POLL_SLEEP_S = DEFAULTS["spin"], DEFAULTS["poll_sleep"]  # the knobs' defaults, seconds
 
 # Groups larger than this check calls with one non-blocking all-reduce of (hash, -hash) under
 # MPI_MAX: O(log p) messages at every rank instead of p - 1 receives and p - 1 sends at the
@@ -93,7 +88,7 @@ def rank_lost(error, rank, what):
     return RankLost(rank, lost, what) if lost else None
 
 
-def wait_requests(requests, timeout, what, peers, rank, spin=2e-4, poll_sleep=5e-5):
+def wait_requests(requests, timeout, what, peers, rank, spin=SPIN_S, poll_sleep=POLL_SLEEP_S):
     """Complete mpi4py ``requests`` or raise CollectiveTimeout naming ``what`` and ``peers``.
 
     Polls instead of blocking in ``MPI_Waitall`` so that (1) a hang becomes an error that names
@@ -242,7 +237,7 @@ class HostSync:
     """
     SLOT = 8  # int64 per member: a cache line, so members do not write the same line
 
-    def __init__(self, comm, spin=2e-4, poll_sleep=5e-5):
+    def __init__(self, comm, spin=SPIN_S, poll_sleep=POLL_SLEEP_S):
         size, self.me = comm.Get_size(), comm.Get_rank()
         self.win = allocate_shared(size * self.SLOT * 8 if self.me == 0 else 0, comm)
         memory, _ = self.win.Shared_query(0)
@@ -360,7 +355,7 @@ def raise_mismatch(control, ranks, signature, what, describe=None):
 GROUP_TAG = 7304
 
 
-def check_group_lists(comm, name, ranks, timeout, spin=2e-4, poll_sleep=5e-5):
+def check_group_lists(comm, name, ranks, timeout, spin=SPIN_S, poll_sleep=POLL_SLEEP_S):
     """Raise ValueError unless every member of ``ranks`` creates group ``name`` with the same
     list, in the same order, as this rank (call it on the members only, before creating).
 

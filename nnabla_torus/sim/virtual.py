@@ -3,7 +3,7 @@
 Each rank is a greenlet that runs the code users run: ``collectives.torus2d`` / ``ring`` /
 ``hierarchical`` (and the pipelined torus's lanes), the MPI backend's step generators
 (``reduce_scatter_steps``, ``all_gather_steps``, ``pieces``; inherited, not re-implemented) and
-the communicator's plan (``TorusCommunicator._grid_for`` / ``_make_plan``). Only the transport
+the communicator's settings and plan (``comm.settings``, ``comm.plans``). Only the transport
 is virtual: ``VirtualComm`` gives the generators ``Isend`` / ``Irecv`` / ``Dup`` /
 ``Get_rank``, and ``World`` matches a send with the receive of the same (communicator, source,
 destination, tag) in posting order, copies the data and completes both requests. A rank that
@@ -38,8 +38,9 @@ except ImportError as e:   # an optional extra: the communicator itself does not
     raise ImportError("virtual ranks and the simulator need greenlet: "
                       "pip install 'nnabla-torus[simulate]' (or pip install greenlet)") from e
 
+from ..comm import plans
 from ..comm.collectives import PIPELINE_BYTES, get_algorithm
-from ..comm.communicator import TorusCommunicator
+from ..comm.settings import CommSettings
 from ..knobs import TIMEOUT_MAX_S
 from ..comm.topology import HostLayout
 from ..comm.backends.mpi import Group, MPIBackend
@@ -155,25 +156,6 @@ class VirtualBackend(MPIBackend):
     def library_all_reduce(self, group, buf, what="native all_reduce"):
         """Stand-in for the library's all-reduce: our ring (see the module docstring)."""
         self.all_reduce(group, buf, what)
-
-
-class VirtualCommunicator(TorusCommunicator):
-    """The real communicator's grid and plan logic for one virtual rank (no MPI)."""
-
-    def __init__(self, backend, hosts, algorithm, grid=None):
-        super().__init__(algorithm=algorithm, grid=grid, backend="mpi",
-                         timeout=TIMEOUT_MAX_S, check=False)   # virtual time never waits
-        self.backend, self.hosts = backend, hosts
-        self._groups["world"] = list(range(backend.size))
-        self.set_algorithm(algorithm, grid)
-
-    @property
-    def size(self):
-        return self.backend.size
-
-    @property
-    def rank(self):
-        return self.backend.rank
 
 
 class World:
@@ -345,7 +327,8 @@ class World:
 
 
 def make_ranks(world, ranks_per_host, algorithm, grid=None, pipeline_bytes=PIPELINE_BYTES):
-    """(backends, communicators) of every virtual rank; ranks placed host by host.
+    """(backends, plans) of every virtual rank (a ``collectives.Plan`` each); ranks placed
+    host by host.
 
     ``grid``: "XxY" or topology.Grid for torus2d (None: the communicator's default grid);
     errors (a grid that does not fit the world) are the communicator's ValueErrors.
@@ -357,8 +340,14 @@ def make_ranks(world, ranks_per_host, algorithm, grid=None, pipeline_bytes=PIPEL
                         for h in range(0, world.size, ranks_per_host)])
     backends = [VirtualBackend(world, r, pipeline_bytes=pipeline_bytes)
                 for r in range(world.size)]
-    comms = [VirtualCommunicator(b, hosts, algorithm, grid) for b in backends]
-    return backends, comms
+    # The communicator's settings (keyword arguments, else its NNABLA_TORUS_* variables, all
+    # checked as a communicator checks them), with a timeout that virtual time never reaches.
+    settings = CommSettings.resolve(algorithm=algorithm, grid=grid, backend="mpi",
+                                    timeout=TIMEOUT_MAX_S, check=False)
+    rank_plans = [plans.make_plan(b, hosts, b.rank, algorithm,
+                                  plans.grid_for(algorithm, settings.grid, hosts, world.size))
+                  for b in backends]
+    return backends, rank_plans
 
 
 def run_allreduce(buffers, algorithm, grid=None, ranks_per_host=1, network=None,
@@ -370,7 +359,7 @@ def run_allreduce(buffers, algorithm, grid=None, ranks_per_host=1, network=None,
     ``recorder``: see World.
     """
     world = World(len(buffers), network, max_wall, recorder)
-    backends, comms = make_ranks(world, ranks_per_host, algorithm, grid, pipeline_bytes)
+    backends, rank_plans = make_ranks(world, ranks_per_host, algorithm, grid, pipeline_bytes)
     run = get_algorithm(algorithm)
-    seconds = world.run(lambda b: run(b, comms[b.rank]._plan, buffers[b.rank]), backends)
+    seconds = world.run(lambda b: run(b, rank_plans[b.rank], buffers[b.rank]), backends)
     return (seconds, world) if network is not None or recorder is not None else None

@@ -1,11 +1,11 @@
 """The docs cannot rot: every relative link and anchor of README.md and docs/*.md resolves, every
 page is listed in docs/index.md, every repository path they name exists, and the README's knobs
-table has exactly the communicator's knobs with the code's defaults. Offline and under a second.
+table has exactly the knobs of the communicator's settings object (nnabla_torus/comm/settings.py)
+with their defaults. Offline and under a second.
 
 Anchors follow GitHub's rule: the heading in lower case, punctuation other than - and _
 dropped, spaces as -, and -1, -2, ... for repeats.
 """
-import ast
 import glob
 import os
 import re
@@ -15,11 +15,6 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = os.path.join(ROOT, "docs")
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(DOCS, "*.md")))
-# The modules whose env_value/knob_value calls define the communicator's knobs.
-KNOB_MODULES = ("nnabla_torus/comm/communicator.py", "nnabla_torus/comm/backends/mpi.py")
-# Modules whose top-level constants those calls use as defaults.
-CONSTANT_MODULES = KNOB_MODULES + ("nnabla_torus/comm/collectives.py",)
-
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 INLINE_CODE = re.compile(r"`[^`]*`")
 REPO_PATH = re.compile(r"^(?:nnabla_torus|examples|tools|tests|docs)/[\w./-]*$")
@@ -89,55 +84,11 @@ def test_repository_paths_named_in_the_docs_exist(page):
     assert not missing, f"{page_id(page)} names paths that do not exist: {missing}"
 
 
-def module_constants():
-    """Top-level ``NAME = <constant expression>`` of CONSTANT_MODULES, evaluated."""
-    names = {}
-    for module in CONSTANT_MODULES:
-        tree = ast.parse(open(os.path.join(ROOT, module), encoding="utf-8").read())
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                    node.targets[0], ast.Name):
-                try:
-                    names[node.targets[0].id] = constant(node.value, names)
-                except ValueError:
-                    pass
-    return names
-
-
-def constant(node, names):
-    """The value of a constant expression (literals, << and *, names, dict(...)[key]);
-    ValueError for anything else (a default computed at run time)."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name) and node.id in names:
-        return names[node.id]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.LShift, ast.Mult)):
-        left, right = constant(node.left, names), constant(node.right, names)
-        return left << right if isinstance(node.op, ast.LShift) else left * right
-    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "dict" and not node.args:
-        return {k.arg: constant(k.value, names) for k in node.keywords}
-    if isinstance(node, ast.Subscript):
-        return constant(node.value, names)[constant(node.slice, names)]
-    raise ValueError(ast.dump(node))
-
-
 def code_knobs():
-    """{environment variable: default, or ValueError when computed at run time} of every
-    ``env_value(ENV, default, ...)`` and ``knob_value(value, kwarg, ENV, default, ...)`` call."""
-    names, knobs = module_constants(), {}
-    for module in KNOB_MODULES:
-        for node in ast.walk(ast.parse(open(os.path.join(ROOT, module), encoding="utf-8").read())):
-            name = getattr(getattr(node, "func", None), "id", None)
-            position = {"env_value": 0, "knob_value": 2}.get(name)
-            if position is None:
-                continue
-            env = node.args[position].value
-            default_node = node.args[position + 1] if len(node.args) > position + 1 else None
-            try:
-                knobs[env] = None if default_node is None else constant(default_node, names)
-            except ValueError as e:
-                knobs[env] = e
-    return knobs
+    """{environment variable: default (None when decided at run time)} of every knob of the
+    communicator's settings object."""
+    from nnabla_torus.comm.settings import KNOBS
+    return {knob.env: knob.default for knob in KNOBS.values()}
 
 
 def readme_knobs():
@@ -164,7 +115,7 @@ def test_the_readme_knobs_table_states_the_code_defaults():
     wrong = []
     for env, default in code_knobs().items():
         cell = readme_knobs()[env]
-        if default is None or isinstance(default, ValueError):
+        if default is None:
             continue                                # described in words (from host names, ...)
         if isinstance(default, bool):
             ok = cell == str(int(default))

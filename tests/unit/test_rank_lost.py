@@ -9,7 +9,7 @@ import pytest
 from mpi4py import MPI
 
 import nnabla_torus
-from nnabla_torus.comm import communicator, rendezvous
+from nnabla_torus.comm import guarded_calls, rendezvous
 from nnabla_torus.comm.rendezvous import RankLost, lost_ranks, rank_lost, wait_requests
 
 
@@ -52,8 +52,8 @@ def test_the_communicator_reports_a_death_then_aborts(monkeypatch, capsys):
         aborted.append(code)
         raise Aborted
 
-    monkeypatch.setattr(communicator, "lost_ranks", lambda: [3])
-    monkeypatch.setattr(communicator.time, "sleep", waited.append)
+    monkeypatch.setattr(guarded_calls, "lost_ranks", lambda: [3])
+    monkeypatch.setattr(guarded_calls.time, "sleep", waited.append)
     monkeypatch.setattr(comm.backend, "abort", abort)
     with pytest.raises(Aborted):
         comm.all_reduce(nn.NdArray.from_numpy_array(np.ones(4, np.float32)))

@@ -39,8 +39,8 @@ def test_small_grids_exact(p, algorithm, grid, per_host, n):
 def test_pipelined_lanes_exact(p, grid, per_host, n, pipe):
     bufs_per_rank = n * 4
     world = World(p)
-    backends, comms = make_ranks(world, per_host, "torus2d", grid, pipeline_bytes=pipe)
-    assert comms[0]._plan.pipelined and len(backends[0].pieces(np.zeros(n, np.float32))) > 1
+    backends, plans = make_ranks(world, per_host, "torus2d", grid, pipeline_bytes=pipe)
+    assert plans[0].pipelined and len(backends[0].pieces(np.zeros(n, np.float32))) > 1
     assert bufs_per_rank > pipe and exact(p, "torus2d", grid, per_host, n, pipeline_bytes=pipe)
 
 

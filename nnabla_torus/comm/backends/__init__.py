@@ -8,3 +8,15 @@ def synchronize(comm):
     sync = getattr(getattr(comm, "backend", None), "synchronize", None)
     if sync is not None:
         sync()
+
+
+def make_backend(name, ctx, timeout, **knobs):
+    """The backend called ``name`` (mpi | nccl | fake-nccl); ``knobs`` go to the MPI backend."""
+    if name == "mpi":
+        from .mpi import MPIBackend
+        return MPIBackend(timeout=timeout, **knobs)
+    if name in ("nccl", "fake-nccl"):
+        from .nccl import NCCLBackend
+        return NCCLBackend(ctx, timeout=timeout, fake=(name == "fake-nccl"))
+    raise ValueError(f"unknown backend {name!r}; choose mpi, nccl or fake-nccl "
+                     f"(NNABLA_TORUS_BACKEND or backend=)")

@@ -25,6 +25,7 @@ from mpi4py import MPI
 
 from ..rendezvous import (CollectiveTimeout, RankLost, Watchdog, check_same_call, lost_ranks,
                           wait_requests)
+from ..settings import DEFAULTS
 from .nccl_device import WIRE_TYPES, DeviceBuffers, nnabla_device, short_host, type_contexts
 
 
@@ -83,7 +84,7 @@ class NCCLBackend(DeviceBuffers):
     # 1049-1050, 1119-1135).
     overlaps_backward = False
 
-    def __init__(self, ctx, timeout=300.0, fake=False):
+    def __init__(self, ctx, timeout=DEFAULTS["timeout"], fake=False):
         self.name = "fake-nccl" if fake else "nccl"
         self.timeout = float(timeout)
         self.on_host = fake

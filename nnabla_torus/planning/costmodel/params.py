@@ -5,8 +5,7 @@ them, calibrate.py fits them.
 """
 from collections import namedtuple
 
-
-ALGORITHMS = ("ring", "torus2d", "hierarchical", "native")
+from ...comm.collectives import ALGORITHM_NAMES as ALGORITHMS  # in the planner's order
 
 Link = namedtuple("Link", [
     "latency_s",       # a: seconds per hop, whatever its size

@@ -360,7 +360,7 @@ def case_shared_pieces(comm, config):
     """The shared-memory path in pieces of 4000 bytes (26 pieces of 100003 float32, halves
     alternating), after a window grown by a larger call; float16 and integers too. Twice:
     small pieces summed after one arrival, then every piece through two (threshold 0)."""
-    from nnabla_torus.comm.backends import mpi
+    from nnabla_torus.comm.backends import mpi_shared as mpi
     be = comm.backend
     assert comm._plan.shared, "rows inside one host share memory"
     saved = be.shm_bytes, mpi.SHM_ONE_ARRIVAL_BYTES

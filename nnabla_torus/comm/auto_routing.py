@@ -1,0 +1,65 @@
+"""``algorithm="auto"`` inside the communicator: its candidates, and the table of size ranges
+it fixes at the first ``set_algorithm("auto")`` (from a profile, else measured at once), the
+same on every rank. The table itself and its rules: :mod:`nnabla_torus.comm.auto`.
+"""
+import numpy as np
+from mpi4py import MPI
+
+from . import auto
+from .backends import synchronize
+from .guarded_calls import collective, exchange
+from .job_log import note
+
+
+def candidates(hosts):
+    """auto's algorithms: the library's, the torus, and hierarchical on several hosts."""
+    several = len(hosts.hosts) > 1 and hosts.ranks_per_host
+    return ["native", "torus2d"] + (["hierarchical"] if several else [])
+
+
+def fix_table(comm):
+    """auto's size ranges, computed on rank 0 (profile, else measured) and broadcast:
+    identical on every rank by construction."""
+    names = candidates(comm.hosts)
+    source, profile = comm.auto_profile, comm.settings.profile
+    per_host = comm.hosts.ranks_per_host or comm.size
+    saved = (profile.extra or {}).get("auto_tables", {}).get((comm.size, per_host)) \
+        if source else None
+    if saved and set(saved[1]) <= set(names):   # measured by tools/calibrate.py
+        table = auto.Table(*saved, f"profile {source}, measured by calibrate")
+        note(f"auto ({table.source}, {comm.size} ranks): {table.describe()}")
+        return table
+    if source and auto.missing_terms(profile, names):
+        note(f"auto: profile {source!r} has no software term for "
+             f"{auto.missing_terms(profile, names)}; measuring the size ranges instead")
+        source = ""
+    if comm.size == 1:   # nothing is exchanged: nothing to measure
+        return auto.Table([], ["native"], "one rank")
+    if source:
+        times = auto.predicted_times(profile, names, comm.size, per_host,
+                                     comm.grid.x) if comm.rank == 0 else None
+        name = f"profile {source}"
+    else:
+        times = measure(comm, names)
+        name = "measured at init"
+    table = auto.table_from_times(auto.SIZES, times, name) if comm.rank == 0 else None
+    table = MPI.COMM_WORLD.bcast(table, root=0)
+    note(f"auto ({name}, {comm.size} ranks): {table.describe()}")
+    return table
+
+
+def measure(comm, names):
+    """Time the algorithms ``names`` at auto.SIZES on scratch buffers (collective), each call
+    with its argument check as a user's call has it (folded into shared arrivals or not)."""
+    world = MPI.COMM_WORLD
+
+    def run(name, nbytes):
+        buf = comm.workspace.buffer(comm.backend, np.float32, nbytes // 4)
+        buf.fill(1.0)
+        collective(comm, comm.backend.world_group, ("auto measurement", name, nbytes),
+                   f"auto measurement ({name})",
+                   lambda: exchange(comm, name, comm.auto_plans[name], buf), fold=True)
+        synchronize(comm)   # NCCL calls return before their kernels end
+
+    return auto.measure(run, names, timer=comm.auto_timer,
+                        slowest=lambda t: world.allreduce(t, op=MPI.MAX))
