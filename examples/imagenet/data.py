@@ -352,8 +352,10 @@ def copy_to_array(batch, array, ctx):
     write_only=True)`` (write-only: no zero-fill racing the copy) and DALI's ``copy_to_external``.
     A GPU batch goes device to device on CUDA's legacy default stream, where nnabla-ext-cuda runs
     its kernels: the copy waits for the previous step's kernels that still read the input, the
-    next forward waits for the copy, and the call returns when the copy is done. A CPU batch (CPU
-    context) is a host memcpy.
+    next forward waits for the copy, and the call returns when the copy is done (blocking: DALI
+    reuses the buffer after the next ``run()``, so nnabla-ext-cuda's own iterator refuses
+    ``non_blocking``, ``_dali_iterator.py`` ~60-75, v1.39.0). A CPU batch (CPU context) is a
+    host memcpy.
     """
     on_gpu = hasattr(batch, "device_id")          # TensorListGPU; a TensorListCPU has no device
     if on_gpu != (ctx.backend[0].split(":")[0] in ("cuda", "cudnn")):
