@@ -210,3 +210,18 @@ def test_on_a_gpu_the_batch_lands_in_device_memory_unchanged(indexed, dtype):  #
         y.forward()
     np.testing.assert_array_equal(x.d, expected)
     np.testing.assert_allclose(y.d, expected.astype(np.float32).mean(axis=(2, 3)), rtol=1e-2)
+
+
+@pytest.mark.skipif(cuda_device_count() < 1, reason="needs nnabla-ext-cuda and a GPU (not run "
+                    "on the machines this project is built on)")
+def test_on_a_gpu_training_labels_land_on_the_device(indexed):  # noqa: F811
+    """``label.gpu()`` in a training pipeline: the labels reach the label input device to
+    device and equal the CPU pipeline's (same seed, same shard order)."""
+    ctx = get_extension_context("cudnn", device_id="0")
+    kwargs = dict(batch_size=5, rank=0, size=1, train=True, image_size=16, seed=4)
+    _, expected = next(data.make_loader(indexed, **kwargs))
+    _, labels = next(data.make_loader(indexed, device_id=0, **kwargs))
+    t = nn.Variable((5, 1))
+    with nn.context_scope(ctx):
+        data.feed(t, labels)
+    np.testing.assert_array_equal(t.d, expected)
