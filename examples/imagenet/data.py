@@ -11,8 +11,11 @@ to ``image_size / 0.875`` + centre crop. Output: NCHW images and int32 labels of
 (batch, 1). Images are float32 (``dtype="half"``: float16, for ``type_config='half'``): a numpy
 array from a CPU pipeline, and from a GPU pipeline the DALI batch in device memory, which
 ``feed(x, images)`` copies into the input variable's device array without passing through the
-host (as nnabla-ext-cuda's ``DaliIterator`` does). ``feed`` takes either, so a training loop is
-written once.
+host (as nnabla-ext-cuda's ``DaliIterator`` does). A GPU training pipeline gives its labels in
+device memory too (``feed(t, labels)``): uploaded from the host (``t.d = labels``), they were a
+pageable copy made when forward reached the loss, which waited for the whole forward.
+Validation labels stay on the host (the padding rows are masked there). ``feed`` takes
+either, so a training loop is written once.
 
 Undecodable images (empty, not an image, truncated) make DALI fail a whole batch, and DALI
 2.4 crashed the process (segfault) at a second failure after a non-image file, so a loader
@@ -116,6 +119,7 @@ class Loader:
                  order=None):
         self.batch_size, self.train, self.epoch = batch_size, train, epoch
         self.on_device = device_id is not None
+        self.labels_on_device = self.on_device and train     # validation masks on the host
         self.start_image = self.position = start_image
         self.images_per_epoch = len(dataset)
         self.num_classes = dataset.num_classes
@@ -223,7 +227,8 @@ class Loader:
         images, labels = self._run()
         # A GPU batch stays in device memory (valid until the next batch: feed it first).
         images = images if self.on_device else images.as_array()
-        labels = labels.as_array().reshape(self.batch_size, 1).astype(np.int32)  # reader: CPU
+        if not self.labels_on_device:
+            labels = labels.as_array().reshape(self.batch_size, 1).astype(np.int32)
         self._step += 1
         # Counted in whole batches (not real images) so that it is the same on every rank.
         self.position = min(self.start_image + self._step * self.batch_size, self._per_rank)
@@ -279,6 +284,7 @@ def _build_pipeline(files, labels, batch_size, train, image_size, seed, device_i
 
     decoder = "cpu" if device_id is None else "mixed"
     device = "cpu" if device_id is None else "gpu"
+    labels_to_gpu = train and device_id is not None           # Loader.labels_on_device
     pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
                     seed=seed, prefetch_queue_depth=prefetch)
     with pipe:
@@ -305,7 +311,9 @@ def _build_pipeline(files, labels, batch_size, train, image_size, seed, device_i
                                           output_layout="CHW", crop=(image_size, image_size),
                                           mean=list(PIXEL_MEAN), std=list(PIXEL_STD),
                                           mirror=mirror)
-        pipe.set_outputs(images, label)
+        # int32 labels of shape (1,) per image: a (batch, 1) int32 device batch, what
+        # softmax_cross_entropy reads, copied on the compute stream with the images.
+        pipe.set_outputs(images, label.gpu() if labels_to_gpu else label)
     pipe.build()
     return pipe
 
@@ -344,8 +352,10 @@ def copy_to_array(batch, array, ctx):
     write_only=True)`` (write-only: no zero-fill racing the copy) and DALI's ``copy_to_external``.
     A GPU batch goes device to device on CUDA's legacy default stream, where nnabla-ext-cuda runs
     its kernels: the copy waits for the previous step's kernels that still read the input, the
-    next forward waits for the copy, and the call returns when the copy is done. A CPU batch (CPU
-    context) is a host memcpy.
+    next forward waits for the copy, and the call returns when the copy is done (blocking: DALI
+    reuses the buffer after the next ``run()``, so nnabla-ext-cuda's own iterator refuses
+    ``non_blocking``, ``_dali_iterator.py`` ~60-75, v1.39.0). A CPU batch (CPU context) is a
+    host memcpy.
     """
     on_gpu = hasattr(batch, "device_id")          # TensorListGPU; a TensorListCPU has no device
     if on_gpu != (ctx.backend[0].split(":")[0] in ("cuda", "cudnn")):

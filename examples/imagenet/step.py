@@ -41,8 +41,12 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
     sums = None                       # (loss, top-1 error) summed over micro-batches, on device
     solvers.zero_grad()
     for micro in range(plan.accum_steps):
-        images, t.d = stream.next_batch(plan.local_batch)
+        images, labels = stream.next_batch(plan.local_batch)
         data.feed(x, images)          # on a GPU: device to device, in the compute dtype
+        # On a GPU, device to device too: ``t.d = labels`` left the upload for forward to make
+        # at the loss, a synchronous cudaMemcpy that waits for the whole forward (ext
+        # src/nbla/cuda/array/cuda_array.cpp ~161-177, ~212-236, v1.39.0).
+        data.feed(t, labels)
         objective.forward(clear_no_need_grad=True)
         # Kept on the device and read once after the step: reading loss.d or logits.d here
         # would wait for the forward to finish before backward is even enqueued.

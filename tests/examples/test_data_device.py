@@ -134,6 +134,33 @@ def test_a_gpu_batch_goes_device_to_device_in_fp16(indexed, monkeypatch):  # noq
     assert set(kwargs) == {"cuda_stream"} and kwargs["cuda_stream"].value in (None, 0)
 
 
+def test_gpu_training_labels_stay_on_the_device(indexed, monkeypatch):  # noqa: F811
+    """A GPU training pipeline's labels (``label.gpu()``) reach the label input device to
+    device; the old loader called ``as_array()`` on them and ``t.d = labels`` uploaded them
+    at the loss with a synchronous cudaMemcpy (ext ``src/nbla/cuda/array/cuda_array.cpp``
+    ~161-177, v1.39.0), one more host wait per micro-batch."""
+    built = {}
+
+    class FakePipe:
+        def run(self):
+            return (FakeGPUBatch((4, 3, 8, 8), types.DALIDataType.FLOAT16, 1),
+                    FakeGPUBatch((4, 1), types.DALIDataType.INT32, 1))
+
+    def fake_build(files, labels, batch_size, train, *rest):
+        built.update(train=train)
+        return FakePipe()
+
+    monkeypatch.setattr(data, "_build_pipeline", fake_build)
+    loader = data.make_loader(indexed, 4, train=True, image_size=8, device_id=1, dtype="half")
+    assert built["train"] and loader.labels_on_device
+    _, labels = next(loader)                                  # no as_array on the labels
+    t = FakeVariable((4, 1))
+    data.feed(t, labels, CUDA)
+    assert t.data.calls == [(np.int32, CUDA, True)]           # device array, int32, write-only
+    (_, kwargs), = labels.copies
+    assert kwargs["cuda_stream"].value in (None, 0)           # the compute stream, as images
+
+
 @pytest.mark.parametrize("batch, ctx, message", [
     (FakeGPUBatch((4, 3, 8, 8), types.DALIDataType.FLOAT, 0), CUDA,
      "on GPU 0 but the context uses GPU 1"),
@@ -183,3 +210,18 @@ def test_on_a_gpu_the_batch_lands_in_device_memory_unchanged(indexed, dtype):  #
         y.forward()
     np.testing.assert_array_equal(x.d, expected)
     np.testing.assert_allclose(y.d, expected.astype(np.float32).mean(axis=(2, 3)), rtol=1e-2)
+
+
+@pytest.mark.skipif(cuda_device_count() < 1, reason="needs nnabla-ext-cuda and a GPU (not run "
+                    "on the machines this project is built on)")
+def test_on_a_gpu_training_labels_land_on_the_device(indexed):  # noqa: F811
+    """``label.gpu()`` in a training pipeline: the labels reach the label input device to
+    device and equal the CPU pipeline's (same seed, same shard order)."""
+    ctx = get_extension_context("cudnn", device_id="0")
+    kwargs = dict(batch_size=5, rank=0, size=1, train=True, image_size=16, seed=4)
+    _, expected = next(data.make_loader(indexed, **kwargs))
+    _, labels = next(data.make_loader(indexed, device_id=0, **kwargs))
+    t = nn.Variable((5, 1))
+    with nn.context_scope(ctx):
+        data.feed(t, labels)
+    np.testing.assert_array_equal(t.d, expected)

@@ -67,3 +67,43 @@ def test_loss_and_error_are_read_once_after_the_all_reduce():
                                         None, None)
     assert events == ["forward", "backward", "forward", "backward", "all_reduce"]
     assert (mean_loss, error) == (1.5, 0.5)
+
+
+class HostLabelsRefused:
+    """The label input of a GPU run: filled on the device (``data``), never from the host:
+    ``t.d = labels`` makes forward upload them at the loss with a synchronous cudaMemcpy,
+    which waits for the whole forward (nnabla-ext-cuda v1.39.0
+    ``src/nbla/cuda/array/cuda_array.cpp`` ~161-177 ``synchronize_sync``, ~212-236)."""
+
+    def __init__(self, events):
+        self.data, self.events = nn.NdArray((2, 1)), events
+
+    @property
+    def d(self):
+        return self.data.data
+
+    @d.setter
+    def d(self, value):
+        raise AssertionError(f"labels uploaded from the host mid-step, after {self.events}")
+
+
+class DeviceStream:
+    """A GPU training stream: images and labels already in device memory (NdArrays)."""
+
+    def next_batch(self, batch):
+        return (nn.NdArray.from_numpy_array(np.zeros((batch, 1), np.float32)),
+                nn.NdArray.from_numpy_array(np.array([[0], [2]], np.int32)))
+
+
+def test_device_labels_are_fed_on_the_device_not_through_the_host():
+    events = []
+    x, t = nn.Variable((2, 1)), HostLabelsRefused(events)
+    loss = DeviceOnly(1.5, events)
+    logits = DeviceOnly([[0.9, 0.1, 0.0], [0.8, 0.1, 0.1]], events)   # second is wrong
+    graph = (x, t, loss, Objective(events), logits)
+    plan = BatchPlan(4, 2, 2, 1.0, False, "test")
+    mean_loss, error = train.train_step(DeviceStream(), graph, plan, Solvers(), Comm(events),
+                                        [], None, None)
+    assert events == ["forward", "backward", "forward", "backward", "all_reduce"]
+    assert (mean_loss, error) == (1.5, 0.5)
+    np.testing.assert_array_equal(t.d, [[0], [2]])
