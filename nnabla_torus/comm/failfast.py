@@ -36,6 +36,10 @@ import time
 
 EXIT_TAG = 7303      # tag of the "this rank has gone" message on MPI_COMM_WORLD
 EXIT_GRACE_S = 1.0   # seconds a wait goes on after its peer announced its exit
+# Seconds an exiting rank waits for the other ranks' exit notices: at the end of a job they
+# come at once; a rank that leaves early waits this long at most for the others to abort the
+# job (longer would delay the end of a job whose other ranks block in their own MPI calls).
+EXIT_WAIT_S = 10.0
 ABORT_CODE = 1
 
 _previous = {}       # the hooks install() replaced: "sys", "threading"
@@ -119,12 +123,13 @@ def install():
 
 
 def _post_receives(world):
-    """One posted receive per peer for its exit notice, kept until ``MPI_Finalize``.
+    """One posted receive per peer for its exit notice (``_announce_exit`` completes them).
 
-    Per peer, not one ``MPI_ANY_SOURCE`` receive: a notice that finds no posted receive stays
-    unexpected, and MPICH 5 ends about 1 job in 3 with an unexpected message at
-    ``MPI_Finalize`` killed after a clean run (hydra: "EXIT CODE: 9"; plain mpi4py does the
-    same). Receives still posted at ``MPI_Finalize`` are fine with every library here.
+    Per peer, not one ``MPI_ANY_SOURCE`` receive that is cancelled at exit: a notice that
+    finds no posted receive stays unexpected, and MPICH 5 ended about 1 job in 3 with an
+    unexpected message at ``MPI_Finalize`` killed after a clean run (hydra: "EXIT CODE: 9";
+    plain mpi4py does the same), while a receive still pending there makes MPICH warn
+    ("Builtin communicator ... has pending references") and wait for it.
     """
     import numpy as np
     me = world.Get_rank()
@@ -153,8 +158,15 @@ def gone(peers, grace=EXIT_GRACE_S):
 
 
 def _announce_exit():
-    """At exit: tell every other rank this one has gone (one small message each); our own
-    receives stay posted (cancelling them would leave late notices unexpected)."""
+    """At exit: tell every other rank this one has gone (one small message each), then wait
+    for theirs, so that ``MPI_Finalize`` finds no message and no receive pending.
+
+    At the end of a job every rank exits, so the notices meet at once (``MPI_Finalize`` would
+    wait for the last rank anyway). A rank whose peers go on without it (an early exit) waits
+    until they notice and abort the job, or at most ``EXIT_WAIT_S``; then it cancels the
+    receives still pending (under MPICH a notice that comes later may still end the job
+    killed, as before).
+    """
     MPI = _mpi()
     if MPI is None or not _watch or _watch.get("announced"):
         return
@@ -162,7 +174,12 @@ def _announce_exit():
     world = MPI.COMM_WORLD
     me = np.array([world.Get_rank()], np.int64)
     sends = [world.Isend(me, dest=r, tag=EXIT_TAG) for r in _watch["peers"]]
-    _watch["announced"] = True   # the receives (and their buffer) stay alive until exit
-    deadline = time.monotonic() + 2.0   # one small eager message each: done at once
-    while not MPI.Request.Testall(sends) and time.monotonic() < deadline:
+    _watch["announced"] = True
+    receives = _watch["requests"]
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while not MPI.Request.Testall(sends + receives) and time.monotonic() < deadline:
         time.sleep(1e-3)
+    for request in receives:
+        if request != MPI.REQUEST_NULL:
+            request.Cancel()
+            request.Wait()

