@@ -8,7 +8,7 @@ Each library runs from a venv of its own (one MPI library per venv; docs/mpi-lib
 with the reason, when that set-up fails (no registry, no wheel for this machine). The cases are
 a subset of tests/mpi/test_communicator.py and test_failfast_mpi.py: the correctness cases on
 4 ranks (without the 25.6 M-value ResNet-50 case), bad input, and a killed rank, an unhandled
-exception and an early exit each ending the job in seconds (~80 s per library here).
+exception and an early exit each ending the job in seconds (~50 s per library here).
 """
 import os
 import re
