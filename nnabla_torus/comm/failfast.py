@@ -41,6 +41,10 @@ EXIT_GRACE_S = 1.0   # seconds a wait goes on after its peer announced its exit
 # job (longer would delay the end of a job whose other ranks block in their own MPI calls).
 EXIT_WAIT_S = 10.0
 ABORT_CODE = 1
+# Seconds between the last words of an aborting rank and MPI_Abort: hydra (MPICH, Intel MPI)
+# drops what the rank wrote that its proxy had not yet read when the job is torn down (seen:
+# a traceback cut after its first line, the "aborting the job" line lost).
+ABORT_DRAIN_S = 0.2
 
 _previous = {}       # the hooks install() replaced: "sys", "threading"
 _watch = {}          # once watching: "peers", "requests" (a receive per peer), "seen", ...
@@ -87,6 +91,9 @@ def abort_job(message, code=ABORT_CODE):
 def _end(code):
     MPI = _mpi()
     if MPI is not None and MPI.COMM_WORLD.Get_size() > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(ABORT_DRAIN_S)
         MPI.COMM_WORLD.Abort(code)
     sys.exit(code)
 
