@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 
@@ -56,6 +57,10 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=()):
     full_env["PYTHONPATH"] = REPO + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     full_env.setdefault("OMPI_MCA_osc", "^ucx")   # quiet shared windows (communicator.py)
+    # auto's table cache (comm/auto_cache.py): a fresh folder per job, so a job measures as
+    # before and never reads or writes the user's ~/.cache
+    cache = tempfile.TemporaryDirectory(prefix="nnabla_torus_cache_")
+    full_env.setdefault("NNABLA_TORUS_CACHE_DIR", cache.name)
     full_env.update(env or {})
     cmd = mpirun_command(np_, argv, mpirun_args)
     proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
@@ -68,4 +73,5 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=()):
         raise AssertionError(f"timeout after {timeout}s (deadlock?): {' '.join(cmd)}\n{out}")
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {' '.join(cmd)}\n{out}")
+    cache.cleanup()
     return out
