@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 
 from nnabla_torus.launching.mpirun_cmd import mpi_library, mpirun_command, mpirun_path
 
@@ -63,6 +64,10 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
         # hydra (MPICH, Intel MPI) forwards each write as it comes: an unbuffered print's text
         # and its newline are two writes, and another rank's line can land between them.
         full_env.pop("PYTHONUNBUFFERED", None)
+    # auto's table cache (comm/auto_cache.py): a fresh folder per job, so a job measures as
+    # before (tests skew auto's clock) and never reads or writes the user's ~/.cache
+    cache = tempfile.TemporaryDirectory(prefix="nnabla_torus_cache_")
+    full_env.setdefault("NNABLA_TORUS_CACHE_DIR", cache.name)
     full_env.update(env or {})
     cmd = mpirun_command(np_, argv, mpirun_args, python=python)
     proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
@@ -75,4 +80,5 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
         raise AssertionError(f"timeout after {timeout}s (deadlock?): {' '.join(cmd)}\n{out}")
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {' '.join(cmd)}\n{out}")
+    cache.cleanup()
     return out

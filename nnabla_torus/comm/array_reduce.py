@@ -1,4 +1,4 @@
-"""The body of ``all_reduce`` on a list of NdArrays: fused per wire dtype or each in place,
+"""The body of ``all_reduce`` on a list of NdArrays: fused per wire dtype (``inplace``: per dtype),
 nnabla's zeroing rule, ``division``, and the squared norms the noise scale needs.
 
 In the fused path everything rides in the one buffer: after the data, one slot with this
@@ -7,7 +7,7 @@ rank wrote it since ``zero()``), so the zeroing rule and the noise scale cost no
 """
 import numpy as np
 
-from .fused import get, pack, prescaled, put, unpack, wire_groups
+from .fused import dtype_of, get, pack, prescaled, put, unpack, wire_groups
 
 
 class SquaredNorms:
@@ -32,32 +32,19 @@ def reduce_arrays(comm, arrays, division, inplace, run, p, zeroing_rule=True):
             comm.sqnorms.local_mean += local
             comm.sqnorms.global_ += local
         return
-    if inplace:
-        _in_place(comm, arrays, division, run, p, zeroing_rule)
-        return
-    for wire, same in wire_groups(arrays, comm.wire_fp16):
+    # inplace=True (nnabla: each array reduced in its own storage) gives the same result
+    # through the fused buffer, one exchange per dtype; each array keeps its own dtype.
+    groups = _by_dtype(arrays) if inplace else wire_groups(arrays, comm.wire_fp16)
+    for wire, same in groups:
         _fused(comm, wire, same, division, run, p, zeroing_rule)
 
 
-def _in_place(comm, arrays, division, run, p, zeroing_rule):
-    """Each array in its own storage; the zeroing rule costs one flag all-reduce first."""
-    be, track = comm.backend, comm.track_sqnorms
-    local = sum(be.sqnorm(be.flat(a, write=False)) for a in arrays) if track else 0.0
-    if zeroing_rule and arrays:
-        modified = _modified_anywhere(comm, arrays, run)
-        arrays = [a for a, m in zip(arrays, modified) if m]
+def _by_dtype(arrays):
+    """[(dtype, arrays)] in first-seen order."""
+    groups = {}
     for a in arrays:
-        view = be.flat(a)
-        before = division and prescaled(view.dtype)
-        if before:
-            be.scale(view, 1.0 / p)
-        run(view)
-        if track:
-            comm.sqnorms.global_ += be.sqnorm(view) / (1 if before else p ** 2)
-        if division and not before:
-            be.scale(view, 1.0 / p)   # integers: floor(sum / p), scale_numpy
-    if track:
-        comm.sqnorms.local_mean += _sum_scalar(comm, local, run) / p
+        groups.setdefault(dtype_of(a), []).append(a)
+    return list(groups.items())
 
 
 def _fused(comm, wire, same, division, run, p, zeroing_rule):
@@ -71,7 +58,7 @@ def _fused(comm, wire, same, division, run, p, zeroing_rule):
     flags = len(same) if zeroing_rule else 0
     zeroing = [a.zeroing for a in same] if flags else []  # before packing casts them
     buf = comm.workspace.buffer(be, wire, be.padded_length(n + inline + flags, wire))
-    pack(be, same, buf)
+    flats = pack(be, same, buf)
     data = be.sub(buf, 0, n)
     before = division and prescaled(wire)
     if track:
@@ -89,21 +76,12 @@ def _fused(comm, wire, same, division, run, p, zeroing_rule):
         comm.sqnorms.global_ += be.sqnorm(data) / (1 if before else p ** 2)
     if division and not before:
         be.scale(data, 1.0 / p)
-    unpack(be, buf, same)
+    unpack(be, buf, same, flats)
     if flags:
         modified = get(be, be.sub(buf, n + inline, n + inline + flags))
         for a, m in zip(same, modified):
             if not m:
                 a.zero()   # all zeros and no rank wrote it: zeroing again, as in nnabla
-
-
-def _modified_anywhere(comm, arrays, run):
-    """Per array: whether some rank wrote it since ``zero()`` (one flag all-reduce)."""
-    import nnabla as nn
-    flags = nn.NdArray.from_numpy_array(
-        np.array([not a.zeroing for a in arrays], dtype=np.float32))
-    run(comm.backend.flat(flags))
-    return (flags.get_data("r") > 0).tolist()
 
 
 def _sum_scalar(comm, value, run):

@@ -9,11 +9,13 @@ choice depends only on the call's byte count, which the argument check agrees on
   terms) times each candidate at ``SIZES`` for this job's ranks and ranks per host;
 - else, or when the profile lacks the software term of a candidate (said once), a quick
   measurement on the spot (:func:`measure`): each candidate at ``SIZES`` interleaved, a call's
-  time the slowest rank's, the median of ``MEASURE_ITERS``; ~0.5 s at 8 ranks here.
+  time the slowest rank's, the median of ``MEASURE_ITERS``; ~0.5 s at 8 ranks here, once per
+  machine and MPI library: the table is cached on disk (:mod:`.auto_cache`).
 
-The library's all-reduce (native) keeps the sizes below one crossover, the one that loses
-least time summed over the measured sizes (time / best time at each size), so one noisy
-win cannot flip a whole range; above it each size takes its best other algorithm. Ranges
+At each measured size the library's all-reduce (native) is kept unless another candidate is
+faster by more than ``MARGIN`` (its time < (1 - MARGIN) x native's): a win inside the
+measurement's spread never replaces the library, so auto is not slower than native at any
+measured size, and a noisy size keeps native rather than flipping a range. Ranges
 split at the geometric mean of neighbouring sizes. Example::
 
     >>> t = table_from_times([1 << 14, 1 << 20, 1 << 24],
@@ -30,6 +32,9 @@ import numpy as np
 SIZES = tuple(1 << k for k in range(12, 27, 2))   # 4 KiB .. 64 MiB, x4 steps (bytes)
 MEASURE_ITERS = 3   # timed calls per algorithm and size (after one untimed call); 2 from 16 MiB
 LARGE = 16 << 20
+# How much faster than native another algorithm must be to replace it at a size (a fraction):
+# above the spread of the median of MEASURE_ITERS interleaved calls on a busy host (~5 %).
+MARGIN = 0.1
 
 
 class Table:
@@ -58,20 +63,16 @@ def _size(nbytes):
     return f"{nbytes} B"
 
 
-def table_from_times(sizes, times, source="measured"):
-    """A Table from ``{algorithm: [seconds per size]}`` at ``sizes`` (ascending bytes)."""
+def table_from_times(sizes, times, source="measured", margin=MARGIN):
+    """A Table from ``{algorithm: [seconds per size]}`` at ``sizes`` (ascending bytes): at
+    each size native, unless the fastest other candidate beats it by more than ``margin``."""
     others = [a for a in times if a != "native"]
     if "native" not in times or not others:
         return table_from_names(sizes, winners(times), source)
-    best = [max(min(times[a][i] for a in times), 1e-12) for i in range(len(sizes))]  # > 0
-    other = [min(times[a][i] for a in others) for i in range(len(sizes))]
-
-    def loss(c):   # native below index c, the best other from c on
-        return (sum(times["native"][i] / best[i] for i in range(c))
-                + sum(other[i] / best[i] for i in range(c, len(sizes))))
-    crossover = min(range(len(sizes) + 1), key=lambda c: (loss(c), -c))  # ties: native
-    rest = winners({a: times[a] for a in others})
-    return table_from_names(sizes, ["native"] * crossover + rest[crossover:], source)
+    best_other = winners({a: times[a] for a in others})
+    names = [other if times[other][i] < (1.0 - margin) * times["native"][i] else "native"
+             for i, other in enumerate(best_other)]
+    return table_from_names(sizes, names, source)
 
 
 def table_from_names(sizes, names, source):

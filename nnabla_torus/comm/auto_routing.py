@@ -5,7 +5,7 @@ same on every rank. The table itself and its rules: :mod:`nnabla_torus.comm.auto
 import numpy as np
 from mpi4py import MPI
 
-from . import auto
+from . import auto, auto_cache
 from .backends import synchronize
 from .guarded_calls import collective, exchange
 from .job_log import note
@@ -40,11 +40,33 @@ def fix_table(comm):
                                      comm.grid.x) if comm.rank == 0 else None
         name = f"profile {source}"
     else:
+        table = cached_table(comm, names)
+        if table is not None:
+            return table
         times = measure(comm, names)
         name = "measured at init"
     table = auto.table_from_times(auto.SIZES, times, name) if comm.rank == 0 else None
+    if comm.rank == 0 and not source:
+        auto_cache.save(comm.settings.cache_dir, auto_cache.cache_key(comm, names), table)
     table = MPI.COMM_WORLD.bcast(table, root=0)
     note(f"auto ({name}, {comm.size} ranks): {table.describe()}")
+    return table
+
+
+def cached_table(comm, names):
+    """The table rank 0 finds in the cache, on every rank (None on every rank: measure; the
+    measurement is announced in one line)."""
+    folder = comm.settings.cache_dir
+    table, path = None, None
+    if comm.rank == 0:
+        key = auto_cache.cache_key(comm, names)
+        table, path = auto_cache.load(folder, key), auto_cache.cache_path(folder, key)
+    table, path = MPI.COMM_WORLD.bcast((table, path), root=0)
+    if table is None:
+        note(f"auto: measuring its size ranges once for this machine and MPI library "
+             f"({comm.size} ranks, ~1 s); the table is cached in {path}")
+    else:
+        note(f"auto ({table.source}, {comm.size} ranks): {table.describe()}")
     return table
 
 

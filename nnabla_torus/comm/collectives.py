@@ -37,7 +37,9 @@ PIPELINE_BYTES = 8 << 20  # default size of the pieces of a pipelined torus2d (b
 # The algorithms' names, the one list of them. In this order the planner (planning/costmodel.py,
 # planner.py) numbers them and breaks ties towards the earlier one; train.py broadcasts an index.
 ALGORITHM_NAMES = ("ring", "torus2d", "hierarchical", "native")
-DEFAULT_ALGORITHM = "torus2d"
+AUTO = "auto"  # not a function: the communicator picks one of ALGORITHMS per call (auto.py)
+# The algorithm when none is asked for, on the MPI backend (plans.default_algorithm).
+DEFAULT_ALGORITHM = AUTO
 
 
 @dataclass
@@ -137,11 +139,10 @@ def native(backend, plan, buf):
     backend.library_all_reduce(plan.world, buf, "native all_reduce")
 
 
-# name -> function (each is defined above under its name), the default first: the order that
+# name -> function (each is defined above under its name), the torus first: the order that
 # messages, choices and help texts list them in.
 ALGORITHMS = {name: globals()[name]
-              for name in sorted(ALGORITHM_NAMES, key=lambda name: name != DEFAULT_ALGORITHM)}
-AUTO = "auto"  # not a function: the communicator picks one of ALGORITHMS per call (auto.py)
+              for name in sorted(ALGORITHM_NAMES, key=lambda name: name != "torus2d")}
 
 
 def get_algorithm(name, allow_auto=False):

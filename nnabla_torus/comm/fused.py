@@ -24,7 +24,12 @@ def dtype_of(ndarray):
 
 def signature(arrays):
     """((dtype name, shape), ...): what the cross-rank argument check compares."""
-    return tuple((dtype_of(a).name, tuple(a.shape)) for a in arrays)
+    names = _DTYPE_NAMES   # np.dtype.name is computed in Python (~1 us): once per dtype
+    return tuple((names.get(d) or names.setdefault(d, d.name), a.shape)
+                 for a, d in zip(arrays, map(dtype_of, arrays)))
+
+
+_DTYPE_NAMES = {}
 
 
 def wire_groups(arrays, wire_fp16):
@@ -74,15 +79,31 @@ class Workspace:
 
 
 def pack(backend, arrays, buf):
-    """Copy ``arrays`` one after another into ``buf``."""
+    """Copy ``arrays`` one after another into ``buf``; returns what ``unpack`` may reuse
+    (a host backend's views of them, from its ``views`` cache: one numpy call packs them)."""
+    views = getattr(backend, "views", None)
+    if views is not None:
+        flats = views.of(arrays)
+        if flats:
+            np.concatenate(flats, out=buf[:sum(f.size for f in flats)], casting="unsafe")
+        return flats
     offset = 0
     for a in arrays:
         backend.copy(backend.sub(buf, offset, offset + a.size), backend.flat(a, write=False))
         offset += a.size
+    return None
 
 
-def unpack(backend, buf, arrays):
-    """Copy ``buf`` back into ``arrays`` (as ``pack`` laid them out)."""
+def unpack(backend, buf, arrays, flats=None):
+    """Copy ``buf`` back into ``arrays`` (as ``pack`` laid them out; ``flats``: its result)."""
+    views = getattr(backend, "views", None)
+    if views is not None:
+        start = 0
+        for f in flats if flats is not None else views.of(arrays):
+            stop = start + f.size
+            np.copyto(f, buf[start:stop], casting="unsafe")
+            start = stop
+        return
     offset = 0
     for a in arrays:
         backend.copy(backend.flat(a, write=True), backend.sub(buf, offset, offset + a.size))

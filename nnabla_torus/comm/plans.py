@@ -74,12 +74,15 @@ def host_rows(hosts, size):
 
 
 def default_algorithm(backend, hosts, grid_request=None):
-    """The algorithm when none was asked for: torus2d on MPI (unchanged); on NCCL the torus
-    only where it pays, over several hosts that hold consecutive ranks (rows inside a host on
-    NVLink, columns across hosts; or an explicit grid), else NCCL's own all-reduce: on one
-    host torus2d would be NCCL's reduce-scatter + all-gather over the world, with ~6n extra
+    """The algorithm when none was asked for: ``auto`` on MPI (never slower than the library's
+    own all-reduce: native is one of its candidates), torus2d when a grid was asked for; on
+    NCCL the torus only where it pays, over several hosts that hold consecutive ranks (rows
+    inside a host on NVLink, columns across hosts), else NCCL's own all-reduce: on one host
+    torus2d would be NCCL's reduce-scatter + all-gather over the world, with ~6n extra
     device bytes of nnabla's list copies, never faster than its all-reduce."""
-    if backend == "mpi" or grid_request:
+    if grid_request:
+        return "torus2d"
+    if backend == "mpi":
         return DEFAULT_ALGORITHM
     several = len(hosts.hosts) > 1 and hosts.is_blocked() and (hosts.ranks_per_host or 0) > 1
     return "torus2d" if several else "native"

@@ -53,6 +53,7 @@ class CommSettings:
     ranks_per_host: int = knob("NNABLA_TORUS_RANKS_PER_HOST", None, number(
         int, low=1, hint="ranks per host; unset it to group ranks by host name"))
     auto_profile: str = knob("NNABLA_TORUS_AUTO_PROFILE", "")
+    cache_dir: str = knob("NNABLA_TORUS_CACHE_DIR", "~/.cache/nnabla_torus", agreed=False)
     shm: bool = knob("NNABLA_TORUS_SHM", True, parse_bool, mpi=True)
     shm_bytes: int = knob("NNABLA_TORUS_SHM_BYTES", 32 << 20, number(
         int, low=1, hint="bytes per member and shared piece, e.g. 33554432"), mpi=True)
@@ -96,9 +97,10 @@ class CommSettings:
         wire_fp16 = _flag("wire_fp16", wire_fp16)
         check = _flag("check", check)
         per_host = env_value(KNOBS["ranks_per_host"].env, None, KNOBS["ranks_per_host"].parse)
+        cache_dir = env_value(KNOBS["cache_dir"].env, KNOBS["cache_dir"].default)
         backend_knobs = mpi_settings() if backend == "mpi" else {}
         return cls(backend, algorithm, grid, timeout, wire_fp16, check, per_host, auto_profile,
-                   profile=profile, algorithm_asked=bool(asked), **backend_knobs)
+                   cache_dir, profile=profile, algorithm_asked=bool(asked), **backend_knobs)
 
     def agreement(self):
         """((name, value), ...) that must be the same on every rank (the MPI backend's only on

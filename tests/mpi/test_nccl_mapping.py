@@ -44,7 +44,7 @@ def test_findings4_7_one_device_number_and_a_lazy_half_communicator():
     ("fake-nccl", 2, None, "native 2x1"),       # one host: NCCL's own all-reduce
     ("fake-nccl", 4, "2", "torus2d 2x2"),       # 2 hosts x 2: rows inside hosts
     ("fake-nccl", 4, "1", "native 4x1"),        # one rank per host: no row to keep local
-    ("mpi", 4, None, "torus2d 2x2"),            # the MPI backend's default is unchanged
+    ("mpi", 4, None, "auto 4x1"),               # MPI: auto (issue 22), its torus one row per host
 ])
 def test_issue19_finding11_default_algorithm_per_backend(backend, ranks, per_host, want):
     env = {"NNABLA_TORUS_BACKEND": backend}

@@ -196,7 +196,8 @@ def test_the_table_covers_every_flag_and_knob():
     flags -= {"-h", "--help"}
     assert flags == {word for argv, _ in PLAN for word in argv.split() if word.startswith("--")}
     from nnabla_torus.comm.settings import KNOBS
-    read = {knob.env for knob in KNOBS.values()}
+    # any folder is accepted: one that cannot be used warns at init() and auto measures
+    read = {knob.env for knob in KNOBS.values()} - {"NNABLA_TORUS_CACHE_DIR"}
     assert read == {name for name, _, _ in COMMUNICATOR if name.isupper()}
 
 

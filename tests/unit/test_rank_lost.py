@@ -41,7 +41,7 @@ def test_a_wait_names_a_dead_rank_long_before_its_timeout(monkeypatch):
 def test_the_communicator_reports_a_death_then_aborts(monkeypatch, capsys):
     """Even a collective that returned: Open MPI's hierarchical all-reduce may return a partial
     sum when a peer dies, so a known death after the call fails it too."""
-    comm = nnabla_torus.MultiProcessDataParallelCommunicator(timeout=2)
+    comm = nnabla_torus.MultiProcessDataParallelCommunicator(algorithm="torus2d", timeout=2)
     comm.init()
     waited, aborted = [], []
 

@@ -13,6 +13,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ..array_views import ArrayViews
 from ..collectives import scale_numpy
 from ..rendezvous import Pacer, Watchdog, overdue, wait_requests
 from ..settings import DEFAULTS, mpi_settings
@@ -62,6 +63,7 @@ class MPIBackend(SharedMemoryPath):
         self.spin, self.poll_sleep = knobs["spin"], knobs["poll_sleep"]
         self._groups = {}
         self._scratch = {}
+        self.views = ArrayViews()   # pack/unpack's cached views of the users' NdArrays
         self.watchdog = Watchdog(self.rank, self.timeout, lambda: self.abort(70))
         self.world_group = self.group(range(self.size))
 
