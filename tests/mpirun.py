@@ -67,7 +67,7 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
     # auto's table cache (comm/auto_cache.py): a fresh folder per job, so a job measures as
     # before (tests skew auto's clock) and never reads or writes the user's ~/.cache
     cache = tempfile.TemporaryDirectory(prefix="nnabla_torus_cache_")
-    full_env.setdefault("NNABLA_TORUS_CACHE_DIR", cache.name)
+    full_env["NNABLA_TORUS_CACHE_DIR"] = cache.name
     full_env.update(env or {})
     cmd = mpirun_command(np_, argv, mpirun_args, python=python)
     proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
