@@ -15,6 +15,10 @@ small integers, so every sum is exact and compared exactly (#wrong counts wrong 
 on and off (``comm.check``), and reports check(us) = median time with it - median without it:
 what the check costs per call (on one host it rides on the shared path's first arrival).
 
+``--arrays N`` splits each size's bytes over N arrays (as a model's many parameters are) and
+all-reduces the list in one call; every run is then also timed on one array of the same bytes,
+interleaved, and per-array(us) = (time of N arrays - time of one) / N is what each array adds.
+
 ``auto`` routes each call by size (see nnabla_torus/comm/auto.py); the ``chose`` column says which
 algorithm it ran at that size (from ``comm.algorithm_counts``).
 
@@ -86,6 +90,12 @@ def build_parser():
              type=number(int, low=1))
     add_knob(p, "--warmup", "NNABLA_TORUS_BENCH_WARMUP", 2, "untimed calls first",
              type=number(int, low=0))
+    add_knob(p, "--arrays", "NNABLA_TORUS_BENCH_ARRAYS", 1,
+             "split each size over this many arrays, all-reduced as one list (per-array(us) column)",
+             type=number(int, low=1))
+    add_knob(p, "--inplace", "NNABLA_TORUS_BENCH_INPLACE", True,
+             "all_reduce(..., inplace=) of the calls: 1 each array in its storage, 0 fused",
+             type=parse_bool)
     add_knob(p, "--check-cost", "NNABLA_TORUS_BENCH_CHECK_COST", False,
              "also time every algorithm with the argument check off (check(us) column)",
              type=parse_bool)
@@ -101,8 +111,10 @@ def parse_args(argv=None):
     try:
         args.sizes = [parse_size(s) for s in parse_list(args.sizes)] or [0]
         for size in args.sizes:
-            if size < itemsize:
-                raise ValueError(f"size {size} must be >= {itemsize} bytes (one {args.dtype})")
+            if size < itemsize * args.arrays:
+                each = f" in each of --arrays {args.arrays}" if args.arrays > 1 else ""
+                raise ValueError(f"size {size} must be >= {itemsize * args.arrays} bytes "
+                                 f"(one {args.dtype}{each})")
     except ValueError as e:
         parser.error(f"--sizes: {e}")
     known = list(ALGORITHMS) + [AUTO]
@@ -129,9 +141,9 @@ def variants(comm, algorithms, grids):
     return out
 
 
-def time_calls(comm, nd, source, count, world):
-    """Per-call times (s, slowest rank) of ``count`` all-reduces of ``nd``, reset to ``source``
-    before each, untimed.
+def time_calls(comm, nds, sources, count, world, inplace=True):
+    """Per-call times (s, slowest rank) of ``count`` all-reduces of the list ``nds`` (one array:
+    the array itself), each reset to its ``sources`` entry before each call, untimed.
 
     The reset is a copy on the communicator's device (``backend.copy``), finished before the
     clock starts: writing ``nd.data`` would move the array's head to the host (nnabla
@@ -140,12 +152,14 @@ def time_calls(comm, nd, source, count, world):
     (~5-10 ms of PCIe for ResNet-50's 102 MB) instead of the collective."""
     be = comm.backend
     times = []
+    data = nds if len(nds) > 1 else nds[0]
     for _ in range(count):
-        be.copy(be.flat(nd), be.flat(source, write=False))
+        for nd, source in zip(nds, sources):
+            be.copy(be.flat(nd), be.flat(source, write=False))
         synchronize(comm)   # the copy is device work too: done before the clock starts
         world.Barrier()
         start = time.perf_counter()
-        comm.all_reduce(nd, inplace=True)
+        comm.all_reduce(data, inplace=inplace)
         synchronize(comm)  # NCCL calls return before their kernels end
         times.append(world.allreduce(time.perf_counter() - start, op=MPI.MAX))
     return times
@@ -180,7 +194,8 @@ def memory_bound(nbytes, ranks, world, repeats=5):
 def print_header(comm, args, dtype, hosts):
     """nccl-tests' ``#`` header: version, parameters, rank -> host map, auto's table, columns."""
     print(f"# nnabla_torus {nnabla_torus.__version__} allreduce_bench: {comm.size} ranks, "
-          f"dtype {dtype.name}, iters {args.iters} x rounds {args.rounds}, warmup {args.warmup}")
+          f"dtype {dtype.name}, iters {args.iters} x rounds {args.rounds}, warmup {args.warmup}, "
+          f"arrays {args.arrays}, inplace {int(args.inplace)}")
     print(f"# {MPI.Get_library_version().splitlines()[0].strip()}")
     print("# rank -> host: " + " ".join(f"{r}:{h}" for r, h in enumerate(hosts)))
     if comm.auto_table is not None:
@@ -188,7 +203,8 @@ def print_header(comm, args, dtype, hosts):
     print(f"# {'size(B)':>11} {'count':>10} {'type':>7} {'algorithm':>12} {'grid':>5} "
           f"{'time(us)':>11} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'ratio':>6} "
           f"{'bound(us)':>10} {'%bound':>6} {'chose':>12} {'#wrong':>6}"
-          + (f" {'check(us)':>9}" if args.check_cost else ""))
+          + (f" {'check(us)':>9}" if args.check_cost else "")
+          + (f" {'per-array(us)':>13}" if args.arrays > 1 else ""))
 
 
 Measured = collections.namedtuple("Measured", [   # each a dict keyed by run
@@ -196,30 +212,47 @@ Measured = collections.namedtuple("Measured", [   # each a dict keyed by run
     "unchecked",   # the same with the result check off (--check-cost)
     "wrong",       # wrong elements, summed over the ranks
     "chose",       # Counter of the algorithms the calls ran (auto's choices)
+    "single",      # the same bytes in one array (--arrays N > 1)
 ])
 
 
-def measure_size(comm, args, runs, nd, source, expected, world):
-    """Time every run on one size, ``args.rounds`` interleaved rounds; check the results."""
+def split_arrays(values, parts):
+    """NdArrays holding ``values`` (1-D numpy) split into ``parts`` near-equal pieces (moved to
+    the communicator's device on first use)."""
+    return [nn.NdArray.from_numpy_array(piece.copy()) for piece in np.array_split(values, parts)]
+
+
+def measure_size(comm, args, runs, values, expected, world):
+    """Time every run on one size (``values``: this rank's input, 1-D), ``args.rounds``
+    interleaved rounds; check the results."""
+    nds, sources = split_arrays(values, args.arrays), split_arrays(values, args.arrays)
+    one, one_source = split_arrays(values, 1), split_arrays(values, 1)
     times = {run: [] for run in runs}
     unchecked = {run: [] for run in runs}   # --check-cost: the same calls, check off
+    single = {run: [] for run in runs}      # --arrays N: the same bytes in one array
     wrong = {}
     chose = {run: collections.Counter() for run in runs}
+
+    def timed(arrays, originals, counts=None):   # warm-up calls, then the timed ones
+        time_calls(comm, arrays, originals, args.warmup, world, args.inplace)
+        before = collections.Counter(comm.algorithm_counts)
+        result = time_calls(comm, arrays, originals, args.iters, world, args.inplace)
+        if counts is not None:
+            counts += comm.algorithm_counts - before
+        return result
     for _ in range(args.rounds):
         for run in runs:
             comm.set_algorithm(*run)
-            time_calls(comm, nd, source, args.warmup, world)
-            before = collections.Counter(comm.algorithm_counts)
-            times[run] += time_calls(comm, nd, source, args.iters, world)
-            chose[run] += comm.algorithm_counts - before
-            bad = int(np.count_nonzero(nd.data != expected))
+            times[run] += timed(nds, sources, chose[run])
+            bad = int(np.count_nonzero(np.concatenate([nd.data for nd in nds]) != expected))
             wrong[run] = world.allreduce(bad, op=MPI.SUM) + wrong.get(run, 0)
             if args.check_cost:
                 checking, comm.check = comm.check, False
-                time_calls(comm, nd, source, args.warmup, world)
-                unchecked[run] += time_calls(comm, nd, source, args.iters, world)
+                unchecked[run] += timed(nds, sources)
                 comm.check = checking
-    return Measured(times, unchecked, wrong, chose)
+            if args.arrays > 1:
+                single[run] += timed(one, one_source)
+    return Measured(times, unchecked, wrong, chose, single)
 
 
 def size_record(comm, args, run, nbytes, dtype, measured, native, bound):
@@ -236,7 +269,9 @@ def size_record(comm, args, run, nbytes, dtype, measured, native, bound):
                chose=dict(measured.chose[run]), correct=measured.wrong[run] == 0,
                wrong=measured.wrong[run], ranks_per_host=comm.hosts.ranks_per_host or p,
                check_us=(t - float(np.median(measured.unchecked[run]))) * 1e6
-               if args.check_cost else None)
+               if args.check_cost else None, arrays=args.arrays, inplace=args.inplace,
+               per_array_us=(t - float(np.median(measured.single[run]))) * 1e6 / args.arrays
+               if args.arrays > 1 else None)
     if run[0] == "auto":   # the table tools/calibrate.py saves in a profile
         rec.update(auto_bounds=comm.auto_table.bounds, auto_algorithms=comm.auto_table.names)
     return rec
@@ -251,7 +286,8 @@ def print_row(rec, count, check_cost):
           f"{rec['bound_us'] or 0:>10.1f} "
           f"{100 * (rec['fraction_of_bound'] or 0):>5.0f}% {picked:>12} "
           f"{rec['wrong']:>6}"
-          + (f" {rec['check_us']:>9.1f}" if check_cost else ""), flush=True)
+          + (f" {rec['check_us']:>9.1f}" if check_cost else "")
+          + (f" {rec['per_array_us']:>13.2f}" if rec["arrays"] > 1 else ""), flush=True)
 
 
 def main(argv=None):
@@ -270,10 +306,8 @@ def main(argv=None):
         count = max(nbytes // dtype.itemsize, 0)
         source = ((np.arange(count) % 7) + rank % 5).astype(dtype)
         expected = sum(((np.arange(count) % 7) + r % 5) for r in range(p)).astype(dtype)
-        nd = nn.NdArray.from_numpy_array(source.copy())
-        source = nn.NdArray.from_numpy_array(source)   # moved to the device on first use
         bound = memory_bound(nbytes, p, world) if len(set(hosts)) == 1 else None
-        measured = measure_size(comm, args, runs, nd, source, expected, world)
+        measured = measure_size(comm, args, runs, source, expected, world)
         native = float(np.median(measured.times[("native", None)]))
         for run in runs:
             comm.set_algorithm(*run)

@@ -111,6 +111,10 @@ ALLREDUCE_BENCH = [
     (["--check-cost", "maybe"], "argument --check-cost: expected one of 1/0, true/false, "
                                 "yes/no, on/off, got 'maybe'"),
     (["--json", FILE], "--json = "),
+    (["--arrays", "0"], "argument --arrays: must be an integer >= 1, got '0'"),
+    (["--sizes", "8", "--arrays", "3"], "size 8 must be >= 12 bytes (one float32 in each of "
+                                        "--arrays 3)"),
+    (["--inplace", "2"], "argument --inplace: expected one of 1/0"),
 ]
 
 TRAIN_BENCH = [

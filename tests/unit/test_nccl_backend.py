@@ -151,7 +151,7 @@ def test_finding5_allreduce_bench_stops_its_clock_after_the_device(monkeypatch):
     import tools.allreduce_bench as bench
     comm = SlowDevice()
     nd = nn.NdArray.from_numpy_array(np.zeros(4, np.float32))
-    times = bench.time_calls(comm, nd, np.zeros(4, np.float32), 2, MPI.COMM_WORLD)
+    times = bench.time_calls(comm, [nd], [np.zeros(4, np.float32)], 2, MPI.COMM_WORLD)
     assert min(times) >= SlowDevice.WORK_S, times
 
 
@@ -213,7 +213,7 @@ def test_issue19_finding2_allreduce_bench_times_no_host_to_device_copy():
     comm = CountingDevice()
     nd, source = DeviceArray(np.zeros(4)), DeviceArray(np.arange(4.0))
     nd.data  # e.g. the exactness check of the previous round read it on the host
-    bench.time_calls(comm, nd, source, 3, MPI.COMM_WORLD)
+    bench.time_calls(comm, [nd], [source], 3, MPI.COMM_WORLD)
     timed = " ".join(comm.events).split("all_reduce(")[1:]
     assert all("H2D" not in call.split(")")[0] for call in timed), comm.events
     assert comm.events.count("D2D") == 3 and nd.values.tolist() == [0, 1, 2, 3]
