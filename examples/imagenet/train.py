@@ -53,7 +53,6 @@ from nnabla.ext_utils import get_extension_context
 
 import nnabla_torus as C
 from nnabla_torus.launching import elastic
-from nnabla_torus.comm.communicator import DEFAULTS
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
@@ -100,8 +99,10 @@ def make_context_and_comm(cfg, log_all):
         cfg.grid, note = resize.fit_grid(cfg.grid, MPI.COMM_WORLD.size)
         if note:
             log_all(note)
-    # planned starts on the communicator's default; the planner switches before the first step.
-    algorithm = DEFAULTS["algorithm"] if cfg.algorithm == "planned" else cfg.algorithm
+    # planned starts on torus2d, an algorithm the planner's cost model prices (not auto, the
+    # communicator's default, whose per-size table it cannot, and which would measure at init);
+    # the planner switches to its choice before the first step.
+    algorithm = "torus2d" if cfg.algorithm == "planned" else cfg.algorithm
     comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=algorithm, grid=cfg.grid or None)
     comm.init()
     ctx.device_id = str(comm.local_rank)
