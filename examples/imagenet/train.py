@@ -136,7 +136,9 @@ def open_datasets(cfg, log):
 def main(argv=None):
     cfg = parse_config(argv)
     t_start = time.time()
-    from mpi4py import MPI                 # the communicator starts MPI anyway
+    # MPI started by the communicator's module: fail-fast installed and Open MPI's osc/ucx
+    # notices off before MPI starts (importing mpi4py.MPI first would print them per window)
+    from nnabla_torus.comm.communicator import MPI
     log = report.RankZeroLog(MPI.COMM_WORLD.rank)
     report.configure_logging(MPI.COMM_WORLD.rank, log)
     run = set_up(cfg, log)
