@@ -11,8 +11,10 @@ remaining backward really run at the same time; ``threaded=False`` all-reduces i
 hook (backward waits for each bucket). Either way ``flush`` returns when every bucket is done. Parameters are matched by their underlying variable
 (``hash``/``==`` of ``nn.Variable``), not with ``is``: the hook sees fresh Python wrappers.
 On the NCCL backend with ``native`` (``on_device``) backward gets nnabla's own
-``all_reduce_callback`` instead, in packs of ``bucket_mib``: no hook, no thread, no host sync
-per pack.
+``all_reduce_callback`` instead, in packs of ``bucket_mib``: no thread, no host sync per pack;
+the hook then only enqueues the noise scale's squared norms (``comm.track_sqnorms``) of each
+gradient backward finished, on the device, before nnabla's callback packs it
+(``DeviceSquaredNorms``, nnabla_torus/comm/sqnorms.py).
 
 The result equals ``comm.all_reduce(all_grads, division=True)`` after backward. Example::
 
@@ -43,15 +45,14 @@ def overlaps_backward(comm):
 def on_device(comm):
     """Whether the overlap runs on the device through nnabla's C++ ``all_reduce_callback``
     (packs on non-blocking streams ordered by events, ext .cu ~998-1000, 1049-1050,
-    1119-1135): the NCCL backend with the world all-reduce ``native``, and no gradient norms
-    tracked (``comm.track_sqnorms``, the noise scale: nnabla's callback reports none). The torus phases are
-    not on it: they are reduce_scatter / all_gather / all_reduce on rows and columns, which
-    nnabla's Python API enqueues on the compute stream; running them on a stream of our own
-    would need NCCL calls outside nnabla's API."""
+    1119-1135): the NCCL backend with the world all-reduce ``native``; with the noise scale
+    tracked (``comm.track_sqnorms``) too, its norms taken on the device by the post hook.
+    The torus phases are not on it: they are reduce_scatter / all_gather / all_reduce on rows
+    and columns, which nnabla's Python API enqueues on the compute stream; running them on a
+    stream of our own would need NCCL calls outside nnabla's API."""
     backend = getattr(comm, "backend", None)
     return (getattr(backend, "all_reduce_callback", None) is not None
-            and getattr(comm, "algorithm", None) == "native"
-            and not getattr(comm, "track_sqnorms", False))
+            and getattr(comm, "algorithm", None) == "native")
 
 MIB = 1 << 20
 _STOP = None          # queued instead of a bucket index: the communication thread ends
@@ -71,6 +72,11 @@ class BucketedAllReduce:
         params = list(params.values()) if hasattr(params, "values") else list(params)
         uses, order = count_uses(loss, params)
         self.uses = uses                       # variable -> number of functions that read it
+        # nnabla's callback packs a gradient at each use (ext .cu 1019-1030): the pack holding
+        # the copy of a parameter's first use may be unpacked (~1130-1135) after a later use
+        # added to the gradient, and that contribution is lost. So a graph that reads a
+        # parameter twice is not reduced through it (``backward``).
+        self.shared = any(n > 1 for n in uses.values())
         # Parameters the graph never reads keep a zero gradient but are still averaged (in
         # the last bucket, at flush) so that every rank issues the same collectives.
         unused = [v for v in params if v not in uses]
@@ -100,18 +106,32 @@ class BucketedAllReduce:
         self.remaining_params = [len(bucket) for bucket in self.buckets]
         self.done = [False] * len(self.buckets)
 
-    def hook(self, func):
-        """function_post_hook: count down uses; all-reduce each bucket as soon as it is final."""
+    def _finished(self, func):
+        """Count down the uses of ``func``'s parameters; those whose gradient is now final."""
+        done = []
         for var in func.inputs:
             left = self.remaining_uses.get(var)
             if left is None:
                 continue
             self.remaining_uses[var] = left - 1
             if left == 1:
-                index = self.bucket_of[var]
-                self.remaining_params[index] -= 1
-                if self.remaining_params[index] == 0:
-                    self.reduce(index)
+                done.append(var)
+        return done
+
+    def hook(self, func):
+        """function_post_hook: count down uses; all-reduce each bucket as soon as it is final."""
+        for var in self._finished(func):
+            index = self.bucket_of[var]
+            self.remaining_params[index] -= 1
+            if self.remaining_params[index] == 0:
+                self.reduce(index)
+
+    def norm_hook(self, func):
+        """function_post_hook on the device: enqueue the squared norms of the gradients
+        ``func`` finished, before nnabla's callback (run after this hook) packs them."""
+        done = self._finished(func)
+        if done:
+            self.comm.sqnorms.on_device(self.comm.backend).add_local([v.grad for v in done])
 
     def reduce(self, index):
         """All-reduce bucket ``index`` (once per backward), now or on the communication thread."""
@@ -155,17 +175,30 @@ class BucketedAllReduce:
 
     def backward(self, loss, **backward_kwargs):
         """``loss.backward(**backward_kwargs)`` with bucketed all-reduce, then flush. On the
-        device (``on_device``): nnabla's callback in packs of the bucket size, no thread and
-        no hook; it averages gradients as they are (FP16: still loss-scaled). Where the
-        collectives would share the compute stream (``overlaps_backward`` False, e.g. the
-        algorithm left ``native`` after ``set_algorithm``): one all-reduce after backward."""
+        device (``on_device``): nnabla's callback in packs of the bucket size, no thread; it
+        averages gradients as they are (FP16: still loss-scaled); with the noise scale
+        tracked, ``norm_hook`` takes each local norm and the reduced norms are enqueued after
+        backward (no host sync: read at ``comm.pop_sqnorms()``). Where the collectives would
+        share the compute stream (``overlaps_backward`` False, e.g. the algorithm left
+        ``native`` after ``set_algorithm``), or on the device with a parameter read twice
+        (``shared``): one all-reduce after backward."""
         grads = [v.grad for bucket in self.buckets for v in bucket]
-        if on_device(self.comm):
+        track = getattr(self.comm, "track_sqnorms", False)
+        if on_device(self.comm) and not self.shared:
             callback = self.comm.all_reduce_callback(grads, self.pack_size,
                                                      division=self.division)
-            loss.backward(communicator_callbacks=callback, **backward_kwargs)
+            if not track:
+                loss.backward(communicator_callbacks=callback, **backward_kwargs)
+                return
+            self.reset()
+            loss.backward(communicator_callbacks=callback, function_post_hook=self.norm_hook,
+                          **backward_kwargs)
+            p = self.comm.size
+            self.comm.sqnorms.on_device(self.comm.backend).add_global(
+                grads, 1.0 if self.division else 1.0 / p ** 2)
             return
-        if not overlaps_backward(self.comm):      # e.g. torus2d on NCCL: one call after backward
+        # One call after backward: e.g. torus2d on NCCL, or a shared parameter on the device.
+        if not overlaps_backward(self.comm) or on_device(self.comm):
             loss.backward(**backward_kwargs)
             self.comm.all_reduce(grads, division=self.division, inplace=False)
             return

@@ -291,7 +291,7 @@ def graph_for(run, plan):
                             plan.accum_steps)
     if cfg.overlap and not overlaps_backward(comm):
         run.log(f"overlap off: on the nccl backend only algorithm native overlaps on the "
-                f"device (nnabla's all_reduce_callback), without the noise scale; "
+                f"device (nnabla's all_reduce_callback); "
                 f"{comm.algorithm} enqueues every collective on the stream backward runs "
                 f"on: the gradients are all-reduced after backward")
     elif cfg.overlap:

@@ -10,19 +10,6 @@ import numpy as np
 from .fused import dtype_of, get, pack, prescaled, put, unpack, wire_groups
 
 
-class SquaredNorms:
-    """Sums over calls since the last ``pop``, for the noise scale (x_i: rank i's input):
-    ``local_mean`` = (1/p) sum_i |x_i|^2, ``global_`` = |(1/p) sum_i x_i|^2."""
-
-    def __init__(self):
-        self.local_mean, self.global_ = 0.0, 0.0
-
-    def pop(self):
-        values = (self.local_mean, self.global_)
-        self.local_mean, self.global_ = 0.0, 0.0
-        return values
-
-
 def reduce_arrays(comm, arrays, division, inplace, run, p, zeroing_rule=True):
     """Sum (``division``: average) ``arrays`` over the ``p`` ranks of ``run(buf)``."""
     if p == 1:  # nothing to exchange: the sum and the average are the input itself

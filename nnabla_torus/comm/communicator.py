@@ -32,7 +32,8 @@ from mpi4py import MPI  # noqa: E402  (starts MPI)
 
 from . import auto_routing, failfast, other_collectives, plans, topology  # noqa: E402
 from .backends import make_backend  # noqa: E402
-from .array_reduce import SquaredNorms, reduce_arrays  # noqa: E402
+from .array_reduce import reduce_arrays  # noqa: E402
+from .sqnorms import SquaredNorms  # noqa: E402
 from .collectives import AUTO, Plan, get_algorithm  # noqa: E402
 from .fused import Workspace, as_list, signature  # noqa: E402
 from .guarded_calls import collective, exchange, guarded  # noqa: E402

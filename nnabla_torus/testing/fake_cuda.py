@@ -14,13 +14,16 @@ CUDA_LIKE = ("identity", "mul_scalar", "pow_scalar", "sum")  # nnabla functions 
 _device = [None]  # this process's fake GPU (set_device), None before
 _places = {}  # address -> (bytes, device) of arrays placed on a fake device
 _pending = []  # enqueued collectives: (requests, finish), completed by synchronize()
-# Stream model: the CUDA stream each collective is enqueued on, and the host syncs, in order
-# (lines in ext multi_process_data_parallel_communicator.cu: see NCCLBackend.overlaps_backward).
+# Stream model: the CUDA stream each collective and kernel is enqueued on, and the host syncs,
+# in order, as (stream, op, reads): ``reads`` the host addresses of the arrays it reads (lines
+# in ext multi_process_data_parallel_communicator.cu: see NCCLBackend.overlaps_backward).
 # ("legacy-default", op): reduce_scatter / all_gather, and all_reduce / reduce / bcast unless
 # in place on a list (stream 0 or nullptr); ("blocking", op): those in place on a list (streams
 # that wait for stream 0, see stream_kind); ("non-blocking", op): all_reduce_callback's
-# packs (cudaStreamNonBlocking, ordered by events); ("host-sync", what): synchronize() and
-# Event.synchronize(). Tests read and clear it.
+# packs (cudaStreamNonBlocking, ordered by events), reads = the gradients packed;
+# ("legacy-default", "F.<name>"): the CUDA_LIKE functions, kernels on the compute stream, reads
+# = their NdArray inputs; ("host-sync", what): synchronize() and Event.synchronize(). Tests
+# read and clear it.
 stream_log = []
 
 
@@ -79,6 +82,8 @@ def _like_cuda(name, function):
                 check_device(a, device, f"F.{name}")
         for out in kwargs.get("outputs") or []:
             out.cast(dtype, ctx)  # raises nnabla's own error for a narrowed view of another dtype
+        reads = [_extent(a) for a in args if isinstance(a, nn.NdArray)]
+        stream_log.append(("legacy-default", f"F.{name}", tuple(e[0] for e in reads if e)))
         return function(*args, **kwargs)
     run.fake_cuda, run.original = True, function
     return run
@@ -112,7 +117,7 @@ def reset():
 
 def synchronize(device_id="0"):
     """Complete every enqueued collective (cudaDeviceSynchronize); spins while a peer is missing."""
-    stream_log.append(("host-sync", "synchronize"))
+    stream_log.append(("host-sync", "synchronize", ()))
     complete()
 
 
@@ -140,7 +145,7 @@ class Event:
         pass
 
     def synchronize(self):
-        stream_log.append(("host-sync", "event"))
+        stream_log.append(("host-sync", "event", ()))
         complete()
 
 
@@ -151,7 +156,8 @@ def stream_kind(data, inplace):
     return "blocking" if inplace and isinstance(data, list) else "legacy-default"
 
 
-def enqueue(requests, finish, stream, op):
-    """Record ``op`` on ``stream``; ``finish()`` runs once ``requests`` complete, at a host sync."""
-    stream_log.append((stream, op))
+def enqueue(requests, finish, stream, op, reads=()):
+    """Record ``op`` on ``stream`` (reading the arrays at host addresses ``reads``);
+    ``finish()`` runs once ``requests`` complete, at a host sync."""
+    stream_log.append((stream, op, tuple(reads)))
     _pending.append((requests, finish))

@@ -192,11 +192,11 @@ class FakeMultiProcessDataParallelCommunicator:
             total += part
         return total
 
-    def _gather_sum(self, comm, flat, division, done, stream, op="all_reduce"):
+    def _gather_sum(self, comm, flat, division, done, stream, op="all_reduce", reads=()):
         """Enqueue the sum of ``flat`` over ``comm``; ``done(total)`` runs at synchronize()."""
         parts = np.empty((comm.Get_size(), flat.size), self.dtype)
         request = comm.Iallgather(_bytes(np.ascontiguousarray(flat)), _bytes(parts))
-        enqueue([request], lambda: done(self._sum(parts, division)), stream, op)
+        enqueue([request], lambda: done(self._sum(parts, division)), stream, op, reads)
 
     def _all_zeroing(self, arrays, comm):
         """Per array: zeroing on every member of ``comm`` (nnabla's mpi_check_all, blocking)."""
@@ -296,8 +296,13 @@ class FakeAllReduceCallback:
     multiplied by ``scale_grad`` into the pack and, when the pack holds ``pack_size`` elements
     or backward ends, summed (``division``: ncclAvg) and unpacked (keep_dtype is moot: arrays
     are T). As in nnabla, a gradient is packed at each use. A Python object: nnabla's backward
-    runs it only through ``nnabla_torus.comm.backward_callback.install()``; on_finish_backward
-    completes the enqueued sums (a GPU's default stream would wait for them)."""
+    runs it only through ``nnabla_torus.comm.backward_callback.install()``.
+
+    A pack is summed and unpacked as soon as it is enqueued: the earliest schedule nnabla's
+    streams allow (its pack waits only for stream 0's work so far, ext .cu 1049-1050, and its
+    unpack may rewrite the gradients before any later kernel of stream 0 runs, ~1130-1135),
+    so a kernel that reads a gradient after its function's callback sees the reduced value
+    here, as it may on a GPU. Not a host sync (none is logged)."""
 
     def __init__(self, parent, comm, arrays, pack_size, division, scale_grad):
         self.parent, self.comm, self.arrays = parent, comm, arrays
@@ -318,15 +323,15 @@ class FakeAllReduceCallback:
                 self._all_reduce()
 
     def on_finish_backward(self):
+        # Not a host sync: stream 0 waits for the unpack stream's event (ext .cu 1101-1113).
         self._all_reduce()
-        # Not a host sync: stream 0 waits for the unpack stream's event (ext .cu 1101-1113);
-        # the fake has no later kernels to order, so it completes the sums here.
-        complete()
 
     def _all_reduce(self):
         if self._flats:
             flats = self._flats
+            reads = [f.__array_interface__["data"][0] for f in flats]
             self.parent._gather_sum(self.comm, np.concatenate(self._parts), self.division,
                                     lambda total: self.parent._unpack(total, flats),
-                                    "non-blocking", "all_reduce_callback")
+                                    "non-blocking", "all_reduce_callback", reads)
+            complete()   # the earliest schedule (class doc)
         self._flats, self._parts = [], []

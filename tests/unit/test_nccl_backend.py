@@ -293,8 +293,8 @@ def test_issue19_finding10_train_bench_does_not_count_backward_as_all_reduce():
 def test_issue19_finding3_no_bucketing_during_backward_on_the_nccl_backend():
     """NCCL through nnabla's Python API runs on backward's stream (NCCLBackend.overlaps_backward
     cites the lines): on NCCL, overlap only through nnabla's all_reduce_callback (algorithm
-    native, no noise-scale norms); train.py all-reduces after backward otherwise, and keeps
-    overlap on host backends."""
+    native, with or without the noise-scale norms, which the post hook takes on the device);
+    train.py all-reduces after backward otherwise, and keeps overlap on host backends."""
     from nnabla_torus.overlap import on_device, overlaps_backward
 
     class Comm:
@@ -303,7 +303,7 @@ def test_issue19_finding3_no_bucketing_during_backward_on_the_nccl_backend():
     nccl = object.__new__(NCCLBackend)
     assert not overlaps_backward(Comm(nccl))
     assert overlaps_backward(Comm(nccl, "native")) and on_device(Comm(nccl, "native"))
-    assert not overlaps_backward(Comm(nccl, "native", track_sqnorms=True))
+    assert on_device(Comm(nccl, "native", track_sqnorms=True))
     from nnabla_torus.comm.backends.mpi import MPIBackend
     mpi = object.__new__(MPIBackend)
     assert overlaps_backward(Comm(mpi, "native")) and not on_device(Comm(mpi, "native"))

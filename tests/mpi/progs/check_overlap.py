@@ -49,8 +49,8 @@ def build(rank):
     return F.mean(y ** 2), nn.get_parameters()
 
 
-def gradients(comm, bucket_mib, threaded=False):
-    loss, params = build(comm.rank)
+def gradients(comm, bucket_mib, threaded=False, builder=None):
+    loss, params = (builder or build)(comm.rank)
     for p in params.values():
         p.grad.zero()
     loss.forward()
@@ -70,11 +70,25 @@ def gradients(comm, bucket_mib, threaded=False):
 
 def device_streams(comm):
     """fake-nccl, algorithm native: BucketedAllReduce.backward all-reduces during backward on
-    non-blocking streams only (nnabla's all_reduce_callback), several packs, no host sync, and the same gradients as one all-reduce after backward."""
+    non-blocking streams only (nnabla's all_reduce_callback), several packs, no host sync, and
+    the same gradients as one all-reduce after backward. A graph that reads a parameter twice
+    is reduced after backward: the fake unpacks each pack at once (the earliest schedule),
+    which lost the later use's contribution through nnabla's callback."""
     from nnabla_torus.testing import fake_nccl
     assert comm.algorithm == "native", comm.algorithm
-    reference, _ = gradients(comm, None)
+    shared_reference, _ = gradients(comm, None)
     loss, params = build(comm.rank)
+    loss.forward()
+    fake_nccl.stream_log.clear()
+    shared = BucketedAllReduce(comm, loss, params, bucket_mib=1e-4)
+    shared.backward(loss)
+    shared.close()
+    assert not [e for e in fake_nccl.stream_log if e[0] == "non-blocking"], fake_nccl.stream_log
+    for name in shared_reference:
+        np.testing.assert_allclose(params[name].g, shared_reference[name], rtol=1e-6,
+                                   atol=1e-7, err_msg=f"{name} shared")
+    reference, _ = gradients(comm, None, builder=build_unshared)
+    loss, params = build_unshared(comm.rank)
     for p in params.values():
         p.grad.zero()
     loss.forward()
@@ -85,7 +99,8 @@ def device_streams(comm):
     log = list(fake_nccl.stream_log)
     packs = [e for e in log if e[0] != "host-sync"]
     syncs = [e for e in log if e[0] == "host-sync"]
-    assert len(packs) >= 3 and all(e == ("non-blocking", "all_reduce_callback") for e in packs), log
+    assert len(packs) >= 3 and all(e[:2] == ("non-blocking", "all_reduce_callback")
+                                   for e in packs), log
     assert not syncs, log            # none per pack, none at the end (ext .cu 1101-1113)
     for name in reference:
         np.testing.assert_allclose(params[name].g, reference[name], rtol=1e-6, atol=1e-7,
@@ -106,7 +121,8 @@ def device_streams(comm):
     loss.forward()
     fake_nccl.stream_log.clear()
     reducer.backward(loss)
-    calls = [e[1] for e in fake_nccl.stream_log if e[0] != "host-sync"]
+    calls = [e[1] for e in fake_nccl.stream_log if e[0] != "host-sync"
+             and not e[1].startswith("F.")]
     assert calls == ["reduce_scatter", "all_gather"], fake_nccl.stream_log
     for name in reference:
         np.testing.assert_allclose(params[name].g, reference[name], rtol=1e-6, atol=1e-7,
@@ -117,6 +133,78 @@ def device_streams(comm):
         print(passed_line("check_overlap"))
 
 
+def build_unshared(rank):
+    """A conv, a batch norm and affines of odd sizes, each parameter read once (as in
+    ResNet-50); every rank its own input."""
+    nn.clear_parameters()
+    rng = np.random.RandomState(1)
+    x = nn.Variable.from_numpy_array(
+        np.random.RandomState(100 + rank).randn(3, 2, 5, 7).astype(np.float32))
+    with nn.parameter_scope("conv"):
+        h = PF.batch_normalization(PF.convolution(x, 3, (3, 3), rng=rng), batch_stat=True)
+    with nn.parameter_scope("mid"):
+        h = F.tanh(PF.affine(F.relu(h), 17, rng=rng))
+    with nn.parameter_scope("head"):
+        y = PF.affine(h, 5, rng=rng)
+    return F.mean((y - 0.3) ** 2), nn.get_parameters()
+
+
+def device_norms(comm):
+    """fake-nccl, algorithm native, noise scale tracked: BucketedAllReduce.backward still runs
+    nnabla's all_reduce_callback during backward (non-blocking packs, no host sync during
+    backward), each gradient's squared norm is a compute-stream kernel logged before the pack
+    that holds it (the fake unpacks each pack at once, so a later read would see the reduced
+    value), and pop_sqnorms() equals numpy's (1/p) sum_i |g_i|^2 and |(1/p) sum_i g_i|^2 of the
+    ranks' local gradients. The old code took the host path instead: one legacy-default
+    all_reduce after backward and a host sync."""
+    from mpi4py import MPI
+    from nnabla_torus.testing import fake_nccl
+    assert comm.algorithm == "native", comm.algorithm
+    p = comm.size
+    loss, params = build_unshared(comm.rank)
+    for v in params.values():
+        v.grad.zero()
+    loss.forward()
+    loss.backward()
+    local = {k: v.g.astype(np.float64) for k, v in params.items()}
+    every = MPI.COMM_WORLD.allgather(local)
+    mean = {k: sum(r[k] for r in every) / p for k in local}
+    want_local = sum(float((r[k] ** 2).sum()) for r in every for k in r) / p
+    want_global = sum(float((m ** 2).sum()) for m in mean.values())
+
+    reducer = BucketedAllReduce(comm, loss, params, bucket_mib=1e-4)   # ~26 elements a pack
+    comm.track_sqnorms = True
+    assert comm.pop_sqnorms() == (0.0, 0.0)
+    for step in range(2):                       # the second pop starts from zero again
+        for v in params.values():
+            v.grad.zero()
+        loss.forward()
+        fake_nccl.synchronize()
+        fake_nccl.stream_log.clear()
+        reducer.backward(loss)
+        log = list(fake_nccl.stream_log)
+        packs = [i for i, e in enumerate(log) if e[0] == "non-blocking"]
+        assert len(packs) >= 3, log
+        assert not [e for e in log if e[0] == "host-sync"], log    # none during backward
+        assert all(e[0] == "non-blocking" or e[1].startswith("F.") for e in log), log
+        for i in packs:
+            for address in log[i][2]:
+                first = [j for j, e in enumerate(log) if e[1] == "F.pow_scalar"
+                         and address in e[2]]
+                assert first and first[0] < i, (i, address, log)
+        got_local, got_global = comm.pop_sqnorms()
+        np.testing.assert_allclose([got_local, got_global], [want_local, want_global],
+                                   rtol=2e-5, err_msg=f"step {step}")
+        for k in mean:
+            np.testing.assert_allclose(params[k].g, mean[k], rtol=1e-5, atol=1e-7, err_msg=k)
+    comm.track_sqnorms = False
+    reducer.close()
+    if comm.rank == 0:
+        print(f"device norms on {p} ranks: {len(packs)} packs, local {got_local:.6g} (numpy "
+              f"{want_local:.6g}), global {got_global:.6g} (numpy {want_global:.6g})")
+        print(passed_line("check_overlap"))
+
+
 def main():
     ctx = get_extension_context("cpu")
     nn.set_default_context(ctx)
@@ -124,6 +212,8 @@ def main():
     comm.init()
     if sys.argv[1:] == ["device-streams"]:
         return device_streams(comm)
+    if sys.argv[1:] == ["device-norms"]:
+        return device_norms(comm)
     reference, _ = gradients(comm, None)
     assert np.abs(reference["shared/affine/W"]).sum() > 0
     for bucket_mib, threaded in [(1e-6, False), (1e-3, False), (100.0, False), (1e-6, True),
