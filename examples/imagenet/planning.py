@@ -28,7 +28,7 @@ import math
 import nnabla as nn
 import numpy as np
 
-from nnabla_torus.planning import costmodel, goodput, planner
+from nnabla_torus.planning import costmodel, goodput, overlap_choice, planner
 from nnabla_torus.planning.costmodel import ALGORITHMS
 from nnabla_torus.planning.machine_profile import default_profile, load_profile
 from nnabla_torus.comm.topology import Grid, parse_grid
@@ -108,6 +108,12 @@ class TrainingPlanner:
         prof = prof._replace(models={model: comp})
         return cls(prof, model, note, world_size, applies, dataset_size, cfg.epochs,
                    ranks_per_host)
+
+    def overlap_choice(self, local_batch, grid_x):
+        """overlap_choice.OverlapChoice for this world at ``local_batch`` per rank (torus on
+        rows of ``grid_x``): torus2d after backward or native overlapped."""
+        return overlap_choice.choose(self.here.network, self.prof.models[self.model],
+                                     self.world_size, local_batch, grid_x)
 
     def score(self, batch_plan, algorithm, grid):
         """planner.Plan of running ``algorithm`` on ``grid`` ("XxY") at ``batch_plan``."""

@@ -55,6 +55,7 @@ import nnabla_torus as C
 from nnabla_torus.launching import elastic
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
+from nnabla_torus.planning.overlap_choice import describe as describe_overlap_choice
 from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
 from nnabla_torus.planning.schedules import BatchSchedule
 
@@ -289,7 +290,7 @@ def graph_for(run, plan):
     cfg, comm = run.cfg, run.comm
     run.graph = build_graph(run.model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
                             plan.accum_steps)
-    if cfg.overlap and not overlaps_backward(comm):
+    if cfg.overlap and not overlaps_backward(comm) and not choose_overlap(run, plan):
         run.log(f"overlap off: on the nccl backend only algorithm native overlaps on the "
                 f"device (nnabla's all_reduce_callback); "
                 f"{comm.algorithm} enqueues every collective on the stream backward runs "
@@ -297,6 +298,25 @@ def graph_for(run, plan):
     elif cfg.overlap:
         run.reducer = BucketedAllReduce(comm, run.graph[3], run.params, bucket_mib=cfg.bucket_mib,
                                         grad_bytes=2 if run.type_config == "half" else 4)
+
+
+def choose_overlap(run, plan):
+    """On NCCL with an algorithm that cannot overlap (torus2d across hosts): the cost model's
+    choice between it after backward and native overlapped, logged once per run with its
+    numbers (nnabla_torus/planning/overlap_choice.py); with ``--algorithm planned`` switch to
+    native when that is faster. True when the run now overlaps."""
+    if run.planner is None:
+        return False
+    choice = run.planner.overlap_choice(plan.local_batch, run.comm.grid.x)
+    if not getattr(run, "overlap_choice_logged", False):
+        run.overlap_choice_logged = True
+        run.log(describe_overlap_choice(choice, run.planner.prof.name) + (
+            "" if run.cfg.algorithm == "planned" else
+            f" (kept {run.comm.algorithm}: --algorithm {run.cfg.algorithm} was asked for)"))
+    if choice.algorithm != "native" or run.cfg.algorithm != "planned":
+        return False
+    run.comm.set_algorithm("native")
+    return True
 
 
 def take_step(run, plan, epoch):
