@@ -146,11 +146,33 @@ def child_env():
 
 
 def run(argv, env, timeout):
+    """Run ``argv``, echoing its output line by line as it comes (the device tests and
+    benchmarks take minutes: a silent terminal looks hung); a CompletedProcess with the
+    combined output as stdout. Past ``timeout`` seconds the child is killed and the result
+    has exit status 124 and a last line saying so (a FAIL verdict, not a traceback)."""
+    import threading
     print("+ " + " ".join(argv), flush=True)
-    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    print(done.stdout[-3000:] + done.stderr[-3000:], flush=True)
-    return done
+    child = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    lines = []
+
+    def echo():
+        for line in child.stdout:
+            lines.append(line)
+            print(line, end="", flush=True)
+    reader = threading.Thread(target=echo, daemon=True)
+    reader.start()
+    try:
+        code = child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        code = 124
+        child.wait()
+    reader.join(timeout=10)
+    if code == 124:
+        lines.append(f"gpu-check: timed out after {timeout} s and killed: {' '.join(argv)}\n")
+        print(lines[-1], end="", flush=True)
+    return subprocess.CompletedProcess(argv, code, "".join(lines), "")
 
 
 def records_of(done, prefix):
@@ -171,6 +193,8 @@ def device_checks(gpus, env, json_path):
                      "PASS" if tests.returncode == 0 else "FAIL", tail))
     grids = [str(g) for g in factor_pairs(gpus)]
     bench_json = os.path.abspath(os.path.splitext(json_path)[0] + "_allreduce.json")
+    if os.path.exists(bench_json):   # a failed run must not report the last run's records
+        os.remove(bench_json)
     bench = run(mpirun_command(gpus, ["tools/allreduce_bench.py", "--algorithms",
                                       "torus2d,native", "--grids", ",".join(grids), "--sizes",
                                       f"1M,{RESNET50_BYTES}", "--rounds", "3", "--json",
@@ -208,8 +232,15 @@ def main(argv=None):
     args = parser.parse_args(argv)
     gpus, _ = gpu_count()
     if gpus and not args.no_install:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", f"{REPO}[gpu]"],
-                       check=True)
+        command = [sys.executable, "-m", "pip", "install", "-q", "-e", f"{REPO}[gpu]"]
+        print("+ " + " ".join(command), flush=True)
+        done = subprocess.run(command)
+        if done.returncode:
+            print(f"gpu-check: installing the [gpu] extra failed (pip exit {done.returncode}, "
+                  f"its messages above). Fix the cause (network, disk, index), or install the "
+                  f"GPU stack yourself and run: python tools/gpu_check.py --no-install")
+            return 1
+        importlib.invalidate_caches()   # the nvidia-* wheels are new to this interpreter
     gpus, pieces = check_pieces()
     report = {"host": platform.node(), "gpus": gpus,
               "pieces": [dict(piece=p, ok=ok, found=f) for p, ok, f in pieces]}

@@ -77,3 +77,42 @@ def test_issue19_the_device_tests_select_no_fake_case():
     chosen = [line for line in done.stdout.splitlines() if "::" in line]
     assert chosen and not [c for c in chosen if "fake" in c], chosen
     assert any("nccl-2" in c for c in chosen), chosen
+
+
+def test_issue19_a_child_is_echoed_as_it_runs_and_a_timeout_is_a_verdict(capsys):
+    """gpu-check's children print while they run (the device tests take minutes), and one
+    that outlives its timeout is killed and reported, not a traceback."""
+    prog = "import time; print('first', flush=True); time.sleep(30)"
+    done = gpu_check.run([sys.executable, "-c", prog], dict(os.environ), timeout=2)
+    assert done.returncode == 124
+    assert done.stdout.splitlines()[0] == "first"
+    assert done.stdout.splitlines()[-1].startswith("gpu-check: timed out after 2 s and killed")
+    assert "first" in capsys.readouterr().out
+
+
+def test_issue19_a_failed_benchmark_does_not_report_the_last_runs_records(tmp_path,
+                                                                          monkeypatch):
+    """The all-reduce records of an earlier run beside the JSON are removed first: a bench that
+    dies writes none, and its verdict is FAIL with 0 records (the old code put the stale
+    records, and their INFO lines, in this run's report)."""
+    import subprocess as sp
+    out = tmp_path / "gpu_check.json"
+    stale = tmp_path / "gpu_check_allreduce.json"
+    stale.write_text(json.dumps([dict(algorithm="native", grid="-", bytes=1, time_us=1.0,
+                                      busbw_GBps=1.0, ratio_to_native=1.0, correct=True)]))
+    monkeypatch.setattr(gpu_check, "run", lambda argv, env, timeout: sp.CompletedProcess(
+        argv, 1 if "tools/allreduce_bench.py" in argv else 0, "", ""))
+    results, verdicts = gpu_check.device_checks(2, {}, str(out))
+    assert results["allreduce"] == []
+    assert ("all-reduce results exact (torus2d, NCCL)", "FAIL", "0 records") in verdicts
+
+
+def test_issue19_a_failed_install_says_how_to_go_on(monkeypatch, capsys):
+    import subprocess as sp
+    monkeypatch.setattr(gpu_check, "gpu_count", lambda: (2, ""))
+    monkeypatch.setattr(gpu_check.subprocess, "run",
+                        lambda argv, **kw: sp.CompletedProcess(argv, 1, "", ""))
+    assert gpu_check.main(["--json", os.devnull]) == 1
+    text = capsys.readouterr().out
+    assert "installing the [gpu] extra failed (pip exit 1" in text
+    assert "python tools/gpu_check.py --no-install" in text
