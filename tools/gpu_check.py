@@ -115,8 +115,8 @@ def check_pieces():
 REGISTRATION = """
 import nnabla_torus
 from nnabla.ext_utils import get_extension_context
-import nnabla.communicators as C
-print(C.MultiProcessDataParallelCommunicator(get_extension_context("cudnn")).name)
+from nnabla_torus.comm.backends import cuda_env
+print(cuda_env.create_communicator(get_extension_context("cudnn")).name)
 """
 
 

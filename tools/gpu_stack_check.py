@@ -79,8 +79,8 @@ TRAIN_ORDER = """
 import nnabla_torus as C
 from nnabla.ext_utils import get_extension_context
 ctx = get_extension_context("cudnn", device_id="0", type_config="float")
-import nnabla.communicators as NC
-registered = NC.MultiProcessDataParallelCommunicator(ctx).name
+from nnabla_torus.comm.backends import cuda_env
+registered = cuda_env.create_communicator(ctx).name
 comm = C.MultiProcessDataParallelCommunicator(ctx)
 try:
     comm.init()
@@ -98,10 +98,13 @@ STAGES = [
     ("import nnabla_ext.cuda",
      "from mpi4py import MPI\nimport nnabla_ext.cuda\nprint('imported', nnabla_ext.cuda.__version__)",
      r"^imported 1\.39\.0", True, 1),
+    # With another libmpi.so on the default library path (a system Open MPI) nnabla finds
+    # that one instead, beside mpi4py's, and the process crashes: either ending shows that
+    # without OMPI_HOME nnabla does not get mpi4py's library.
     ("communicator registered without OMPI_HOME (finding 2)",
      "import os\nos.environ.pop('OMPI_HOME', None)\nfrom mpi4py import MPI\nimport nnabla_ext.cuda\n"
      "import nnabla.communicators as C\nC.MultiProcessDataParallelCommunicator(CTX)",
-     r"could not be found in \[\]", True, 1),
+     r"could not be found in \[\]|End of error message", True, 1),
     ("communicator registered with nnabla_torus's OMPI_HOME",
      "from nnabla_torus.comm.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
      "import nnabla.communicators as C\nc = C.MultiProcessDataParallelCommunicator(CTX)\n"
@@ -116,12 +119,12 @@ STAGES = [
      r"^TypeError: expected bytes, int found", False, 1),
     ("nnabla communicator init()",
      "from nnabla_torus.comm.backends import cuda_env\ncuda_env.import_cuda_extension()\n"
-     "import nnabla.communicators as C\nc = C.MultiProcessDataParallelCommunicator(CTX)\nc.init()",
+     "c = cuda_env.create_communicator(CTX)\nc.init()",
      r"cudaErrorInsufficientDriver", False, 1),
     ("nnabla init() under mpirun -np 2: its MPI part through mpi4py's Open MPI, device rule",
      "from mpi4py import MPI\nfrom nnabla_torus.comm.backends import cuda_env, nccl_device\n"
-     "cuda_env.import_cuda_extension()\nimport nnabla.communicators as C\n"
-     "c = C.MultiProcessDataParallelCommunicator(CTX)\ntry:\n    c.init()\n"
+     "cuda_env.import_cuda_extension()\n"
+     "c = cuda_env.create_communicator(CTX)\ntry:\n    c.init()\n"
      "except RuntimeError as e:\n    stop = str(e).strip().splitlines()[-1][:60]\n"
      "ours = nccl_device.nnabla_device(MPI.COMM_WORLD)[0]\nMPI.COMM_WORLD.Barrier()\n"
      "print(f'rank {c.rank}/{c.size}: nnabla local_rank {c.local_rank}, ours {ours}, '\n"

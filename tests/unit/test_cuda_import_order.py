@@ -103,7 +103,11 @@ def test_extension_imported_first_gets_a_clear_error(extension):
         except cuda_env.ExtensionImportedTooEarly as e:
             print("error:", e)
     """)
-    assert "registered False" in out, out
+    # A libmpi.so on the default library path (e.g. a system Open MPI) lets the extension
+    # register with that MPI instead; the error then names the second library.
+    system_mpi = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libmpi.so')"],
+                                capture_output=True).returncode == 0
+    assert f"registered {system_mpi}" in out, out
     assert "import nnabla_torus before making the CUDA context" in out, out
 
 

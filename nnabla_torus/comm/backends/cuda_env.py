@@ -97,6 +97,33 @@ def prepare_ompi_home(environ=os.environ, cache_dir=None):
     return home
 
 
+def create_communicator(ctx):
+    """nnabla's ``MultiProcessDataParallelCommunicator(ctx)``, with its ``libmpi.so`` preload
+    bound to mpi4py's library.
+
+    nnabla's factory loads ``ctypes.CDLL('libmpi.so', RTLD_GLOBAL)`` (then ``.so.12``, ``.20``,
+    ``.40``) by bare name (nnabla v1.39.0 ``python/src/nnabla/communicator.pyx`` 636-649), so
+    on a host with another MPI on the default library path (a system Open MPI's
+    ``/usr/lib/x86_64-linux-gnu/libmpi.so``) it maps a second MPI beside mpi4py's and the one
+    ``OMPI_HOME`` gave nnabla's C++, and ``init()`` segfaults (``tools/gpu_stack_check.py``,
+    Debian's Open MPI 4.1.4 beside the registry's 5.0.11). Here those names resolve to the
+    library mpi4py loaded while the factory runs."""
+    import ctypes
+    import nnabla.communicators as C
+    ours, original = loaded_libmpi(), ctypes.CDLL
+
+    class OurLibmpi(original):
+        def __init__(self, name, *args, **kwargs):
+            if ours and isinstance(name, str) and name.startswith("libmpi.so"):
+                name = ours
+            super().__init__(name, *args, **kwargs)
+    ctypes.CDLL = OurLibmpi
+    try:
+        return C.MultiProcessDataParallelCommunicator(ctx)
+    finally:
+        ctypes.CDLL = original
+
+
 def wheel_roots():
     """The folders of the ``nvidia`` namespace package (the ``nvidia-*-cu12`` wheels)."""
     spec = importlib.util.find_spec("nvidia")
@@ -204,10 +231,20 @@ def check_registered(ctx):
     import, ``dl_mpi_init`` found libmpi (``$OMPI_HOME/lib/libmpi.so`` first) and
     ``dl_nccl_init`` found NCCL (ext ``src/nbla/cuda/init.cpp.tmpl`` ~251-263,
     ``src/nbla/cuda/communicator/dl_mpi.cpp`` ~43-76); constructing one (no MPI, no device
-    work) is the test."""
-    import nnabla.communicators as C
+    work) is the test. It also raises when a second libmpi is mapped beside mpi4py's: the
+    extension, imported before nnabla_torus, found another MPI on the default library path
+    (``dl_mpi.cpp`` step 2), and two MPIs in one process crash."""
     try:
-        C.MultiProcessDataParallelCommunicator(ctx)
+        create_communicator(ctx)
+        libraries = sorted({os.path.realpath(line.split()[-1]) for line in open("/proc/self/maps")
+                            if os.path.basename(line.split()[-1]).startswith("libmpi.so")})
+        if len(libraries) > 1:
+            raise ExtensionImportedTooEarly(
+                f"two MPI libraries are loaded: {', '.join(libraries)} (mpi4py uses "
+                f"{os.path.realpath(loaded_libmpi())}): nnabla_ext.cuda was imported before "
+                f"nnabla_torus pointed OMPI_HOME at mpi4py's, and found another libmpi.so on the "
+                f"default library path. Fix: import nnabla_torus before making the CUDA context, "
+                f"or call nnabla_torus.comm.backends.cuda_env.prepare() first")
     except RuntimeError as e:
         if "could not be found" not in str(e):
             raise

@@ -132,12 +132,12 @@ class NCCLBackend(DeviceBuffers):
             if self.on_host:
                 comm = self._ext.FakeMultiProcessDataParallelCommunicator(self._ctx[dtype])
             else:
-                import nnabla.communicators as C
+                from . import cuda_env
                 # init() holds the GIL (our watchdog cannot run); nnabla's own watchdog, read
                 # at construction, covers it: enabled with our timeout unless set already.
                 os.environ.setdefault("NNABLA_MPI_WATCH_DOG_ENABLE", "1")
                 os.environ.setdefault("NNABLA_MPI_WATCH_DOG_TIMEOUT", str(math.ceil(self.timeout)))
-                comm = C.MultiProcessDataParallelCommunicator(self._ctx[dtype])
+                comm = cuda_env.create_communicator(self._ctx[dtype])
             comm.init()
         if comm.local_rank != self.device_id:
             raise RuntimeError(f"rank {self.rank} ({self.host}): nnabla put its NCCL communicator "
