@@ -102,7 +102,9 @@ def library_python(library):
     venv = override or os.path.join(REPO, f".venv-{library}")
     python = os.path.join(venv, "bin", "python")
     stamp = os.path.join(venv, ".installed")
-    if override or (os.path.exists(stamp) and os.path.exists(python)
+    # A system venv's bin/mpirun links the system's, which may have been removed since.
+    runs = library != "system" or os.access(os.path.join(venv, "bin", "mpirun"), os.X_OK)
+    if override or (os.path.exists(stamp) and os.path.exists(python) and runs
                     and open(stamp).read().startswith(f"MPI={library} ")):
         return python
     try:

@@ -28,8 +28,11 @@ system_path() {  # PATH without the bin folders of venvs (theirs is a registry M
   echo "$out"
 }
 if [ "$mpi" = system ]; then
+  # (bash's command -v falls back to a file it cannot run: -x keeps only runnable ones)
   sys_mpirun=$(PATH=$(system_path) command -v mpirun || true)
+  [ -x "$sys_mpirun" ] || sys_mpirun=""
   sys_mpicc=$(PATH=$(system_path) command -v mpicc || true)
+  [ -x "$sys_mpicc" ] || sys_mpicc=""
   if [ -z "$sys_mpirun" ]; then
     echo "error: MPI=system needs a system MPI's mpirun on PATH outside the venvs (none" \
          "found). Fix: install one (e.g. apt-get install libopenmpi-dev openmpi-bin, or" \

@@ -63,11 +63,13 @@ def test_bad_input_raises_on_every_rank(python):
 @pytest.mark.slow
 def test_a_killed_rank_ends_the_job(python):
     timeout = 20
-    start = time.monotonic()
     out = failed_run(python, ["tests/mpi/progs/emu_fault.py", "--size", "1M", "--victim", "3",
                               "--kill-at", "3"], env={"NNABLA_TORUS_TIMEOUT": str(timeout)})
-    assert "KILL 3 " in out and "DONE" not in out, out
-    assert time.monotonic() - start < timeout, out
+    ended = time.time()
+    killed = re.search(r"^KILL 3 ([\d.]+)$", out, re.M)
+    assert killed and "DONE" not in out, out
+    # From the kill, not the launch: start-up (auto's measurement) took 30 s on a loaded machine.
+    assert ended - float(killed.group(1)) < timeout, out
 
 
 @pytest.mark.slow
