@@ -4,12 +4,12 @@ of the suite runs under the default, Open MPI 5 from the registry).
 Each library runs from a venv of its own (one MPI library per venv; docs/mpi-libraries.md):
 ``$NNABLA_TORUS_TEST_VENV_<LIBRARY>`` when set, else ``.venv-mpich`` / ``.venv-impi`` /
 ``.venv-system`` in the repository, made on first use by ``tests.mpirun.library_python``
-(about 3 minutes here for each registry library, 7 for the system one, which builds mpi4py;
-once) and skipped, with the reason, when that set-up fails (no registry, no wheel for this
-machine, no mpirun on PATH outside the venvs). The cases are
-a subset of tests/mpi/test_communicator.py and test_failfast_mpi.py: the correctness cases on
-4 ranks (without the 25.6 M-value ResNet-50 case), bad input, and a killed rank, an unhandled
-exception and an early exit each ending the job in seconds (~50 s per library here).
+(0.5-1.5 min here with pip's cache warm; 5 min more when mpi4py must be built for the system
+MPI; once) and skipped, with the reason, when that set-up fails (no registry, no wheel for
+this machine, no mpirun on PATH outside the venvs). The cases are a subset of
+tests/mpi/test_communicator.py and test_failfast_mpi.py: the correctness cases on 4 ranks
+(without the 25.6 M-value ResNet-50 case), bad input, and a killed rank, an unhandled
+exception and an early exit each ending the job in seconds (~50-70 s per library here).
 """
 import re
 import time
