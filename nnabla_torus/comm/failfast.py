@@ -42,9 +42,9 @@ EXIT_GRACE_S = 1.0   # seconds a wait goes on after its peer announced its exit
 EXIT_WAIT_S = 10.0
 ABORT_CODE = 1
 # Seconds between two MPI_Testsome polls in gone(). One poll tests the p - 1 exit-notice
-# receives: 41-121 us at p = 2,176 here, 0.4-1.2 % of the waits' 10 ms poll interval, growing
-# with p (docs/benchmarks.md, tools/failfast_bench.py). A notice counts only EXIT_GRACE_S after
-# it was seen, so this delays a verdict by at most GONE_POLL_S.
+# receives: 41-434 us at p = 2,176 here (quiet to loaded), 0.4-4 % of the waits' 10 ms poll
+# interval, growing with p (docs/benchmarks.md, tools/failfast_bench.py). A notice counts only
+# EXIT_GRACE_S after it was seen, so this delays a verdict by at most GONE_POLL_S.
 GONE_POLL_S = 0.1
 # Seconds between the last words of an aborting rank and MPI_Abort: hydra (MPICH, Intel MPI)
 # drops what the rank wrote that its proxy had not yet read when the job is torn down (seen:
