@@ -15,8 +15,6 @@ import signal
 import subprocess
 import tempfile
 
-import pytest
-
 from nnabla_torus.launching.mpirun_cmd import (mpirun_command, mpirun_path, open_mpi_version,
                                                version_text)
 
@@ -98,6 +96,7 @@ def library_python(library):
     with set-up's last lines when that fails (no registry, no wheel for this machine; for
     ``system``: no mpirun on PATH outside the venvs).
     """
+    import pytest   # here, not at the top: the MPI test programs import this module too
     override = os.environ.get(f"NNABLA_TORUS_TEST_VENV_{library.upper()}")
     venv = override or os.path.join(REPO, f".venv-{library}")
     python = os.path.join(venv, "bin", "python")

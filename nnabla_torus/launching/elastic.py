@@ -16,8 +16,8 @@ controller uses). Exit statuses of the script:
     anything else the launcher stops and reports the status and the last lines (no relaunch)
 
 Ctrl-C (SIGINT) or SIGTERM: the launcher sends mpirun SIGUSR1 (Open MPI's mpirun and hydra,
-MPICH's and Intel MPI's, pass it to every rank); the ranks agree, checkpoint at the end of the step and exit 76. A second Ctrl-C
-kills the job. Examples::
+MPICH's and Intel MPI's, pass it to every rank); the ranks agree, checkpoint at the end of the
+step and exit 76. A second Ctrl-C kills the job. Examples::
 
     nnabla-torus-run --slots 4 --ranks-schedule 0:1,1:2,2:4 -- \\
         python examples/imagenet/train.py --batch-schedule 0:32,1:64,2:128

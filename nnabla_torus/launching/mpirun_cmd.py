@@ -135,8 +135,8 @@ def hostfile_args(library, hostfile, hosts, folder):
         with open(path, "w") as f:
             f.writelines(f"{host}:{slots}\n" for host, slots in hosts)
         return ["-machinefile", path]
-    raise ValueError(f"a hostfile needs Open MPI, MPICH or Intel MPI's mpirun; this mpirun is "
-                     f"another library's: give its host flags through --mpirun-args instead")
+    raise ValueError("a hostfile needs Open MPI, MPICH or Intel MPI's mpirun; this mpirun is "
+                     "another library's: give its host flags through --mpirun-args instead")
 
 
 def launcher(mpirun, library):
