@@ -15,9 +15,11 @@ import signal
 import subprocess
 import tempfile
 
-from nnabla_torus.launching.mpirun_cmd import mpi_library, mpirun_command, mpirun_path
+from nnabla_torus.launching.mpirun_cmd import (mpirun_command, mpirun_path, open_mpi_version,
+                                               version_text)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SETUP_TIMEOUT_S = 1200   # seconds tools/setup_venv.sh may take (MPI=system builds mpi4py)
 
 # A rank's death as mpirun reports it ("process rank 3 with PID 812 on node vm exited on
 # signal 9"), group 1 the rank; and as nnabla_torus reports it ("nnabla_torus: rank 0: lost
@@ -60,9 +62,11 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
     full_env["PYTHONPATH"] = REPO + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     full_env.setdefault("OMPI_MCA_osc", "^ucx")   # quiet shared windows (communicator.py)
-    if mpi_library(mpirun_path(python)) != "openmpi":
-        # hydra (MPICH, Intel MPI) forwards each write as it comes: an unbuffered print's text
-        # and its newline are two writes, and another rank's line can land between them.
+    version = open_mpi_version(version_text(mpirun_path(python)))
+    if not version or int(version.split(".")[0]) < 5:
+        # hydra (MPICH, Intel MPI) and Open MPI 4's orted forward each write as it comes: an
+        # unbuffered print's text and its newline are two writes, and another rank's line can
+        # land between them (under Open MPI 5 the suite's lines arrive whole).
         full_env.pop("PYTHONUNBUFFERED", None)
     # auto's table cache (comm/auto_cache.py): a fresh folder per job, so a job measures as
     # before (tests skew auto's clock) and never reads or writes the user's ~/.cache
@@ -82,3 +86,34 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
         raise AssertionError(f"exit {proc.returncode}: {' '.join(cmd)}\n{out}")
     cache.cleanup()
     return out
+
+
+def library_python(library):
+    """The interpreter of the venv of MPI library ``library`` (``mpich``, ``impi``, ``system``).
+
+    ``$NNABLA_TORUS_TEST_VENV_<LIBRARY>`` when set, else ``.venv-<library>`` in the repository,
+    made on first use by ``MPI=<library> EXTRAS=test tools/setup_venv.sh``; the test is skipped
+    with set-up's last lines when that fails (no registry, no wheel for this machine; for
+    ``system``: no mpirun on PATH outside the venvs).
+    """
+    import pytest   # here, not at the top: the MPI test programs import this module too
+    override = os.environ.get(f"NNABLA_TORUS_TEST_VENV_{library.upper()}")
+    venv = override or os.path.join(REPO, f".venv-{library}")
+    python = os.path.join(venv, "bin", "python")
+    stamp = os.path.join(venv, ".installed")
+    # A system venv's bin/mpirun links the system's, which may have been removed since.
+    runs = library != "system" or os.access(os.path.join(venv, "bin", "mpirun"), os.X_OK)
+    if override or (os.path.exists(stamp) and os.path.exists(python) and runs
+                    and open(stamp).read().startswith(f"MPI={library} ")):
+        return python
+    try:
+        done = subprocess.run(["bash", "tools/setup_venv.sh", venv], cwd=REPO,
+                              env={**os.environ, "MPI": library, "EXTRAS": "test"},
+                              capture_output=True, text=True, timeout=SETUP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"MPI={library} tools/setup_venv.sh {venv} took over {SETUP_TIMEOUT_S} s")
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        pytest.skip(f"no {library} venv: MPI={library} tools/setup_venv.sh {venv} failed: "
+                    + " | ".join(tail))
+    return python

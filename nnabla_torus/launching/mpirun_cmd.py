@@ -23,6 +23,7 @@ beside the interpreter, and mpi4py's wheel loads that venv's ``libmpi`` (docs/mp
 import argparse
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,17 +47,28 @@ def mpirun_path(python=None):
 
 
 @functools.lru_cache(maxsize=None)
-def mpi_library(mpirun):
-    """``"openmpi"``, ``"mpich"``, ``"impi"`` or ``"other"``: whose ``mpirun`` this is, from
-    ``mpirun --version`` (run once per path, with its folder first on PATH)."""
+def version_text(mpirun):
+    """What ``mpirun --version`` prints (run once per path, with its folder first on PATH);
+    ``""`` when it does not run."""
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(mpirun) + os.pathsep + env.get("PATH", "")
     try:
         done = subprocess.run([mpirun, "--version"], env=env, capture_output=True, text=True,
                               timeout=60)
     except (OSError, subprocess.TimeoutExpired):
-        return "other"
-    return library_of_version(done.stdout + done.stderr)
+        return ""
+    return done.stdout + done.stderr
+
+
+def open_mpi_version(text):
+    """The Open MPI version in an ``mpirun --version`` text (``"5.0.11"``), else None."""
+    found = re.search(r"\(Open MPI\) (\d+\.[\d.]+)", text)
+    return found.group(1) if found else None
+
+
+def mpi_library(mpirun):
+    """``"openmpi"``, ``"mpich"``, ``"impi"`` or ``"other"``: whose ``mpirun`` this is."""
+    return library_of_version(version_text(mpirun))
 
 
 def library_of_version(text):
@@ -90,6 +102,41 @@ def launch_args(library, fault=True, environ=None, root=None):
     if library == "impi" and "I_MPI_FABRICS" not in environ:
         return ["-genv", "I_MPI_FABRICS", "shm"]
     return []
+
+
+def env_args(library, environ, names):
+    """mpirun flags that pass the variables ``names`` of ``environ`` to the ranks on every
+    host.
+
+    Open MPI: ``-x NAME`` each (it forwards only those to other hosts); hydra (MPICH, Intel
+    MPI): ``-genv NAME VALUE`` each (one variable added to whatever the launcher forwards;
+    ``-genvlist`` would forward the listed ones only). Another library gets none: its ranks
+    see what its launcher forwards.
+    """
+    if library == "openmpi":
+        return [word for name in names for word in ("-x", name)]
+    if library in ("mpich", "impi"):
+        return [word for name in names for word in ("-genv", name, environ[name])]
+    return []
+
+
+def hostfile_args(library, hostfile, hosts, folder):
+    """mpirun flags that run on ``hosts`` [(host, slots)], read from the Open MPI hostfile
+    ``hostfile`` (``host slots=N``).
+
+    Open MPI: ``--hostfile hostfile``. hydra (MPICH, Intel MPI) reads ``host:N`` lines: the
+    hosts are written in that format to ``folder``/machinefile and passed as ``-machinefile``.
+    Another library: ValueError (pass its own host flags through the launcher's mpirun args).
+    """
+    if library == "openmpi":
+        return ["--hostfile", hostfile]
+    if library in ("mpich", "impi"):
+        path = os.path.join(folder, "machinefile")
+        with open(path, "w") as f:
+            f.writelines(f"{host}:{slots}\n" for host, slots in hosts)
+        return ["-machinefile", path]
+    raise ValueError("a hostfile needs Open MPI, MPICH or Intel MPI's mpirun; this mpirun is "
+                     "another library's: give its host flags through --mpirun-args instead")
 
 
 def launcher(mpirun, library):

@@ -22,6 +22,7 @@ import socket
 import numpy as np
 from mpi4py import MPI
 
+from ..comm.backends.mpi import raw
 # The fake device, under the names nnabla_ext.cuda gives them (the backend loads this module
 # as its extension) and those the tests use.
 from .fake_cuda import (TYPE_CONFIGS, Event, check_device, complete,  # noqa: F401
@@ -31,10 +32,6 @@ from .fake_cuda import (TYPE_CONFIGS, Event, check_device, complete,  # noqa: F4
 def _nnabla_error(kind, message):
     """nnabla's NBLA_ERROR(error_code::kind, ...) reaches Python as RuntimeError."""
     return RuntimeError(f"{kind} error in FakeMultiProcessDataParallelCommunicator: {message}")
-
-
-def _bytes(array):
-    return [array.reshape(-1).view(np.uint8), MPI.BYTE]
 
 
 def _host_mpi(call, text):
@@ -195,7 +192,7 @@ class FakeMultiProcessDataParallelCommunicator:
     def _gather_sum(self, comm, flat, division, done, stream, op="all_reduce", reads=()):
         """Enqueue the sum of ``flat`` over ``comm``; ``done(total)`` runs at synchronize()."""
         parts = np.empty((comm.Get_size(), flat.size), self.dtype)
-        request = comm.Iallgather(_bytes(np.ascontiguousarray(flat)), _bytes(parts))
+        request = comm.Iallgather(raw(np.ascontiguousarray(flat)), raw(parts))
         enqueue([request], lambda: done(self._sum(parts, division)), stream, op, reads)
 
     def _all_zeroing(self, arrays, comm):
@@ -251,7 +248,7 @@ class FakeMultiProcessDataParallelCommunicator:
         comm, _, batches = self._rooted(group, src, data, inplace, "ncclBcast")
         for batch in batches:
             large, flats = self._pack(batch)
-            enqueue([comm.Ibcast(_bytes(large), root=src)],
+            enqueue([comm.Ibcast(raw(large), root=src)],
                      lambda large=large, flats=flats: self._unpack(large, flats),
                      stream_kind(data, inplace), "bcast")
 
@@ -264,7 +261,7 @@ class FakeMultiProcessDataParallelCommunicator:
             raise ValueError(f"all_gather: ndarray_list holds {large.size} elements, fewer than "
                              f"{m} members x {send.size} (NCCL would write past it)")
         recv = large[:m * send.size]
-        enqueue([comm.Iallgather(_bytes(send), _bytes(recv))], lambda: self._unpack(large, flats),
+        enqueue([comm.Iallgather(raw(send), raw(recv))], lambda: self._unpack(large, flats),
                  "legacy-default", "all_gather")
 
     def reduce_scatter(self, ndarray_list, ndarray, division=False, group="world"):
@@ -278,7 +275,7 @@ class FakeMultiProcessDataParallelCommunicator:
         out = self._typed(ndarray)
         parts = np.empty((m, count), self.dtype)
         send = np.ascontiguousarray(large[:m * count])
-        enqueue([comm.Ialltoall(_bytes(send), _bytes(parts))],
+        enqueue([comm.Ialltoall(raw(send), raw(parts))],
                  lambda: self._unpack(self._sum(parts, division), [out]),
                  "legacy-default", "reduce_scatter")
 

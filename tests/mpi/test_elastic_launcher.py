@@ -1,30 +1,33 @@
 """nnabla-torus-run under real mpirun: with a stand-in script (relaunch on request, stop on
-anything else with status and last lines, restart limit, Ctrl-C forwarded), then driving
+anything else with status and last lines, restart limit, Ctrl-C forwarded; relaunch from a
+hostfile and Ctrl-C also under MPICH, Intel MPI and the system's MPI), then driving
 examples/imagenet/train.py (1 -> 2 ranks; Ctrl-C leaves a checkpoint that resumes on 1 rank;
 without the launcher train.py only logs what it would do)."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
 import pytest
 
-from tests.mpirun import REPO, run_mpi
+from tests.mpirun import REPO, library_python, run_mpi
 
 FAKE = "tests/mpi/progs/elastic_fake.py"
 
 
-def launcher(*args, **popen):
+def launcher(*args, python=sys.executable, **popen):
+    """nnabla-torus-run ``args`` run by ``python`` (whose venv's MPI library the job uses)."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMPI_MCA_rmaps_base_oversubscribe="1")
-    return subprocess.Popen([sys.executable, "-m", "nnabla_torus.launching.elastic", *args], cwd=REPO,
+    return subprocess.Popen([python, "-m", "nnabla_torus.launching.elastic", *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, **popen)
 
 
-def run(*args, timeout=120):
-    proc = launcher(*args)
+def run(*args, timeout=120, python=sys.executable):
+    proc = launcher(*args, python=python)
     out, _ = proc.communicate(timeout=timeout)
     return proc.returncode, out
 
@@ -77,6 +80,24 @@ def test_ctrl_c_is_forwarded_and_leaves_a_resumable_stop():
     out = interrupt_when(proc, "WAITING")
     assert proc.returncode == 130, out
     assert "checkpoint is resumable" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("library", ["mpich", "impi", "system"])
+def test_hostfile_relaunch_and_ctrl_c_under_another_library(library, tmp_path):
+    """Before: the launcher passed Open MPI's -x and --hostfile, which hydra refuses
+    ("unrecognized argument x"); the hostfile becomes hydra's host:N machinefile."""
+    python = library_python(library)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"{socket.gethostname()} slots=2\n")
+    status, out = run("--hostfile", str(hostfile), "--ranks-schedule", "0:1", "--", "python",
+                      FAKE, "grow", python=python)
+    assert status == 0, out
+    assert "RAN ON 2" in out and "finished after 1 restart(s)" in out, out
+    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAKE, "wait",
+                    python=python)
+    out = interrupt_when(proc, "WAITING")
+    assert proc.returncode == 130 and "checkpoint is resumable" in out, out
 
 
 def test_ctrl_c_during_start_up_stops_without_a_loop():

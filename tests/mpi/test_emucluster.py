@@ -19,7 +19,8 @@ import pytest
 
 from nnabla_torus.launching.mpirun_cmd import mpirun_path
 from tests.mpirun import DIED, LOST, expect_passed
-from tools.emucluster import cli
+from tests.unit.test_mpirun_cmd import VERSIONS
+from tools.emucluster import cli, launch
 from tools.emucluster.layout import Layout
 from tools.emucluster.shaping import LinkSpec, parse_bytes, parse_rate
 
@@ -131,6 +132,24 @@ def test_refuses_without_root(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert cli.main(["up"]) == 2
     assert "needs root" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("library, named", [
+    ("mpich", "is MPICH"), ("impi", "is Intel MPI"), ("openmpi4", "is Open MPI 4.1.4")])
+def test_another_mpi_library_is_refused_before_any_host_is_made(library, named, monkeypatch,
+                                                                capsys):
+    """The cluster's per-host launch is PRRTE's (Open MPI 5): the others get one line naming
+    them instead of hydra's "unrecognized argument" after the hosts were built."""
+    text = {**VERSIONS, "openmpi4": "mpirun (Open MPI) 4.1.4\n"}[library]
+    monkeypatch.setattr(launch, "version_text", lambda mpirun: text)
+    monkeypatch.setattr(launch, "find_mpirun", lambda: "/opt/mpi/bin/mpirun")
+    monkeypatch.setattr(cli.net, "check_privileges", lambda: None)
+    monkeypatch.setattr(cli, "cluster_up", lambda args: pytest.fail("hosts built"))
+    assert cli.main(["exec", "--", "python", "-c", "pass"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("emucluster: error: the emulated cluster "
+                                                   "needs Open MPI 5"), err
+    assert f"/opt/mpi/bin/mpirun {named}: run it with the Open MPI venv's python" in err, err
 
 
 # -- on the emulated cluster ---------------------------------------------------------------

@@ -112,3 +112,15 @@ def test_ranks_with_different_settings_get_a_value_error_on_every_rank_at_init()
             assert line.startswith("init: ranks were given different settings") and \
                 f"{name}: {text}" in line, line
     assert out.count(": same: NO ERROR") == ranks, out
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_the_poll_benchmark_prints_a_row_per_measurement(ranks):
+    """tools/failfast_bench.py: gone() on every rank, Testsome over odd request counts."""
+    out = run_mpi(ranks, ["tools/failfast_bench.py", "--calls", "50", "--repeat", "1",
+                          "--requests", "1,5", "--gone-poll-s", "0"], timeout=120)
+    rows = re.findall(r"^\s+(gone p=\d+|testsome K=\d+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+%$",
+                      out, re.M)
+    assert [r[0] for r in rows] == [f"gone p={ranks}", "testsome K=1", "testsome K=5"], out
+    assert all(float(worst) >= float(rank0) > 0 for _, rank0, worst in rows), out
+    assert "gone() polls every 0 s" in out, out

@@ -1,50 +1,26 @@
-"""The communicator's MPI cases under MPICH 5 and Intel MPI 2021 (the rest of the suite runs
-under the default, Open MPI).
+"""The communicator's MPI cases under MPICH 5, Intel MPI 2021 and the system's MPI (the rest
+of the suite runs under the default, Open MPI 5 from the registry).
 
 Each library runs from a venv of its own (one MPI library per venv; docs/mpi-libraries.md):
-``$NNABLA_TORUS_TEST_VENV_MPICH`` / ``$NNABLA_TORUS_TEST_VENV_IMPI`` when set, else
-``.venv-mpich`` / ``.venv-impi`` in the repository, made on first use by
-``MPI=<library> EXTRAS=test tools/setup_venv.sh`` (about 3 minutes here, once) and skipped,
-with the reason, when that set-up fails (no registry, no wheel for this machine). The cases are
-a subset of tests/mpi/test_communicator.py and test_failfast_mpi.py: the correctness cases on
-4 ranks (without the 25.6 M-value ResNet-50 case), bad input, and a killed rank, an unhandled
-exception and an early exit each ending the job in seconds (~50 s per library here).
+``$NNABLA_TORUS_TEST_VENV_<LIBRARY>`` when set, else ``.venv-mpich`` / ``.venv-impi`` /
+``.venv-system`` in the repository, made on first use by ``tests.mpirun.library_python``
+(0.5-1.5 min here with pip's cache warm; 5 min more when mpi4py must be built for the system
+MPI; once) and skipped, with the reason, when that set-up fails (no registry, no wheel for
+this machine, no mpirun on PATH outside the venvs). The cases are a subset of
+tests/mpi/test_communicator.py and test_failfast_mpi.py: the correctness cases on 4 ranks
+(without the 25.6 M-value ResNet-50 case), bad input, and a killed rank, an unhandled
+exception and an early exit each ending the job in seconds (~50-70 s per library here).
 """
-import os
 import re
-import subprocess
 import time
 
 import pytest
 
 from tests.mpi.test_communicator import BAD_INPUT, bad_input_lines
-from tests.mpirun import REPO, expect_passed, run_mpi
+from tests.mpirun import expect_passed, library_python, run_mpi
 
 PROG = "tests/mpi/progs/comm_cases.py"
-LIBRARIES = ("mpich", "impi")
-SETUP_TIMEOUT_S = 1200
-
-
-def library_python(library):
-    """The interpreter of ``library``'s venv (made by tools/setup_venv.sh when missing)."""
-    override = os.environ.get(f"NNABLA_TORUS_TEST_VENV_{library.upper()}")
-    venv = override or os.path.join(REPO, f".venv-{library}")
-    python = os.path.join(venv, "bin", "python")
-    stamp = os.path.join(venv, ".installed")
-    if override or (os.path.exists(stamp) and os.path.exists(python)
-                    and open(stamp).read().startswith(f"MPI={library} ")):
-        return python
-    try:
-        done = subprocess.run(["bash", "tools/setup_venv.sh", venv], cwd=REPO,
-                              env={**os.environ, "MPI": library, "EXTRAS": "test"},
-                              capture_output=True, text=True, timeout=SETUP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"MPI={library} tools/setup_venv.sh {venv} took over {SETUP_TIMEOUT_S} s")
-    if done.returncode != 0:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-        pytest.skip(f"no {library} venv: MPI={library} tools/setup_venv.sh {venv} failed: "
-                    + " | ".join(tail))
-    return python
+LIBRARIES = ("mpich", "impi", "system")
 
 
 @pytest.fixture(scope="module", params=LIBRARIES)
@@ -87,11 +63,13 @@ def test_bad_input_raises_on_every_rank(python):
 @pytest.mark.slow
 def test_a_killed_rank_ends_the_job(python):
     timeout = 20
-    start = time.monotonic()
     out = failed_run(python, ["tests/mpi/progs/emu_fault.py", "--size", "1M", "--victim", "3",
                               "--kill-at", "3"], env={"NNABLA_TORUS_TIMEOUT": str(timeout)})
-    assert "KILL 3 " in out and "DONE" not in out, out
-    assert time.monotonic() - start < timeout, out
+    ended = time.time()
+    killed = re.search(r"^KILL 3 ([\d.]+)$", out, re.M)
+    assert killed and "DONE" not in out, out
+    # From the kill, not the launch: start-up (auto's measurement) took 30 s on a loaded machine.
+    assert ended - float(killed.group(1)) < timeout, out
 
 
 @pytest.mark.slow

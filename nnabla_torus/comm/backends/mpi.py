@@ -20,6 +20,13 @@ from ..settings import DEFAULTS, mpi_settings
 from .mpi_shared import SharedMemoryPath, chunk_bounds
 
 
+def raw(buf):
+    """The mpi4py message that moves ``buf``'s bytes (MPI.BYTE): data that is only moved needs
+    no MPI datatype of its own, and Open MPI 4.1 has none for float16 (mpi4py: "cannot map 'e'
+    to MPI datatype"). Reductions keep typed buffers."""
+    return [buf.reshape(-1).view(np.uint8), MPI.BYTE]
+
+
 class Group:
     """A sub-communicator over ``ranks`` (world ranks, ring order) that this rank belongs to."""
 
@@ -175,10 +182,10 @@ class MPIBackend(SharedMemoryPath):
         for s in range(m - 1):
             send_i, recv_i = (q - s - 1) % m, (q - s - 2) % m
             r0 = bounds[recv_i]
-            sends = [comm.Isend(buf[a:b], right, tag=s)
+            sends = [comm.Isend(raw(buf[a:b]), right, tag=s)
                      for a, b in self._segments(bounds[send_i], bounds[send_i + 1], buf.itemsize)]
             recv_segments = self._segments(r0, bounds[recv_i + 1], buf.itemsize)
-            recvs = [comm.Irecv(tmp[a - r0:b - r0], left, tag=s) for a, b in recv_segments]
+            recvs = [comm.Irecv(raw(tmp[a - r0:b - r0]), left, tag=s) for a, b in recv_segments]
             for (a, b), req in zip(recv_segments, recvs):
                 yield [req], f"{what} step {s + 1}/{m - 1}", [group.world_rank(left)]
                 np.add(buf[a:b], tmp[a - r0:b - r0], out=buf[a:b])
@@ -194,8 +201,8 @@ class MPIBackend(SharedMemoryPath):
         comm, right, left = group.gather_comm, (q + 1) % m, (q - 1) % m
         for s in range(m - 1):
             send_i, recv_i = (q - s) % m, (q - s - 1) % m
-            reqs = [comm.Irecv(buf[bounds[recv_i]:bounds[recv_i + 1]], left, tag=s),
-                    comm.Isend(buf[bounds[send_i]:bounds[send_i + 1]], right, tag=s)]
+            reqs = [comm.Irecv(raw(buf[bounds[recv_i]:bounds[recv_i + 1]]), left, tag=s),
+                    comm.Isend(raw(buf[bounds[send_i]:bounds[send_i + 1]]), right, tag=s)]
             yield reqs, f"{what} step {s + 1}/{m - 1}", [group.world_rank(left),
                                                          group.world_rank(right)]
 
@@ -223,11 +230,11 @@ class MPIBackend(SharedMemoryPath):
     def bcast(self, group, buf, root, what="bcast"):
         """Copy ``buf`` of group position ``root`` to every member."""
         if group.size > 1 and buf.size:
-            self.wait([group.comm.Ibcast(buf, root=root)], what, [group.world_rank(root)])
+            self.wait([group.comm.Ibcast(raw(buf), root=root)], what, [group.world_rank(root)])
 
     def all_gather_into(self, group, shard, out, what="all_gather"):
         """``out`` (m * shard.size elements) receives every member's ``shard`` in group order."""
-        req = group.comm.Iallgather(shard, out)
+        req = group.comm.Iallgather(raw(shard), raw(out))
         self.wait([req], what, group.ranks)
 
     # -- buffers: 1-D numpy arrays, zero-copy views of CPU NdArrays ---------------------------
