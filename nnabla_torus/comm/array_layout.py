@@ -43,6 +43,17 @@ def dtypes_of(arrays):
         return [dtype_of(a) for a in arrays]
 
 
+class Signature(tuple):
+    """((dtype name, shape), ...) of a list, its repr computed once: the argument check hashes
+    the repr of each call's arguments (``rendezvous.call_hash``), ~1 us per array."""
+
+    def __repr__(self):
+        text = self.__dict__.get("repr")
+        if text is None:
+            text = self.__dict__["repr"] = tuple.__repr__(self)
+        return text
+
+
 class Part:
     """Arrays that travel in one fused buffer of dtype ``wire``, one after another."""
 
@@ -82,8 +93,8 @@ class Layout:
     def __init__(self, arrays, dtypes, shapes):
         self.arrays, self.dtypes, self.shapes = arrays, dtypes, shapes
         names = _DTYPE_NAMES
-        self.signature = tuple((names.get(d) or names.setdefault(d, d.name), s)
-                               for d, s in zip(dtypes, shapes))
+        self.signature = Signature((names.get(d) or names.setdefault(d, d.name), s)
+                                   for d, s in zip(dtypes, shapes))
         self._parts = {}
 
     def parts(self, inplace, wire_fp16=False):

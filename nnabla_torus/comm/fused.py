@@ -8,9 +8,9 @@ import numpy as np
 def as_list(data):
     """``data`` (an NdArray or a list/tuple of them) as a list; TypeError for anything else."""
     arrays = list(data) if isinstance(data, (list, tuple)) else [data]
-    for a in arrays:
-        if not hasattr(a, "get_data"):
-            raise TypeError(f"expected nnabla NdArray(s), got {type(a).__name__}")
+    for kind in set(map(type, arrays)):   # one check per type, not per array
+        if not hasattr(kind, "get_data"):
+            raise TypeError(f"expected nnabla NdArray(s), got {kind.__name__}")
     return arrays
 
 
@@ -68,12 +68,17 @@ def unpack(backend, buf, part, packed=True):
 
 def put(backend, dst, values):
     """Write numpy ``values`` into backend buffer ``dst`` (same dtype)."""
+    if getattr(backend, "host_views", False):   # a numpy buffer
+        dst[...] = values
+        return
     import nnabla as nn
     backend.copy(dst, backend.flat(nn.NdArray.from_numpy_array(values), write=False))
 
 
 def get(backend, src):
     """A numpy copy of backend buffer ``src``."""
+    if getattr(backend, "host_views", False):
+        return src.copy()
     import nnabla as nn
     out = nn.NdArray((src.size,))
     out.cast(np.dtype(src.dtype))
