@@ -77,8 +77,7 @@ def _output(buf, count):
 
 class DeviceBuffers:
     """The buffer half of the backend contract (flat, empty, sub, read, copy, scale, sqnorm,
-    pack, unpack) on
-    DeviceSlices, in explicit contexts of the buffer's device and dtype.
+    pack, unpack) on DeviceSlices, in explicit contexts of the buffer's device and dtype.
 
     The class using it sets ``ctx`` (float32 context), ``_ctx`` ({dtype: context}), ``size``
     (world size), ``on_host`` (the fake: numpy on CPU), ``_ext`` and ``device_id``.
