@@ -7,45 +7,36 @@ rank wrote it since ``zero()``), so the zeroing rule and the noise scale cost no
 """
 import numpy as np
 
-from .fused import dtype_of, get, pack, prescaled, put, unpack, wire_groups
+from .fused import get, pack, prescaled, put, unpack
 
 
-def reduce_arrays(comm, arrays, division, inplace, run, p, zeroing_rule=True):
-    """Sum (``division``: average) ``arrays`` over the ``p`` ranks of ``run(buf)``."""
+def reduce_arrays(comm, layout, division, inplace, run, p, zeroing_rule=True):
+    """Sum (``division``: average) the arrays of ``layout`` (:class:`.array_layout.Layout`)
+    over the ``p`` ranks of ``run(buf)``."""
     if p == 1:  # nothing to exchange: the sum and the average are the input itself
         if comm.track_sqnorms:
             be = comm.backend
-            local = sum(be.sqnorm(be.flat(a, write=False)) for a in arrays)
+            local = sum(be.sqnorm(be.flat(a, write=False)) for a in layout.arrays)
             comm.sqnorms.local_mean += local
             comm.sqnorms.global_ += local
         return
     # inplace=True (nnabla: each array reduced in its own storage) gives the same result
     # through the fused buffer, one exchange per dtype; each array keeps its own dtype.
-    groups = _by_dtype(arrays) if inplace else wire_groups(arrays, comm.wire_fp16)
-    for wire, same in groups:
-        _fused(comm, wire, same, division, run, p, zeroing_rule)
+    for part in layout.parts(inplace, comm.wire_fp16):
+        _fused(comm, part, division, run, p, zeroing_rule)
 
 
-def _by_dtype(arrays):
-    """[(dtype, arrays)] in first-seen order."""
-    groups = {}
-    for a in arrays:
-        groups.setdefault(dtype_of(a), []).append(a)
-    return list(groups.items())
-
-
-def _fused(comm, wire, same, division, run, p, zeroing_rule):
-    """The arrays ``same`` (all sent as ``wire``) in one fused buffer."""
-    be, track = comm.backend, comm.track_sqnorms
-    n = sum(a.size for a in same)
+def _fused(comm, part, division, run, p, zeroing_rule):
+    """The arrays of ``part`` (all sent as ``part.wire``) in one fused buffer."""
+    be, track, wire, n = comm.backend, comm.track_sqnorms, part.wire, part.n
     # A float16 slot would round the sqnorm to 11 bits and overflow above 65504.
-    inline = track and np.dtype(wire) != np.float16
+    inline = track and wire != np.float16
     # One slot per array after the data: 1 where this rank wrote it since zero(); the
     # all-reduced slot is 0 exactly when the array is zeroing on every rank.
-    flags = len(same) if zeroing_rule else 0
-    zeroing = [a.zeroing for a in same] if flags else []  # before packing casts them
+    flags = len(part.arrays) if zeroing_rule else 0
+    zeroing = [a.zeroing for a in part.arrays] if flags else []  # before packing casts them
     buf = comm.workspace.buffer(be, wire, be.padded_length(n + inline + flags, wire))
-    flats = pack(be, same, buf)
+    pack(be, part, buf)
     data = be.sub(buf, 0, n)
     before = division and prescaled(wire)
     if track:
@@ -63,12 +54,11 @@ def _fused(comm, wire, same, division, run, p, zeroing_rule):
         comm.sqnorms.global_ += be.sqnorm(data) / (1 if before else p ** 2)
     if division and not before:
         be.scale(data, 1.0 / p)
-    unpack(be, buf, same, flats)
+    unpack(be, buf, part)
     if flags:
         modified = get(be, be.sub(buf, n + inline, n + inline + flags))
-        for a, m in zip(same, modified):
-            if not m:
-                a.zero()   # all zeros and no rank wrote it: zeroing again, as in nnabla
+        for i in np.flatnonzero(modified == 0):
+            part.arrays[i].zero()   # all zeros and no rank wrote it: zeroing again, as in nnabla
 
 
 def _sum_scalar(comm, value, run):

@@ -13,8 +13,9 @@ Change one import line and keep the rest of an nnabla data-parallel script::
 Launch with ``mpirun -np 8 python train.py``. Settings: :mod:`.settings` (keyword arguments,
 else NNABLA_TORUS_* variables; the README's "Knobs" table says what each means). This module is
 nnabla's API; the rooms behind it: :mod:`.plans` (grid and groups per algorithm),
-:mod:`.auto_routing`, :mod:`.guarded_calls` (argument check, faults), :mod:`.fused` and
-:mod:`.array_reduce` (the fused buffer, the zeroing rule, the noise-scale norms). Importing it
+:mod:`.auto_routing`, :mod:`.guarded_calls` (argument check, faults), :mod:`.fused`,
+:mod:`.array_layout` (a list's layout, cached) and :mod:`.array_reduce` (the fused buffer, the
+zeroing rule, the noise-scale norms). Importing it
 installs :mod:`nnabla_torus.comm.failfast` (an error on one rank ends the job), so errors
 between the import and ``init()`` are covered too. Details: docs/communicator.md.
 """
@@ -35,7 +36,8 @@ from .backends import make_backend  # noqa: E402
 from .array_reduce import reduce_arrays  # noqa: E402
 from .sqnorms import SquaredNorms  # noqa: E402
 from .collectives import AUTO, Plan, get_algorithm  # noqa: E402
-from .fused import Workspace, as_list, signature  # noqa: E402
+from .array_layout import Layouts  # noqa: E402
+from .fused import Workspace, as_list  # noqa: E402
 from .guarded_calls import collective, exchange, guarded  # noqa: E402
 from .job_log import log_once_per_job  # noqa: E402,F401  (scripts import it from here)
 from .rendezvous import check_group_lists, check_same_call  # noqa: E402
@@ -70,6 +72,7 @@ class TorusCommunicator:
         self._plans = {}
         self._groups = {}
         self.workspace = Workspace()
+        self.layouts = Layouts()   # per-list signature, fused parts and views (array_layout)
         self._host_names = []  # MPI.Get_processor_name() of every rank, for error messages
         self._one_caller = OneCaller()  # collectives from one thread at a time
         self._context_params = []  # (ctx, {name: Variable}) from add_context_and_parameters
@@ -277,11 +280,12 @@ class TorusCommunicator:
         # The algorithm, grid, wire format and pieces are part of the call: ranks that differ
         # in them would exchange mismatched messages.
         pieces = self.backend.pipeline_bytes if group == "world" and self.pipelined else None
-        sig = (op, signature(arrays), bool(division), bool(inplace),
+        layout = self.layouts.of(arrays)
+        sig = (op, layout.signature, bool(division), bool(inplace),
                self.track_sqnorms, algorithm,
                str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
         collective(self, grp, sig, what, lambda: reduce_arrays(
-            self, arrays, division, inplace, run, grp.size, zeroing_rule), fold=True)
+            self, layout, division, inplace, run, grp.size, zeroing_rule), fold=True)
 
     def _run_world(self, buf):
         self.algorithm_counts[self.algorithm] += 1

@@ -4,7 +4,8 @@ buffer (:mod:`.fused`). The user-facing docstrings are the communicator's method
 """
 import numpy as np
 
-from .fused import as_list, dtype_of, pack, signature, unpack
+from .array_layout import dtype_of
+from .fused import as_list, pack, unpack
 from .guarded_calls import collective
 
 
@@ -17,21 +18,21 @@ def bcast(comm, data, src, inplace, group):
                          f"{grp.size} ranks {grp.ranks}; use 0..{grp.size - 1}")
     root, be = src, comm.backend
     src = grp.ranks[root]  # the world rank that sends
-    sig = ("bcast", signature(arrays), root, bool(inplace))
+    layout = comm.layouts.of(arrays)
+    sig = ("bcast", layout.signature, root, bool(inplace))
 
     def body():
         if inplace:
             for a in arrays:
                 be.bcast(grp, be.flat(a), root, f"bcast from rank {src}")
             return
-        for dtype in dict.fromkeys(dtype_of(a) for a in arrays):
-            same = [a for a in arrays if dtype_of(a) == dtype]
-            buf = comm.workspace.buffer(be, dtype, sum(a.size for a in same))
+        for part in layout.parts(inplace=True):   # one buffer per dtype
+            buf = comm.workspace.buffer(be, part.wire, part.n)
             if comm.rank == src:
-                pack(be, same, buf)
+                pack(be, part, buf)
             be.bcast(grp, buf, root, f"bcast from rank {src}")
             if comm.rank != src:
-                unpack(be, buf, same)
+                unpack(be, buf, part, packed=False)
     collective(comm, grp, sig, f"bcast (group {group!r})", body)
 
 
@@ -45,22 +46,22 @@ def reduce(comm, data, dst, division, inplace, group):
                          f"of {grp.size} ranks {grp.ranks}; use 0..{grp.size - 1}")
     run, algorithm = comm._runner(group, grp)
     be, dst = comm.backend, int(dst)
-    sig = ("reduce", signature(arrays), dst, bool(division), bool(inplace), algorithm,
+    layout = comm.layouts.of(arrays)
+    sig = ("reduce", layout.signature, dst, bool(division), bool(inplace), algorithm,
            str(comm.grid) if group == "world" else None)
 
     def body():
         if grp.size == 1:
             return
-        for dtype in dict.fromkeys(dtype_of(a) for a in arrays):
-            same = [a for a in arrays if dtype_of(a) == dtype]
-            n = sum(a.size for a in same)
-            buf = comm.workspace.buffer(be, dtype, be.padded_length(n))
-            pack(be, same, buf)
+        for part in layout.parts(inplace=True):   # one buffer per dtype
+            n = part.n
+            buf = comm.workspace.buffer(be, part.wire, be.padded_length(n, part.wire))
+            pack(be, part, buf)
             run(buf)
             if grp.rank == dst:
                 if division:
                     be.scale(be.sub(buf, 0, n), 1.0 / grp.size)
-                unpack(be, buf, same)
+                unpack(be, buf, part)
     collective(comm, grp, sig, f"reduce to {dst} ({algorithm}, group {group!r})", body,
                fold=True)
 
@@ -71,16 +72,17 @@ def all_gather(comm, ndarray, ndarray_list, group):
     outs = as_list(ndarray_list)
     be, n = comm.backend, ndarray.size
     # The list's shapes join the cross-rank check, so a wrong list fails on every rank.
-    sig = ("all_gather", signature([ndarray]), tuple(tuple(o.shape) for o in outs))
+    sig = ("all_gather", comm.layouts.of([ndarray]).signature, tuple(tuple(o.shape) for o in outs))
 
     def body():
         if len(outs) != grp.size or any(tuple(o.shape) != tuple(ndarray.shape) for o in outs):
             raise ValueError(f"all_gather needs {grp.size} arrays of shape "
                              f"{tuple(ndarray.shape)} in ndarray_list, got "
                              f"{[tuple(o.shape) for o in outs]}")
-        buf = comm.workspace.buffer(be, dtype_of(ndarray), n * grp.size)
+        dtype = dtype_of(ndarray)
+        buf = comm.workspace.buffer(be, dtype, n * grp.size)
         be.all_gather_into(grp, be.flat(ndarray, write=False), buf, f"all_gather ({group!r})")
-        unpack(be, buf, outs)
+        unpack(be, buf, comm.layouts.of(outs).whole(dtype), packed=False)
     collective(comm, grp, sig, f"all_gather (group {group!r})", body)
 
 
@@ -89,7 +91,8 @@ def reduce_scatter(comm, ndarray_list, ndarray, division, group):
     grp = comm._group(group)
     ins = as_list(ndarray_list)
     be, n = comm.backend, ndarray.size
-    sig = ("reduce_scatter", signature(ins), tuple(ndarray.shape), bool(division))
+    layout = comm.layouts.of(ins)
+    sig = ("reduce_scatter", layout.signature, tuple(ndarray.shape), bool(division))
 
     def body():
         if len(ins) != grp.size or any(tuple(i.shape) != tuple(ndarray.shape) for i in ins):
@@ -97,8 +100,9 @@ def reduce_scatter(comm, ndarray_list, ndarray, division, group):
                              f"{tuple(ndarray.shape)} in ndarray_list, got "
                              f"{[tuple(i.shape) for i in ins]}")
         # The inputs' dtype: an output made with nn.NdArray(shape) has none until written.
-        buf = comm.workspace.buffer(be, dtype_of(ins[0]), n * grp.size)
-        pack(be, ins, buf)
+        dtype = dtype_of(ins[0])
+        buf = comm.workspace.buffer(be, dtype, n * grp.size)
+        pack(be, layout.whole(dtype), buf)
         shard = be.reduce_scatter(grp, buf, f"reduce_scatter ({group!r})")
         if division:
             be.scale(shard, 1.0 / grp.size)

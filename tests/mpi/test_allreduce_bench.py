@@ -21,3 +21,15 @@ def test_arrays_split_the_bytes_and_report_per_array_overhead(tmp_path, inplace)
     for r in records:
         assert r["correct"] and r["arrays"] == 17 and r["inplace"] == (inplace == "1"), r
         assert isinstance(r["per_array_us"], float), r
+
+
+@pytest.mark.parametrize("inplace", ["0", "1"])
+def test_per_array_bench_times_each_length_and_keeps_the_values(inplace):
+    """tools/per_array_bench.py (one rank): a row per list length; it raises if the no-op
+    exchange changed any array (pack and unpack must give every value back)."""
+    out = run_mpi(1, ["tools/per_array_bench.py", "--arrays", "1,17,300", "--repeats", "2",
+                      "--inplace", inplace], timeout=120)
+    assert f"inplace {inplace}" in out, out
+    rows = [line.split() for line in out.splitlines() if line.startswith("  ")]
+    assert [int(r[0]) for r in rows] == [1, 17, 300], out
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows), out

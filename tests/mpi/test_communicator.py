@@ -94,6 +94,7 @@ BAD_INPUT = {  # case: text every rank's error must contain
     "shapes_differ": "ValueError: all_reduce (torus2d, group 'world'): ranks called it with "
                      "different arguments",
     "dtypes_differ": "different arguments",
+    "cached_list_reshaped_on_one_rank": "different arguments",
     "list_lengths_differ": "different arguments",
     "flags_differ": "different arguments",
     "operations_differ": "different arguments",

@@ -13,7 +13,6 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..array_views import ArrayViews
 from ..collectives import scale_numpy
 from ..rendezvous import Pacer, Watchdog, overdue, wait_requests
 from ..settings import DEFAULTS, mpi_settings
@@ -57,6 +56,7 @@ class MPIBackend(SharedMemoryPath):
     ``spin`` seconds, which frees the CPU for the other ranks of an oversubscribed node.
     """
     name = "mpi"
+    host_views = True   # fused.pack/unpack copy through cached numpy views (array_layout.Part)
 
     def __init__(self, comm=None, timeout=DEFAULTS["timeout"], segment_bytes=None, pipeline_bytes=None,
                  spin=None, poll_sleep=None, shm=None, shm_bytes=None):
@@ -70,7 +70,7 @@ class MPIBackend(SharedMemoryPath):
         self.spin, self.poll_sleep = knobs["spin"], knobs["poll_sleep"]
         self._groups = {}
         self._scratch = {}
-        self.views = ArrayViews()   # pack/unpack's cached views of the users' NdArrays
+        self._cpu = None
         self.watchdog = Watchdog(self.rank, self.timeout, lambda: self.abort(70))
         self.world_group = self.group(range(self.size))
 
@@ -238,6 +238,13 @@ class MPIBackend(SharedMemoryPath):
         self.wait([req], what, group.ranks)
 
     # -- buffers: 1-D numpy arrays, zero-copy views of CPU NdArrays ---------------------------
+    def cpu_context(self):
+        """nnabla's CPU context (the one ``data_ptr`` checks the cached views in)."""
+        if self._cpu is None:
+            from nnabla_ext.cpu import context
+            self._cpu = context()
+        return self._cpu
+
     @staticmethod
     def flat(ndarray, write=True):
         """A flat numpy view of an NdArray's CPU storage (no copy)."""

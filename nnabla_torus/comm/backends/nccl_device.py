@@ -66,9 +66,18 @@ class DeviceSlice:
             view.cast(view.dtype, self.ctx)
 
 
+def _output(buf, count):
+    """A Variable over the first ``count`` elements of DeviceSlice ``buf`` (data and grad), for
+    one function call: the narrowed view dies with it (nnabla refuses overlapping live ones)."""
+    import nnabla as nn
+    y = nn.Variable((count,))
+    y.data = y.grad = buf.narrow(0, count)
+    return y
+
+
 class DeviceBuffers:
-    """The buffer half of the backend contract (flat, empty, sub, read, copy, scale, sqnorm) on
-    DeviceSlices, in explicit contexts of the buffer's device and dtype.
+    """The buffer half of the backend contract (flat, empty, sub, read, copy, scale, sqnorm,
+    pack, unpack) on DeviceSlices, in explicit contexts of the buffer's device and dtype.
 
     The class using it sets ``ctx`` (float32 context), ``_ctx`` ({dtype: context}), ``size``
     (world size), ``on_host`` (the fake: numpy on CPU), ``_ext`` and ``device_id``.
@@ -106,6 +115,59 @@ class DeviceBuffers:
         path). Costs at most size * 16 bytes of padding."""
         unit = self.size * max(1, ALIGN_BYTES // np.dtype(dtype).itemsize)
         return -(-count // unit) * unit
+
+    def pack(self, part, buf):
+        """Copy the arrays of ``part`` (:class:`..array_layout.Part`) one after another into
+        ``buf``: one nnabla ``Concatenate`` forward on our device when every array has the wire
+        dtype and nnabla's functions can write it here, else one copy per array."""
+        concat = self._concatenate(part)
+        if concat is None:
+            for a, start, stop in zip(part.arrays, part.offsets, part.offsets[1:]):
+                self.copy(self.sub(buf, start, stop), self.flat(a, write=False))
+            return
+        fn, xs, _ = concat
+        fn.forward(xs, [_output(buf, part.n)])
+
+    def unpack(self, buf, part):
+        """Copy ``buf`` back into the arrays of ``part``: the same ``Concatenate``'s backward,
+        which writes each array on our device as nnabla's functions do (write access: the
+        device copy becomes the head, other copies are dropped), else one copy per array."""
+        concat = self._concatenate(part)
+        if concat is None:
+            for a, start, stop in zip(part.arrays, part.offsets, part.offsets[1:]):
+                self.copy(self.flat(a, write=True), self.sub(buf, start, stop))
+            return
+        fn, xs, overwrite = concat
+        fn.backward(xs, [_output(buf, part.n)], overwrite)
+
+    def _concatenate(self, part):
+        """(Concatenate function, its inputs, accum flags) for ``part``, made once per part;
+        None for fewer than two arrays, or unless every array has the wire dtype and nnabla's
+        functions run in it here.
+
+        Each input Variable's data and grad are a flat view of the user's array (``view``
+        shares its storage, nnabla ``src/nbla/nd_array.cpp`` ``NdArray::view``), so zero(),
+        casts and writes of the array are what the function reads and writes."""
+        if part.device is None:
+            # Empty arrays hold no element of the buffer; nnabla's Concatenate divides by
+            # each input's size in setup (it crashes on one of size 0).
+            inputs = [a for a in part.arrays if a.size]
+            if (len(inputs) < 2 or not self._native(part.wire)   # Concatenate: 2 or more
+                    or any(d != part.wire for d in part.dtypes)):
+                part.device = False
+            else:
+                import nnabla as nn
+                import nnabla.function as nnabla_function
+                xs = []
+                for a in inputs:
+                    view = a.view((a.size,))
+                    x = nn.Variable((a.size,), need_grad=True)
+                    x.data, x.grad = view, view
+                    xs.append(x)
+                fn = nnabla_function.Concatenate(self._ctx[part.wire], 0)
+                fn.setup(xs, [nn.Variable((part.n,))])
+                part.device = (fn, xs, [False] * len(xs))
+        return part.device or None
 
     @staticmethod
     def sub(buf, start, stop):

@@ -29,6 +29,7 @@ from mpi4py import MPI
 import nnabla as nn
 import nnabla_torus as C
 from nnabla_torus.comm import auto
+from nnabla_torus.comm.array_layout import dtype_of
 from nnabla_torus.comm.topology import Grid, default_grid, factor_pairs
 from tests.mpirun import passed_line
 
@@ -341,6 +342,50 @@ def case_lazily_zeroed(comm, config):
         check_close(zeroed.data, np.zeros(7), 0, f"inplace={inplace} zeroed array")
 
 
+def case_same_list_changed(comm, config):
+    """One list all-reduced again and again (its layout and views are cached per list) while
+    its arrays change between calls: each call must sum what the arrays hold then."""
+    for inplace in (False, True):
+        shapes = [(17,), (1,), (3, 5), (100003,), (2,)]
+        arrays = ndarrays(shapes, RANK)
+        comm.all_reduce(arrays, inplace=inplace)
+        check_reduced(arrays, shapes, range(P), False, f"inplace={inplace} first call")
+
+        def again(what, arrays=arrays, shapes=shapes):
+            for k, (a, s) in enumerate(zip(arrays, shapes)):
+                a.data = values(s, k, RANK, dtype_of(a))
+            comm.all_reduce(arrays, inplace=inplace)
+            check_reduced(arrays, shapes, range(P), False, f"inplace={inplace} {what}",
+                          config.wire_fp16 or any(a.dtype == np.float16 for a in arrays))
+        again("unchanged")
+        arrays[2].cast(np.float16)                       # one array re-cast (new storage)
+        again("one array cast to float16")
+        assert arrays[2].dtype == np.float16, arrays[2].dtype
+        arrays[2].cast(np.float32)
+        arrays[1].zero()                                 # storage dropped, refilled by the write
+        arrays[3].fill(5.0)
+        arrays[4].clear()
+        again("after zero(), fill() and clear()")
+        arrays[0] = nn.NdArray((17,))                    # one array replaced by a new NdArray
+        again("one array replaced")
+        arrays.reverse()                                 # the same arrays reordered
+        shapes.reverse()
+        for k, (a, s) in enumerate(zip(arrays, shapes)):
+            a.data = values(s, k, RANK)
+        comm.all_reduce(arrays, inplace=inplace)
+        check_reduced(arrays, shapes, range(P), False, f"inplace={inplace} reordered")
+        v = nn.Variable((3, 4))                          # shapes changed in the same NdArray
+        v.d = values((3, 4), 0, RANK)
+        listed = [v.data, arrays[0]]
+        comm.all_reduce(listed, inplace=inplace)
+        check_reduced(listed[:1], [(3, 4)], range(P), False, f"inplace={inplace} (3, 4)")
+        for shape in ((4, 3), (7,)):                     # same size, then another size
+            v.reset_shape(shape, force=True)
+            v.d = values(shape, 0, RANK)
+            comm.all_reduce(listed, inplace=inplace)
+            check_reduced(listed[:1], [shape], range(P), False, f"inplace={inplace} {shape}")
+
+
 def case_integers(comm, config):
     """int32 and int64 sums are exact; averages are floor(sum / p), fused and in place."""
     shapes = [(17,), (17, 17), (100003,), (0,)]
@@ -644,7 +689,7 @@ def correctness_cases():
                           on(config, case_sqnorms, np.float16)))
     first = configs_[0]
     cases += [(f"{config_name(first)}: {fn.__name__[5:]}", on(first, fn)) for fn in (
-        case_lazily_zeroed, case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
+        case_lazily_zeroed, case_same_list_changed, case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
         case_loss_scaling, case_groups)]
     if BACKEND == "mpi":
         cases.append(("auto: same choice on every rank", on(first, case_auto_same_choice)))
@@ -743,6 +788,14 @@ def bad_input(comm):
     def negative_pieces():
         init_with_env("NNABLA_TORUS_PIPELINE_BYTES", "-1")
 
+    def cached_list_reshaped_on_one_rank():   # a list seen before (layout cached): same size
+        v = nn.Variable((3, 4))
+        for k in range(3):
+            if k == 2 and RANK == last:
+                v.reset_shape((4, 3), force=False)
+            v.d = values(v.shape, 0, RANK)
+            comm.all_reduce([v.data])
+
     def shape_changes_after_agreement():   # calls 1-3 agree; on call 4 one rank sends more
         for k in range(6):
             comm.all_reduce(ndarrays([(17 + (RANK == last and k == 3),)], RANK))
@@ -780,7 +833,7 @@ def bad_input(comm):
         comm.new_group((f"only{r}", [r]))
     automatic = make_comm(Config("auto", None, None, False), auto_profile="cpu-2core")
     row = make_comm(Config("torus2d", f"{P}x1", None, False))
-    cases = [shape_changes_after_agreement, auto_routes_differ, shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
+    cases = [shape_changes_after_agreement, cached_list_reshaped_on_one_rank, auto_routes_differ, shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
              algorithms_differ, wire_formats_differ, pieces_differ, negative_pieces,
              shared_row_first_call_differs, shared_row_small_vs_large, shared_row_shapes_differ,
              shared_row_empty_vs_data,
