@@ -29,6 +29,7 @@ dynamic loss scaling around the reducer see ``nnabla_torus.loss_scaling``.
 """
 import queue
 import threading
+import time
 
 
 def overlaps_backward(comm):
@@ -80,6 +81,7 @@ class BucketedAllReduce:
         self.bucket_of = {v: i for i, bucket in enumerate(self.buckets) for v in bucket}
         self.pending = queue.Queue() if threaded else None
         self.error = None
+        self.wait_s = 0.0     # seconds the last backward waited for communication after it
         self.thread = None
         if threaded:
             self.thread = threading.Thread(target=self._serve, name="bucketed-all-reduce",
@@ -158,8 +160,12 @@ class BucketedAllReduce:
         device (``on_device``): nnabla's callback in packs of the bucket size, no thread and
         no hook; it averages gradients as they are (FP16: still loss-scaled). Where the
         collectives would share the compute stream (``overlaps_backward`` False, e.g. the
-        algorithm left ``native`` after ``set_algorithm``): one all-reduce after backward."""
+        algorithm left ``native`` after ``set_algorithm``): one all-reduce after backward.
+        ``wait_s``: the seconds spent after backward in all-reduce calls or waiting for the
+        buckets (the all-reduce time backward did not hide; 0 on the device path, whose packs
+        run inside backward)."""
         grads = [v.grad for bucket in self.buckets for v in bucket]
+        self.wait_s = 0.0
         if on_device(self.comm):
             callback = self.comm.all_reduce_callback(grads, self.pack_size,
                                                      division=self.division)
@@ -167,7 +173,9 @@ class BucketedAllReduce:
             return
         if not overlaps_backward(self.comm):      # e.g. torus2d on NCCL: one call after backward
             loss.backward(**backward_kwargs)
+            tic = time.perf_counter()
             self.comm.all_reduce(grads, division=self.division, inplace=False)
+            self.wait_s = time.perf_counter() - tic
             return
         self.reset()
         try:
@@ -179,7 +187,9 @@ class BucketedAllReduce:
                 self.pending.join()
                 self.error = None
             raise
+        tic = time.perf_counter()
         self.flush()
+        self.wait_s = time.perf_counter() - tic
 
 
 def count_uses(loss, params):
