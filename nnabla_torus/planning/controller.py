@@ -3,19 +3,24 @@
 The target global batch comes from a :class:`~nnabla_torus.planning.schedules.BatchSchedule` or, in
 adaptive mode, from goodput (:mod:`nnabla_torus.planning.goodput`): among the global batches this world
 can realise between ``min_batch`` (B0, the reference batch of the efficiency model) and
-``max_batch``, the one with the highest throughput(B) x E(B), throughput from the cost model
-(``throughput``, e.g. the planner's prediction for these ranks) and E(B) = (phi + B0)/(phi + B)
-from the measured noise scale phi (Pollux, arXiv:2008.12260). Adaptive decisions follow three
-rules:
+``max_batch``, the one with the highest throughput(B) x E(B) and E(B) = (phi + B0)/(phi + B)
+from the measured noise scale phi (Pollux, arXiv:2008.12260). The throughput comes from the cost
+model (``throughput``, e.g. the planner's prediction for these ranks) until ``refit`` (a
+:class:`~nnabla_torus.planning.step_refit.StepTimeRefit` the training loop feeds with its step
+and all-reduce times) has ``min_steps`` measured steps at the batch in use; from then on from
+the refit, with the refit's residual error as the model error, and after each change no
+decision until the new batch is measured too. Adaptive decisions follow three rules:
 
 1. Confidence: no decision before the noise-scale estimate has ``min_samples`` observations and
    a relative standard error at most ``max_rse`` (:func:`goodput.confidence`); until then the
    run stays at B0.
 2. Hysteresis in the model's terms: a change only when the predicted goodput gain exceeds the
-   prediction's relative error, ``model_error`` (the cost model's measured error) plus the
+   prediction's relative error, the model error (the cost model's measured error, or the
+   refit's residual error once the throughput is measured) plus the
    efficiency's sensitivity to phi times phi's relative error (:func:`goodput.decide`).
-3. Every decision is logged once with the numbers that drove it: the first decision, each
-   change, and a better batch held back inside the error (at most once per epoch: the
+3. Every decision is logged once with the numbers that drove it (and where the throughput
+   came from): the first decision, the first on measured step times, each change, and a
+   better batch held back inside the error (at most once per epoch: the
    estimate moves a little every step).
 
 A batch is realised as ``world_size x local_batch x accum_steps`` with ``local_batch <=
