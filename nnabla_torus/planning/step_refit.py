@@ -20,8 +20,9 @@ Rules (:meth:`StepTimeRefit.fit`):
 
 1. Warm-up: the first ``warmup_steps`` steps after (m, s) changes are not used (graph
    rebuild, allocator and cache warm-up).
-2. Per measured (m, s): the medians of the compute per micro-batch, (step - sync) / s, and of
-   sync (robust to the descheduled steps of a loaded machine).
+2. Per measured (m, s): the medians over its latest ``WINDOW`` used steps of the compute per
+   micro-batch, (step - sync) / s, and of sync (robust to the descheduled steps of a loaded
+   machine).
 3. A batch counts once it has ``min_steps`` used steps. With two or more counted per-rank
    batches, a and b are the least-squares line through their compute medians. With one (or
    when the line has a < 0 or b <= 0, measurement noise), the prior's shape (the cost model's
@@ -39,9 +40,11 @@ Example (synthetic: 2 ms a micro-batch, 1 ms a sample, 300 ms of sync on 4 ranks
     >>> fit.how, round(float(step_time(fit, 64, 2)), 4), round(float(fit.error), 6)
     ('line', 0.432, 0.0)
 """
-from collections import namedtuple
+from collections import deque, namedtuple
 
 import numpy as np
+
+WINDOW = 256   # used steps kept per split, the latest (bounds memory and the fit's cost per step)
 
 StepFit = namedtuple("StepFit", [
     "a_s",           # seconds per micro-batch, whatever its size
@@ -82,7 +85,8 @@ class StepTimeRefit:
             self._skip -= 1
             return
         if np.isfinite(step_s) and np.isfinite(sync_s) and step_s > 0:
-            self.samples.setdefault(key, []).append((float(step_s), float(sync_s)))
+            self.samples.setdefault(key, deque(maxlen=WINDOW)).append((float(step_s),
+                                                                       float(sync_s)))
 
     def steps_at(self, local_batch, accum_steps):
         """Used (post-warm-up) steps measured at this split."""

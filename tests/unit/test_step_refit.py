@@ -161,3 +161,14 @@ def test_measured_no_gain_keeps_the_batch_the_profile_said_would_help():
         outcomes[steps] = set(run_controller(ctrl, est, machine, 60))
     assert outcomes[5] == {64}
     assert max(outcomes[10 ** 9]) > 64
+
+
+def test_only_the_latest_window_of_steps_is_fitted():
+    # The machine slows down 2x at one split (another job arrived): after WINDOW more steps
+    # the fit has forgotten the fast ones.
+    refit = StepTimeRefit(4, min_steps=5, warmup_steps=0)
+    feed(refit, 16, 1, step_refit.WINDOW)
+    feed(refit, 16, 1, step_refit.WINDOW, a=0.006, b=0.0016)
+    assert refit.steps_at(16, 1) == step_refit.WINDOW
+    assert step_refit.step_time(refit.fit(), 16, 1) == pytest.approx(
+        true_step(16, 1, a=0.006, b=0.0016))
