@@ -198,9 +198,9 @@ class BatchSizeController:
         speed = self._throughput()
         if speed is None:            # measured before: wait for the batch in use to be measured
             return self._refresh_lr(changed=fresh)
-        speed, model_error, source = speed
-        switched = source.startswith("measured") and not self.measured
-        self.measured = self.measured or switched
+        speed, model_error, source, measured = speed
+        switched = measured and not self.measured
+        self.measured = self.measured or measured
         phi = est.b_simple
         d = goodput.decide(batches, speed, phi, conf.rse, self.min_batch, now, model_error)
         best_batch = int(batches[d.best])
@@ -227,7 +227,8 @@ class BatchSizeController:
         return self._refresh_lr(changed=fresh)
 
     def _throughput(self):
-        """(throughput of every candidate, its model error, its source) for a decision now.
+        """(throughput of every candidate, its model error, its source, whether measured) for a
+        decision now.
 
         The cost model's column until the refit has ``min_steps`` measured steps at the batch in
         use; from then on the refit's, with its residual error. Once a decision has used the
@@ -238,10 +239,10 @@ class BatchSizeController:
             if self.measured:
                 return None
             return (cand["throughput"], self.model_error,
-                    f"the cost model (error {self.model_error:.1%})")
+                    f"the cost model (error {self.model_error:.1%})", False)
         fit = refit.fit()
         return (step_refit.throughput(fit, cand["local_batch"], cand["accum_steps"]),
-                fit.error, "measured step times: " + step_refit.describe(fit))
+                fit.error, "measured step times: " + step_refit.describe(fit), True)
 
     def pop_notes(self):
         """The decisions since the last call that kept the batch (a change is in plan.reason)."""
