@@ -31,6 +31,7 @@ dynamic loss scaling around the reducer see ``nnabla_torus.loss_scaling``.
 """
 import queue
 import threading
+import time
 
 
 def overlaps_backward(comm):
@@ -86,6 +87,7 @@ class BucketedAllReduce:
         self.bucket_of = {v: i for i, bucket in enumerate(self.buckets) for v in bucket}
         self.pending = queue.Queue() if threaded else None
         self.error = None
+        self.wait_s = 0.0     # seconds the last backward waited for communication after it
         self.thread = None
         if threaded:
             self.thread = threading.Thread(target=self._serve, name="bucketed-all-reduce",
@@ -181,9 +183,12 @@ class BucketedAllReduce:
         backward (no host sync: read at ``comm.pop_sqnorms()``). Where the collectives would
         share the compute stream (``overlaps_backward`` False, e.g. the algorithm left
         ``native`` after ``set_algorithm``), or on the device with a parameter read twice
-        (``shared``): one all-reduce after backward."""
+        (``shared``): one all-reduce after backward. ``wait_s``: the seconds spent after
+        backward in all-reduce calls or waiting for the buckets (the all-reduce time backward
+        did not hide; 0 on the device path, whose packs run inside backward)."""
         grads = [v.grad for bucket in self.buckets for v in bucket]
         track = getattr(self.comm, "track_sqnorms", False)
+        self.wait_s = 0.0
         if on_device(self.comm) and not self.shared:
             callback = self.comm.all_reduce_callback(grads, self.pack_size,
                                                      division=self.division)
@@ -200,7 +205,9 @@ class BucketedAllReduce:
         # One call after backward: e.g. torus2d on NCCL, or a shared parameter on the device.
         if not overlaps_backward(self.comm) or on_device(self.comm):
             loss.backward(**backward_kwargs)
+            tic = time.perf_counter()
             self.comm.all_reduce(grads, division=self.division, inplace=False)
+            self.wait_s = time.perf_counter() - tic
             return
         self.reset()
         try:
@@ -212,7 +219,9 @@ class BucketedAllReduce:
                 self.pending.join()
                 self.error = None
             raise
+        tic = time.perf_counter()
         self.flush()
+        self.wait_s = time.perf_counter() - tic
 
 
 def count_uses(loss, params):

@@ -52,6 +52,7 @@ RANGES = {
     "train_images": number(int, low=0), "local_batch": number(int, low=1),
     "min_batch": number(int, low=0), "max_batch": number(int, low=0),
     "adaptive_min_samples": number(int, low=2), "adaptive_max_rse": number(float, **POSITIVE),
+    "adaptive_refit_steps": number(int, low=0), "adaptive_refit_warmup": number(int, low=0),
     "epochs": number(float, **POSITIVE), "base_lr": number(float, **POSITIVE),
     "reference_batch": number(int, low=1), "warmup_epochs": number(float, low=0),
     "gamma": number(float, low=0, strict=True, high=1), "power": number(float, **POSITIVE),
@@ -93,6 +94,11 @@ class TrainConfig:
                                          "the first decision")
     adaptive_max_rse: float = knob(0.25, "adaptive mode: largest relative standard error of the "
                                          "noise scale a decision may use")
+    adaptive_refit_steps: int = knob(5, "adaptive mode: measured steps at the batch in use "
+                                        "before goodput's throughput comes from the run's own "
+                                        "step times instead of the cost model (0 = never)")
+    adaptive_refit_warmup: int = knob(2, "adaptive mode: steps after each batch change left out "
+                                         "of the measured step times")
     min_batch: int = knob(0, "adaptive mode: lower bound of the global batch and the goodput "
                              "model's reference batch B0 (0 = the schedule's first batch)")
     max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = ranks x local_batch x 64)")
@@ -324,14 +330,16 @@ def milestones(text):
     return values
 
 
-def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_error=None):
+def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_error=None,
+                    refit=None):
     """Return (BatchSizeController, LearningRateSchedule) for ``cfg`` on ``world_size`` ranks.
 
     The learning rate of a step at fractional epoch e is
     ``lr_schedule.lr(e) * controller.plan(e).lr_factor``. With ``noise_scale`` (adaptive
     batch) the run starts at the schedule's first batch unless ``min_batch`` is set, and the
     batch maximises goodput with ``throughput`` (TrainingPlanner.throughput; None: flat) and the
-    cost model's ``model_error`` as hysteresis.
+    cost model's ``model_error`` as hysteresis, until ``refit`` (a StepTimeRefit fed with
+    the run's step times) has measured the batch in use.
     """
     schedule = BatchSchedule.parse(cfg.batch_schedule)
     controller = BatchSizeController(
@@ -340,7 +348,7 @@ def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_er
         lr_at_change=cfg.batch_change_lr,
         min_batch=cfg.min_batch or (schedule.batch(0) if noise_scale else None),
         max_batch=cfg.max_batch or None, throughput=throughput,
-        min_samples=cfg.adaptive_min_samples, max_rse=cfg.adaptive_max_rse,
+        min_samples=cfg.adaptive_min_samples, max_rse=cfg.adaptive_max_rse, refit=refit,
         **({} if model_error is None else {"model_error": model_error}))
     lr_schedule = LearningRateSchedule(
         cfg.base_lr, cfg.epochs, warmup_epochs=cfg.warmup_epochs, decay=cfg.lr_decay,

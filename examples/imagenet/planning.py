@@ -10,7 +10,10 @@ moves to another count only when that count's predicted goodput beats the count 
 by more than the cost model's measured error (``goodput.model_error_of``: the profile's
 calibrated step-time error, else 5 %): it does not flap inside its own error. The controller's
 adaptive mode predicts its throughput with :meth:`TrainingPlanner.throughput` (the same cost
-model).
+model) until it has measured the batch in use (nnabla_torus/planning/step_refit.py), whose
+fit starts from the shape of :meth:`TrainingPlanner.compute_line`. The rank-count advice stays
+on the cost model: comparing counts needs its scaling across counts, and a measurement at the
+launched count, scaling every count alike, would not change which count is fastest.
 Plans for the launched ranks use the real ranks per host, not the profile's ``gpus_per_host``;
 when hosts hold unequal numbers of ranks, ``hierarchical`` (which needs equal ones) is left out.
 
@@ -154,6 +157,14 @@ class TrainingPlanner:
             self.advised = best.gpus
             return best, None
         return before, best
+
+    def compute_line(self):
+        """(a_s, b_s): the cost model's seconds per micro-batch of the launched ranks as
+        a_s + b_s x local_batch (the shape the step-time refit scales to its measurements)."""
+        net, comp = self.here.network, self.prof.models[self.model]
+        a, a_plus_b = (float(costmodel.compute_time(comp, self.world_size, m, net.gpus_per_host))
+                       for m in (0, 1))
+        return a, a_plus_b - a
 
     def throughput(self, local_batch, accum_steps):
         """Predicted samples/s of the launched ranks at per-rank ``local_batch`` x

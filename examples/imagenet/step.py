@@ -6,8 +6,10 @@ overlapped with the last backward (``reducer``) or after it, and reads nothing f
 device before the all-reduce. Example::
 
     graph = build_graph(model, 32, 224, 0.1, accum_steps=2)
-    loss, error = train_step(stream, graph, plan, solvers, comm, grads, reducer, None)
+    loss, error, sync_s = train_step(stream, graph, plan, solvers, comm, grads, reducer, None)
 """
+import time
+
 import nnabla as nn
 import nnabla.functions as F
 
@@ -32,7 +34,9 @@ def build_graph(model, batch_size, image_size, label_smoothing, accum_steps, tes
 
 
 def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
-    """One step's gradients over plan.accum_steps micro-batches; returns (loss, error) means.
+    """One step's gradients over plan.accum_steps micro-batches; returns (loss, error, sync_s):
+    the loss and top-1 error means and the seconds spent after the last backward in the
+    gradient all-reduce (the part backward did not hide: ``reducer.wait_s`` with overlap).
 
     The gradients are all-reduced on return; with ``scaler`` (FP16) they are still multiplied
     by ``scaler.scale``: ``scaler.unscale(solvers)`` decides whether the update may run.
@@ -59,6 +63,10 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
             reduce_now.backward(objective, clear_buffer=True)  # all-reduce overlaps backward
         else:
             objective.backward(clear_buffer=True)              # accumulate locally
+    sync_s = 0.0 if reducer is None else reducer.wait_s
     if reducer is None:
+        tic = time.perf_counter()
         comm.all_reduce(grads, division=True, inplace=False)
-    return tuple(float(total.data) / plan.accum_steps for total in sums)
+        sync_s = time.perf_counter() - tic
+    loss, error = (float(total.data) / plan.accum_steps for total in sums)
+    return loss, error, sync_s

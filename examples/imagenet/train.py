@@ -56,6 +56,7 @@ from nnabla_torus.launching import elastic
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.overlap_choice import describe as describe_overlap_choice
+from nnabla_torus.planning.step_refit import StepTimeRefit
 from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
 from nnabla_torus.planning.schedules import BatchSchedule
 
@@ -205,10 +206,16 @@ def set_up(cfg, log):
     log(f"{cfg.arch} x{cfg.width}: {n_params:,} parameters, {len(run.train_set)} training / "
         f"{len(run.val_set)} validation images, {run.train_set.num_classes} classes; "
         f"{comm.size} ranks, {all_reduce}")
-    # Adaptive batch: goodput with this run's predicted throughput (flat with --plan off).
+    # Adaptive batch: goodput with this run's predicted throughput (flat with --plan off),
+    # then with the throughput refit from its own step times (on several ranks).
+    run.refit = None
+    if run.noise is not None and cfg.adaptive_refit_steps and comm.size > 1:
+        run.refit = StepTimeRefit(comm.size, run.planner and run.planner.compute_line(),
+                                  min_steps=cfg.adaptive_refit_steps,
+                                  warmup_steps=cfg.adaptive_refit_warmup)
     run.ctrl, run.lr_schedule = build_schedules(
         cfg, comm.size, run.noise, throughput=run.planner and run.planner.throughput,
-        model_error=run.planner and run.planner.model_error)
+        model_error=run.planner and run.planner.model_error, refit=run.refit)
     return run
 
 
@@ -332,8 +339,8 @@ def take_step(run, plan, epoch):
     # overflowed, skipped step leaves inf in them: the estimator skips it).
     grad_scale = 1.0 if scaler is None else scaler.scale
     tic = time.time()
-    loss, error = train_step(run.stream, run.graph, plan, run.solvers, comm, run.grads,
-                             run.reducer, scaler)
+    loss, error, sync_s = train_step(run.stream, run.graph, plan, run.solvers, comm, run.grads,
+                                     run.reducer, scaler)
     if noise is not None:
         local_sqnorm, global_sqnorm = comm.pop_sqnorms()
         if comm.size > 1:
@@ -347,6 +354,9 @@ def take_step(run, plan, epoch):
                 f"{scaler.scale:g}")
     run.step += 1
     step_time = time.time() - tic
+    if run.refit is not None:       # rank means, so that every rank's controller decides alike
+        mean = comm.allreduce_numpy(np.array([step_time, sync_s], np.float32)) / comm.size
+        run.refit.observe(plan.local_batch, plan.accum_steps, *mean.tolist())
     run.train_time += step_time
     run.images_seen += plan.global_batch
     report.add_step(run.monitors, run.step, loss, error, lr, plan.global_batch, step_time,

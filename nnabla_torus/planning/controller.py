@@ -3,19 +3,24 @@
 The target global batch comes from a :class:`~nnabla_torus.planning.schedules.BatchSchedule` or, in
 adaptive mode, from goodput (:mod:`nnabla_torus.planning.goodput`): among the global batches this world
 can realise between ``min_batch`` (B0, the reference batch of the efficiency model) and
-``max_batch``, the one with the highest throughput(B) x E(B), throughput from the cost model
-(``throughput``, e.g. the planner's prediction for these ranks) and E(B) = (phi + B0)/(phi + B)
-from the measured noise scale phi (Pollux, arXiv:2008.12260). Adaptive decisions follow three
-rules:
+``max_batch``, the one with the highest throughput(B) x E(B) and E(B) = (phi + B0)/(phi + B)
+from the measured noise scale phi (Pollux, arXiv:2008.12260). The throughput comes from the cost
+model (``throughput``, e.g. the planner's prediction for these ranks) until ``refit`` (a
+:class:`~nnabla_torus.planning.step_refit.StepTimeRefit` the training loop feeds with its step
+and all-reduce times) has ``min_steps`` measured steps at the batch in use; from then on from
+the refit, with the refit's residual error as the model error, and after each change no
+decision until the new batch is measured too. Adaptive decisions follow three rules:
 
 1. Confidence: no decision before the noise-scale estimate has ``min_samples`` observations and
    a relative standard error at most ``max_rse`` (:func:`goodput.confidence`); until then the
    run stays at B0.
 2. Hysteresis in the model's terms: a change only when the predicted goodput gain exceeds the
-   prediction's relative error, ``model_error`` (the cost model's measured error) plus the
+   prediction's relative error, the model error (the cost model's measured error, or the
+   refit's residual error once the throughput is measured) plus the
    efficiency's sensitivity to phi times phi's relative error (:func:`goodput.decide`).
-3. Every decision is logged once with the numbers that drove it: the first decision, each
-   change, and a better batch held back inside the error (at most once per epoch: the
+3. Every decision is logged once with the numbers that drove it (and where the throughput
+   came from): the first decision, the first on measured step times, each change, and a
+   better batch held back inside the error (at most once per epoch: the
    estimate moves a little every step).
 
 A batch is realised as ``world_size x local_batch x accum_steps`` with ``local_batch <=
@@ -43,7 +48,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import goodput
+from . import goodput, step_refit
 
 LOG = logging.getLogger("nnabla_torus.planning.controller")
 
@@ -85,7 +90,7 @@ class BatchSizeController:
     def __init__(self, world_size, max_local_batch, schedule=None, noise_scale=None,
                  base_batch=256, lr_scaling="linear", min_batch=None, max_batch=None,
                  lr_at_change="linear", throughput=None, model_error=goodput.MIN_GAIN,
-                 min_samples=20, max_rse=0.25):
+                 min_samples=20, max_rse=0.25, refit=None):
         if (schedule is None) == (noise_scale is None):
             raise ValueError("give exactly one of schedule= (a BatchSchedule) or noise_scale= "
                              "(a NoiseScaleEstimator)")
@@ -109,6 +114,8 @@ class BatchSizeController:
         self.decisions = 0          # adaptive: decisions taken (0: still waiting for confidence)
         self._held = set()          # adaptive: epochs whose held-back batch was logged
         self.notes = []             # adaptive: decisions that kept the batch, for the caller's log
+        self.refit = refit          # adaptive: step_refit.StepTimeRefit of this run, or None
+        self.measured = False       # adaptive: True once a decision used the refit
         if noise_scale is not None:
             self.candidates = self._candidates(throughput)
 
@@ -188,30 +195,54 @@ class BatchSizeController:
         cand = self.candidates
         batches = cand["global_batch"]
         now = int(np.argmin(np.abs(batches - self.current.global_batch)))
+        speed = self._throughput()
+        if speed is None:            # measured before: wait for the batch in use to be measured
+            return self._refresh_lr(changed=fresh)
+        speed, model_error, source, measured = speed
+        switched = measured and not self.measured
+        self.measured = self.measured or measured
         phi = est.b_simple
-        d = goodput.decide(batches, cand["throughput"], phi, conf.rse, self.min_batch, now,
-                           self.model_error)
+        d = goodput.decide(batches, speed, phi, conf.rse, self.min_batch, now, model_error)
         best_batch = int(batches[d.best])
         numbers = (f"phi = {phi:.0f} +- {conf.rse:.0%} ({conf.samples} samples); batch "
                    f"{int(batches[now])} -> {best_batch}: throughput "
-                   f"{cand['throughput'][now]:.0f} -> {cand['throughput'][d.best]:.0f} "
+                   f"{speed[now]:.0f} -> {speed[d.best]:.0f} "
                    f"samples/s x efficiency "
                    f"{float(goodput.efficiency(batches[now], phi, self.min_batch)):.3f} -> "
                    f"{float(goodput.efficiency(best_batch, phi, self.min_batch)):.3f} = "
                    f"goodput {d.goodput[now]:.0f} -> {d.goodput[d.best]:.0f} ({d.gain:.3f}x) "
-                   f"against a prediction error of {d.threshold:.1%}")
+                   f"against a prediction error of {d.threshold:.1%}; throughput from {source}")
         self.decisions += 1
         if d.change:
             self._held.clear()
             return self._set(epoch, best_batch, "goodput: change, " + numbers,
                              factor=self._adaptive_lr_factor(best_batch))
-        if self.decisions == 1 or (d.best != now and math.floor(epoch) not in self._held):
+        if self.decisions == 1 or switched or (d.best != now and
+                                               math.floor(epoch) not in self._held):
             self._held.add(math.floor(epoch))
             verdict = ("keep: the best batch is the one in use" if d.best == now else
                        "keep: the gain is inside the prediction error")
             self.notes.append(f"epoch {epoch:.2f}: goodput: {verdict}, {numbers}")
             LOG.info(self.notes[-1])
         return self._refresh_lr(changed=fresh)
+
+    def _throughput(self):
+        """(throughput of every candidate, its model error, its source, whether measured) for a
+        decision now.
+
+        The cost model's column until the refit has ``min_steps`` measured steps at the batch in
+        use; from then on the refit's, with its residual error. Once a decision has used the
+        refit, None (no decision) while the batch in use is not yet measured (after a change).
+        """
+        cand, refit, plan = self.candidates, self.refit, self.current
+        if refit is None or not refit.ready(plan.local_batch, plan.accum_steps):
+            if self.measured:
+                return None
+            return (cand["throughput"], self.model_error,
+                    f"the cost model (error {self.model_error:.1%})", False)
+        fit = refit.fit()
+        return (step_refit.throughput(fit, cand["local_batch"], cand["accum_steps"]),
+                fit.error, "measured step times: " + step_refit.describe(fit), True)
 
     def pop_notes(self):
         """The decisions since the last call that kept the batch (a change is in plan.reason)."""

@@ -96,8 +96,9 @@ def phi_sensitivity(batch, current, phi):
 def prediction_error(batch, current, phi, phi_rse, model_error):
     """Relative error of goodput(batch) / goodput(current): throughput and efficiency parts.
 
-    ``model_error``: the cost model's relative error (its calibration's median step-time
-    error); ``phi_rse``: relative standard error of phi. Added, not in quadrature: the
+    ``model_error``: the throughput's relative error (the step-time refit's residual error,
+    step_refit.py, or before it the cost model's calibrated median step-time error);
+    ``phi_rse``: relative standard error of phi. Added, not in quadrature: the
     throughput errors of two batches need not cancel. Never below ``MIN_GAIN``.
     """
     eff = np.abs(phi_sensitivity(batch, current, phi)) * phi_rse

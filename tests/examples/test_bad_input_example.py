@@ -72,6 +72,8 @@ TRAIN = [
     (["--allow-tf32", "maybe"], "argument --allow-tf32"),
     (["--adaptive-min-samples", "-3"], "argument --adaptive-min-samples: must be an integer >= 2"),
     (["--adaptive-max-rse", "0"], "argument --adaptive-max-rse: must be a finite number > 0"),
+    (["--adaptive-refit-steps", "-1"], "argument --adaptive-refit-steps: must be an integer >= 0"),
+    (["--adaptive-refit-warmup", "1.5"], "argument --adaptive-refit-warmup: must be an integer"),
     (["--bn-statistics", "global"], "invalid choice: 'global'"),
     (["--context", "gpu"], "invalid choice: 'gpu'"),
     (["--type-config", "double"], "invalid choice: 'double'"),

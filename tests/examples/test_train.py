@@ -74,6 +74,10 @@ def test_adaptive_batch_decides_by_goodput(tmp_path):
     assert decisions, out                                   # the first decision, with its numbers
     samples = int(re.search(r"\((\d+) samples\)", decisions[0]).group(1))
     assert samples >= 4 and "against a prediction error of" in decisions[0], decisions[0]
+    # from 2 warm-up + 5 steps at B0 on, batches are priced with the run's measured step
+    # times (the first such decision is logged)
+    assert any("throughput from measured step times: step = accum x" in d
+               for d in decisions), decisions
     assert summary_of(out)["batch_schedule"].startswith("0:32")
     noise = np.loadtxt(tmp_path / "noise_scale.series.txt", ndmin=2)
     assert len(noise) and np.all(noise[:, 1] > 0)

@@ -63,7 +63,7 @@ def test_loss_and_error_are_read_once_after_the_all_reduce():
     logits = DeviceOnly([[0.9, 0.1, 0.0], [0.8, 0.1, 0.1]], events)   # second is wrong
     graph = (x, t, loss, Objective(events), logits)
     plan = BatchPlan(4, 2, 2, 1.0, False, "test")     # 2 micro-batches
-    mean_loss, error = train.train_step(Stream(), graph, plan, Solvers(), Comm(events), [],
+    mean_loss, error, _ = train.train_step(Stream(), graph, plan, Solvers(), Comm(events), [],
                                         None, None)
     assert events == ["forward", "backward", "forward", "backward", "all_reduce"]
     assert (mean_loss, error) == (1.5, 0.5)
@@ -102,7 +102,7 @@ def test_device_labels_are_fed_on_the_device_not_through_the_host():
     logits = DeviceOnly([[0.9, 0.1, 0.0], [0.8, 0.1, 0.1]], events)   # second is wrong
     graph = (x, t, loss, Objective(events), logits)
     plan = BatchPlan(4, 2, 2, 1.0, False, "test")
-    mean_loss, error = train.train_step(DeviceStream(), graph, plan, Solvers(), Comm(events),
+    mean_loss, error, _ = train.train_step(DeviceStream(), graph, plan, Solvers(), Comm(events),
                                         [], None, None)
     assert events == ["forward", "backward", "forward", "backward", "all_reduce"]
     assert (mean_loss, error) == (1.5, 0.5)

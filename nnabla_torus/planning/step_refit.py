@@ -1,0 +1,152 @@
+"""Throughput refit from the run's own step times: what a bigger batch really buys here.
+
+The cost model predicts step times from a profile, which may not be calibrated for the machine
+the run is on (the emulated cluster: 256 predicted 2 % over 128, measured far more). Pollux
+(Qiao et al., OSDI'21, arXiv:2008.12260, section 3.2, "Modeling system throughput") models an
+iteration as ``T_iter = (s - 1) T_grad + (T_grad^gamma + T_sync^gamma)^(1/gamma)`` with
+``T_grad = alpha_grad + beta_grad m`` (m: per-GPU batch, s: accumulation steps) and fits the
+parameters online from the iterations it observes. Here the step is timed and so is the
+all-reduce's share of it (the seconds the step waits for the gradient all-reduce after the
+backward, ``sync``), which makes the fit linear: Pollux's model with gamma = 1 on that exposed
+sync time::
+
+    step(m, s)       = s (a + b m) + sync     seconds per optimizer step
+    a                seconds per micro-batch, whatever its size (launches, Python, input)
+    b                seconds per sample of forward + backward + update
+    sync             the median measured sync of the measured per-rank batch nearest to m
+    throughput(m, s) = ranks m s / step(m, s)  samples/s
+
+Rules (:meth:`StepTimeRefit.fit`):
+
+1. Warm-up: the first ``warmup_steps`` steps after (m, s) changes are not used (graph
+   rebuild, allocator and cache warm-up).
+2. Per measured (m, s): the medians over its latest ``WINDOW`` used steps of the compute per
+   micro-batch, (step - sync) / s, and of sync (robust to the descheduled steps of a loaded
+   machine).
+3. A batch counts once it has ``min_steps`` used steps. With two or more counted per-rank
+   batches, a and b are the least-squares line through their compute medians. With one (or
+   when the line has a < 0 or b <= 0, measurement noise), the prior's shape (the cost model's
+   a_prior + b_prior m) scaled to the measurements by least squares; without a prior a = 0.
+4. The error is the median relative residual of the used steps, |step_i - step(m_i, s_i)| /
+   step(m_i, s_i): goodput's hysteresis uses it as the model error (goodput.decide).
+
+Example (synthetic: 2 ms a micro-batch, 1 ms a sample, 300 ms of sync on 4 ranks)::
+
+    >>> refit = StepTimeRefit(4, min_steps=5, warmup_steps=1)
+    >>> for m in (16, 32):
+    ...     for _ in range(6):
+    ...         refit.observe(m, 1, 0.002 + 0.001 * m + 0.3, 0.3)
+    >>> fit = refit.fit()
+    >>> fit.how, round(float(step_time(fit, 64, 2)), 4), round(float(fit.error), 6)
+    ('line', 0.432, 0.0)
+"""
+from collections import deque, namedtuple
+
+import numpy as np
+
+WINDOW = 256   # used steps kept per split, the latest (bounds memory and the fit's cost per step)
+
+StepFit = namedtuple("StepFit", [
+    "a_s",           # seconds per micro-batch, whatever its size
+    "b_s",           # seconds per sample (per rank)
+    "sync_local",    # per-rank batches with a measured sync (sorted array)
+    "sync_s",        # median sync seconds at each of them
+    "error",         # median relative residual of the used steps
+    "ranks",         # ranks the steps ran on
+    "counted",       # {(m, s): used steps} of the batches the fit uses
+    "how",           # "line" (two or more per-rank batches) or "shape" (the prior's, scaled)
+])
+
+
+class StepTimeRefit:
+    """Step times observed by a run, and the fit of :data:`StepFit` to them; see module doc.
+
+    ``prior``: (a_s, b_s) of the cost model's compute per micro-batch at these ranks, whose
+    shape the fit scales while one per-rank batch is measured (None: proportional to m).
+    """
+
+    def __init__(self, ranks, prior=None, min_steps=5, warmup_steps=2):
+        if min_steps < 1 or warmup_steps < 0:
+            raise ValueError(f"min_steps = {min_steps} must be >= 1 and warmup_steps = "
+                             f"{warmup_steps} >= 0 (e.g. 5 and 2)")
+        self.ranks, self.prior = int(ranks), prior
+        self.min_steps, self.warmup_steps = int(min_steps), int(warmup_steps)
+        self.samples = {}            # (m, s) -> [(step seconds, sync seconds)] used
+        self._key, self._skip = None, 0
+
+    def observe(self, local_batch, accum_steps, step_s, sync_s):
+        """Record one optimizer step at per-rank ``local_batch`` x ``accum_steps``: its
+        seconds and the seconds it waited for the all-reduce (same on every rank: pass
+        rank-averaged figures, or the ranks' decisions could differ)."""
+        key = (int(local_batch), int(accum_steps))
+        if key != self._key:
+            self._key, self._skip = key, self.warmup_steps
+        if self._skip > 0:
+            self._skip -= 1
+            return
+        if np.isfinite(step_s) and np.isfinite(sync_s) and step_s > 0:
+            self.samples.setdefault(key, deque(maxlen=WINDOW)).append((float(step_s),
+                                                                       float(sync_s)))
+
+    def steps_at(self, local_batch, accum_steps):
+        """Used (post-warm-up) steps measured at this split."""
+        return len(self.samples.get((int(local_batch), int(accum_steps)), ()))
+
+    def ready(self, local_batch, accum_steps):
+        """The confidence rule: ``min_steps`` used steps at the batch in use."""
+        return self.steps_at(local_batch, accum_steps) >= self.min_steps
+
+    def fit(self):
+        """The :data:`StepFit` of the counted batches; None while none has ``min_steps``."""
+        counted = {k: v for k, v in self.samples.items() if len(v) >= self.min_steps}
+        if not counted:
+            return None
+        keys = sorted(counted)
+        local = np.array([m for m, _ in keys], float)
+        times = [np.array(counted[k]) for k in keys]
+        compute = np.array([np.median((t[:, 0] - t[:, 1]) / s) for t, (_, s) in zip(times, keys)])
+        sync = np.array([np.median(t[:, 1]) for t in times])
+        a = b = -1.0
+        if len(set(local)) >= 2:
+            b, a = np.polyfit(local, compute, 1)
+        how = "line"
+        if a < 0 or b <= 0:
+            how = "shape"
+            pa, pb = self.prior if self.prior is not None else (0.0, 1.0)
+            shape = pa + pb * local
+            k = float(np.dot(compute, shape) / np.dot(shape, shape))
+            a, b = k * pa, k * pb
+        by_local = {}
+        for m, value in zip(local, sync):       # per-rank batches measured with several s
+            by_local.setdefault(m, []).append(value)
+        sync_local = np.array(sorted(by_local))
+        fit = StepFit(float(a), float(b), sync_local,
+                      np.array([np.median(by_local[m]) for m in sync_local]), 0.0,
+                      self.ranks, {k: len(counted[k]) for k in keys}, how)
+        residual = np.concatenate([
+            np.abs(t[:, 0] - step_time(fit, m, s)) / step_time(fit, m, s)
+            for t, (m, s) in zip(times, keys)])
+        return fit._replace(error=float(np.median(residual)))
+
+
+def step_time(fit, local_batch, accum_steps):
+    """Predicted seconds per step at per-rank ``local_batch`` x ``accum_steps`` (arrays)."""
+    local = np.asarray(local_batch, float)
+    accum = np.asarray(accum_steps, float)
+    nearest = np.abs(np.log(local)[..., None] - np.log(fit.sync_local)).argmin(axis=-1)
+    return accum * (fit.a_s + fit.b_s * local) + fit.sync_s[nearest]
+
+
+def throughput(fit, local_batch, accum_steps):
+    """Predicted samples/s of the ranks at per-rank ``local_batch`` x ``accum_steps``."""
+    local, accum = np.asarray(local_batch, float), np.asarray(accum_steps, float)
+    return fit.ranks * local * accum / step_time(fit, local, accum)
+
+
+def describe(fit):
+    """One line of the fit's numbers, for the decision log."""
+    batches = ", ".join(f"{m}x{s}: {n}" for (m, s), n in sorted(fit.counted.items()))
+    syncs = ", ".join(f"{s * 1e3:.0f}" for s in fit.sync_s)
+    return (f"step = accum x ({fit.a_s * 1e3:.2f} ms + {fit.b_s * 1e3:.3f} ms/sample x local) "
+            f"+ sync {syncs} ms ({fit.how} fit to the steps measured at local x accum: "
+            f"{batches}), residual error {fit.error:.1%}")

@@ -1,0 +1,174 @@
+"""Throughput refit from measured step times: numpy references, noise, and the controller."""
+import logging
+
+import numpy as np
+import pytest
+
+from nnabla_torus.planning import step_refit
+from nnabla_torus.planning.controller import BatchSizeController
+from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
+from nnabla_torus.planning.step_refit import StepTimeRefit
+
+
+def true_step(local, accum, a=0.003, b=0.0008, sync=0.25):
+    """The synthetic machine: accum x (a + b local) + sync seconds."""
+    return accum * (a + b * np.asarray(local, float)) + sync
+
+
+def feed(refit, local, accum, n, rng=None, noise=0.0, sync=0.25, **model):
+    for _ in range(n):
+        e = 1.0 if rng is None else float(np.exp(rng.normal(0, noise)))
+        s = sync * (1.0 if rng is None else float(np.exp(rng.normal(0, noise))))
+        refit.observe(local, accum, (true_step(local, accum, sync=0, **model)) * e + s, s)
+
+
+@pytest.mark.parametrize("ranks,batches", [(3, [(13, 1), (29, 1)]), (4, [(16, 3), (24, 1)]),
+                                           (7, [(5, 2), (11, 1), (40, 1)])])
+def test_exact_model_is_recovered_within_1_percent(ranks, batches):
+    refit = StepTimeRefit(ranks, min_steps=5, warmup_steps=2)
+    for local, accum in batches:
+        refit.observe(local, accum, 9.0, 0.0)     # warm-up steps (graph build): left out
+        refit.observe(local, accum, 9.0, 0.0)
+        feed(refit, local, accum, 6)
+    fit = refit.fit()
+    # numpy reference: the least-squares line through the measured compute per micro-batch
+    local = np.array(sorted({m for m, _ in batches}), float)
+    b, a = np.linalg.lstsq(np.stack([local, np.ones_like(local)], 1),
+                           0.003 + 0.0008 * local, rcond=None)[0]
+    assert fit.how == "line" and (fit.a_s, fit.b_s) == pytest.approx((a, b), rel=1e-6)
+    local, accum = np.array([1, 7, 13, 64, 100]), np.array([1, 2, 1, 3, 1])
+    predicted = step_refit.throughput(fit, local, accum)
+    expected = ranks * local * accum / true_step(local, accum)
+    np.testing.assert_allclose(predicted, expected, rtol=0.01)
+    assert fit.error < 1e-9
+
+
+def test_one_batch_scales_the_prior_shape():
+    # Measured at 16 only: the cost model's shape (a:b = 0.003:0.0008) scaled to it, the
+    # measured sync kept: exact when the machine has that shape, whatever its speed.
+    refit = StepTimeRefit(4, prior=(0.0003, 0.00008), min_steps=5, warmup_steps=0)
+    feed(refit, 16, 1, 5)
+    fit = refit.fit()
+    assert fit.how == "shape" and fit.counted == {(16, 1): 5}
+    local, accum = np.array([8, 32, 64, 64]), np.array([1, 1, 1, 4])
+    np.testing.assert_allclose(step_refit.step_time(fit, local, accum),
+                               true_step(local, accum), rtol=1e-6)
+    flat = StepTimeRefit(4, min_steps=5, warmup_steps=0)      # no prior: proportional to m
+    feed(flat, 16, 1, 5)
+    assert flat.fit().a_s == 0.0
+    assert flat.fit().b_s == pytest.approx((0.003 + 0.0008 * 16) / 16)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noisy_steps_predict_within_the_stated_error(seed):
+    # 10 % lognormal noise on every step's compute and sync (a loaded machine); the fit's
+    # stated error (median relative residual, ~7 %) bounds its prediction at other batches.
+    rng = np.random.default_rng(seed)
+    refit = StepTimeRefit(5, min_steps=5, warmup_steps=2)
+    for local in (9, 33):
+        feed(refit, local, 1, 40, rng, noise=0.1)
+    fit = refit.fit()
+    assert 0.03 < fit.error < 0.12
+    local, accum = np.array([9, 20, 33, 64, 64]), np.array([1, 1, 1, 1, 2])
+    truth = true_step(local, accum)
+    error = np.abs(step_refit.step_time(fit, local, accum) - truth) / truth
+    assert np.all(error <= fit.error), (error, fit.error)
+
+
+def test_noise_that_bends_the_line_falls_back_to_the_shape():
+    refit = StepTimeRefit(2, prior=(0.001, 0.001), min_steps=3, warmup_steps=0)
+    for local, compute in ((8, 0.020), (16, 0.019)):     # larger batch measured faster: noise
+        for _ in range(3):
+            refit.observe(local, 1, compute + 0.1, 0.1)
+    fit = refit.fit()
+    assert fit.how == "shape" and fit.a_s > 0 and fit.b_s > 0
+
+
+def test_ready_needs_min_steps_after_the_warm_up():
+    refit = StepTimeRefit(4, min_steps=5, warmup_steps=2)
+    feed(refit, 16, 1, 6)
+    assert not refit.ready(16, 1) and refit.steps_at(16, 1) == 4 and refit.fit() is None
+    feed(refit, 16, 1, 1)
+    assert refit.ready(16, 1)
+    feed(refit, 32, 1, 2)                        # a new batch: its warm-up again
+    assert refit.steps_at(32, 1) == 0
+    with pytest.raises(ValueError, match="min_steps"):
+        StepTimeRefit(4, min_steps=0)
+
+
+def confident(est, phi=4000.0, n=20):
+    """``n`` noise-scale observations of ``phi`` (exact: relative error 0)."""
+    for _ in range(n):
+        est.update(1 + phi / 8, 8, 1 + phi / 64, 64)
+
+
+def run_controller(ctrl, est, machine, steps):
+    """Train ``steps`` steps: the step times of ``machine(local, accum)`` -> (step, sync)."""
+    batches = []
+    for i in range(steps):
+        plan = ctrl.plan(i / 40)
+        batches.append(plan.global_batch)
+        est.update(1 + 4000 / 8, 8, 1 + 4000 / 64, 64)
+        ctrl.refit.observe(plan.local_batch, plan.accum_steps, *machine(plan.local_batch,
+                                                                         plan.accum_steps))
+    return batches
+
+
+def test_measured_gain_moves_the_batch_the_profile_said_would_not_help(caplog):
+    # The profile says a bigger batch buys nothing (flat); the machine spends 300 ms a step
+    # waiting for the all-reduce, so 4x the batch is ~3x the images/s. After the noise
+    # scale's 20 samples and 5 measured steps at B0 (2 warm-up steps left out), the
+    # controller moves up; then it waits for the new batch to be measured before deciding.
+    est = NoiseScaleEstimator(smoothing=0.9)
+    refit = StepTimeRefit(4, min_steps=5, warmup_steps=2)
+    ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=64, min_batch=64,
+                               max_batch=1024, throughput=lambda m, s: np.ones(np.shape(m)),
+                               model_error=0.145, min_samples=20, refit=refit)
+    def machine(local, accum):
+        return true_step(local, accum, a=0.001, b=0.0005, sync=0.3), 0.3
+    with caplog.at_level(logging.INFO, logger="nnabla_torus.planning.controller"):
+        batches = run_controller(ctrl, est, machine, 60)
+    assert batches[:20] == [64] * 20            # confidence: 20 noise samples first
+    assert batches[20] > 64                     # then the refit (18 steps measured) moves it
+    first = next(r.message for r in caplog.records if "change" in r.message)
+    assert "throughput from measured step times" in first and "shape fit" in first
+    assert ctrl.measured and max(batches) >= 256
+    # after the change: no decision until the new batch has 2 + 5 steps
+    assert batches[21:27] == [batches[20]] * 6
+    # a cost-model-only controller on the same steps never leaves B0
+    est2 = NoiseScaleEstimator(smoothing=0.9)
+    blind = BatchSizeController(4, 64, noise_scale=est2, base_batch=64, min_batch=64,
+                                max_batch=1024, throughput=lambda m, s: np.ones(np.shape(m)),
+                                model_error=0.145, min_samples=20,
+                                refit=StepTimeRefit(4, min_steps=10 ** 9))
+    assert set(run_controller(blind, est2, machine, 60)) == {64}
+
+
+def test_measured_no_gain_keeps_the_batch_the_profile_said_would_help():
+    # The profile: 1 ms a micro-batch whatever its size (a bigger batch is proportionally
+    # faster); the machine: time proportional to the batch, nothing to amortise. The cost
+    # model alone would move up; with the refit's measurements the run stays at B0.
+    def profile(local, accum):
+        return 4.0 * local * accum / (0.001 * accum)
+    def machine(local, accum):
+        return 0.002 * local * accum + 0.001, 0.001
+    outcomes = {}
+    for steps in (5, 10 ** 9):                   # 10**9: never ready, the cost model decides
+        est = NoiseScaleEstimator(smoothing=0.9)
+        ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=64, min_batch=64,
+                                   max_batch=1024, throughput=profile, model_error=0.145,
+                                   min_samples=20, refit=StepTimeRefit(4, min_steps=steps))
+        outcomes[steps] = set(run_controller(ctrl, est, machine, 60))
+    assert outcomes[5] == {64}
+    assert max(outcomes[10 ** 9]) > 64
+
+
+def test_only_the_latest_window_of_steps_is_fitted():
+    # The machine slows down 2x at one split (another job arrived): after WINDOW more steps
+    # the fit has forgotten the fast ones.
+    refit = StepTimeRefit(4, min_steps=5, warmup_steps=0)
+    feed(refit, 16, 1, step_refit.WINDOW)
+    feed(refit, 16, 1, step_refit.WINDOW, a=0.006, b=0.0016)
+    assert refit.steps_at(16, 1) == step_refit.WINDOW
+    assert step_refit.step_time(refit.fit(), 16, 1) == pytest.approx(
+        true_step(16, 1, a=0.006, b=0.0016))
