@@ -42,12 +42,14 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
 
 import nnabla as nn
 
 import nnabla_torus
 from nnabla_torus.comm.backends import synchronize
+# MPI started by the communicator's module (fail-fast, Open MPI's osc/ucx notices off), as
+# examples/imagenet/train.py does: importing mpi4py.MPI first prints a notice per rank
+from nnabla_torus.comm.communicator import MPI
 from nnabla_torus.comm.collectives import ALGORITHMS, AUTO
 from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool
 from nnabla_torus.comm.topology import parse_grid

@@ -22,10 +22,10 @@ import argparse
 import statistics
 import time
 
-from mpi4py import MPI
 import numpy as np
 
 from nnabla_torus.comm import failfast
+from nnabla_torus.comm.communicator import MPI  # MPI started as train.py starts it
 from nnabla_torus.comm.rendezvous import LOST_CHECK_S
 
 TAG = failfast.EXIT_TAG + 1     # never sent: the synthetic receives stay pending
