@@ -110,15 +110,17 @@ def decide(batches, throughput, phi, phi_rse, base_batch, current, model_error):
 
     ``current``: index of the batch in use. The best candidate is the highest goodput (the
     smallest batch among equal ones); ``change`` only when its predicted gain over the current
-    one exceeds :func:`prediction_error` (hysteresis: inside the error, keep).
+    one exceeds :func:`prediction_error` (hysteresis: inside the error, keep). ``model_error``:
+    one relative error, or one per candidate (the throughput of a batch never run is known
+    less well than that of one measured).
     """
     batches = np.asarray(batches, float)
     g = goodput(throughput, batches, phi, base_batch)
     near = g >= g.max() * (1.0 - 1e-12)          # equal up to rounding: take the smallest batch
     best = int(np.flatnonzero(near)[np.argmin(batches[near])])
     ratio = float(g[best] / g[current])
-    threshold = float(prediction_error(batches[best], batches[current], phi, phi_rse,
-                                       model_error))
+    error = np.broadcast_to(np.asarray(model_error, float), batches.shape)[best]
+    threshold = float(prediction_error(batches[best], batches[current], phi, phi_rse, error))
     return Decision(best, ratio, threshold, best != current and ratio - 1.0 > threshold, g)
 
 
