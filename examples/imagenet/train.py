@@ -56,7 +56,7 @@ from nnabla_torus.launching import elastic
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.overlap_choice import describe as describe_overlap_choice
-from nnabla_torus.planning.step_refit import StepTimeRefit
+from nnabla_torus.planning.step_refit import EXCHANGE_STEPS, StepTimeRefit
 from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
 from nnabla_torus.planning.schedules import BatchSchedule
 
@@ -208,7 +208,7 @@ def set_up(cfg, log):
         f"{comm.size} ranks, {all_reduce}")
     # Adaptive batch: goodput with this run's predicted throughput (flat with --plan off),
     # then with the throughput refit from its own step times (on several ranks).
-    run.refit = None
+    run.refit, run.step_times = None, []
     if run.noise is not None and cfg.adaptive_refit_steps and comm.size > 1:
         run.refit = StepTimeRefit(comm.size, run.planner and run.planner.compute_line(),
                                   min_steps=cfg.adaptive_refit_steps,
@@ -354,9 +354,8 @@ def take_step(run, plan, epoch):
                 f"{scaler.scale:g}")
     run.step += 1
     step_time = time.time() - tic
-    if run.refit is not None:       # rank means, so that every rank's controller decides alike
-        mean = comm.allreduce_numpy(np.array([step_time, sync_s], np.float32)) / comm.size
-        run.refit.observe(plan.local_batch, plan.accum_steps, *mean.tolist())
+    if run.refit is not None:
+        observe_step_times(run, plan, step_time, sync_s)
     run.train_time += step_time
     run.images_seen += plan.global_batch
     report.add_step(run.monitors, run.step, loss, error, lr, plan.global_batch, step_time,
@@ -365,6 +364,21 @@ def take_step(run, plan, epoch):
         run.log.progress.update(run.step, run.stream.epoch() * len(run.train_set), loss, lr,
                                 plan.global_batch)
     return loss
+
+
+def observe_step_times(run, plan, step_time, sync_s):
+    """Feed the throughput refit with rank means of the step and all-reduce wait seconds, so
+    that every rank's controller decides alike: exchanged every ``EXCHANGE_STEPS``
+    steps in one all-reduce (one a step cost ~7 ms a step on 4 ranks of this 2-core machine,
+    1.0 s of a 15 s run: a collective on oversubscribed cores waits for the scheduler)."""
+    run.step_times.append((plan.local_batch, plan.accum_steps, step_time, sync_s))
+    if len(run.step_times) < EXCHANGE_STEPS:
+        return
+    times = np.array([t[2:] for t in run.step_times], np.float32)
+    times = run.comm.allreduce_numpy(times) / run.comm.size
+    for (local, accum, _, _), (step_s, wait_s) in zip(run.step_times, times.tolist()):
+        run.refit.observe(local, accum, step_s, wait_s)
+    run.step_times = []
 
 
 def end_of_epoch(run, loss):

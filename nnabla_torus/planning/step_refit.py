@@ -45,6 +45,8 @@ from collections import deque, namedtuple
 import numpy as np
 
 WINDOW = 256   # used steps kept per split, the latest (bounds memory and the fit's cost per step)
+EXCHANGE_STEPS = 10   # steps whose rank-mean times a multi-rank run exchanges in one all-reduce
+                      # (examples/imagenet/train.py): the refit sees a step at most 9 steps late
 
 StepFit = namedtuple("StepFit", [
     "a_s",           # seconds per micro-batch, whatever its size
