@@ -87,11 +87,17 @@ class VirtualComm:
                            reduces=False)
 
     def Isend(self, buf, dest, tag=0):
-        return self.world.post(True, self, self.ranks[self.position], self.ranks[dest], tag, buf)
+        return self.world.post(True, self, self.ranks[self.position], self.ranks[dest], tag,
+                               array_of(buf))
 
     def Irecv(self, buf, source, tag=0):
         return self.world.post(False, self, self.ranks[source], self.ranks[self.position], tag,
-                               buf)
+                               array_of(buf))
+
+
+def array_of(message):
+    """The numpy array of an mpi4py message: a buffer, or [buffer, datatype] (``mpi.raw``)."""
+    return message[0] if isinstance(message, (list, tuple)) else message
 
 
 class VirtualBackend(MPIBackend):
