@@ -125,9 +125,9 @@ class StepTimeRefit:
         fit = StepFit(float(a), float(b), sync_local,
                       np.array([np.median(by_local[m]) for m in sync_local]), 0.0,
                       self.ranks, {k: len(counted[k]) for k in keys}, how)
-        residual = np.concatenate([
-            np.abs(t[:, 0] - step_time(fit, m, s)) / step_time(fit, m, s)
-            for t, (m, s) in zip(times, keys)])
+        predicted = [step_time(fit, m, s) for m, s in keys]
+        residual = np.concatenate([np.abs(t[:, 0] - want) / want
+                                   for t, want in zip(times, predicted)])
         return fit._replace(error=float(np.median(residual)))
 
 
