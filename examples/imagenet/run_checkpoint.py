@@ -2,9 +2,9 @@
 
 checkpoint.py is the file (atomic, checksummed, the newest intact one); this module is the
 run's side of it: rank 0 saves the parameters (BN statistics included), the solver states, the
-step, the data position, the batch-size controller's plan and the noise-scale estimator;
-on ``--resume`` rank 0 picks the newest intact file, every rank reads exactly that one, and a
-checkpoint of another world size is resplit and resharded (resize.py). Example::
+step, the data position, the batch-size controller's plan, the noise-scale estimator and the
+step-time refit; on ``--resume`` rank 0 picks the newest intact file, every rank reads exactly
+that one, and a checkpoint of another world size is resplit and resharded (resize.py)::
 
     write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra)   # every rank
     meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta)
@@ -31,7 +31,8 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
                 loader=stream.state(),
                 plan=list(ctrl.current) if ctrl.current else None,
                 noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
-                       for k, v in vars(noise).items()} if noise else None)
+                       for k, v in vars(noise).items()} if noise else None,
+                refit=ctrl.refit.state() if ctrl.refit is not None else None)
     save_checkpoint(cfg.output_dir, step, arrays, meta)
 
 
@@ -107,5 +108,9 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
     elif noise and meta["noise"]:
         for key, value in meta["noise"].items():
             setattr(noise, key, np.array(value) if key == "_sums" else value)
+    if ctrl.refit is not None and meta.get("refit"):
+        note = ctrl.refit.load_state(meta["refit"])
+        if note:
+            log(f"resume: {note}")
     log(f"resumed from {path}: step {meta['step']}, epoch {meta['epoch']:.3f}")
     return meta

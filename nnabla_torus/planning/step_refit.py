@@ -90,6 +90,22 @@ class StepTimeRefit:
             self.samples.setdefault(key, deque(maxlen=WINDOW)).append((float(step_s),
                                                                        float(sync_s)))
 
+    def state(self):
+        """The used steps, for a checkpoint: ``{"ranks": r, "samples": [[m, s, [[step_s,
+        sync_s], ...]], ...]}`` (JSON-able)."""
+        return {"ranks": self.ranks, "samples": [[m, s, [list(t) for t in times]] for
+                                                 (m, s), times in sorted(self.samples.items())]}
+
+    def load_state(self, state):
+        """Take the used steps of :meth:`state`; a reason string (nothing loaded) when they
+        were measured on another number of ranks (their times belong to that world), else None."""
+        if state["ranks"] != self.ranks:
+            return (f"the checkpoint's step times were measured on {state['ranks']} ranks, "
+                    f"this run has {self.ranks}: the throughput is measured anew")
+        self.samples = {(int(m), int(s)): deque(map(tuple, times), maxlen=WINDOW)
+                        for m, s, times in state["samples"]}
+        return None
+
     def steps_at(self, local_batch, accum_steps):
         """Used (post-warm-up) steps measured at this split."""
         return len(self.samples.get((int(local_batch), int(accum_steps)), ()))

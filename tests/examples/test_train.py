@@ -81,3 +81,19 @@ def test_adaptive_batch_decides_by_goodput(tmp_path):
     assert summary_of(out)["batch_schedule"].startswith("0:32")
     noise = np.loadtxt(tmp_path / "noise_scale.series.txt", ndmin=2)
     assert len(noise) and np.all(noise[:, 1] > 0)
+
+
+@pytest.mark.slow
+def test_adaptive_resume_keeps_the_measured_step_times(tmp_path):
+    # The checkpoint at step 11 holds the refit's steps (exchanged at step 10): the resumed
+    # run's first decision prices batches with them, not with the cost model again.
+    common = SMALL + ["--train-images", "256", "--epochs", "2", "--adaptive-batch", "1",
+                      "--max-batch", "128", "--adaptive-min-samples", "4",
+                      "--adaptive-max-rse", "5", "--checkpoint-every", "11",
+                      "--output-dir", str(tmp_path)]
+    run_mpi(2, [PROG] + common + ["--max-steps", "11"], timeout=180)
+    out = run_mpi(2, [PROG] + common + ["--max-steps", "13", "--resume", "1"], timeout=180)
+    assert "resumed from" in out and "step 11" in out, out
+    decisions = [line for line in out.splitlines() if "goodput: keep" in line
+                 or "goodput: change" in line]
+    assert decisions and "throughput from measured step times" in decisions[0], decisions

@@ -1,4 +1,5 @@
 """Throughput refit from measured step times: numpy references, noise, and the controller."""
+import json
 import logging
 
 import numpy as np
@@ -192,3 +193,19 @@ def test_only_the_latest_window_of_steps_is_fitted():
     assert refit.steps_at(16, 1) == step_refit.WINDOW
     assert step_refit.step_time(refit.fit(), 16, 1) == pytest.approx(
         true_step(16, 1, a=0.006, b=0.0016))
+
+
+def test_state_round_trip_and_another_world():
+    refit = StepTimeRefit(4, min_steps=5, warmup_steps=0)
+    feed(refit, 16, 1, 7)
+    feed(refit, 32, 2, 6)
+    state = json.loads(json.dumps(refit.state()))            # as a checkpoint stores it
+    again = StepTimeRefit(4, min_steps=5, warmup_steps=0)
+    assert again.load_state(state) is None
+    for name in ("a_s", "b_s", "error", "counted", "how"):
+        assert getattr(again.fit(), name) == getattr(refit.fit(), name)
+    np.testing.assert_array_equal(again.fit().sync_s, refit.fit().sync_s)
+    assert again.steps_at(16, 1) == 7 and again.steps_at(32, 2) == 6
+    other = StepTimeRefit(8, min_steps=5)
+    assert "measured on 4 ranks, this run has 8" in other.load_state(state)
+    assert other.fit() is None
