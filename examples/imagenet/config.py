@@ -14,7 +14,8 @@ import difflib
 import os
 
 from nnabla_torus.comm.collectives import ALGORITHMS
-from nnabla_torus.planning.controller import LR_SCALINGS, BatchSizeController
+from nnabla_torus.planning.controller import (ADAPTIVE_LRS, LR_AT_CHANGE, LR_SCALINGS,
+                                             BatchSizeController)
 from nnabla_torus.knobs import add_knob, check_output_path, env_value, number
 from nnabla_torus.planning.machine_profile import load_profile
 from nnabla_torus.planning.recipe_files import RECIPE_DIR, read_recipe
@@ -36,7 +37,8 @@ CHOICES = {
     "algorithm": ("planned", *ALGORITHMS),
     "plan": ("on", "off"),
     "bad_images": ("skip", "stop"),
-    "batch_change_lr": ("linear", "keep"),
+    "batch_change_lr": LR_AT_CHANGE,
+    "adaptive_lr": ADAPTIVE_LRS,
     "stride_on": ("3x3", "1x1"),
     "bn_statistics": ("per_gpu",),
 }
@@ -97,6 +99,9 @@ class TrainConfig:
     adaptive_refit_steps: int = knob(5, "adaptive mode: measured steps at the batch in use "
                                         "before goodput's throughput comes from the run's own "
                                         "step times instead of the cost model (0 = never)")
+    adaptive_lr: str = knob("gain", "adaptive mode: lr at a batch B: gain (B0's lr x the goodput "
+                                    "gain, Pollux/AdaScale) | scaling (lr_scaling at B, as the "
+                                    "fixed policies)")
     adaptive_refit_warmup: int = knob(2, "adaptive mode: steps after each batch change left out "
                                          "of the measured step times")
     min_batch: int = knob(0, "adaptive mode: lower bound of the global batch and the goodput "
@@ -349,6 +354,7 @@ def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_er
         min_batch=cfg.min_batch or (schedule.batch(0) if noise_scale else None),
         max_batch=cfg.max_batch or None, throughput=throughput,
         min_samples=cfg.adaptive_min_samples, max_rse=cfg.adaptive_max_rse, refit=refit,
+        adaptive_lr=cfg.adaptive_lr,
         **({} if model_error is None else {"model_error": model_error}))
     lr_schedule = LearningRateSchedule(
         cfg.base_lr, cfg.epochs, warmup_epochs=cfg.warmup_epochs, decay=cfg.lr_decay,

@@ -1,41 +1,20 @@
 """Batch-size controller: the training loop asks it "what batch now?" each step or epoch.
 
-The target global batch comes from a :class:`~nnabla_torus.planning.schedules.BatchSchedule` or, in
-adaptive mode, from goodput (:mod:`nnabla_torus.planning.goodput`): among the global batches this world
-can realise between ``min_batch`` (B0, the reference batch of the efficiency model) and
-``max_batch``, the one with the highest throughput(B) x E(B) and E(B) = (phi + B0)/(phi + B)
-from the measured noise scale phi (Pollux, arXiv:2008.12260). The throughput comes from the cost
-model (``throughput``, e.g. the planner's prediction for these ranks) until ``refit`` (a
-:class:`~nnabla_torus.planning.step_refit.StepTimeRefit` the training loop feeds with its step
-and all-reduce times) has ``min_steps`` measured steps at the batch in use; from then on from
-the refit, with the refit's residual error as the model error, and after each change no
-decision until the new batch is measured too. Adaptive decisions follow three rules:
+The target global batch comes from a :class:`~nnabla_torus.planning.schedules.BatchSchedule`
+or, in adaptive mode, from goodput (:mod:`nnabla_torus.planning.goodput`): the batch this world
+can realise between ``min_batch`` (B0) and ``max_batch`` with the highest throughput x E(B).
+The throughput is the cost model's (``throughput``) until ``refit``
+(:class:`~nnabla_torus.planning.step_refit.StepTimeRefit`) has measured the batch in use. No
+decision before the noise scale is trustworthy (``min_samples``, ``max_rse``); a change only
+when the predicted gain exceeds the prediction's error; every decision logged once with its
+numbers (docs/adaptive-batch.md gives the rules and why).
 
-1. Confidence: no decision before the noise-scale estimate has ``min_samples`` observations and
-   a relative standard error at most ``max_rse`` (:func:`goodput.confidence`); until then the
-   run stays at B0.
-2. Hysteresis in the model's terms: a change only when the predicted goodput gain exceeds the
-   prediction's relative error, the model error (the cost model's measured error, or the
-   refit's residual error once the throughput is measured, at the batches the run has
-   measured; at least the cost model's at those it has not) plus the
-   efficiency's sensitivity to phi times phi's relative error (:func:`goodput.decide`).
-3. Every decision is logged once with the numbers that drove it (and where the throughput
-   came from): the first decision, the first on measured step times, each change, and a
-   better batch held back inside the error (at most once per epoch: the
-   estimate moves a little every step).
-
-A batch is realised as ``world_size x local_batch x accum_steps`` with ``local_batch <=
-max_local_batch`` (memory). The learning rate is scaled for it: ``linear`` (Goyal et al.: lr x
-B/base_batch), ``sqrt`` (lr x sqrt(B/base_batch)) or ``none``; in adaptive mode that rule
-sets the rate at B0 and a larger batch multiplies it by the goodput model's gain
-(phi/B0 + 1)/(phi/B + 1) (Pollux/AdaScale; see goodput.py for why). At a later change of the
-batch, ``lr_at_change`` says what the rate does: ``linear`` follows the rule above, ``keep``
-keeps the rate of the starting batch (the schedule's first, or ``min_batch``) whatever the
-batch: batch-size control as a replacement for decaying the rate (Smith et al., "Don't Decay
-the Learning Rate, Increase the Batch Size", arXiv:1711.00489).
-
-Example (the paper: 34K -> 68K at epoch 5 on a fixed world of 1,088 ranks takes 2 micro-batches
-from epoch 5 on; the paper doubled the GPUs instead, see planner.plan_schedule)::
+A batch is realised as ``world_size x local_batch x accum_steps`` (``local_batch <=
+max_local_batch``). The learning rate follows ``lr_scaling`` from ``base_batch`` (linear:
+Goyal et al.); in adaptive mode B0's rate times the goodput gain (``adaptive_lr="gain"``,
+Pollux/AdaScale) or the scaling rule at the batch (``"scaling"``); ``lr_at_change="keep"``
+keeps the first batch's rate (Smith et al., arXiv:1711.00489). Example (the paper's 34K -> 68K
+at epoch 5 on a fixed 1,088 ranks takes 2 micro-batches; the paper doubled the GPUs instead)::
 
     >>> from nnabla_torus.planning.schedules import BatchSchedule
     >>> ctrl = BatchSizeController(1088, 32, schedule=BatchSchedule.parse("0:34816,5:69632"))
@@ -64,6 +43,7 @@ BatchPlan = namedtuple("BatchPlan", [
 
 LR_SCALINGS = ("linear", "sqrt", "none")
 LR_AT_CHANGE = ("linear", "keep")
+ADAPTIVE_LRS = ("gain", "scaling")   # adaptive mode: B0's rate x the goodput gain, or the lr_scaling rule at B
 
 
 def split_batch(target, world_size, max_local_batch):
@@ -91,7 +71,7 @@ class BatchSizeController:
     def __init__(self, world_size, max_local_batch, schedule=None, noise_scale=None,
                  base_batch=256, lr_scaling="linear", min_batch=None, max_batch=None,
                  lr_at_change="linear", throughput=None, model_error=goodput.MIN_GAIN,
-                 min_samples=20, max_rse=0.25, refit=None):
+                 min_samples=20, max_rse=0.25, refit=None, adaptive_lr="gain"):
         if (schedule is None) == (noise_scale is None):
             raise ValueError("give exactly one of schedule= (a BatchSchedule) or noise_scale= "
                              "(a NoiseScaleEstimator)")
@@ -99,7 +79,9 @@ class BatchSizeController:
             raise ValueError(f"unknown lr_scaling {lr_scaling!r}; choose one of {LR_SCALINGS}")
         if lr_at_change not in LR_AT_CHANGE:
             raise ValueError(f"unknown lr_at_change {lr_at_change!r}; choose one of {LR_AT_CHANGE}")
-        self.lr_at_change = lr_at_change
+        if adaptive_lr not in ADAPTIVE_LRS:
+            raise ValueError(f"unknown adaptive_lr {adaptive_lr!r}; choose one of {ADAPTIVE_LRS}")
+        self.lr_at_change, self.adaptive_lr = lr_at_change, adaptive_lr
         if world_size < 1 or max_local_batch < 1 or base_batch < 1:
             raise ValueError(f"world_size={world_size}, max_local_batch={max_local_batch} and "
                              f"base_batch={base_batch} must all be >= 1")
@@ -142,9 +124,12 @@ class BatchSizeController:
         return {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}[self.lr_scaling]
 
     def _adaptive_lr_factor(self, global_batch):
-        """lr_factor(B0) x gain(B): the rate at B0, raised by the goodput model's gain."""
+        """lr_factor(B0) x gain(B): the rate at B0, raised by the goodput model's gain (or
+        ``adaptive_lr="scaling"``: lr_factor(B), the fixed policies' rule)."""
         if self.lr_at_change == "keep":
             return self.lr_factor(self.min_batch)
+        if self.adaptive_lr == "scaling":
+            return self.lr_factor(global_batch)
         phi = self.noise_scale.b_simple
         return self.lr_factor(self.min_batch) * float(goodput.gain(global_batch, phi,
                                                                    self.min_batch))
@@ -171,8 +156,10 @@ class BatchSizeController:
             rule = f"{self.lr_scaling} scaling from {self.base_batch}" + (
                 f" at the starting batch {start}, kept at batch changes" if keep else "")
         else:
-            rule = (f"{self.lr_scaling} scaling from {self.base_batch} at B0 = {start}" +
-                    (", kept at batch changes" if keep else " x the goodput gain"))
+            rule = (f"{self.lr_scaling} scaling from {self.base_batch}" +
+                    (f" at B0 = {start}, kept at batch changes" if keep else
+                     "" if self.adaptive_lr == "scaling" else
+                     f" at B0 = {start} x the goodput gain"))
         reason = (f"epoch {epoch:.2f}: {why}; realised as {self.world_size} ranks x "
                   f"{local} x {accum} accumulation = {global_batch}, "
                   f"lr x {factor:.4g} ({rule})")

@@ -1,43 +1,22 @@
 """Goodput: predicted training progress per second, the one objective of the batch-size
-controller, the planner and the elastic launcher.
+controller, the planner and the elastic launcher (numpy, broadcasting; batches in samples per
+optimizer step, throughput in samples/s).
 
-Pure numpy and vectorised: every function takes scalars or arrays and broadcasts them.
-Units: batches in samples per optimizer step, throughput in samples per second.
+Pollux (Qiao et al., OSDI'21, arXiv:2008.12260, section 3.1) with McCandlish et al.'s noise
+scale phi = B_simple (arXiv:1812.06162, section 2.2)::
 
-Model (Qiao et al., "Pollux: Co-adaptive Cluster Scheduling for Goodput-Optimized Deep
-Learning", OSDI'21, arXiv:2008.12260, section 3.1; the noise scale is McCandlish et al., "An
-Empirical Model of Large-Batch Training", arXiv:1812.06162, section 2.2)::
+    E(B)       = (phi + B0) / (phi + B)        statistical efficiency, 1 at the run's minimum B0
+    gain(B)    = (B / B0) E(B)                 B0-steps one step at B is worth (the lr factor)
+    goodput(B) = throughput(B) x E(B)          samples/s of progress counted at B0
 
-    phi            gradient noise scale B_simple = tr(S) / |G|^2, samples (noise_scale.py)
-    B0             reference batch: the smallest batch the run may use, where E = 1
-    E(B)           = (phi + B0) / (phi + B)               statistical efficiency, in (0, 1]
-    gain(B)        = (B / B0) E(B) = (phi/B0 + 1) / (phi/B + 1)
-                     optimizer steps at B0 that one step at B is worth (Pollux's r_t; AdaScale's
-                     gain ratio, Johnson et al., arXiv:2007.05105), in [1, B/B0]
-    goodput(B)     = throughput(B) x E(B)                 samples/s of progress at B0
+A change is made only when the predicted gain exceeds the prediction's relative error
+(:func:`decide`, never below ``MIN_GAIN``). Derivations, the learning-rate rule and the
+hysteresis are in docs/adaptive-batch.md. Example: on this machine 128 buys 14 % throughput
+over 64, and with phi = 300 E(128) = 0.85 makes it a loss::
 
-E(B) follows from McCandlish et al.'s step/sample trade-off (S/S_min - 1)(E/E_min - 1) = 1
-with B_crit ~ phi: a step at B makes as much progress as ``gain(B)`` steps at B0. Batches
-below B0 are not modelled (E is clipped to 1 there): B0 is the run's minimum batch.
-
-Learning rate (the rule consistent with E): lr(B) = lr(B0) x gain(B), Pollux's choice with
-AdaScale. Linear scaling (Goyal et al.) is its limit phi >> B (gain -> B/B0); when the batch
-exceeds the noise scale, linear scaling takes steps the gradient's noise does not allow
-(gain saturates at 1 + phi/B0), square-root scaling has no link to phi at all.
-
-Decisions are made on estimates, so each comes with an error (:func:`decide`): a change is
-made only when the predicted goodput gain exceeds the relative error of the prediction,
-``model_error + |d ln(E(B)/E(B_now)) / d ln phi| x rse(phi)`` (hysteresis in the model's
-own terms; never below ``MIN_GAIN``, AdaptDL's 5 % threshold, its issue #27).
-
-Example (this machine's 4 ranks: 128 images/step buy 14 % throughput over 64; with phi = 300
-E(128) = 0.85 makes 128 a loss: 1.14 x 0.85 < 1)::
-
-    >>> round(float(efficiency(128, 300.0, 64)), 3), round(float(gain(128, 300.0, 64)), 3)
-    (0.85, 1.701)
     >>> d = decide([64, 128], [390.0, 444.0], 300.0, 0.2, 64, current=0, model_error=0.14)
-    >>> int(d.best), d.change
-    (0, False)
+    >>> int(d.best), d.change, round(float(efficiency(128, 300.0, 64)), 3)
+    (0, False, 0.85)
 """
 from collections import namedtuple
 

@@ -1,36 +1,17 @@
 """Throughput refit from the run's own step times: what a bigger batch really buys here.
 
-The cost model predicts step times from a profile, which may not be calibrated for the machine
-the run is on (the emulated cluster: 256 predicted 2 % over 128, measured far more). Pollux
-(Qiao et al., OSDI'21, arXiv:2008.12260, section 3.2, "Modeling system throughput") models an
-iteration as ``T_iter = (s - 1) T_grad + (T_grad^gamma + T_sync^gamma)^(1/gamma)`` with
-``T_grad = alpha_grad + beta_grad m`` (m: per-GPU batch, s: accumulation steps) and fits the
-parameters online from the iterations it observes. Here the step is timed and so is the
-all-reduce's share of it (the seconds the step waits for the gradient all-reduce after the
-backward, ``sync``), which makes the fit linear: Pollux's model with gamma = 1 on that exposed
-sync time::
+The cost model's profile may not be calibrated for the machine the run is on, so adaptive
+runs fit Pollux's iteration model (arXiv:2008.12260, section 3.2) with gamma = 1 on the
+measured exposed all-reduce wait (``sync``) to their own steps::
 
-    step(m, s)       = s (a + b m) + sync     seconds per optimizer step
-    a                seconds per micro-batch, whatever its size (launches, Python, input)
-    b                seconds per sample of forward + backward + update
-    sync             the median measured sync of the measured per-rank batch nearest to m
+    step(m, s)       = s (a + b m) + sync     seconds per optimizer step (m per rank, s accum)
     throughput(m, s) = ranks m s / step(m, s)  samples/s
 
-Rules (:meth:`StepTimeRefit.fit`):
-
-1. Warm-up: the first ``warmup_steps`` steps after (m, s) changes are not used (graph
-   rebuild, allocator and cache warm-up).
-2. Per measured (m, s): the medians over its latest ``WINDOW`` used steps of the compute per
-   micro-batch, (step - sync) / s, and of sync (robust to the descheduled steps of a loaded
-   machine).
-3. A batch counts once it has ``min_steps`` used steps. With two or more counted per-rank
-   batches, a and b are the least-squares line through their compute medians. With one (or
-   when the line has a < 0 or b <= 0, measurement noise), the prior's shape (the cost model's
-   a_prior + b_prior m) scaled to the measurements by least squares; without a prior a = 0.
-4. The error is the median relative residual of the used steps, |step_i - step(m_i, s_i)| /
-   step(m_i, s_i): goodput's hysteresis uses it as the model error (goodput.decide).
-
-Example (synthetic: 2 ms a micro-batch, 1 ms a sample, 300 ms of sync on 4 ranks)::
+The first ``warmup_steps`` after each change are left out; medians over the latest ``WINDOW``
+steps per split; a line through two or more per-rank batches, else the cost model's shape
+scaled; the error is the median relative residual (goodput's hysteresis). Rules in full:
+docs/adaptive-batch.md, "Throughput refit". Example (2 ms a micro-batch, 1 ms a sample,
+300 ms of sync on 4 ranks)::
 
     >>> refit = StepTimeRefit(4, min_steps=5, warmup_steps=1)
     >>> for m in (16, 32):

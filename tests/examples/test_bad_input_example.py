@@ -52,6 +52,7 @@ TRAIN = [
     (["--reference-batch", "0"], "argument --reference-batch: must be an integer >= 1"),
     (["--lr-scaling", "cube"], "invalid choice: 'cube'"),
     (["--batch-change-lr", "double"], "invalid choice: 'double'"),
+    (["--adaptive-lr", "sqrt"], "invalid choice: 'sqrt'"),
     (["--warmup-epochs", "-1"], "argument --warmup-epochs: must be a finite number >= 0"),
     (["--warmup-epochs", "100"], "must be below epochs"),
     (["--lr-decay", "exp"], "invalid choice: 'exp'"),

@@ -87,3 +87,22 @@ def test_keep_holds_the_starting_batch_lr_through_batch_changes():
     assert "kept at batch changes" in ctrl.current.reason
     with pytest.raises(ValueError, match=r"unknown lr_at_change 'double'"):
         BatchSizeController(8, 32, schedule=sched, lr_at_change="double")
+
+
+@pytest.mark.parametrize("rule", ["gain", "scaling"])
+def test_adaptive_lr_rule(rule):
+    # phi = 4000, B0 = 32, the move to 256: gain = 8 x 4032 / 4256 (Pollux/AdaScale); scaling =
+    # linear from the reference batch 32, as the fixed policies: 256 / 32 = 8.
+    est = NoiseScaleEstimator(smoothing=0.5)
+    ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=32, min_batch=32,
+                               max_batch=4096, min_samples=2, max_rse=10.0, adaptive_lr=rule,
+                               throughput=lambda local, accum: 1000.0 * local)
+    assert ctrl.plan(0).lr_factor == 1.0
+    for _ in range(3):
+        est.update(2 + 8000 / 8, 8, 2 + 8000 / 64, 64)
+    plan = ctrl.plan(0.3)
+    assert plan.global_batch == 256
+    want = {"gain": 8 * 4032 / 4256, "scaling": 8.0}[rule]
+    assert plan.lr_factor == pytest.approx(want, rel=1e-3)
+    with pytest.raises(ValueError, match=r"unknown adaptive_lr 'sqrt'"):
+        BatchSizeController(4, 64, noise_scale=est, adaptive_lr="sqrt")
