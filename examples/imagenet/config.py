@@ -14,8 +14,9 @@ import difflib
 import os
 
 from nnabla_torus.comm.collectives import ALGORITHMS
-from nnabla_torus.planning.controller import (ADAPTIVE_LRS, LR_AT_CHANGE, LR_SCALINGS,
-                                             BatchSizeController)
+from nnabla_torus.planning import step_refit
+from nnabla_torus.planning.controller import (ADAPTIVE_LRS, LR_AT_CHANGE, LR_SCALINGS, MAX_RSE,
+                                             MIN_SAMPLES, BatchSizeController)
 from nnabla_torus.knobs import add_knob, check_output_path, env_value, number
 from nnabla_torus.planning.machine_profile import load_profile
 from nnabla_torus.planning.recipe_files import RECIPE_DIR, read_recipe
@@ -92,18 +93,18 @@ class TrainConfig:
     adaptive_batch: bool = knob(False, "choose the global batch by goodput (cost-model "
                                        "throughput x statistical efficiency from the measured "
                                        "noise scale) instead of the schedule")
-    adaptive_min_samples: int = knob(20, "adaptive mode: noise-scale observations (steps) before "
-                                         "the first decision")
-    adaptive_max_rse: float = knob(0.25, "adaptive mode: largest relative standard error of the "
-                                         "noise scale a decision may use")
-    adaptive_refit_steps: int = knob(5, "adaptive mode: measured steps at the batch in use "
-                                        "before goodput's throughput comes from the run's own "
-                                        "step times instead of the cost model (0 = never)")
-    adaptive_lr: str = knob("gain", "adaptive mode: lr at a batch B: gain (B0's lr x the goodput "
-                                    "gain, Pollux/AdaScale) | scaling (lr_scaling at B, as the "
-                                    "fixed policies)")
-    adaptive_refit_warmup: int = knob(2, "adaptive mode: steps after each batch change left out "
-                                         "of the measured step times")
+    adaptive_min_samples: int = knob(MIN_SAMPLES, "adaptive mode: noise-scale observations "
+                                                  "(steps) before the first decision")
+    adaptive_max_rse: float = knob(MAX_RSE, "adaptive mode: largest relative standard error of "
+                                            "the noise scale a decision may use")
+    adaptive_refit_steps: int = knob(step_refit.MIN_STEPS, "adaptive mode: measured steps at the "
+                                     "batch in use before goodput's throughput comes from the "
+                                     "run's own step times instead of the cost model (0 = never)")
+    adaptive_refit_warmup: int = knob(step_refit.WARMUP_STEPS, "adaptive mode: steps after each "
+                                      "batch change left out of the measured step times")
+    adaptive_lr: str = knob(ADAPTIVE_LRS[0], "adaptive mode: lr at a batch B: scaling "
+                            "(lr_scaling at B, as the fixed policies) | gain (B0's lr x the "
+                            "goodput gain, Pollux/AdaScale)")
     min_batch: int = knob(0, "adaptive mode: lower bound of the global batch and the goodput "
                              "model's reference batch B0 (0 = the schedule's first batch)")
     max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = ranks x local_batch x 64)")

@@ -43,7 +43,11 @@ BatchPlan = namedtuple("BatchPlan", [
 
 LR_SCALINGS = ("linear", "sqrt", "none")
 LR_AT_CHANGE = ("linear", "keep")
-ADAPTIVE_LRS = ("gain", "scaling")   # adaptive mode: B0's rate x the goodput gain, or the lr_scaling rule at B
+ADAPTIVE_LRS = ("scaling", "gain")   # adaptive lr at B, default first: lr_scaling's rule at B,
+                                     # or B0's rate x the goodput gain (docs/adaptive-batch.md)
+MIN_SAMPLES = step_refit.EXCHANGE_STEPS   # noise-scale samples before the first decision: the
+                                          # step the first measured step times arrive
+MAX_RSE = 0.25                       # largest relative standard error of phi a decision may use
 
 
 def split_batch(target, world_size, max_local_batch):
@@ -71,7 +75,8 @@ class BatchSizeController:
     def __init__(self, world_size, max_local_batch, schedule=None, noise_scale=None,
                  base_batch=256, lr_scaling="linear", min_batch=None, max_batch=None,
                  lr_at_change="linear", throughput=None, model_error=goodput.MIN_GAIN,
-                 min_samples=20, max_rse=0.25, refit=None, adaptive_lr="gain"):
+                 min_samples=MIN_SAMPLES, max_rse=MAX_RSE, refit=None,
+                 adaptive_lr=ADAPTIVE_LRS[0]):
         if (schedule is None) == (noise_scale is None):
             raise ValueError("give exactly one of schedule= (a BatchSchedule) or noise_scale= "
                              "(a NoiseScaleEstimator)")

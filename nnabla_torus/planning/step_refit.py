@@ -26,6 +26,8 @@ from collections import deque, namedtuple
 import numpy as np
 
 WINDOW = 256   # used steps kept per split, the latest (bounds memory and the fit's cost per step)
+MIN_STEPS = 5  # used steps at the batch in use before the refit replaces the cost model
+WARMUP_STEPS = 2   # steps after each change left out (graph rebuild, allocator, caches)
 EXCHANGE_STEPS = 10   # steps whose rank-mean times a multi-rank run exchanges in one all-reduce
                       # (examples/imagenet/train.py): the refit sees a step at most 9 steps late
 
@@ -48,7 +50,7 @@ class StepTimeRefit:
     shape the fit scales while one per-rank batch is measured (None: proportional to m).
     """
 
-    def __init__(self, ranks, prior=None, min_steps=5, warmup_steps=2):
+    def __init__(self, ranks, prior=None, min_steps=MIN_STEPS, warmup_steps=WARMUP_STEPS):
         if min_steps < 1 or warmup_steps < 0:
             raise ValueError(f"min_steps = {min_steps} must be >= 1 and warmup_steps = "
                              f"{warmup_steps} >= 0 (e.g. 5 and 2)")

@@ -139,7 +139,7 @@ def test_a_noisy_estimate_does_not_flap_the_batch():
 
 
 def test_learning_rate_follows_the_gain():
-    est, ctrl = controller(scaling_throughput, min_samples=2, max_rse=1.0)
+    est, ctrl = controller(scaling_throughput, min_samples=2, max_rse=1.0, adaptive_lr="gain")
     rng = np.random.default_rng(2)
     for _ in range(5):
         feed(est, 1000.0, rng)
