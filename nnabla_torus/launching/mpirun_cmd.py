@@ -120,6 +120,37 @@ def env_args(library, environ, names):
     return []
 
 
+def read_hostfile(path):
+    """[(host, slots)] of an Open MPI hostfile (``host slots=N max_slots=M``).
+
+    ``slots`` defaults to 1, or to ``max_slots`` when only that is given; ``slots`` above
+    ``max_slots`` is an error (Open MPI places at most ``max_slots`` ranks on the host even
+    when oversubscribing). Values are ASCII decimal integers >= 1."""
+    hosts = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            counts = {}
+            for field in fields[1:]:
+                key, _, value = field.partition("=")
+                if key in ("slots", "max_slots"):
+                    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+                        raise ValueError(f"{path}:{number}: {key}={value!r} must be an integer "
+                                         f">= 1 in ASCII digits (e.g. 'node01 slots=4')")
+                    counts[key] = int(value)
+            slots = counts.get("slots", counts.get("max_slots", 1))
+            if slots > counts.get("max_slots", slots):
+                raise ValueError(f"{path}:{number}: slots={slots} is more than "
+                                 f"max_slots={counts['max_slots']}; Open MPI places at most "
+                                 f"max_slots ranks on {fields[0]}: lower slots or raise max_slots")
+            hosts.append((fields[0], slots))
+    if not hosts:
+        raise ValueError(f"hostfile {path} names no host; write one 'host slots=N' per line")
+    return hosts
+
+
 def hostfile_args(library, hostfile, hosts, folder):
     """mpirun flags that run on ``hosts`` [(host, slots)], read from the Open MPI hostfile
     ``hostfile`` (``host slots=N``).
