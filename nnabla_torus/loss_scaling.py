@@ -3,23 +3,11 @@
 nnabla's ``DynamicLossScalingUpdater`` (``nnabla.experimental.mixed_precision_training``) runs
 forward, backward and ``comm.all_reduce`` itself, after backward, so gradient buckets cannot be
 all-reduced while backward runs. This splits its step in two around ``BucketedAllReduce``:
-
-1. ``backward(loss, reducer)``: backward seeded with the loss scale (``loss.backward(scale)``),
-   the bucketed all-reduce of the (FP16) scaled gradients running during it;
-2. ``unscale(solver)``: on the all-reduced gradients, check inf/NaN
-   (``solver.check_inf_or_nan_grad()``); on overflow divide the scale by ``scaling_factor`` and
-   return False (skip the update); else unscale (``solver.scale_grad(1 / scale)``), count a good
-   step, grow the scale, return True (weight decay and ``solver.update()`` may follow).
-
-The rules and defaults are the updater's (scale 8, factor 2, N = 2000), including how it counts:
-the scale grows on a good step when more than N good steps came since the last change, i.e. on
-the (N+2)-th good step after the start or an overflow, then every N+1 good steps. The updater
-redoes an overflowed step with the next batch inside ``update()``; here the step is skipped and
-the caller's next step takes the next batch: the same batches reach the same parameter updates
-at the same scales (tests/mpi/progs/check_loss_scaling.py compares both at 1, 2 and 4 ranks).
-
-Ranks agree without another collective: the check reads all-reduced gradients, identical on
-every rank, and an inf or NaN on any rank makes the sum inf or NaN on all of them. Example::
+``backward(loss, reducer)`` (seeded with the loss scale) and ``unscale(solver)`` (on the
+all-reduced gradients: False on inf/NaN, skip the update; else unscale and return True), with
+the updater's rules and defaults (scale 8, factor 2, N = 2000). Ranks agree without another
+collective (the gradients checked are all-reduced). How it counts, and how it is checked
+against the updater: docs/communicator.md#fp16-dynamic-loss-scaling-around-the-overlap. Example::
 
     scaler = DynamicLossScaling(scale=8.0)
     solver.zero_grad()

@@ -1,22 +1,13 @@
 """All-reduce gradients in buckets while backward is still running.
 
 nnabla's ``backward(communicator_callbacks=...)`` accepts only its own C++ communicators, so
-this uses ``function_post_hook``: after each function's backward, the hook counts down the
-uses of every parameter among that function's inputs; when every parameter of a bucket has
-received all its gradient contributions, the bucket is all-reduced (averaged over ranks)
-while backward continues with earlier layers. Buckets follow reverse forward order, the order
-in which backward finishes gradients. With ``threaded=True`` (the default) the all-reduce runs
-on a communication thread: nnabla releases the GIL in backward, so communication and the
-remaining backward really run at the same time; ``threaded=False`` all-reduces inside the
-hook (backward waits for each bucket). Either way ``flush`` returns when every bucket is done. Parameters are matched by their underlying variable
-(``hash``/``==`` of ``nn.Variable``), not with ``is``: the hook sees fresh Python wrappers.
-On the NCCL backend with ``native`` (``on_device``) backward gets nnabla's own
-``all_reduce_callback`` instead, in packs of ``bucket_mib``: no thread, no host sync per pack;
-the hook then only enqueues the noise scale's squared norms (``comm.track_sqnorms``) of each
-gradient backward finished, on the device, before nnabla's callback packs it
-(``DeviceSquaredNorms``, nnabla_torus/comm/sqnorms.py).
-
-The result equals ``comm.all_reduce(all_grads, division=True)`` after backward. Example::
+this uses ``function_post_hook``: when every parameter of a bucket has received all its
+gradient contributions, the bucket is all-reduced (averaged over ranks) while backward
+continues with earlier layers, on a communication thread by default (nnabla releases the GIL
+in backward). On the NCCL backend with ``native`` backward gets nnabla's own
+``all_reduce_callback`` instead. The result equals ``comm.all_reduce(all_grads,
+division=True)`` after backward. How the hook counts, threads and the NCCL path:
+docs/communicator.md#overlap-with-backward. Example::
 
     reducer = BucketedAllReduce(comm, loss, nn.get_parameters(), bucket_mib=25)
     solver.zero_grad()
@@ -25,9 +16,8 @@ The result equals ``comm.all_reduce(all_grads, division=True)`` after backward. 
     solver.update()
     reducer.close()                             # ends the communication thread
 
-With gradient accumulation, only the last micro-batch's backward should go through
-``reducer.backward``; earlier ones call ``loss.backward`` and just accumulate. For FP16 with
-dynamic loss scaling around the reducer see ``nnabla_torus.loss_scaling``.
+With gradient accumulation only the last micro-batch's backward goes through the reducer; FP16:
+``nnabla_torus.loss_scaling``.
 """
 import queue
 import threading

@@ -3,35 +3,11 @@
     mpirun -np 4 python tools/allreduce_bench.py
     mpirun -np 8 python tools/allreduce_bench.py --sizes 102228128 --grids 2x4,4x2 --json r.json
 
-For each size the algorithms run interleaved (``--rounds`` rounds of ``--iters`` timed calls
-each, after ``--warmup`` untimed ones), through the communicator as a user calls it
-(``comm.all_reduce(ndarray, inplace=True)``, argument check included). A call's time is the
-slowest rank's; the table shows the median. algbw = bytes / time, busbw = algbw * 2(p-1)/p
-(nccl-tests' all-reduce convention), ratio = time / native time at the same size. Inputs are
-small integers, so every sum is exact and compared exactly (#wrong counts wrong elements).
-``--json`` records also say whether the call was ``pipelined`` (torus2d in overlapping pieces).
-
-``--check-cost`` runs every algorithm twice more per round, with the cross-rank argument check
-on and off (``comm.check``), and reports check(us) = median time with it - median without it:
-what the check costs per call (on one host it rides on the shared path's first arrival).
-
-``--arrays N`` splits each size's bytes over N arrays (as a model's many parameters are) and
-all-reduces the list in one call; every run is then also timed on one array of the same bytes,
-interleaved, and per-array(us) = (time of N arrays - time of one) / N is what each array adds.
-
-``auto`` routes each call by size (see nnabla_torus/comm/auto.py); the ``chose`` column says which
-algorithm it ran at that size (from ``comm.algorithm_counts``).
-
-Memory bound (one host): summing p buffers of n bytes needs at least (p-1) n-byte adds and
-(p-1) n-byte copies (each byte but one rank's is added once; the sum reaches the p-1 others), spread
-over the cores::
-
-    bound(p, n) = (p - 1) * (t_add(n) + t_copy(n)) / min(p, cores)
-
-t_add(n) is numpy's ``np.add(a, b, out=c)`` on n-byte arrays, t_copy(n) ``np.copyto`` of n
-bytes, both measured here by rank 0 alone (the fastest of 5: a bound, so the least disturbed
-run) while the others sleep; ``%bound`` = bound / time (100 % is as fast as this machine's
-memory allows).
+Per size the algorithms run interleaved, through the communicator as a user calls it; a call's
+time is the slowest rank's, the table shows the median (algbw, busbw, ratio to native) and every
+sum is checked exactly. ``--check-cost`` adds what the cross-rank argument check costs per call,
+``--arrays N`` what each array of a list adds. The columns, with the figures they gave:
+docs/benchmarks.md#all-reduce-on-one-host; ``auto`` and the memory bound: ``EPILOG`` (--help).
 """
 import argparse
 import collections
@@ -54,6 +30,20 @@ from nnabla_torus.comm.collectives import ALGORITHMS, AUTO
 from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool
 from nnabla_torus.comm.topology import parse_grid
 
+EPILOG = """``auto`` routes each call by size (see nnabla_torus/comm/auto.py); the ``chose`` column says which
+algorithm it ran at that size (from ``comm.algorithm_counts``).
+
+Memory bound (one host): summing p buffers of n bytes needs at least (p-1) n-byte adds and
+(p-1) n-byte copies (each byte but one rank's is added once; the sum reaches the p-1 others), spread
+over the cores::
+
+    bound(p, n) = (p - 1) * (t_add(n) + t_copy(n)) / min(p, cores)
+
+t_add(n) is numpy's ``np.add(a, b, out=c)`` on n-byte arrays, t_copy(n) ``np.copyto`` of n
+bytes, both measured here by rank 0 alone (the fastest of 5: a bound, so the least disturbed
+run) while the others sleep; ``%bound`` = bound / time (100 % is as fast as this machine's
+memory allows).
+"""
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -74,7 +64,7 @@ def parse_list(text):
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog=__doc__[__doc__.index("``auto`` routes"):],
+                                epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_knob(p, "--sizes", "NNABLA_TORUS_BENCH_SIZES", "4K,64K,1M,16M,128M",
              "message sizes in bytes, comma list with K/M/G suffixes")

@@ -156,7 +156,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     prof, report = calibrate(args)
     save_profile(prof, args.out, header="nnabla-torus cluster profile written by "
-                 "tools/calibrate.py; see nnabla_torus/planning/machine_profile.py for the format.\n"
+                 "tools/calibrate.py; see docs/costmodel.md#cluster-profiles for the format.\n"
                  "Fitted on this machine; the 'calibration' block says what was pinned.")
     print(f"all-reduce MdAPE {report['allreduce_mdape']:.1%} over "
           f"{report['allreduce_records']} records; by algorithm: "

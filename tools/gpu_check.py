@@ -16,9 +16,8 @@ this host:
 3. a short ResNet-50 ``train_bench`` (224 px, batch 32 per GPU) with and without overlap, in
    fp32 and fp16;
 
-writes one JSON (``--json``) and prints a verdict table; exit status 1 if a check failed.
-Without a GPU it says so in one line after a dry check of the pieces (nothing is installed)
-and exits 0, so CI can run it.
+writes one JSON (``--json``) and a verdict table; exit 1 if a check failed. Without a GPU: one
+line after a dry check of the pieces (nothing installed), exit 0. Steps: docs/gpu.md.
 """
 import argparse
 import ctypes

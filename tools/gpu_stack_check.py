@@ -5,28 +5,14 @@ on a machine without a GPU or driver. Optional and large (~2 GB of wheels): not 
     python tools/gpu_stack_check.py --install          # creates .venv-gpu, then checks
     python tools/gpu_stack_check.py --venv /work/gpu-venv
 
-``--install`` makes a venv with nnabla-ext-cuda120==1.39.0, mpi4py, Open MPI and the
-``nvidia-*-cu12`` runtime wheels (cudart, cuBLAS, cuSOLVER, cuRAND, cuFFT, cuDNN 8.9, NCCL).
 No package provides ``libcuda.so.1`` (the driver), which ``libnnabla_cuda`` links against, so
-a stub with that soname is built here with the C compiler: it exports the driver symbols the
-library imports (read with ``nm -D``); ``cuInit`` succeeds (otherwise nnabla-ext-cuda's
-``init_cuda`` stops before it registers its communicators), every other call returns
-CUDA_ERROR_NO_DEVICE, and ``cuGetProcAddress`` finds nothing, so the CUDA runtime reports
-"CUDA driver version is insufficient". ``get_extension_context("cudnn")`` also asks NVML (a
-driver library) for the GPU's name, so a ``libnvidia-ml.so.1`` stub naming device 0 "stub gpu
-(no device)" is built beside it.
-
-The stage "train.py's order" runs what ``examples/imagenet/train.py``, ``tools/train_bench.py``
-and the MPI test programs do, in their order (``import nnabla_torus``, then
-``get_extension_context("cudnn")``, then the communicator and ``init()``), under mpirun with
-only the stubs on ``LD_LIBRARY_PATH``: it must reach nnabla's NCCL communicator registration
-and stop at the first call that needs a device. With the code before issue 19 the same script
-stops at ``libcudart.so.12: cannot open shared object file`` (no LD_LIBRARY_PATH) or, with
-the wheels on the path, at "Any of [cudnn:float, cuda:float, cpu:float] could not be found".
-
-Each stage runs in a child process of the GPU venv and must end as listed in ``STAGES`` (what
-this stack does without a device); the table shows the exact result. Exit status 0 when every
-stage ended as expected.
+a stub with that soname is built here with the C compiler (``cuInit`` succeeds, every other
+call returns CUDA_ERROR_NO_DEVICE), and a ``libnvidia-ml.so.1`` stub beside it (the context
+asks NVML for the GPU's name). Each stage runs in a child process of the GPU venv and must end
+as listed in ``STAGES``; the stage "train.py's order" must reach nnabla's NCCL communicator
+registration and stop at the first call that needs a device. Exit status 0 when every stage
+ended as expected. The stages, why each stub is needed, and the results:
+docs/gpu.md#what-the-real-stack-reaches-here-no-gpu-no-driver.
 """
 import argparse
 import os

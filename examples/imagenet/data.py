@@ -1,52 +1,17 @@
 """Sharded DALI input: each rank's batches of one epoch, on the CPU or decoded on its GPU.
 
-The data set is an image_lists.Dataset (nnabla-examples' layout: class folders or a
-``path label`` list). Each epoch, rank ``r`` of ``size`` reads shard ``r`` of the (for training:
-seeded, reshuffled every epoch) image order; shards are disjoint and cover the data. Every
-rank runs the same number of steps, ``len(loader) = ceil(ceil(N / size) / batch)``, so
-collectives never wait for a rank that ran out: training pads a short shard with its own
-images again (a few duplicates per epoch), validation pads with label ``-1`` (mask those out).
-Training: decode + random-resized crop + flip + normalise; validation: resize the shorter side
-to ``image_size / 0.875`` + centre crop. Output: NCHW images and int32 labels of shape
-(batch, 1). Images are float32 (``dtype="half"``: float16, for ``type_config='half'``): a numpy
-array from a CPU pipeline, and from a GPU pipeline the DALI batch in device memory, which
-``feed(x, images)`` copies into the input variable's device array without passing through the
-host (as nnabla-ext-cuda's ``DaliIterator`` does). A GPU training pipeline gives its labels in
-device memory too (``feed(t, labels)``): uploaded from the host (``t.d = labels``), they were a
-pageable copy made when forward reached the loss, which waited for the whole forward.
-Validation labels stay on the host (the padding rows are masked there). ``feed`` takes
-either, so a training loop is written once.
+Rank ``r`` of ``size`` reads shard ``r`` of the (training: seeded, reshuffled every epoch) image
+order of an ``image_lists.Dataset``; every rank runs the same number of steps, so collectives
+never wait for a rank that ran out (short shards are padded; validation pads with label -1).
+Undecodable images never reach DALI (``image_lists.screen``) and are replaced, so the step
+count is unchanged. The contract in full (padding, the GPU path, bad images, rebuilding a
+loader mid-epoch and on resume): docs/imagenet.md#sharded-input. Example::
 
-Undecodable images (empty, not an image, truncated) make DALI fail a whole batch, and DALI
-2.4 crashed the process (segfault) at a second failure after a non-image file, so a loader
-never hands DALI a file that fails ``image_lists.screen`` (read once per image of the
-shard). A bad image is added to ``dataset.bad`` and replaced by another image of the shard
-(training) or by a masked padding row (validation), so the number of steps, and with it every
-rank's collectives, is unchanged. Corruption that only a full decode shows still makes DALI
-fail: the loader then decodes the batches DALI may have read with PIL, leaves out what fails
-and rebuilds its pipeline at the same step. ``on_bad="stop"`` raises ``BadImageError`` naming
-the file instead of skipping. Example::
-
-    import data, image_lists
-    train_set = image_lists.read_dataset("imagenet/train", "imagenet/train.txt")  # or class folders
-    for epoch in range(epochs):
-        loader = data.make_loader(train_set, batch_size=32, rank=comm.rank, size=comm.size,
-                                  train=True, image_size=224, seed=0, epoch=epoch)
-        for images, labels in loader:        # len(loader) steps, identical on every rank
-            data.feed(x, images)             # x: nn.Variable of shape (32, 3, 224, 224)
-            t.d = labels                     # (32, 1) int32
-    val = data.make_loader(image_lists.read_dataset("imagenet/val", "imagenet/val.txt"), 50,
-                           comm.rank, comm.size, train=False, image_size=224)
-    for images, labels in val:
-        valid = labels[:, 0] >= 0            # padding rows carry label -1
-
-One loader is one DALI pipeline for (part of) one epoch of one rank; building it costs a few tens
-of milliseconds on CPU plus the prefetch of its first batches, so recreate it per epoch and to
-change the per-rank batch: ``make_loader(..., batch_size=new, epoch=e, start_image=loader.position)``
-continues the epoch where the old loader stopped. Resuming a run exactly (same images, same
-augmentation) rebuilds the loader from its ``state()`` (``make_loader(..., resume=state)``) and
-decodes and discards the batches already consumed: that replay costs the decoding time of those
-batches.
+    loader = data.make_loader(train_set, batch_size=32, rank=comm.rank, size=comm.size,
+                              train=True, image_size=224, seed=0, epoch=epoch)
+    for images, labels in loader:        # len(loader) steps, identical on every rank
+        data.feed(x, images)             # x: nn.Variable of shape (32, 3, 224, 224)
+        data.feed(t, labels)             # (32, 1) int32, host or device
 """
 import ctypes
 import gc

@@ -1,25 +1,14 @@
 """The planner inside the training loop: all-reduce algorithm and grid for the launched ranks.
 
 At the first step and whenever the batch-size controller changes the global batch, every rank
-scores the plans of :mod:`nnabla_torus.planning.planner` for its world size and that batch (as the
-controller splits it) and picks the fastest algorithm and grid; after the first choice it
-switches only when the gain beats the planner's hysteresis (``planner.should_switch``, 5 %).
-It also asks which rank count (and per-rank batch x accumulation) the profile's whole machine
-would be fastest with at that batch, and logs it as advice: the run keeps its ranks. The advice
-moves to another count only when that count's predicted goodput beats the count advised before
-by more than the cost model's measured error (``goodput.model_error_of``: the profile's
-calibrated step-time error, else 5 %): it does not flap inside its own error. The controller's
-adaptive mode predicts its throughput with :meth:`TrainingPlanner.throughput` (the same cost
-model) until it has measured the batch in use (nnabla_torus/planning/step_refit.py), whose
-fit starts from the shape of :meth:`TrainingPlanner.compute_line`. The rank-count advice stays
-on the cost model: comparing counts needs its scaling across counts, and a measurement at the
-launched count, scaling every count alike, would not change which count is fastest.
-Plans for the launched ranks use the real ranks per host, not the profile's ``gpus_per_host``;
-when hosts hold unequal numbers of ranks, ``hierarchical`` (which needs equal ones) is left out.
-
-A plan is a pure function of (profile, model, gradient bytes, world size, global batch), so
-every rank computes the same one; rank 0's choice is still broadcast (two numbers) so that
-hosts whose numpy rounds differently cannot split the job (``replan_and_switch``). Example::
+scores the plans of :mod:`nnabla_torus.planning.planner` for its world size and that batch and
+picks the fastest algorithm and grid, switching later only for a gain above the planner's
+hysteresis (``planner.should_switch``). It also logs, as advice, the rank count the profile's
+whole machine would be fastest with (the run keeps its ranks), and gives the controller's
+adaptive mode its predicted throughput (:meth:`TrainingPlanner.throughput`). A plan is a pure
+function of its inputs, so every rank computes the same one; rank 0's choice is still
+broadcast (``replan_and_switch``). The rules in full: docs/planner.md#the-examples-planner.
+Example::
 
     planner = TrainingPlanner.from_config(cfg, n_params=705608 // 4, world_size=4,
                                           dataset_size=1437, applies=True, ranks_per_host=4)

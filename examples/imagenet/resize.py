@@ -1,34 +1,13 @@
 """Resume a checkpoint written by N ranks on M ranks: same global batch, same data position.
 
-Parameters, solver states (momentum, step counts), the loss scale, the noise-scale estimator
-and the controller's plan come back from the checkpoint unchanged (BatchNorm running
-statistics as averaged over the N ranks at save time). What depends on the world size is
-redone here:
-
-1. The batch split: the saved global batch B is split anew over M ranks
-   (``controller.split_batch``: per-rank batch x accumulation); when no split gives B exactly
-   the nearest one is used and logged.
-2. The rest of the epoch. At the checkpoint every old rank r had read the first p images of
-   its padded shard (``data.shard_plan``). The images still ahead form a stream in the old
-   run's step order: step t, old rank r, its k images (k = per-rank batch x accumulation per
-   optimizer step). The new ranks cut each step's N*k images into M parts of k' = N*k/M, rank
-   r' taking part r'; so with the same global batch every later optimizer step uses exactly
-   the images the N-rank run would have used, and 4 -> 2 ranks with accumulation 2 gives each
-   micro-batch exactly one old rank's batch (same BatchNorm batches). No image is skipped;
-   the only repeats are the old shards' padding (``data.shard_plan``'s rule) and, when N*k is
-   not a multiple of M, a pad of at most M*k' - 1 images at the end. The epoch fraction (and
-   so the learning-rate schedule) continues where the N-rank run stood.
-
-A resize can happen several times in one epoch: the loader state keeps the list of earlier
-worlds (``segments``: [size, position, per-rank images per optimizer step, loader start,
-loader batch]) and the order is rebuilt from the epoch's seeded permutation through them::
-
-    order, left, per_rank = epoch_order(1438, seed=1, epoch=0, segments=[[4, 48, 16, 0, 16]],
-                                        size=2, step_images=32)
-    # rank r of 2 reads order[len(order) * r // 2:...]; the epoch is 1 - left done
-
+Parameters, solver states, the loss scale, the noise-scale estimator and the controller's plan
+come back unchanged; what depends on the world size is redone here: the saved global batch is
+split anew over M ranks (``controller.split_batch``), and the rest of the epoch is resharded so
+that every later optimizer step uses exactly the images the N-rank run would have used
+(``epoch_order``; several resizes in one epoch chain through the loader state's ``segments``).
 ``ResizeAdvisor`` asks the planner, at each new global batch, whether another rank count pays
 for the rest of the phase: the decision ``nnabla-torus-run`` acts on (train.py --elastic 1).
+The rules and their tests: docs/elastic.md#resuming-on-another-rank-count.
 """
 import math
 

@@ -3,35 +3,14 @@
 With no arguments it builds (once, cached) a small ImageNet-layout dataset from scikit-learn's
 handwritten digits and trains a small ResNet-18 on it with the ``digits-cpu`` recipe, through
 the same code path as ImageNet: DALI input sharded by rank, torus all-reduce overlapped with
-backward, the batch-size controller, the planner, checkpoints. Launch commands:
+backward, the batch-size controller, the planner, checkpoints::
 
-    # any machine, no data: 4 ranks on the CPU (>= 95 % val top-1 in a few minutes)
-    mpirun -np 4 python examples/imagenet/train.py
-    # plain ResNet-50, 90 epochs, 8 GPUs (recipe resnet50-90ep: nnabla_torus/planning/recipes/)
+    mpirun -np 4 python examples/imagenet/train.py          # any machine, no data, 4 CPU ranks
     mpirun -np 8 python examples/imagenet/train.py --data-dir /data/imagenet --context cudnn
-    # Sony's 224-second recipe (v1): batch 34K -> 68K, FP16, LARS (v2 adds label smoothing:
-    # -C sony-122s)
-    mpirun -np 2176 python examples/imagenet/train.py -C sony-224s --data-dir /data/imagenet
-    # continue the run in --output-dir from its newest intact checkpoint (any rank count)
-    mpirun -np 4 python examples/imagenet/train.py --resume 1
-    # elastic (docs/elastic.md): relaunched on 1, 2, then 4 ranks as the batch grows
-    nnabla-torus-run --slots 4 --ranks-schedule 0:1,2:2,4:4 -- \
-        python examples/imagenet/train.py --batch-schedule 0:32,2:64,4:128
 
-``--data-dir`` holds ``train/<wnid>/*.JPEG``, ``val/`` and the ``path label`` lists
-``train.txt`` / ``val.txt`` (nnabla-examples' layout). Every knob is a flag, an environment
-variable and a recipe key (``python train.py --help``; precedence CLI > recipe > env > default).
-With ``--plan on`` (default) and ``--algorithm planned`` (default) the planner chooses the
-all-reduce algorithm and grid from a cluster profile (``--profile``; default ``cpu-2core`` on
-a CPU, ``abci`` otherwise) at each global batch, and logs the rank count that profile would
-be fastest with; an explicit ``--algorithm`` or ``--grid`` is kept and only advised on.
-The last line on rank 0 is a JSON summary (strict JSON: null where a value is missing); only
-rank 0 logs, except errors. Rank 0 writes the monitors, ``training.png``, the checkpoints and
-the final ``model.h5`` / ``model.nnp`` to ``--output-dir`` (docs/imagenet.md: output, bad
-input, resuming on another rank count, the exit statuses 75 and 76 of ``--elastic 1``).
-Beside this file: config.py (the knobs), image_lists.py and data.py (input), stream.py, step.py,
-solvers.py, models/, planning.py (the planner in the loop), resize.py (other rank counts),
-checkpoint.py and run_checkpoint.py, epoch_end.py, report.py (log, progress, monitors).
+Every knob is a flag, an environment variable and a recipe key (``python train.py --help``).
+Other commands, how the loop reads, the modules beside this file, output, resuming and the
+exit statuses: docs/imagenet.md.
 """
 import json
 import math
@@ -49,9 +28,7 @@ logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 
 import numpy as np
 import nnabla as nn
-from nnabla.ext_utils import get_extension_context
 
-import nnabla_torus as C
 from nnabla_torus.launching import elastic
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
@@ -70,47 +47,14 @@ from models import export_model, get_model, load_initial_parameters
 from planning import TrainingPlanner, replan_and_switch
 from epoch_end import average_running_stats, share_bad_images, validate
 from run_checkpoint import restore_checkpoint, write_checkpoint
+from run_context import make_context_and_comm
 from solvers import SolverGroup
 from step import build_graph, train_step
 from stream import TrainStream
 
 
 # ----------------------------------------------------------------------------------------------
-# set-up: context, communicator, data
-
-def cuda_environment(cfg):
-    """Variables nnabla-ext-cuda reads once, when get_extension_context imports it: TF32.
-
-    nnabla sets NVIDIA_TF32_OVERRIDE=0 (full FP32 convolutions even on A100/H100) unless
-    NNABLA_CUDA_ALLOW_TF32 is set and not "0" (ext ``src/nbla/cuda/init.cpp.tmpl`` ~76-83),
-    so the recipe key must be turned into that variable before the context is made."""
-    return {"NNABLA_CUDA_ALLOW_TF32": "1" if cfg.allow_tf32 else "0"}
-
-
-def make_context_and_comm(cfg, log_all):
-    """Return (ctx, comm, type_config) with the device chosen by the rank's local index."""
-    type_config = cfg.type_config
-    if cfg.context == "cpu" and type_config == "half":
-        type_config = "float"          # nnabla's CPU extension has no FP16 kernels
-        log_all("type_config half needs a CUDA context; this CPU run trains in fp32 (with "
-                "the FP16 dynamic loss scaling, so that code path runs)")
-    os.environ.update(cuda_environment(cfg))
-    ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
-    if cfg.elastic:
-        from mpi4py import MPI
-        cfg.grid, note = resize.fit_grid(cfg.grid, MPI.COMM_WORLD.size)
-        if note:
-            log_all(note)
-    # planned starts on torus2d, an algorithm the planner's cost model prices (not auto, the
-    # communicator's default, whose per-size table it cannot, and which would measure at init);
-    # the planner switches to its choice before the first step.
-    algorithm = "torus2d" if cfg.algorithm == "planned" else cfg.algorithm
-    comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=algorithm, grid=cfg.grid or None)
-    comm.init()
-    ctx.device_id = str(comm.local_rank)
-    nn.set_default_context(ctx)
-    return ctx, comm, type_config
-
+# set-up: data (the context and the communicator: run_context.py)
 
 def open_datasets(cfg, log):
     """Return (train_set, val_set); the embedded digits data when no --data-dir is given."""

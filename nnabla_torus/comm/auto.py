@@ -1,22 +1,12 @@
 """``algorithm="auto"``: every all-reduce goes to the algorithm that is fastest at its size.
 
 At ``init()`` the communicator fixes a ``Table`` of byte ranges -> algorithm for its world,
-computed on rank 0 and broadcast, so every rank makes the same choice for the same call (the
-choice depends only on the call's byte count, which the argument check agrees on). Sources:
-
-- a profile (``NNABLA_TORUS_AUTO_PROFILE=<name or path>``): its cost model
-  (:func:`nnabla_torus.planning.costmodel.allreduce_time`, with the profile's per-algorithm software
-  terms) times each candidate at ``SIZES`` for this job's ranks and ranks per host;
-- else, or when the profile lacks the software term of a candidate (said once), a quick
-  measurement on the spot (:func:`measure`): each candidate at ``SIZES`` interleaved, a call's
-  time the slowest rank's, the median of ``MEASURE_ITERS``; ~0.5 s at 8 ranks here, once per
-  machine and MPI library: the table is cached on disk (:mod:`.auto_cache`).
-
-At each measured size the library's all-reduce (native) is kept unless another candidate is
-faster by more than ``MARGIN`` (its time < (1 - MARGIN) x native's): a win inside the
-measurement's spread never replaces the library, so auto is not slower than native at any
-measured size, and a noisy size keeps native rather than flipping a range. Ranges
-split at the geometric mean of neighbouring sizes. Example::
+computed on rank 0 and broadcast, so every rank makes the same choice for the same call. Its
+source: a profile's cost model (``NNABLA_TORUS_AUTO_PROFILE``), else a quick measurement on the
+spot (:func:`measure`), cached on disk (:mod:`.auto_cache`). At each measured size native is
+kept unless another candidate is faster by more than ``MARGIN``, so auto is not slower than
+native at any measured size; ranges split at the geometric mean of neighbouring sizes.
+Sources, timings and the cache: docs/communicator.md#auto. Example::
 
     >>> t = table_from_times([1 << 14, 1 << 20, 1 << 24],
     ...                      {"native": [1.0, 9.0, 90.0], "torus2d": [2.0, 5.0, 40.0]})

@@ -1,29 +1,15 @@
 """``comm.all_reduce_callback`` on CPU: a Python callback that nnabla's ``backward`` runs.
 
 nnabla's ``Variable.backward(communicator_callbacks=...)`` accepts only its C++
-``CommunicatorBackwardCallback`` (nnabla v1.39.0 python/src/nnabla/_variable.pyx:877-882: a
-checked cast of each element, or of the one object unless it is None; a list must be of type
-``list``), and only the CUDA communicator makes one (ext
-multi_process_data_parallel_communicator.cu:953-979). A Python subclass passes the cast but
-holds a null C++ pointer that backward dereferences (src/nbla/computation_graph/variable.cpp:
-916-936): a segfault. So ``install()`` replaces ``nnabla.Variable.backward`` with a function of
-the same signature that
-
-1. hands ``communicator_callbacks`` without Python callbacks to nnabla's backward unchanged;
-2. otherwise calls ``on_start_backward(loss)`` on each Python callback, runs nnabla's backward
-   with the C++ callbacks (if any) and a ``function_post_hook`` that calls the user's hook and
-   then each Python callback's ``on_finish_function_backward(func)``, then calls each
-   ``on_finish_backward()`` -- the order nnabla's C++ backward calls its callbacks in. An
-   exception in the hook (nnabla would report it as a SystemError) stops the callbacks and
-   is raised as it is when nnabla's backward returns.
-
-It also counts the backward calls in progress (``in_backward``): a forward during backward is
-nnabla's recomputation of a cleared output (``Variable.recompute``).
-
-``Variable`` is a Cython type whose attributes Python cannot set, so the function is put in the
-type's own dictionary and the method cache is invalidated (``PyType_Modified``); CPython only.
-``help(Variable.backward)`` still shows nnabla's documentation.
-An unchanged script then runs::
+``CommunicatorBackwardCallback`` (nnabla v1.39.0 python/src/nnabla/_variable.pyx:877-882), only
+the CUDA communicator makes one (ext multi_process_data_parallel_communicator.cu:953-979), and a
+Python subclass holds a null C++ pointer that backward dereferences
+(src/nbla/computation_graph/variable.cpp:916-936): a segfault. So ``install()`` replaces
+``nnabla.Variable.backward`` with a function of the same signature that runs Python callbacks
+through a ``function_post_hook`` in the order nnabla's C++ backward calls its own, and counts
+the backward calls in progress (``in_backward``: a forward then is nnabla's recomputation).
+The order, errors and the CPython-only patch: docs/dropin.md#all_reduce_callback. An
+unchanged script then runs::
 
     cb = comm.all_reduce_callback([v.grad for v in nn.get_parameters().values()], 2 << 20)
     loss.backward(clear_buffer=True, communicator_callbacks=cb)   # gradients summed on return

@@ -3,30 +3,14 @@
 Every algorithm sums a 1-D buffer in place over the ranks of a ``Plan`` (which groups to use).
 A backend supplies ``reduce_scatter(group, buf)`` (returns our reduced chunk, a view),
 ``all_reduce(group, buf)``, ``all_gather(group, buf)`` and ``library_all_reduce(group, buf)``.
-
-- ``ring``: reduce-scatter then all-gather over all p ranks: 2(p-1) steps, 2(p-1)/p * n bytes
-  sent per rank.
-- ``torus2d`` (Mikami et al. 2018), on an X x Y grid:
-    1. reduce-scatter along the row (X ranks): each rank holds 1/X of the row's sum;
-    2. all-reduce that shard along the column (Y ranks, ring);
-    3. all-gather along the row.
-  2(X-1) + 2(Y-1) steps instead of 2(p-1); the same bytes as the ring in total, but only
-  2(Y-1)/(XY) * n of them cross the column links. A torus on Nx1 or 1xN is the ring.
-  When the plan says ``pipelined`` (the column crosses hosts, the row does not; the backend
-  has ``pieces`` and ``run_lanes``, as MPI does), large buffers are cut into pieces and the
-  row phases of one piece overlap the column phase of another (``torus2d_lanes``). Inside one
-  host both phases share the same cores and copies, so there is nothing to overlap.
-  When the plan says ``shared`` (the row's ranks share one host's memory and the backend
-  mapped it, ``MPIBackend.share``), the row phases go through shared memory instead
-  (``shared_all_reduce``) with the column all-reduce in between; on one host with the
-  default grid (X = p) that is the whole all-reduce. Pipelined plans keep messages.
-- ``hierarchical``: the torus with rows = the ranks of one host and the column phase done by
-  the library's own all-reduce (Horovod's hierarchical all-reduce); rows shared as above.
-- ``native``: the library's own all-reduce over the world (``MPI_Allreduce`` or NCCL's).
-
-Averages (``division=True``) divide the sum after it is complete: floating types multiply by
-1/p; integer types take the floor of sum / p (numpy's ``//``: -7 // 2 == -4), and their sums
-wrap on overflow as numpy's integer add does.
+The algorithms: ``ring``, ``torus2d`` (Mikami et al. 2018: reduce-scatter along the row,
+all-reduce the shard along the column, all-gather along the row), ``hierarchical`` (rows = one
+host's ranks, the column by the library) and ``native``; the README's algorithms table gives
+their steps and bytes. A ``pipelined`` plan overlaps the row phases of one piece with the column
+phase of another (``torus2d_lanes``), a ``shared`` one runs the row phases through shared memory
+(``shared_all_reduce``): docs/communicator.md#algorithms-in-detail. Averages
+(``division=True``) divide the complete sum: floating types multiply by 1/p, integer types take
+the floor of sum / p (docs/communicator.md#data-types).
 """
 from dataclasses import dataclass
 

@@ -1,23 +1,11 @@
 """A drop-in for nnabla's ``MultiProcessDataParallelCommunicator`` with a 2D-torus all-reduce.
 
-Change one import line and keep the rest of an nnabla data-parallel script::
-
-    import nnabla_torus as C            # was: import nnabla.communicators as C
-    comm = C.MultiProcessDataParallelCommunicator(ctx)
-    comm.init()
-    ...
-    loss.backward(clear_buffer=True)
-    comm.all_reduce([p.grad for p in nn.get_parameters().values()], division=True)
-    solver.update()
-
-Launch with ``mpirun -np 8 python train.py``. Settings: :mod:`.settings` (keyword arguments,
-else NNABLA_TORUS_* variables; the README's "Knobs" table says what each means). This module is
-nnabla's API; the rooms behind it: :mod:`.plans` (grid and groups per algorithm),
-:mod:`.auto_routing`, :mod:`.guarded_calls` (argument check, faults), :mod:`.fused`,
-:mod:`.array_layout` (a list's layout, cached) and :mod:`.array_reduce` (the fused buffer, the
-zeroing rule, the noise-scale norms). Importing it
-installs :mod:`nnabla_torus.comm.failfast` (an error on one rank ends the job), so errors
-between the import and ``init()`` are covered too. Details: docs/communicator.md.
+Change one import line (``import nnabla_torus as C``, was ``import nnabla.communicators as C``)
+and keep the rest of an nnabla data-parallel script; launch with ``mpirun -np 8 python
+train.py``. Settings: :mod:`.settings`. This module is nnabla's API; the rooms behind it are
+listed in docs/communicator.md#where-the-code-is. Importing it installs
+:mod:`nnabla_torus.comm.failfast` (an error on one rank ends the job), so errors between the
+import and ``init()`` are covered too.
 """
 import collections
 import os

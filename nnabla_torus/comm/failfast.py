@@ -1,26 +1,14 @@
 """Fail fast: an error on one rank ends the whole MPI job in seconds, named once.
 
-Without this, a rank that raises an unhandled exception (or calls ``sys.exit``) goes on to
-``MPI_Finalize``, which waits for every other rank, while the others wait for it in their next
-collective: the job hangs until the collective's timeout. ``install()`` (called when
-``nnabla_torus.comm.communicator`` is imported, so any script that uses the communicator has it)
-handles the three ways a rank leaves early:
-
-- an unhandled exception (main thread or any other thread): Python prints the traceback, then
-  one line ``nnabla_torus: rank 3 on host h1: unhandled ValueError: ...; aborting the job``,
-  then ``MPI_Abort`` ends every rank at once (as ``python -m mpi4py`` does);
-- a rank that ends while others still wait for it (``sys.exit("message")``, ``exit(2)``, or its
-  script simply returning early): Python cannot tell an exit hook the exit status, so instead
-  an exiting rank tells the others, with one small message each, that it has gone; a rank
-  still waiting in a collective that needs the gone rank then aborts the job, naming it, after
-  ``EXIT_GRACE_S`` (messages the gone rank sent before leaving may still be arriving). The
-  communicator's polling waits and the watchdog of its blocking ``MPI_Allreduce`` watch for
-  it; a rank blocked in the script's own MPI calls does not;
-- expected errors (bad input): ``abort_job(message)`` prints the message once, prefixed with
-  the rank and host, and ends the job without a traceback.
-
-With one process (or before MPI is initialised) nothing is aborted: the process exits with a
-non-zero status, and mpirun then ends the job itself. Example::
+Without this, a rank that raises (or calls ``sys.exit``) goes on to ``MPI_Finalize``, which
+waits for every other rank, while the others wait for it in their next collective: the job
+hangs until the collective's timeout. ``install()`` (called when
+``nnabla_torus.comm.communicator`` is imported) handles the three ways a rank leaves early: an
+unhandled exception in any thread (one line naming rank and host, then ``MPI_Abort``); a rank
+that exits while others still wait for it (it tells them it has gone; a rank waiting for it
+aborts the job after ``EXIT_GRACE_S``, naming it); and expected errors, ``abort_job(message)``
+(the message once, no traceback). With one process nothing is aborted: the process exits
+non-zero. The messages and timings: docs/communicator.md#errors-and-failures. Example::
 
     from nnabla_torus.comm import failfast
     failfast.install()                  # importing the communicator does this

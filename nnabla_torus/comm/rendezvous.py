@@ -1,12 +1,9 @@
 """Rendezvous: every rank of a group arrives at the same collective with matching arguments.
 
-Before a collective the members compare a 64-bit hash of the call (operation, dtypes, shapes,
-flags): two small messages per call, or one arrival in an MPI-3 shared window (``HostSync``)
-when they share a host. Differing arguments raise ``ValueError`` on every member, describing
-each rank's call; a rank that never arrives makes the others raise ``CollectiveTimeout``
-naming it; a dead rank is named at once (``RankLost``, under Open MPI's ``--mca
-mpi_ft_enable 1``), one that left its script early too (``RankGone``, from
-:mod:`nnabla_torus.comm.failfast`). How and why: docs/communicator.md#errors-and-failures.
+Members compare a 64-bit hash of each call (two small messages, or one arrival in a shared
+window, ``HostSync``); differing arguments raise ``ValueError`` on every member, a rank that
+never arrives ``CollectiveTimeout``, a dead rank ``RankLost``, one that left its script
+``RankGone`` (:mod:`nnabla_torus.comm.failfast`). Why: docs/communicator.md#errors-and-failures.
 """
 import contextlib
 import hashlib

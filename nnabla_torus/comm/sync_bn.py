@@ -4,31 +4,14 @@ nnabla's ``F.sync_batch_normalization`` (and ``PF.sync_batch_normalization``, wh
 through the module, nnabla v1.39.0 python/src/nnabla/parametric_functions.py:1974) take a
 ``comm`` that a Cython check types as nnabla's C++ ``Communicator`` (function_bases.py), so
 they refuse ours. ``install()`` (run when a communicator is created) puts a dispatcher in
-their place, in ``nnabla.functions`` and ``nnabla.normalization_functions``: a
-``TorusCommunicator`` goes to ``sync_batch_normalization`` below, anything else to nnabla's
-own function, unchanged. An unchanged script then runs::
+their place: a ``TorusCommunicator`` goes to ``sync_batch_normalization`` below (NCCL backend:
+nnabla's own kernel; others: ``SyncBatchNormalization``, a numpy ``PythonFunction`` whose
+running statistics follow nnabla's src/nbla/function/generic/batch_normalization.cpp:195-211),
+anything else to nnabla's own function, unchanged. What each pass all-reduces and how it
+matches nnabla's kernel: docs/dropin.md#syncbn. An unchanged script then runs::
 
     comm = C.MultiProcessCommunicator(ctx); comm.init()
     h = PF.sync_batch_normalization(h, comm, group="world", axes=[1])
-
-- NCCL backend (GPU): nnabla's own kernel, given the C++ communicator the backend holds and
-  the backend's name for ``group``.
-- Other backends: ``SyncBatchNormalization``, a ``nnabla.function.PythonFunction`` (numpy on
-  CPU). Forward with ``batch_stat=True`` all-reduces per-channel sums (count and sum, then the
-  sum of squared deviations: two small all-reduces), normalises with the mean and biased
-  variance of the concatenated batch of all ranks, and updates the running mean and the
-  running variance (unbiased, N / (N - 1), with N the global count) as nnabla's
-  batch_normalization does (src/nbla/function/generic/batch_normalization.cpp:195-211).
-  Backward all-reduces sum(dy) and sum(dy * x_hat) per channel (one all-reduce), so dx is the
-  concatenated batch's; d(beta) and d(gamma) stay this rank's share (the gradient all-reduce
-  sums them); with ``output_stat=True`` the gradients of the mean and variance outputs enter
-  dx unsummed, as in nnabla's kernel. ``batch_stat=False`` uses the running statistics:
-  nnabla's batch_normalization, no communication. ``output_stat=True`` returns the global
-  batch mean and variance too. As any Python function: ``y.parent.name`` is ``'Callback'``
-  (``y.parent.info.type_name`` says SyncBatchNormalization). nnabla's forward recomputation
-  (``Variable.recompute = True``) runs inside backward, which ``backward_callback`` marks: the
-  running statistics are updated only by the forward proper (a direct
-  ``Function.recompute()`` call outside backward would update them again).
 """
 import functools
 

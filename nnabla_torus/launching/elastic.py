@@ -1,29 +1,15 @@
 """nnabla-torus-run: an elastic launcher that runs each batch phase on the GPU count it pays.
 
-The planner (:func:`nnabla_torus.planning.planner.plan_resize`) gives the GPU count, grid and per-rank
-batch of the current batch phase; the launcher starts ``mpirun`` with that many ranks. The
-training script (``examples/imagenet/train.py --elastic 1``) asks for another size when its
-batch schedule enters a new phase (or the adaptive controller's goodput batch changes) and
-the planner predicts that the restart pays; it then writes a checkpoint, prints one request
-line (``REQUEST_PREFIX`` + JSON) and exits with ``EXIT_RESIZE``; the launcher relaunches on
-the requested count with ``--resume 1`` (replacing any --resume the command had). The count is
-the planner's highest-goodput one at that batch (:mod:`nnabla_torus.planning.goodput`, the objective the
-controller uses). Exit statuses of the script:
+The planner (:func:`nnabla_torus.planning.planner.plan_resize`, ranked by goodput) gives the
+rank count, grid and per-rank batch of the current batch phase; the launcher starts ``mpirun``
+with that many ranks. The training script (``train.py --elastic 1``) checkpoints, prints one
+request line (``REQUEST_PREFIX`` + JSON) and exits ``EXIT_RESIZE`` (75) when another count
+pays; the launcher relaunches on it with ``--resume 1``. ``EXIT_STOPPED`` (76): stopped on the
+launcher's Ctrl-C (forwarded as SIGUSR1), checkpoint written; 0 ends the run; any other status
+stops the launcher. Exit statuses, signals, hostfiles: docs/elastic.md. Example::
 
-    0             finished: the launcher exits 0
-    75            EXIT_RESIZE: checkpoint written, relaunch on the requested rank count
-    76            EXIT_STOPPED: stopped on a signal, checkpoint written (resumable)
-    anything else the launcher stops and reports the status and the last lines (no relaunch)
-
-Ctrl-C (SIGINT) or SIGTERM: the launcher sends mpirun SIGUSR1 (Open MPI's mpirun and hydra,
-MPICH's and Intel MPI's, pass it to every rank); the ranks agree, checkpoint at the end of the
-step and exit 76. A second Ctrl-C kills the job. Examples::
-
-    nnabla-torus-run --slots 4 --ranks-schedule 0:1,1:2,2:4 -- \\
+    nnabla-torus-run --slots 4 --ranks-schedule 0:1,1:2,2:4 -- \
         python examples/imagenet/train.py --batch-schedule 0:32,1:64,2:128
-    nnabla-torus-run --hostfile abci.hosts --profile abci --model resnet50 \\
-        --schedule 0:34816,5:69632 --local-batch 32 --dry-run -- \\
-        python examples/imagenet/train.py -C sony-224s --data-dir /data/imagenet
 """
 import argparse
 import collections
@@ -38,7 +24,8 @@ import time
 
 from ..planning import planner
 from ..knobs import add_knob, number
-from .mpirun_cmd import env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path
+from .mpirun_cmd import (env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path,
+                         read_hostfile)
 from ..planning.machine_profile import add_profile_knob, load_profile
 from ..planning.schedules import BatchSchedule
 
@@ -67,37 +54,6 @@ def restart_cost(profile_name, given=None):
     if given is not None:
         return float(given)
     return RESTART_COST_S.get(profile_name, ASSUMED_RESTART_COST_S)
-
-
-def read_hostfile(path):
-    """[(host, slots)] of an Open MPI hostfile (``host slots=N max_slots=M``).
-
-    ``slots`` defaults to 1, or to ``max_slots`` when only that is given; ``slots`` above
-    ``max_slots`` is an error (Open MPI places at most ``max_slots`` ranks on the host even
-    when oversubscribing). Values are ASCII decimal integers >= 1."""
-    hosts = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            fields = line.split("#", 1)[0].split()
-            if not fields:
-                continue
-            counts = {}
-            for field in fields[1:]:
-                key, _, value = field.partition("=")
-                if key in ("slots", "max_slots"):
-                    if not (value.isascii() and value.isdigit()) or int(value) < 1:
-                        raise ValueError(f"{path}:{number}: {key}={value!r} must be an integer "
-                                         f">= 1 in ASCII digits (e.g. 'node01 slots=4')")
-                    counts[key] = int(value)
-            slots = counts.get("slots", counts.get("max_slots", 1))
-            if slots > counts.get("max_slots", slots):
-                raise ValueError(f"{path}:{number}: slots={slots} is more than "
-                                 f"max_slots={counts['max_slots']}; Open MPI places at most "
-                                 f"max_slots ranks on {fields[0]}: lower slots or raise max_slots")
-            hosts.append((fields[0], slots))
-    if not hosts:
-        raise ValueError(f"hostfile {path} names no host; write one 'host slots=N' per line")
-    return hosts
 
 
 def fit_ranks(wanted, slots, global_batch=None):

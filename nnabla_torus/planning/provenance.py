@@ -9,10 +9,9 @@ lines indented past the key)::
     epochs: 90        # assumed: the 90-epoch budget of Goyal et al. 2017
     arch: resnet50    # published [v1]: the paper's title
 
-``published`` needs at least one ``[id]`` naming an entry of the file's ``sources:`` block;
-``derived`` and ``assumed`` may cite too. The ``sources:`` block itself is not tagged.
-:func:`load_tagged` parses a file into (values, tags) and refuses a published tag without a
-known source; :func:`untagged` lists the values that carry no tag (shipped recipes have none).
+``published`` needs an ``[id]`` of the file's ``sources:`` block (``derived``/``assumed`` may
+cite too); :func:`load_tagged` parses a file into (values, tags) and refuses a published tag
+without a known source; :func:`untagged` lists the values without a tag.
 
 >>> import io
 >>> values, tags = load_tagged(io.StringIO("sources:\\n  v1: arXiv:1811.05233v1\\n"

@@ -1,19 +1,15 @@
 """Whole-run prediction: the end-to-end training time of a recipe on a cluster profile.
 
 A recipe's batch schedule is cut into phases; each phase runs at its global batch B on
-B / local_batch GPUs (the paper's rule, :func:`planner.plan_schedule`: the best algorithm and
-grid for that count) and the profile's ``run:`` block adds the fixed costs::
+B / local_batch GPUs (the paper's rule, :func:`planner.plan_schedule`) and the profile's
+``run:`` block adds the fixed costs::
 
-    steps(phase)  = ceil(epochs of the phase * dataset_size / B)
-    time(phase)   = steps * step_time
-    total         = startup_s + validations * validation_s + steps * loader_stall_ms
-                    + sum of time(phase)
+    total = startup_s + validations * validation_s + steps * loader_stall_ms
+            + sum over phases of ceil(epochs * dataset_size / B) * step_time
 
-:func:`fit_compute` solves for the one unknown the published runs leave most open, the
-per-image compute b of the model (T_c(b) = a + b * batch), so that a recipe's predicted time
-equals its published time; predictions of *other* published figures with that b are the
-held-out check (docs/planner.md, "Whole-run prediction against the published runs").
-
+:func:`fit_compute` solves for the per-image compute b of the model so that a recipe's
+predicted time equals its published time; predictions of *other* published figures with that b
+are the held-out check (docs/planner.md#whole-run-prediction-against-the-published-runs).
 Example::
 
     >>> from nnabla_torus.planning.machine_profile import load_profile

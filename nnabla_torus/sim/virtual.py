@@ -1,24 +1,13 @@
 """Virtual backend: N ranks of our own collective code in one process, messages matched in memory.
 
 Each rank is a greenlet that runs the code users run: ``collectives.torus2d`` / ``ring`` /
-``hierarchical`` (and the pipelined torus's lanes), the MPI backend's step generators
-(``reduce_scatter_steps``, ``all_gather_steps``, ``pieces``; inherited, not re-implemented) and
-the communicator's settings and plan (``comm.settings``, ``comm.plans``). Only the transport
-is virtual: ``VirtualComm`` gives the generators ``Isend`` / ``Irecv`` / ``Dup`` /
-``Get_rank``, and ``World`` matches a send with the receive of the same (communicator, source,
-destination, tag) in posting order, copies the data and completes both requests. A rank that
-waits switches to the world's scheduler, which runs the next ready rank. A send completes only
-when its receive is posted (synchronous mode, stricter than MPI's eager sends), so an ordering
-bug that MPI's buffering would hide still shows as a deadlock.
-
-Untimed, the scheduler just runs ranks until all have finished; when none can move it raises
-``Deadlock`` naming the waiting ranks and what they wait for, never hangs. Timed
-(``nnabla_torus.sim.simulate``), a ``network`` turns every matched message into a flow on a
-simulated platform and the scheduler advances a simulated clock (discrete events).
-
-Stand-in: ``library_all_reduce`` (hierarchical's cross-host phase, native) runs our ring
-all-reduce, not MPI's or NCCL's algorithm.
-
+``hierarchical``, the MPI backend's step generators (inherited, not re-implemented) and the
+communicator's settings and plan. Only the transport is virtual: ``VirtualComm`` gives the
+generators ``Isend`` / ``Irecv`` / ``Dup`` / ``Get_rank``, and ``World`` matches a send with
+its receive; a send completes only when its receive is posted, so an ordering bug that MPI's
+buffering would hide still deadlocks, and ``Deadlock`` names the waiting ranks instead of
+hanging. Timed (``nnabla_torus.sim.simulate``), every matched message becomes a flow on a
+simulated platform. ``library_all_reduce`` runs our ring. docs/simulation.md#virtual-ranks.
 Example (4 ranks, torus2d on 2x2, integer-valued float32 buffers)::
 
     >>> import numpy as np

@@ -106,6 +106,7 @@ def test_tf32_is_a_recipe_key_set_before_the_cuda_extension_loads(monkeypatch):
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
+    import run_context
     import train
     cfg = parse_config(["-C", "resnet50-90ep"])
     assert cfg.allow_tf32 is True and parse_config([]).allow_tf32 is False
@@ -115,7 +116,7 @@ def test_tf32_is_a_recipe_key_set_before_the_cuda_extension_loads(monkeypatch):
     def context(*args, **kwargs):
         seen["tf32"] = os.environ.get("NNABLA_CUDA_ALLOW_TF32")
         raise RuntimeError("stop here")
-    monkeypatch.setattr(train, "get_extension_context", context)
+    monkeypatch.setattr(run_context, "get_extension_context", context)
     monkeypatch.delenv("NNABLA_CUDA_ALLOW_TF32", raising=False)
     with pytest.raises(RuntimeError, match="stop here"):
         train.make_context_and_comm(cfg, print)
