@@ -8,7 +8,7 @@ pays; the launcher relaunches on it with ``--resume 1``. ``EXIT_STOPPED`` (76): 
 launcher's Ctrl-C (forwarded as SIGUSR1), checkpoint written; 0 ends the run; any other status
 stops the launcher. Exit statuses, signals, hostfiles: docs/elastic.md. Example::
 
-    nnabla-torus-run --slots 4 --ranks-schedule 0:1,1:2,2:4 -- \
+    nnabla-torus-run --slots 4 --ranks-schedule 0:1,1:2,2:4 -- \\
         python examples/imagenet/train.py --batch-schedule 0:32,1:64,2:128
 """
 import argparse
