@@ -58,6 +58,7 @@ class StepTimeRefit:
         self.min_steps, self.warmup_steps = int(min_steps), int(warmup_steps)
         self.samples = {}            # (m, s) -> [(step seconds, sync seconds)] used
         self._key, self._skip = None, 0
+        self._fit = None             # fit() of the samples as they are (None: to compute)
 
     def observe(self, local_batch, accum_steps, step_s, sync_s):
         """Record one optimizer step at per-rank ``local_batch`` x ``accum_steps``: its
@@ -72,6 +73,7 @@ class StepTimeRefit:
         if np.isfinite(step_s) and np.isfinite(sync_s) and step_s > 0:
             self.samples.setdefault(key, deque(maxlen=WINDOW)).append((float(step_s),
                                                                        float(sync_s)))
+            self._fit = None
 
     def state(self):
         """The used steps, for a checkpoint: ``{"ranks": r, "samples": [[m, s, [[step_s,
@@ -87,6 +89,7 @@ class StepTimeRefit:
                     f"this run has {self.ranks}: the throughput is measured anew")
         self.samples = {(int(m), int(s)): deque(map(tuple, times), maxlen=WINDOW)
                         for m, s, times in state["samples"]}
+        self._fit = None
         return None
 
     def steps_at(self, local_batch, accum_steps):
@@ -98,7 +101,14 @@ class StepTimeRefit:
         return self.steps_at(local_batch, accum_steps) >= self.min_steps
 
     def fit(self):
-        """The :data:`StepFit` of the counted batches; None while none has ``min_steps``."""
+        """The :data:`StepFit` of the counted batches; None while none has ``min_steps``
+        (computed once per new observation: the controller asks every step, the times arrive
+        every ``EXCHANGE_STEPS``)."""
+        if self._fit is None:
+            self._fit = self._compute_fit()
+        return self._fit
+
+    def _compute_fit(self):
         counted = {k: v for k, v in self.samples.items() if len(v) >= self.min_steps}
         if not counted:
             return None
