@@ -3,7 +3,11 @@
 Two gradient norms at two batch sizes (one rank's batch b before the all-reduce, the global
 batch B after it: the communicator's ``pop_sqnorms()``) give unbiased estimates of |G|^2 and
 tr(S); numerator and denominator are smoothed separately (bias-corrected EMA) and divided last,
-and the EMA also gives the ratio's relative standard error (``rse``, a lower bound). The
+and the EMA also gives the ratio's relative standard error (``rse``, a lower bound). The EMA's
+memory is in samples, not steps (AdaptDL's ``theta = smoothing ** scale``, petuum/adaptdl
+``adaptdl/torch/gradient_noise_scale.py``): a step at k times the first global batch decays
+the past as k steps would, so a larger batch does not make the estimate lag phi by more of
+training. The
 estimator formulas and the error's derivation: docs/adaptive-batch.md#the-objective and
 docs/adaptive-batch.md#acting-on-an-estimate-confidence-smoothing-hysteresis. Example::
 
@@ -23,10 +27,14 @@ import numpy as np
 class NoiseScaleEstimator:
     """Online B_simple from pairs of (small-batch, large-batch) squared gradient norms."""
 
-    def __init__(self, smoothing=0.95):
+    def __init__(self, smoothing=0.95, reference_batch=None):
+        """``smoothing``: EMA factor per ``reference_batch`` samples (None: the first
+        observation's global batch); a step at global batch B decays by smoothing ** (B / ref)."""
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing={smoothing} must be in [0, 1) (0: no smoothing)")
-        self.smoothing = smoothing
+        if reference_batch is not None and not reference_batch > 0:
+            raise ValueError(f"reference_batch={reference_batch} must be > 0 (or None)")
+        self.smoothing, self.reference_batch = smoothing, reference_batch
         self._sums = np.zeros(5)   # EMA of |G|^2, tr(S), their squares and their product
         self._weight = 0.0         # EMA of 1, for bias correction
         self._weight_sq = 0.0      # sum of the squared EMA weights, for n_eff
@@ -50,7 +58,9 @@ class NoiseScaleEstimator:
             return
         grad_sq = (big_b * global_sqnorm - b * local_sqnorm) / (big_b - b)
         trace = (local_sqnorm - global_sqnorm) / (1.0 / b - 1.0 / big_b)
-        m = self.smoothing
+        if self.reference_batch is None:
+            self.reference_batch = big_b
+        m = self.smoothing ** (big_b / self.reference_batch)
         obs = np.array([grad_sq, trace, grad_sq ** 2, trace ** 2, grad_sq * trace])
         self._sums = m * self._sums + (1.0 - m) * obs
         self._weight = m * self._weight + (1.0 - m)

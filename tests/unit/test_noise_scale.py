@@ -66,3 +66,27 @@ def test_non_finite_norms_are_skipped_and_counted():
     assert est.b_simple == pytest.approx(200.0)
     est._sums = np.array([np.inf, np.inf])       # inf / inf: NaN, not a batch size
     assert est.b_simple is None
+
+
+def test_memory_is_in_samples_not_steps():
+    # phi moves from 100 to 400 (tr(S) 200 -> 800, |G|^2 = 2). Four steps at batch 64 and one
+    # step at batch 256 see the same samples, so they move the estimate alike; numpy reference:
+    # the EMA's weights (1 - m_i) prod_{j > i} m_j with m_i = 0.9 ** (B_i / 64).
+    def observe(est, trace, big_b):
+        est.update(2 + trace / 16, 16, 2 + trace / big_b, big_b)
+    small, big = NoiseScaleEstimator(smoothing=0.9), NoiseScaleEstimator(smoothing=0.9)
+    for est in (small, big):
+        for _ in range(30):
+            observe(est, 200.0, 64)
+    for _ in range(4):
+        observe(small, 800.0, 64)
+    observe(big, 800.0, 256)
+    assert big.trace_cov == pytest.approx(small.trace_cov, rel=1e-12)
+    batches = [64] * 30 + [256]
+    traces = np.array([200.0] * 30 + [800.0])
+    m = 0.9 ** (np.array(batches) / 64)
+    w = (1 - m) * np.append(np.cumprod(m[::-1])[::-1][1:], 1.0)
+    assert big.trace_cov == pytest.approx(w @ traces / w.sum(), rel=1e-12)
+    assert big.b_simple == pytest.approx(big.trace_cov / 2.0)
+    with pytest.raises(ValueError, match="reference_batch=0 must be > 0"):
+        NoiseScaleEstimator(reference_batch=0)
