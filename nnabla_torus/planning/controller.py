@@ -11,8 +11,8 @@ numbers (docs/adaptive-batch.md gives the rules and why).
 
 A batch is realised as ``world_size x local_batch x accum_steps`` (``local_batch <=
 max_local_batch``). The learning rate follows ``lr_scaling`` from ``base_batch`` (linear:
-Goyal et al.); in adaptive mode B0's rate times the goodput gain (``adaptive_lr="gain"``,
-Pollux/AdaScale) or the scaling rule at the batch (``"scaling"``); ``lr_at_change="keep"``
+Goyal et al.); in adaptive mode the same rule at the batch (``adaptive_lr="scaling"``, the
+default) or B0's rate times the goodput gain (``"gain"``, Pollux/AdaScale); ``lr_at_change="keep"``
 keeps the first batch's rate (Smith et al., arXiv:1711.00489). Example (the paper's 34K -> 68K
 at epoch 5 on a fixed 1,088 ranks takes 2 micro-batches; the paper doubled the GPUs instead)::
 

@@ -4,12 +4,10 @@ Two gradient norms at two batch sizes (one rank's batch b before the all-reduce,
 batch B after it: the communicator's ``pop_sqnorms()``) give unbiased estimates of |G|^2 and
 tr(S); numerator and denominator are smoothed separately (bias-corrected EMA) and divided last,
 and the EMA also gives the ratio's relative standard error (``rse``, a lower bound). The EMA's
-memory is in samples, not steps (AdaptDL's ``theta = smoothing ** scale``, petuum/adaptdl
+memory is in samples, not steps (as AdaptDL's ``theta = smoothing ** scale``, petuum/adaptdl
 ``adaptdl/torch/gradient_noise_scale.py``): a step at k times the first global batch decays
-the past as k steps would, so a larger batch does not make the estimate lag phi by more of
-training. The
-estimator formulas and the error's derivation: docs/adaptive-batch.md#the-objective and
-docs/adaptive-batch.md#acting-on-an-estimate-confidence-smoothing-hysteresis. Example::
+the past as k steps would. Formulas and the error's derivation: docs/adaptive-batch.md
+(#the-objective, #acting-on-an-estimate-confidence-smoothing-hysteresis). Example::
 
     est = NoiseScaleEstimator(smoothing=0.95)
     comm.track_sqnorms = True
