@@ -10,22 +10,10 @@ file and two plots to --out::
     python tools/time_to_accuracy.py abci --noise-run runs/time_to_accuracy/adaptive-goodput-s1
     python tools/time_to_accuracy.py report              # table and plot again from --out
 
-``measure``: for each seed and policy, ``mpirun -np RANKS python examples/imagenet/train.py``
-(no dataset flag: the digits recipe, 12 epochs) with the policy's flags; the time to the target
-is taken from launch to the arrival of the first validation line with top-1 >= --target (so it
-includes start-up, the same for every policy), with the optimizer steps taken by then. The
-policies (``POLICIES``): the recipe's 0:64,1:128 schedule, fixed 64, fixed 256, and
-``--adaptive-batch 1`` (goodput, nnabla_torus/planning/goodput.py). Reported
-(tools/accuracy_report.py): per policy the median over seeds and the spread (min-max) of the
-time and steps to the target, training images/s, the batches used, the best and final top-1; a
-verdict (adaptive no slower than the best other policy within its seeds' spread, and in its
-final-accuracy band; whether larger batches bought throughput); ``batch_over_epochs.png``.
-
-``--cluster emu:HxR`` runs every policy on the emulated cluster instead (tools/emucluster, as
-root: H hosts of R ranks, links shaped to --emu-rate), and trains with its profile
-(tools/emucluster/profile.py, written to --out), so goodput sees the shaped link.
-
-``abci``: ImageNet/ResNet-50 on the abci profile by prediction (tools/abci_prediction.py).
+``measure`` times each policy (``POLICIES``) from launch to the first validation line with
+top-1 >= --target; ``--cluster emu:HxR`` runs them on the emulated cluster (as root) with its
+profile; ``abci`` predicts ImageNet/ResNet-50 there (tools/abci_prediction.py). The table, the
+verdict and how to read them: docs/adaptive-batch.md#time-to-accuracy-measured-here-embedded-digits-data-4-ranks.
 """
 import argparse
 import json
