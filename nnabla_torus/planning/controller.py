@@ -47,7 +47,8 @@ ADAPTIVE_LRS = ("scaling", "gain")   # adaptive lr at B, default first: lr_scali
                                      # or B0's rate x the goodput gain (docs/adaptive-batch.md)
 MIN_SAMPLES = step_refit.EXCHANGE_STEPS   # noise-scale samples before the first decision: the
                                           # step the first measured step times arrive
-MAX_RSE = 0.25                       # largest relative standard error of phi a decision may use
+MAX_RSE = 0.5                        # largest relative standard error of phi a decision may use
+                                     # (the hysteresis prices phi's error exactly at any rse)
 
 
 def split_batch(target, world_size, max_local_batch):

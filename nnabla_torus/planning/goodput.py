@@ -66,22 +66,23 @@ def goodput(throughput, batch, phi, base_batch):
     return np.asarray(throughput, float) * efficiency(batch, phi, base_batch)
 
 
-def phi_sensitivity(batch, current, phi):
-    """d ln(E(batch) / E(current)) / d ln phi = phi/(phi + current) - phi/(phi + batch)."""
-    batch, current = np.asarray(batch, float), np.asarray(current, float)
-    return phi / (phi + current) - phi / (phi + batch)
-
-
 def prediction_error(batch, current, phi, phi_rse, model_error):
     """Relative error of goodput(batch) / goodput(current): throughput and efficiency parts.
 
     ``model_error``: the throughput's relative error (the step-time refit's residual error,
     step_refit.py, or before it the cost model's calibrated median step-time error);
-    ``phi_rse``: relative standard error of phi. Added, not in quadrature: the
+    ``phi_rse``: relative standard error of phi. The efficiency part is exact, not linearised:
+    E(batch)/E(current) at phi over the same ratio at the pessimistic end of phi's one-error
+    band (phi x (1 - rse) for a larger batch, x (1 + rse) for a smaller one), so a change must
+    pay even there, at any rse. Compounded with the throughput's error, not in quadrature: the
     throughput errors of two batches need not cancel. Never below ``MIN_GAIN``.
     """
-    eff = np.abs(phi_sensitivity(batch, current, phi)) * phi_rse
-    return np.maximum(MIN_GAIN, model_error + eff)
+    batch, current = np.asarray(batch, float), np.asarray(current, float)
+    larger = batch > current
+    pessimistic = phi * np.where(larger, np.maximum(0.0, 1.0 - phi_rse), 1.0 + phi_rse)
+    ratio = (phi + current) / (phi + batch)
+    eff = ratio / ((pessimistic + current) / (pessimistic + batch)) - 1.0
+    return np.maximum(MIN_GAIN, (1.0 + model_error) * (1.0 + np.abs(eff)) - 1.0)
 
 
 def decide(batches, throughput, phi, phi_rse, base_batch, current, model_error):
