@@ -145,7 +145,11 @@ def make_monitors(cfg, rank, resumed_at=None):
         if os.path.exists(path):
             kept[name] = [line for line in open(path) if series_x(line) <= limit + 1e-9]
     monitor = Monitor(cfg.output_dir)
-    monitors = {name: MonitorSeries(name, monitor, interval=1, verbose=False) for name in SERIES}
+    # interval 0 writes every value: at interval 1 MonitorSeries averages adds whose index moved
+    # by less than 1, and a validation at epoch 2.08 after a mid-epoch batch change would merge
+    # the one at 3.00 into the next row
+    monitors = {name: MonitorSeries(name, monitor, interval=0 if name in EPOCH_SERIES else 1,
+                                    verbose=False) for name in SERIES}
     for name, lines in kept.items():
         with open(series_path(cfg.output_dir, name), "a") as f:
             f.writelines(lines)

@@ -160,11 +160,28 @@ def test_a_write_error_names_the_path_and_the_free_space(tmp_path, monkeypatch):
         in text, text
 
 
-def test_a_blank_or_cut_monitor_line_is_dropped_on_resume(tmp_path):
-    """Before: IndexError on a blank line of train_loss.series.txt."""
+def example_report():
+    """examples/imagenet/report.py, imported as train.py does (its folder on the path)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples",
                                     "imagenet"))
     import report
+    return report
+
+
+def test_a_blank_or_cut_monitor_line_is_dropped_on_resume(tmp_path):
+    """Before: IndexError on a blank line of train_loss.series.txt."""
+    report = example_report()
     (tmp_path / "train_loss.series.txt").write_text("1 2.5\n\n2 2.4\n3\n9 1.0\n")
     report.make_monitors(SimpleNamespace(output_dir=str(tmp_path)), 0, resumed_at=(5, 0.5))
     assert (tmp_path / "train_loss.series.txt").read_text() == "1 2.5\n2 2.4\n"
+
+
+def test_every_validation_is_one_row_at_fractional_epochs(tmp_path):
+    """Before: after a mid-epoch batch change (epoch 2.08), the rows at 3.00 and 4.08 were one
+    row, their mean, at 4.08."""
+    report = example_report()
+    monitors = report.make_monitors(SimpleNamespace(output_dir=str(tmp_path)), 0)
+    for epoch, top1 in ((1.0, 0.1), (2.08, 0.2), (3.0, 0.3), (4.08, 0.4)):
+        monitors["val_top1"].add(epoch, top1)
+    rows = np.loadtxt(tmp_path / "val_top1.series.txt", ndmin=2)
+    np.testing.assert_allclose(rows, [[1.0, 0.1], [2.08, 0.2], [3.0, 0.3], [4.08, 0.4]])
