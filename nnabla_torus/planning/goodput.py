@@ -32,7 +32,8 @@ Confidence = namedtuple("Confidence", [
 ])
 
 Decision = namedtuple("Decision", [
-    "best",        # index of the highest-goodput candidate (smallest batch among ties)
+    "best",        # index of the candidate to move to (decide: the largest within MIN_GAIN
+                   # of the highest goodput that clears the hysteresis, else the highest)
     "gain",        # predicted goodput(best) / goodput(current)
     "threshold",   # relative error of that prediction: change only when gain - 1 exceeds it
     "change",      # True: move to ``best``
@@ -88,9 +89,12 @@ def prediction_error(batch, current, phi, phi_rse, model_error):
 def decide(batches, throughput, phi, phi_rse, base_batch, current, model_error):
     """Decision over candidate ``batches`` with predicted ``throughput`` (arrays, one per batch).
 
-    ``current``: index of the batch in use. The best candidate is the highest goodput (the
-    smallest batch among equal ones); ``change`` only when its predicted gain over the current
-    one exceeds :func:`prediction_error` (hysteresis: inside the error, keep). ``model_error``:
+    ``current``: index of the batch in use. A move must gain more than its
+    :func:`prediction_error` over the current batch (hysteresis: inside the error, keep).
+    Among the candidates within ``MIN_GAIN`` of the highest goodput (differences the
+    hysteresis never acts on) it takes the largest batch whose move clears that: phi grows as
+    training proceeds, so the largest of them stays near the optimum longest. Without such a
+    move ``best`` is the highest goodput (the smallest batch among equal ones). ``model_error``:
     one relative error, or one per candidate (the throughput of a batch never run is known
     less well than that of one measured).
     """
@@ -98,10 +102,14 @@ def decide(batches, throughput, phi, phi_rse, base_batch, current, model_error):
     g = goodput(throughput, batches, phi, base_batch)
     near = g >= g.max() * (1.0 - 1e-12)          # equal up to rounding: take the smallest batch
     best = int(np.flatnonzero(near)[np.argmin(batches[near])])
-    ratio = float(g[best] / g[current])
-    error = np.broadcast_to(np.asarray(model_error, float), batches.shape)[best]
-    threshold = float(prediction_error(batches[best], batches[current], phi, phi_rse, error))
-    return Decision(best, ratio, threshold, best != current and ratio - 1.0 > threshold, g)
+    ratio = g / g[current]
+    error = np.broadcast_to(np.asarray(model_error, float), batches.shape)
+    threshold = prediction_error(batches, batches[current], phi, phi_rse, error)
+    moves = (g >= g[best] * (1.0 - MIN_GAIN)) & (ratio - 1.0 > threshold)
+    moves[current] = False
+    if moves.any():
+        best = int(np.flatnonzero(moves)[np.argmax(batches[moves])])
+    return Decision(best, float(ratio[best]), float(threshold[best]), bool(moves.any()), g)
 
 
 def confidence(samples, rse, min_samples, max_rse):
