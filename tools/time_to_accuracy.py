@@ -28,6 +28,7 @@ import accuracy_report as rep
 from emucluster.profile import emulated_profile
 from nnabla_torus.knobs import add_knob
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
+from nnabla_torus.planning.controller import MIN_SAMPLES
 from nnabla_torus.planning.machine_profile import load_profile, save_profile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -181,8 +182,9 @@ def add_abci_knobs(a):
     add_knob(a, "--noise-scale-factor", knob + "NOISE_SCALE_FACTOR", 34816 / 64,
              "ImageNet noise scale / the run's (34,816/64: the recipes' starting batches; "
              "*assumed*)", type=float)
-    add_knob(a, "--skip-samples", knob + "SKIP_SAMPLES", 20, "noise-scale estimates left out at "
-             "the start, as the confidence rule does (train.py's --adaptive-min-samples)",
+    add_knob(a, "--skip-samples", knob + "SKIP_SAMPLES", MIN_SAMPLES, "noise-scale estimates "
+             "left out at the start, as the confidence rule does (train.py's "
+             "--adaptive-min-samples)",
              type=int)
     add_knob(a, "--profile", knob + "PROFILE", "abci", "cluster profile of the prediction")
     a.add_argument("--restart-cost", type=float, default=None,
