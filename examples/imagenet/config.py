@@ -187,6 +187,16 @@ def knob_fields():
     return [f for f in dataclasses.fields(TrainConfig) if f.name not in ("recipe", "source", "notes")]
 
 
+PER_HOST = ("data_dir", "output_dir", "init_params", "progress", "log_every")   # may differ:
+# a host's own mount points, and rank 0's console; every other knob must be the same on all ranks
+
+
+def agreement(cfg):
+    """((name, value), ...) of the knobs every rank must have resolved alike (run_context.py
+    compares them across ranks): all but ``PER_HOST``."""
+    return tuple((f.name, getattr(cfg, f.name)) for f in knob_fields() if f.name not in PER_HOST)
+
+
 def flag_of(name):
     """``base_lr`` -> ``--base-lr``."""
     return "--" + name.replace("_", "-")

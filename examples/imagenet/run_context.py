@@ -11,6 +11,7 @@ from nnabla.ext_utils import get_extension_context
 
 import nnabla_torus as C
 
+import config
 import resize
 
 
@@ -43,6 +44,24 @@ def make_context_and_comm(cfg, log_all):
     algorithm = "torus2d" if cfg.algorithm == "planned" else cfg.algorithm
     comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=algorithm, grid=cfg.grid or None)
     comm.init()
+    agree_on_config(cfg, comm)
     ctx.device_id = str(comm.local_rank)
     nn.set_default_context(ctx)
     return ctx, comm, type_config
+
+
+def agree_on_config(cfg, comm):
+    """ValueError on every rank unless all ranks resolved the same knobs (flags, NNABLA_TORUS_*
+    variables and recipe; ``config.PER_HOST`` excepted): a variable set on one host only would
+    otherwise train the ranks with different learning rates or batches, with no error."""
+    # imported here, not at the top: MPI must start in the communicator's module (its osc note)
+    from mpi4py import MPI
+    from nnabla_torus.comm.rendezvous import check_same_call
+    from nnabla_torus.comm.settings import differences
+
+    def describe(calls):
+        return ("ranks resolved different settings (give every rank the same flags "
+                "and NNABLA_TORUS_* variables, e.g. mpirun -x NAME=value):\n" +
+                "\n".join(differences(calls)))
+    check_same_call(MPI.COMM_WORLD, list(range(comm.size)), config.agreement(cfg),
+                    comm.timeout, "train.py settings", describe)
