@@ -225,13 +225,12 @@ class BatchSizeController:
         decision now.
 
         The cost model's column until the refit has ``min_steps`` measured steps at the batch in
-        use; from then on the refit's, with its residual error at the splits it has measured.
-        Elsewhere the prediction is an extrapolation that the residual says nothing about: its
-        error is the refit's held-out error once two splits are measured, before that at least
-        the cost model's (measured on a quiet machine, the 2-5 % residual at 64 let a 1.06x
-        prediction for 108 move the batch, and it did not pay). Once a decision has used the
-        refit, None (no decision) while the batch in use is not yet measured (after a change).
-        The model error is one per candidate.
+        use; from then on the refit's, with its residual error at the splits it has measured and
+        at least the cost model's error elsewhere (an extrapolation to a batch never run: the
+        residual only measures the fit where it has data; measured on a quiet machine, the 2-5 %
+        residual at 64 let a 1.06x prediction for 108 move the batch, and it did not pay). Once a
+        decision has used the refit, None (no decision) while the batch in use is not yet
+        measured (after a change). The model error is one per candidate.
         """
         cand, refit, plan = self.candidates, self.refit, self.current
         if refit is None or not refit.ready(plan.local_batch, plan.accum_steps):
@@ -242,8 +241,7 @@ class BatchSizeController:
         fit = refit.fit()
         measured = np.array([(int(m), int(s)) in fit.counted
                              for m, s in zip(cand["local_batch"], cand["accum_steps"])])
-        unmeasured = self.model_error if fit.held_out is None else fit.held_out
-        error = np.where(measured, fit.error, max(fit.error, unmeasured))
+        error = np.where(measured, fit.error, max(fit.error, self.model_error))
         return (step_refit.throughput(fit, cand["local_batch"], cand["accum_steps"]),
                 error, "measured step times: " + step_refit.describe(fit), True)
 

@@ -9,8 +9,7 @@ measured exposed all-reduce wait (``sync``) to their own steps::
 
 The first ``warmup_steps`` after each change are left out; medians over the latest ``WINDOW``
 steps per split; a line through two or more per-rank batches, else the cost model's shape
-scaled; the error is the median relative residual (goodput's hysteresis) and, for a split
-never run, the held-out error (each measured split predicted from the others). Rules in full:
+scaled; the error is the median relative residual (goodput's hysteresis). Rules in full:
 docs/adaptive-batch.md, "Throughput refit". Example (2 ms a micro-batch, 1 ms a sample,
 300 ms of sync on 4 ranks)::
 
@@ -38,8 +37,6 @@ StepFit = namedtuple("StepFit", [
     "sync_local",    # per-rank batches with a measured sync (sorted array)
     "sync_s",        # median sync seconds at each of them
     "error",         # median relative residual of the used steps
-    "held_out",      # largest relative error predicting one measured split from the others
-                     # (None with one split): the fit's measured error at a split never run
     "ranks",         # ranks the steps ran on
     "counted",       # {(m, s): used steps} of the batches the fit uses
     "how",           # "line" (two or more per-rank batches) or "shape" (the prior's, scaled)
@@ -115,20 +112,6 @@ class StepTimeRefit:
         counted = {k: v for k, v in self.samples.items() if len(v) >= self.min_steps}
         if not counted:
             return None
-        fit = self._fit_to(counted)
-        keys = sorted(counted)
-        times = [np.array(counted[k]) for k in keys]
-        residual = np.concatenate([np.abs(t[:, 0] - step_time(fit, m, s)) / step_time(fit, m, s)
-                                   for t, (m, s) in zip(times, keys)])
-        held_out = None
-        if len(keys) >= 2:       # each split predicted by the fit to the others, as one never run
-            held_out = max(abs(float(np.median(t[:, 0])) - want) / want for t, want in (
-                (t, float(step_time(self._fit_to({j: counted[j] for j in keys if j != k}), *k)))
-                for t, k in zip(times, keys)))
-        return fit._replace(error=float(np.median(residual)), held_out=held_out)
-
-    def _fit_to(self, counted):
-        """The :data:`StepFit` (error 0) of the ``{(m, s): [(step_s, sync_s)]}`` in ``counted``."""
         keys = sorted(counted)
         local = np.array([m for m, _ in keys], float)
         times = [np.array(counted[k]) for k in keys]
@@ -148,9 +131,13 @@ class StepTimeRefit:
         for m, value in zip(local, sync):       # per-rank batches measured with several s
             by_local.setdefault(m, []).append(value)
         sync_local = np.array(sorted(by_local))
-        return StepFit(float(a), float(b), sync_local,
-                       np.array([np.median(by_local[m]) for m in sync_local]), 0.0, None,
-                       self.ranks, {k: len(counted[k]) for k in keys}, how)
+        fit = StepFit(float(a), float(b), sync_local,
+                      np.array([np.median(by_local[m]) for m in sync_local]), 0.0,
+                      self.ranks, {k: len(counted[k]) for k in keys}, how)
+        predicted = [step_time(fit, m, s) for m, s in keys]
+        residual = np.concatenate([np.abs(t[:, 0] - want) / want
+                                   for t, want in zip(times, predicted)])
+        return fit._replace(error=float(np.median(residual)))
 
 
 def step_time(fit, local_batch, accum_steps):
@@ -173,5 +160,4 @@ def describe(fit):
     syncs = ", ".join(f"{s * 1e3:.0f}" for s in fit.sync_s)
     return (f"step = accum x ({fit.a_s * 1e3:.2f} ms + {fit.b_s * 1e3:.3f} ms/sample x local) "
             f"+ sync {syncs} ms ({fit.how} fit to the steps measured at local x accum: "
-            f"{batches}), residual error {fit.error:.1%}" + (
-                "" if fit.held_out is None else f", held-out error {fit.held_out:.1%}"))
+            f"{batches}), residual error {fit.error:.1%}")

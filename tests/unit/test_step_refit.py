@@ -76,22 +76,6 @@ def test_noisy_steps_predict_within_the_stated_error(seed):
     assert np.all(error <= fit.error), (error, fit.error)
 
 
-def test_held_out_error_predicts_each_measured_split_from_the_others():
-    # The machine: 10 ms a micro-batch + 1 ms a sample + 300 ms sync; no prior, so a fit to
-    # one split is proportional to m. numpy reference: 16 alone predicts 32 at
-    # 2 x 26 ms + 300 = 352 ms against 342 measured (2.84 %); 32 alone predicts 16 at
-    # 21 + 300 = 321 ms against 326 (1.56 %). The held-out error is the larger.
-    refit = StepTimeRefit(4, min_steps=5, warmup_steps=0)
-    for local in (16, 32):
-        feed(refit, local, 1, 5, a=0.010, b=0.001, sync=0.3)
-    assert refit.fit().how == "line" and refit.fit().error < 1e-9
-    assert refit.fit().held_out == pytest.approx(max(10 / 352, 5 / 321), rel=1e-9)
-    one = StepTimeRefit(4, min_steps=5, warmup_steps=0)
-    feed(one, 16, 1, 5)
-    assert one.fit().held_out is None and "held-out" not in step_refit.describe(one.fit())
-    assert "held-out error 2.8%" in step_refit.describe(refit.fit())
-
-
 def test_noise_that_bends_the_line_falls_back_to_the_shape():
     refit = StepTimeRefit(2, prior=(0.001, 0.001), min_steps=3, warmup_steps=0)
     for local, compute in ((8, 0.020), (16, 0.019)):     # larger batch measured faster: noise
@@ -198,25 +182,6 @@ def test_a_batch_never_run_keeps_the_cost_models_error():
         outcomes[cost_model_error] = set(run_controller(ctrl, est, machine, 60))
     assert outcomes[0.145] == {64}
     assert max(outcomes[0.0]) > 64
-
-
-def test_a_batch_never_run_carries_the_held_out_error_once_two_are_measured():
-    # Measured at 16 and 32 per rank (the controller's candidates 64 and 128): those carry the
-    # residual (0), every other candidate the held-out error of predicting one measured
-    # split from the other, instead of the cost model's 14.5 %.
-    est = NoiseScaleEstimator(smoothing=0.9)
-    refit = StepTimeRefit(4, min_steps=5, warmup_steps=0)
-    ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=64, min_batch=64,
-                               max_batch=1024, throughput=lambda m, s: np.ones(np.shape(m)),
-                               model_error=0.145, refit=refit)
-    ctrl.plan(0.0)
-    for local in (16, 32):
-        feed(refit, local, 1, 5, a=0.010, b=0.001, sync=0.3)
-    _, error, source, measured = ctrl._throughput()
-    batch = ctrl.candidates["global_batch"]
-    assert measured and "held-out error 2.8%" in source
-    np.testing.assert_allclose(error[np.isin(batch, (64, 128))], 0.0, atol=1e-9)
-    np.testing.assert_allclose(error[~np.isin(batch, (64, 128))], refit.fit().held_out)
 
 
 def test_only_the_latest_window_of_steps_is_fitted():
