@@ -89,6 +89,24 @@ def test_a_flat_optimum_moves_to_its_largest_batch():
     assert batches[d.best] == 128 and not d.change
 
 
+def test_a_flat_optimum_is_judged_at_the_low_end_of_phi():
+    # Seed 4 on the emulated cluster at step 10 (its logged refit: 4 ranks, step = accum x
+    # (10.98 ms + 2.145 ms x local) + 359 ms; phi = 188 +- 40 %): at phi itself 512 is within
+    # 5 % of the optimum, at phi x 0.6 it is 10 % below it; the move stops at 384.
+    batches = np.array([64, 128, 256, 384, 512])
+    local, accum = np.array([16, 32, 32, 32, 32]), np.array([1, 1, 2, 3, 4])
+    speed = 4 * local * accum / (accum * (0.01098 + 0.002145 * local) + 0.359)
+    error = np.where(batches == 64, 0.05, 0.145)
+    g = goodput.goodput(speed, batches, 188.0, 64)
+    assert g[4] >= g.max() * (1 - goodput.MIN_GAIN)
+    low = goodput.goodput(speed, batches, 188.0 * 0.6, 64)
+    assert low[4] < low.max() * (1 - goodput.MIN_GAIN) <= low[3]
+    d = goodput.decide(batches, speed, 188.0, 0.4, 64, current=0, model_error=error)
+    assert batches[d.best] == 384 and d.change
+    # with phi known exactly the flat optimum's largest batch is taken, as before
+    assert batches[goodput.decide(batches, speed, 188.0, 0.0, 64, 0, error).best] == 512
+
+
 def test_threshold_is_exact_at_the_pessimistic_end_of_phi():
     # a move up must pay at phi x (1 - rse), a move down at phi x (1 + rse)
     phi, rse, err = 150.0, 0.4, 0.06
