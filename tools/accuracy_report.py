@@ -9,6 +9,7 @@ over epochs. Example::
     stats, verdict = summarise([r], 0.9)
 """
 import json
+import math
 import os
 import re
 import statistics
@@ -81,8 +82,13 @@ def predicted_seconds(record):
     return float(np.sum(batch / run.throughput(local, accum)))
 
 
-def spread(values):
-    """(median, min, max) of the values that exist; (None,) * 3 when none."""
+REACHED_KEYS = ("time_s", "steps", "epoch")   # None in a run that never reached the target
+
+
+def spread(values, missing=None):
+    """(median, min, max) of the values; a None counts as ``missing`` (None: left out);
+    (None,) * 3 when nothing is left."""
+    values = [missing if v is None else v for v in values]
     values = [v for v in values if v is not None]
     if not values:
         return None, None, None
@@ -99,9 +105,11 @@ def policy_stats(rows):
     """Medians and spreads over the seeds of one policy's records."""
     batches = [batch_range(r) for r in rows]
     return {"runs": len(rows), "reached": sum(r["time_s"] is not None for r in rows),
+            # a seed that never reached the target is slower than every one that did: its
+            # time is inf, not left out (3 seeds of 5 at 35-37 s and 2 never is not 36 s)
+            **{key: spread([r.get(key) for r in rows], math.inf) for key in REACHED_KEYS},
             **{key: spread([r.get(key) for r in rows])
-               for key in ("time_s", "steps", "epoch", "predicted_s", "best_top1",
-                           "final_top1", "images_per_s")},
+               for key in ("predicted_s", "best_top1", "final_top1", "images_per_s")},
             "batches": (min(b[0] for b in batches), max(b[1] for b in batches))}
 
 
@@ -109,12 +117,12 @@ def summarise(records, target):
     """{policy: stats} (policies in the order of their first record) and the verdict lines."""
     policies = list(dict.fromkeys(r["policy"] for r in records))
     stats = {p: policy_stats([r for r in records if r["policy"] == p]) for p in policies}
-    fixed = {p: s for p, s in stats.items() if p != ADAPTIVE and s["time_s"][0] is not None}
+    fixed = {p: s for p, s in stats.items() if p != ADAPTIVE and s["time_s"][0] < math.inf}
     if ADAPTIVE not in stats or not fixed:
         return stats, []
     best = min(fixed, key=lambda p: fixed[p]["time_s"][0])
     a, b = stats[ADAPTIVE], fixed[best]
-    fast = a["time_s"][0] is not None and a["time_s"][0] <= b["time_s"][2]
+    fast = a["time_s"][0] <= b["time_s"][2] and a["time_s"][0] < math.inf
     band = a["final_top1"][0] >= b["final_top1"][1] - 0.01
     verdict = [f"time to {target:.0%}: adaptive median {fmt(a['time_s'][0])} s, best other "
                f"policy {best} median {fmt(b['time_s'][0])} s (seeds up to "
@@ -147,7 +155,10 @@ def throughput_lines(stats):
 
 
 def fmt(value, digits=1):
-    return "-" if value is None else f"{value:.{digits}f}"
+    """``value`` rounded; "-" for None (no run has it), "never" for inf (not reached)."""
+    if value is None:
+        return "-"
+    return "never" if value == math.inf else f"{value:.{digits}f}"
 
 
 def span(triple, digits=1):
