@@ -13,7 +13,7 @@ file and two plots to --out::
 ``measure`` times each policy (``POLICIES``) from launch to the first validation line with
 top-1 >= --target; ``--cluster emu:HxR`` runs them on the emulated cluster (as root) with its
 profile; ``abci`` predicts ImageNet/ResNet-50 there (tools/abci_prediction.py). The table, the
-verdict and how to read them: docs/adaptive-batch.md#time-to-accuracy-measured-here-embedded-digits-data-4-ranks.
+verdict and how to read them: docs/adaptive-batch.md#time-to-accuracy-the-side-by-side-comparison.
 """
 import argparse
 import json
