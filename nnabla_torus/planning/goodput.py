@@ -32,8 +32,7 @@ Confidence = namedtuple("Confidence", [
 ])
 
 Decision = namedtuple("Decision", [
-    "best",        # index of the candidate to move to (decide: the largest within MIN_GAIN
-                   # of the highest goodput that clears the hysteresis, else the highest)
+    "best",        # index of the candidate with the highest goodput at phi x (1 - rse)
     "gain",        # predicted goodput(best) / goodput(current)
     "threshold",   # relative error of that prediction: change only when gain - 1 exceeds it
     "change",      # True: move to ``best``
@@ -89,32 +88,23 @@ def prediction_error(batch, current, phi, phi_rse, model_error):
 def decide(batches, throughput, phi, phi_rse, base_batch, current, model_error):
     """Decision over candidate ``batches`` with predicted ``throughput`` (arrays, one per batch).
 
-    ``current``: index of the batch in use. A move must gain more than its
-    :func:`prediction_error` over the current batch (hysteresis: inside the error, keep).
-    Among the candidates within ``MIN_GAIN`` of the highest goodput (differences the
-    hysteresis never acts on) it takes the largest batch whose move clears that: phi grows as
-    training proceeds, so the largest of them stays near the optimum longest. "Within
-    ``MIN_GAIN``" holds at the low end of phi's one-error band, phi x (1 - rse), where a larger
-    batch loses the most: a batch near the optimum only if phi is as large as estimated is not
-    taken (at phi = 188 +- 40 % the point estimate had 512 within 5 % of 256, and fixed 512
-    never reaches 90 % on the emulated cluster). Without such a move ``best`` is the highest
-    goodput at phi (the smallest batch among equal ones). ``model_error``: one relative error,
-    or one per candidate (the throughput of a batch never run is known less well than that of
-    one measured).
+    ``best`` is the batch with the highest goodput at the low end of phi's one-error band,
+    phi x (1 - rse) (the smallest among equal ones): the batch that is best even if phi is one
+    error lower than estimated, where a larger batch loses the most. ``current``: index of the
+    batch in use; a move to ``best`` must gain more than its :func:`prediction_error` at phi
+    (hysteresis: inside the error, keep). ``model_error``: one relative error, or one per
+    candidate (the throughput of a batch never run is known less well than that of one
+    measured). With rse = 0 this is the highest goodput at phi.
     """
     batches = np.asarray(batches, float)
     g = goodput(throughput, batches, phi, base_batch)
-    near = g >= g.max() * (1.0 - 1e-12)          # equal up to rounding: take the smallest batch
-    best = int(np.flatnonzero(near)[np.argmin(batches[near])])
-    ratio = g / g[current]
-    error = np.broadcast_to(np.asarray(model_error, float), batches.shape)
-    threshold = prediction_error(batches, batches[current], phi, phi_rse, error)
     low = goodput(throughput, batches, phi * max(0.0, 1.0 - phi_rse), base_batch)
-    moves = (low >= low.max() * (1.0 - MIN_GAIN)) & (ratio - 1.0 > threshold)
-    moves[current] = False
-    if moves.any():
-        best = int(np.flatnonzero(moves)[np.argmax(batches[moves])])
-    return Decision(best, float(ratio[best]), float(threshold[best]), bool(moves.any()), g)
+    top = low >= low.max() * (1.0 - 1e-12)       # equal up to rounding: take the smallest batch
+    best = int(np.flatnonzero(top)[np.argmin(batches[top])])
+    error = np.broadcast_to(np.asarray(model_error, float), batches.shape)
+    threshold = float(prediction_error(batches[best], batches[current], phi, phi_rse, error[best]))
+    gain = float(g[best] / g[current])
+    return Decision(best, gain, threshold, best != current and gain - 1.0 > threshold, g)
 
 
 def confidence(samples, rse, min_samples, max_rse):
