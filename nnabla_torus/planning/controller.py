@@ -2,7 +2,8 @@
 
 The target global batch comes from a :class:`~nnabla_torus.planning.schedules.BatchSchedule`
 or, in adaptive mode, from goodput (:mod:`nnabla_torus.planning.goodput`): the batch this world
-can realise between ``min_batch`` (B0) and ``max_batch`` with the highest throughput x E(B).
+can realise between ``min_batch`` (B0) and ``max_batch`` with the highest throughput x E(B)
+at the low end of phi's one-error band (``goodput.decide``).
 The throughput is the cost model's (``throughput``) until ``refit``
 (:class:`~nnabla_torus.planning.step_refit.StepTimeRefit`) has measured the batch in use. No
 decision before the noise scale is trustworthy (``min_samples``, ``max_rse``); a change only
