@@ -19,8 +19,9 @@ import numpy as np
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
-from . import auto_routing, failfast, other_collectives, plans, topology  # noqa: E402
-from .backends import make_backend  # noqa: E402
+from . import failfast, other_collectives, plans, topology  # noqa: E402
+from .auto import routing as auto_routing  # noqa: E402
+from . import backends  # noqa: E402
 from .array_reduce import reduce_arrays  # noqa: E402
 from .sqnorms import SquaredNorms  # noqa: E402
 from .collectives import AUTO, Plan, get_algorithm  # noqa: E402
@@ -48,7 +49,7 @@ class TorusCommunicator:
                  wire_fp16=None, check=None, auto_profile=None):
         self.ctx = ctx
         self.settings = CommSettings.resolve(ctx, algorithm, grid, backend, timeout, wire_fp16,
-                                             check, auto_profile)
+                                             check, auto_profile, backend_names=backends.names())
         self.algorithm = self.settings.algorithm   # the one running (set_algorithm changes it)
         self.auto_table = None   # auto.Table, fixed by the first set_algorithm("auto")
         self.auto_timer = time.perf_counter  # the clock of auto's measurement (tests skew it)
@@ -65,7 +66,7 @@ class TorusCommunicator:
         self._one_caller = OneCaller()  # collectives from one thread at a time
         self._context_params = []  # (ctx, {name: Variable}) from add_context_and_parameters
         from . import backward_callback, sync_bn
-        sync_bn.install()  # F/PF.sync_batch_normalization accept this communicator from now on
+        sync_bn.install(TorusCommunicator)  # F/PF.sync_batch_normalization accept us from now on
         backward_callback.install()  # backward(communicator_callbacks=) takes Python callbacks
 
     # Settings a script may read or change after construction (before init(), which compares
@@ -85,7 +86,7 @@ class TorusCommunicator:
         guarded(self, "init", self._agree)
         self._group_control = MPI.COMM_WORLD.Dup()   # new_group's list check (members only)
         s = self.settings
-        self.backend = make_backend(s.backend, self.ctx, s.timeout, **(
+        self.backend = backends.make_backend(s.backend, self.ctx, s.timeout, **(
             s.mpi_knobs() if s.backend == "mpi" else {}))
         names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
         self._host_names = names

@@ -338,7 +338,7 @@ def make_ranks(world, ranks_per_host, algorithm, grid=None, pipeline_bytes=PIPEL
     # The communicator's settings (keyword arguments, else its NNABLA_TORUS_* variables, all
     # checked as a communicator checks them), with a timeout that virtual time never reaches.
     settings = CommSettings.resolve(algorithm=algorithm, grid=grid, backend="mpi",
-                                    timeout=TIMEOUT_MAX_S, check=False)
+                                    timeout=TIMEOUT_MAX_S, check=False, backend_names=("mpi",))
     rank_plans = [plans.make_plan(b, hosts, b.rank, algorithm,
                                   plans.grid_for(algorithm, settings.grid, hosts, world.size))
                   for b in backends]

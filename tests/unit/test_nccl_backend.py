@@ -68,7 +68,7 @@ def test_finding2_a_wrong_ompi_home_is_refused_with_the_fix(tmp_path):
 
 @pytest.fixture
 def backend():
-    be = NCCLBackend(None, timeout=1.0, fake=True)
+    be = NCCLBackend(None, timeout=1.0, fake_device=fake_nccl)
     yield be
     be.close()
 

@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 import nnabla as nn
 import nnabla_torus as C
-from nnabla_torus.comm import auto
+from nnabla_torus.comm.auto import table as auto
 from nnabla_torus.comm.array_layout import dtype_of
 from nnabla_torus.comm.topology import Grid, default_grid, factor_pairs
 from tests.mpirun import passed_line
