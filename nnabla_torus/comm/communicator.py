@@ -19,7 +19,7 @@ import numpy as np
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
-from . import failfast, other_collectives, plans, topology  # noqa: E402
+from . import failfast, grid_layouts, other_collectives, topology  # noqa: E402
 from .auto import routing as auto_routing  # noqa: E402
 from . import backends  # noqa: E402
 from .array_reduce import reduce_arrays  # noqa: E402
@@ -98,9 +98,9 @@ class TorusCommunicator:
         self.hosts = topology.HostLayout.from_names(names)
         self._groups["world"] = list(range(self.size))
         # the argument check meets in shared memory
-        plans.share_memory(self.backend, self.hosts, self.backend.world_group)
+        grid_layouts.share_memory(self.backend, self.hosts, self.backend.world_group)
         if not s.algorithm_asked:
-            self.algorithm = plans.default_algorithm(s.backend, self.hosts, s.grid)
+            self.algorithm = grid_layouts.default_algorithm(s.backend, self.hosts, s.grid)
         self.set_algorithm(self.algorithm, s.grid)
 
     def _agree(self):
@@ -120,24 +120,24 @@ class TorusCommunicator:
         get_algorithm(algorithm, allow_auto=True)
         request = self.settings.grid
         if algorithm == AUTO:
-            grid = grid or request or plans.host_rows(self.hosts, self.size)
+            grid = grid or request or grid_layouts.host_rows(self.hosts, self.size)
             self.auto_plans = {name: self._plan_for(name, grid)
                                for name in auto_routing.candidates(self.hosts)}
             self.algorithm = AUTO
-            self.grid = plans.grid_for("torus2d", grid, self.hosts, self.size)
+            self.grid = grid_layouts.grid_for("torus2d", grid, self.hosts, self.size)
             self._plan = self.auto_plans["torus2d"]
             if self.auto_table is None:
                 self.auto_table = auto_routing.fix_table(self)
             return
         self.algorithm = algorithm
-        self.grid = plans.grid_for(algorithm, grid or request, self.hosts, self.size)
+        self.grid = grid_layouts.grid_for(algorithm, grid or request, self.hosts, self.size)
         self._plan = self._plan_for(algorithm, grid)
 
     def _plan_for(self, algorithm, grid=None):
-        grid = plans.grid_for(algorithm, grid or self.settings.grid, self.hosts, self.size)
+        grid = grid_layouts.grid_for(algorithm, grid or self.settings.grid, self.hosts, self.size)
         key = (algorithm, str(grid))
         if key not in self._plans:
-            self._plans[key] = plans.make_plan(self.backend, self.hosts, self.rank, algorithm, grid)
+            self._plans[key] = grid_layouts.make_plan(self.backend, self.hosts, self.rank, algorithm, grid)
         return self._plans[key]
 
     # -- nnabla's properties ----------------------------------------------------------------

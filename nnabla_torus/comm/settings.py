@@ -68,7 +68,7 @@ class CommSettings:
         agreed=False, mpi=True)
     profile: object = field(default=None, compare=False, repr=False)  # auto.load_profile()
     # Whether a keyword argument or the environment named the algorithm; else init() chooses
-    # one for the backend and the hosts (plans.default_algorithm).
+    # one for the backend and the hosts (grid_layouts.default_algorithm).
     algorithm_asked: bool = field(default=True, compare=False)
 
     @classmethod
