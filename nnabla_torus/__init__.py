@@ -35,8 +35,8 @@ _LAZY = {"MultiProcessDataParallelCommunicator": "comm.communicator",
          "MultiProcessDataParalellCommunicator": "comm.communicator",
          "MultiProcessCommunicator": "comm.communicator", "Comm": "comm.communicator",
          "Dist": "comm.communicator", "DataParallelCommunicator": "comm.communicator",
-         "TorusCommunicator": "comm.communicator", "CollectiveTimeout": "comm.rendezvous",
-         "RankGone": "comm.rendezvous", "RankLost": "comm.rendezvous", "Grid": "comm.topology"}
+         "TorusCommunicator": "comm.communicator", "CollectiveTimeout": "comm.errors",
+         "RankGone": "comm.errors", "RankLost": "comm.errors", "Grid": "comm.topology"}
 __all__ = list(_LAZY)
 
 

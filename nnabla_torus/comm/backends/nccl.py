@@ -23,8 +23,10 @@ import socket
 import numpy as np
 from mpi4py import MPI
 
-from ..rendezvous import (CollectiveTimeout, RankLost, Watchdog, check_same_call, lost_ranks,
-                          wait_requests)
+from ..errors import CollectiveTimeout, RankLost
+from ..rendezvous import check_same_call
+from ..waits import lost_ranks, wait_requests
+from ..watchdog import Watchdog
 from ..settings import DEFAULTS
 from .nccl_device import WIRE_TYPES, DeviceBuffers, nnabla_device, short_host, type_contexts
 
