@@ -38,25 +38,28 @@ StepFit = namedtuple("StepFit", [
     "sync_s",        # median sync seconds at each of them
     "error",         # median relative residual of the used steps
     "ranks",         # ranks the steps ran on
-    "counted",       # {(m, s): used steps} of the batches the fit uses
-    "how",           # "line" (two or more per-rank batches) or "shape" (the prior's, scaled)
+    "counted",       # {(m, s): used steps} of the batches the fit uses (this run's, else the
+                     # prior's)
+    "how",           # "line" (two or more per-rank batches) or "shape" (the cost model's, scaled)
 ])
 
 
 class StepTimeRefit:
     """Step times observed by a run, and the fit of :data:`StepFit` to them; see module doc.
 
-    ``prior``: (a_s, b_s) of the cost model's compute per micro-batch at these ranks, whose
+    ``shape``: (a_s, b_s) of the cost model's compute per micro-batch at these ranks, whose
     shape the fit scales while one per-rank batch is measured (None: proportional to m).
     """
 
-    def __init__(self, ranks, prior=None, min_steps=MIN_STEPS, warmup_steps=WARMUP_STEPS):
+    def __init__(self, ranks, shape=None, min_steps=MIN_STEPS, warmup_steps=WARMUP_STEPS):
         if min_steps < 1 or warmup_steps < 0:
             raise ValueError(f"min_steps = {min_steps} must be >= 1 and warmup_steps = "
                              f"{warmup_steps} >= 0 (e.g. 5 and 2)")
-        self.ranks, self.prior = int(ranks), prior
+        self.ranks, self.shape = int(ranks), shape
         self.min_steps, self.warmup_steps = int(min_steps), int(warmup_steps)
         self.samples = {}            # (m, s) -> [(step seconds, sync seconds)] used
+        self.prior = {}              # the same, of an earlier run (load_prior): used for a
+                                     # split until this run has min_steps of its own there
         self._key, self._skip = None, 0
         self._fit = None             # fit() of the samples as they are (None: to compute)
 
@@ -92,13 +95,26 @@ class StepTimeRefit:
         self._fit = None
         return None
 
+    def load_prior(self, state):
+        """Take an earlier run's :meth:`state` as a prior (the same rule on the rank count as
+        :meth:`load_state`); each split's prior steps count until this run has ``min_steps``
+        of its own at that split. Returns the reason string or None."""
+        if state["ranks"] != self.ranks:
+            return (f"the prior's step times were measured on {state['ranks']} ranks, this run "
+                    f"has {self.ranks}: not used")
+        self.prior = {(int(m), int(s)): list(map(tuple, times)) for m, s, times in state["samples"]}
+        self._fit = None
+        return None
+
     def steps_at(self, local_batch, accum_steps):
-        """Used (post-warm-up) steps measured at this split."""
+        """Used (post-warm-up) steps measured at this split by this run."""
         return len(self.samples.get((int(local_batch), int(accum_steps)), ()))
 
     def ready(self, local_batch, accum_steps):
-        """The confidence rule: ``min_steps`` used steps at the batch in use."""
-        return self.steps_at(local_batch, accum_steps) >= self.min_steps
+        """The confidence rule: ``min_steps`` used steps at the batch in use (this run's, or
+        the prior's)."""
+        key = (int(local_batch), int(accum_steps))
+        return max(self.steps_at(*key), len(self.prior.get(key, ()))) >= self.min_steps
 
     def fit(self):
         """The :data:`StepFit` of the counted batches; None while none has ``min_steps``
@@ -109,7 +125,8 @@ class StepTimeRefit:
         return self._fit
 
     def _compute_fit(self):
-        counted = {k: v for k, v in self.samples.items() if len(v) >= self.min_steps}
+        counted = {k: v for k, v in self.prior.items() if len(v) >= self.min_steps}
+        counted.update({k: v for k, v in self.samples.items() if len(v) >= self.min_steps})
         if not counted:
             return None
         keys = sorted(counted)
@@ -123,7 +140,7 @@ class StepTimeRefit:
         how = "line"
         if a < 0 or b <= 0:
             how = "shape"
-            pa, pb = self.prior if self.prior is not None else (0.0, 1.0)
+            pa, pb = self.shape if self.shape is not None else (0.0, 1.0)
             shape = pa + pb * local
             k = float(np.dot(compute, shape) / np.dot(shape, shape))
             a, b = k * pa, k * pb

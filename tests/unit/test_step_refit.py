@@ -47,7 +47,7 @@ def test_exact_model_is_recovered_within_1_percent(ranks, batches):
 def test_one_batch_scales_the_prior_shape():
     # Measured at 16 only: the cost model's shape (a:b = 0.003:0.0008) scaled to it, the
     # measured sync kept: exact when the machine has that shape, whatever its speed.
-    refit = StepTimeRefit(4, prior=(0.0003, 0.00008), min_steps=5, warmup_steps=0)
+    refit = StepTimeRefit(4, shape=(0.0003, 0.00008), min_steps=5, warmup_steps=0)
     feed(refit, 16, 1, 5)
     fit = refit.fit()
     assert fit.how == "shape" and fit.counted == {(16, 1): 5}
@@ -77,7 +77,7 @@ def test_noisy_steps_predict_within_the_stated_error(seed):
 
 
 def test_noise_that_bends_the_line_falls_back_to_the_shape():
-    refit = StepTimeRefit(2, prior=(0.001, 0.001), min_steps=3, warmup_steps=0)
+    refit = StepTimeRefit(2, shape=(0.001, 0.001), min_steps=3, warmup_steps=0)
     for local, compute in ((8, 0.020), (16, 0.019)):     # larger batch measured faster: noise
         for _ in range(3):
             refit.observe(local, 1, compute + 0.1, 0.1)

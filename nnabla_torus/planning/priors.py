@@ -1,0 +1,120 @@
+"""Batch-size priors: what an earlier run of the same model and data measured, or a published
+figure, so that the controller's first decision is made at step 0 instead of after measuring.
+
+A prior holds the noise scale over training (fraction of training -> phi and its relative
+error) and, from an earlier run, its step times (``StepTimeRefit.state()``). An adaptive run
+writes one at its end beside auto's cached table (``NNABLA_TORUS_CACHE_DIR``, default
+``~/.cache/nnabla_torus``), one JSON file per key; the key is the model, the data, the rank count
+and the machine (profile and host layout), so a run with another of any of them never reuses it.
+``--batch-prior`` chooses (``choose``): ``auto`` (that file, else the published figures of
+:mod:`~nnabla_torus.planning.published` for the model, else none), ``none``, or a file's path
+(used only when its key matches). The controller decides on the prior until its own estimate
+passes the confidence rule, then on the measurement, and logs both moments. Example::
+
+    key = prior_key({"arch": "resnet18", "width": 0.125, "image_size": 16, "parameters": 17632},
+                    {"data": "digits", "images": 1437}, ranks=4, machine="cpu-2core 1x4")
+    prior, line = choose("auto", "~/.cache/nnabla_torus", key, "resnet18", epochs=12)
+    ...  # at the end of the run:
+    save("~/.cache/nnabla_torus", key, series, refit.state(), "runs/digits")
+"""
+import hashlib
+import json
+import os
+import time
+from collections import namedtuple
+
+import numpy as np
+
+from . import published
+
+Prior = namedtuple("Prior", [
+    "kind",        # "earlier run" or "published"
+    "where",       # the file, or the publication
+    "phi_at",      # fraction of training (array) -> (phi, relative error) arrays
+    "step_times",  # an earlier run's StepTimeRefit.state(), or None
+])
+
+KEEP_POINTS = 200      # noise-scale points written (evenly over the run)
+MAX_PRIOR_RSE = 0.5    # estimates of the earlier run with a larger error are not used
+                       # (the controller's MAX_RSE: what the run itself would not act on)
+
+
+def prior_key(model, data, ranks, machine):
+    """The dict a stored prior must match: ``model`` and ``data`` dicts (names, sizes),
+    the rank count and the machine (profile name and host layout)."""
+    return {"model": dict(model), "data": dict(data), "ranks": int(ranks), "machine": str(machine)}
+
+
+def prior_path(folder, key):
+    """The file of ``key`` under ``folder``: batch-prior-<hash of the key>.json."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return os.path.join(os.path.expanduser(folder), f"batch-prior-{digest}.json")
+
+
+def save(folder, key, series, step_times, run, path=None):
+    """Write the prior of a finished run (atomically); returns its path.
+
+    ``series``: [(fraction of training, phi, rse)] per step (None phi: no estimate yet);
+    ``step_times``: StepTimeRefit.state() or None; ``run``: its output folder, for the log.
+    """
+    path = path or prior_path(folder, key)
+    points = [[float(f), float(p), float(r)] for f, p, r in series
+              if p is not None and np.isfinite(p) and np.isfinite(r) and r <= MAX_PRIOR_RSE]
+    if len(points) > KEEP_POINTS:
+        points = [points[i] for i in np.linspace(0, len(points) - 1, KEEP_POINTS).astype(int)]
+    saved = {"key": key, "run": run, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+             "noise_scale": points, "step_times": step_times}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temporary = f"{path}.tmp{os.getpid()}"
+    with open(temporary, "w") as f:
+        json.dump(saved, f)
+    os.replace(temporary, path)
+    return path
+
+
+def from_file(path, key):
+    """(Prior or None, one line for the log) from a file :func:`save` wrote; None when the file
+    is missing, unreadable, has no trusted noise-scale point, or was written for another key."""
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        points = np.array(saved["noise_scale"], float).reshape(-1, 3)
+        other = saved["key"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return None, f"batch prior: cannot read {path} ({e}); measuring from B0"
+    if other != key:
+        diff = "; ".join(f"{k} {other.get(k)} there, {key[k]} here" for k in key
+                         if other.get(k) != key[k])
+        return None, f"batch prior: {path} is of another run ({diff}): not reused; measuring from B0"
+    if not len(points):
+        return None, f"batch prior: {path} has no trusted noise-scale estimate; measuring from B0"
+    fraction, phi, rse = points.T
+
+    def phi_at(f):
+        f = np.asarray(f, float)
+        return np.interp(f, fraction, phi), np.interp(f, fraction, rse)
+    line = (f"batch prior: the run {saved.get('run', '?')} of {saved.get('written', '?')} "
+            f"({path}): phi {phi.min():.0f}-{phi.max():.0f} over training"
+            + ("" if saved.get("step_times") is None else ", with its step times"))
+    return Prior("earlier run", path, phi_at, saved.get("step_times")), line
+
+
+def from_published(model, epochs, data="imagenet"):
+    """(Prior or None, line) of the published figures for ``model`` on ``data``."""
+    phi_at = published.noise_scale_prior(model, epochs, data)
+    if phi_at is None:
+        return None, f"batch prior: nothing published for {model} on {data}; measuring from B0"
+    return (Prior("published", published.describe(model, data), phi_at, None),
+            "batch prior: " + published.describe(model, data))
+
+
+def choose(setting, folder, key, model, epochs, data="imagenet"):
+    """(Prior or None, log line) for ``--batch-prior setting``: auto | none | a file's path."""
+    if setting == "none":
+        return None, "batch prior: none (--batch-prior none): measuring from B0"
+    if setting != "auto":
+        return from_file(os.path.expanduser(setting), key)
+    path = prior_path(folder, key)
+    if os.path.exists(path):
+        return from_file(path, key)
+    return from_published(model, epochs, data)
