@@ -3,7 +3,10 @@
 The target global batch comes from a :class:`~nnabla_torus.planning.schedules.BatchSchedule`
 or, in adaptive mode, from goodput (:mod:`nnabla_torus.planning.goodput`): the batch this world
 can realise between ``min_batch`` (B0) and ``max_batch`` with the highest throughput x E(B)
-at the low end of phi's one-error band (``goodput.decide``).
+at the low end of phi's one-error band (``goodput.decide``). With a ``prior``
+(:mod:`~nnabla_torus.planning.priors`: an earlier run's or a published noise scale) the first
+decision is at step 0, on the prior, until the run's own estimate is trustworthy; without one,
+the first decision waits while measuring pays for the run's length (``goodput.waiting``).
 The throughput is the cost model's (``throughput``) until ``refit``
 (:class:`~nnabla_torus.planning.step_refit.StepTimeRefit`) has measured the batch in use. No
 decision before the noise scale is trustworthy (``min_samples``, ``max_rse``); a change only
@@ -46,8 +49,9 @@ LR_SCALINGS = ("linear", "sqrt", "none")
 LR_AT_CHANGE = ("linear", "keep")
 ADAPTIVE_LRS = ("scaling", "gain")   # adaptive lr at B, default first: lr_scaling's rule at B,
                                      # or B0's rate x the goodput gain (docs/adaptive-batch.md)
-MIN_SAMPLES = step_refit.EXCHANGE_STEPS   # noise-scale samples before the first decision: the
-                                          # step the first measured step times arrive
+MIN_SAMPLES = 5                      # noise-scale samples before any decision on them (fewer
+                                     # leave the EMA's own error estimate meaningless); the first
+                                     # decision waits longer while that pays (goodput.waiting)
 MAX_RSE = 0.5                        # largest relative standard error of phi a decision may use
                                      # (the hysteresis prices phi's error exactly at any rse)
 
@@ -78,7 +82,7 @@ class BatchSizeController:
                  base_batch=256, lr_scaling="linear", min_batch=None, max_batch=None,
                  lr_at_change="linear", throughput=None, model_error=goodput.MIN_GAIN,
                  min_samples=MIN_SAMPLES, max_rse=MAX_RSE, refit=None,
-                 adaptive_lr=ADAPTIVE_LRS[0]):
+                 adaptive_lr=ADAPTIVE_LRS[0], prior=None, epochs=None, epoch_images=None):
         if (schedule is None) == (noise_scale is None):
             raise ValueError("give exactly one of schedule= (a BatchSchedule) or noise_scale= "
                              "(a NoiseScaleEstimator)")
@@ -106,6 +110,10 @@ class BatchSizeController:
         self.notes = []             # adaptive: decisions that kept the batch, for the caller's log
         self.refit = refit          # adaptive: step_refit.StepTimeRefit of this run, or None
         self.measured = False       # adaptive: True once a decision used the refit
+        self.prior = prior          # adaptive: priors.Prior to decide on before measuring, or None
+        self.prior_overridden = False   # adaptive: True once the run's own phi replaced it
+        self.epochs = epochs        # adaptive: the run's length in epochs (prior, pricing)
+        self.run_images = (epochs * epoch_images if epochs and epoch_images else None)
         if noise_scale is not None:
             self.candidates = self._candidates(throughput)
 
@@ -179,14 +187,12 @@ class BatchSizeController:
         conf = goodput.confidence(est.updates, est.rse, self.min_samples, self.max_rse)
         fresh = self.current is None
         if fresh:
-            start = self._set(epoch, self.min_batch, f"goodput: start at B0 = {self.min_batch} "
-                              f"until the noise scale is trustworthy (>= {self.min_samples} "
-                              f"samples, relative error <= {self.max_rse:g})",
+            start = self._set(epoch, self.min_batch, self._start_reason(),
                               factor=self.lr_factor(self.min_batch))
-            if not conf.ok:
-                return start
-        elif not conf.ok:
-            return self._refresh_lr()
+        phi = self._phi(epoch, conf)
+        if phi is None:
+            return start if fresh else self._refresh_lr()
+        phi, rse, measured_phi = phi
         cand = self.candidates
         batches = cand["global_batch"]
         now = int(np.argmin(np.abs(batches - self.current.global_batch)))
@@ -194,12 +200,16 @@ class BatchSizeController:
         if speed is None:            # measured before: wait for the batch in use to be measured
             return self._refresh_lr(changed=fresh)
         speed, model_error, source, measured = speed
+        if measured_phi and self.decisions == 0 and self.run_images and self._waits(
+                epoch, batches, speed, phi, rse, now, conf.samples):
+            return self._refresh_lr(changed=fresh)
         switched = measured and not self.measured
         self.measured = self.measured or measured
-        phi = est.b_simple
-        d = goodput.decide(batches, speed, phi, conf.rse, self.min_batch, now, model_error)
+        d = goodput.decide(batches, speed, phi, rse, self.min_batch, now, model_error)
         best_batch = int(batches[d.best])
-        numbers = (f"phi = {phi:.0f} +- {conf.rse:.0%} ({conf.samples} samples); batch "
+        where = (f"{conf.samples} samples" if measured_phi else
+                 f"the prior at {self._fraction(epoch):.0%} of training, {self.prior.kind}")
+        numbers = (f"phi = {phi:.0f} +- {rse:.0%} ({where}); batch "
                    f"{int(batches[now])} -> {best_batch}: throughput "
                    f"{speed[now]:.0f} -> {speed[d.best]:.0f} "
                    f"samples/s x efficiency "
@@ -217,9 +227,55 @@ class BatchSizeController:
             self._held.add(math.floor(epoch))
             verdict = ("keep: the best batch is the one in use" if d.best == now else
                        "keep: the gain is inside the prediction error")
-            self.notes.append(f"epoch {epoch:.2f}: goodput: {verdict}, {numbers}")
-            LOG.info(self.notes[-1])
+            self._note(epoch, f"goodput: {verdict}, {numbers}")
         return self._refresh_lr(changed=fresh)
+
+    def _start_reason(self):
+        if self.prior is not None:
+            return (f"goodput: start at B0 = {self.min_batch}, then decide on the prior "
+                    f"({self.prior.kind}: {self.prior.where}) until the run's own noise scale "
+                    f"is trustworthy")
+        priced = (" and waiting costs more than a wrong move risks over the run's "
+                  f"{self.run_images:,.0f} images" if self.run_images else "")
+        return (f"goodput: start at B0 = {self.min_batch} until the noise scale is trustworthy "
+                f"(>= {self.min_samples} samples, relative error <= {self.max_rse:g}{priced})")
+
+    def _fraction(self, epoch):
+        """Fraction of the run done at ``epoch`` (0 when the run's length is not known)."""
+        return min(1.0, epoch / self.epochs) if self.epochs else 0.0
+
+    def _phi(self, epoch, conf):
+        """(phi, rse, measured) to decide with, or None (no decision now): the run's own
+        estimate once trustworthy, before that the prior's at this fraction of training."""
+        if conf.ok:
+            if self.prior is not None and not self.prior_overridden:
+                self.prior_overridden = True
+                prior_phi, prior_rse = (float(v) for v in self.prior.phi_at(self._fraction(epoch)))
+                self._note(epoch, f"goodput: the measurement overrides the prior from now on: "
+                                  f"phi = {self.noise_scale.b_simple:.0f} +- {conf.rse:.0%} "
+                                  f"({conf.samples} samples) against the prior's "
+                                  f"{prior_phi:.0f} +- {prior_rse:.0%} ({self.prior.kind})")
+            return self.noise_scale.b_simple, conf.rse, True
+        if self.prior is not None and not self.prior_overridden:
+            phi, rse = (float(v) for v in self.prior.phi_at(self._fraction(epoch)))
+            return phi, rse, False
+        return None
+
+    def _waits(self, epoch, batches, speed, phi, rse, now, samples):
+        """The first decision's price (goodput.waiting): True while measuring pays; its
+        numbers are noted once, when it stops waiting."""
+        left = self.run_images * (1.0 - self._fraction(epoch))
+        w = goodput.waiting(batches, speed, phi, rse, self.min_batch, now, samples, left)
+        if not w.pays:
+            self._note(epoch, f"goodput: first decision after {samples} samples: measuring "
+                              f"has cost {w.waited_s:.1f} s, a decision now risks "
+                              f"{w.risk_s:.1f} s over the {left:,.0f} images left "
+                              f"(expected regret {w.regret:.2%} at phi = {phi:.0f} +- {rse:.0%})")
+        return w.pays
+
+    def _note(self, epoch, text):
+        self.notes.append(f"epoch {epoch:.2f}: {text}")
+        LOG.info(self.notes[-1])
 
     def _throughput(self):
         """(throughput of every candidate, its model error, its source, whether measured) for a

@@ -107,6 +107,47 @@ def decide(batches, throughput, phi, phi_rse, base_batch, current, model_error):
     return Decision(best, gain, threshold, best != current and gain - 1.0 > threshold, g)
 
 
+Wait = namedtuple("Wait", [
+    "pays",       # True: measure another step before the first decision
+    "waited_s",   # progress lost so far by measuring at the batch in use, seconds
+    "risk_s",     # progress a decision now is expected to lose over the rest of the run, seconds
+    "regret",     # expected share of goodput lost by a decision now (phi's error)
+])
+
+
+def waiting(batches, throughput, phi, phi_rse, base_batch, current, samples, images_left):
+    """Whether the first decision should wait for another noise-scale sample, priced by the
+    run's length (explore, then commit: the two costs are balanced).
+
+    A decision now takes ``decide``'s choice c (at phi x (1 - rse)). Its expected regret is the
+    goodput share c loses against the best batch when phi is one error either side, phi x (1 -
+    rse) or phi x (1 + rse) (the mean of the two), paid over the rest of the run:
+    ``risk_s = regret x images_left / throughput(c)``. Measuring has cost ``samples`` steps at the
+    batch in use, each (1 - goodput(current) / goodput(c)) of a step behind c at phi:
+    ``waited_s``. Wait while ``waited_s < risk_s``. With regret ~ rse^2 ~ 1/samples, this is
+    the explore-then-commit optimum (samples ~ sqrt(run length)): a 55-step run decides after a
+    few steps, a 3,000-step run waits until phi's error is small.
+
+    Example: the emulated cluster's measured step times, phi = 150 +- 30 % after 7 samples;
+    the 12-epoch digits run (15,552 images left) decides, one 12 times longer waits::
+
+    >>> batches = np.arange(64, 1025, 8.0)
+    >>> speed = batches / (0.34 + 0.00088 * batches)           # samples/s
+    >>> [waiting(batches, speed, 150.0, 0.3, 64, 0, 7, left).pays for left in (15552, 190000)]
+    [False, True]
+    """
+    batches, speed = np.asarray(batches, float), np.asarray(throughput, float)
+    choice = decide(batches, speed, phi, phi_rse, base_batch, current, MIN_GAIN).best
+    regret = 0.0
+    for truth in (phi * max(0.0, 1.0 - phi_rse), phi * (1.0 + phi_rse)):
+        g = goodput(speed, batches, truth, base_batch)
+        regret += 0.5 * (1.0 - g[choice] / g.max())
+    g = goodput(speed, batches, phi, base_batch)
+    waited = samples * batches[current] / speed[current] * max(0.0, 1.0 - g[current] / g[choice])
+    risk = regret * images_left / speed[choice]
+    return Wait(bool(waited < risk), float(waited), float(risk), float(regret))
+
+
 def confidence(samples, rse, min_samples, max_rse):
     """The confidence rule: act on phi only after ``min_samples`` observations and when its
     relative standard error is at most ``max_rse``."""

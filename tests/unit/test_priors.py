@@ -1,0 +1,125 @@
+"""Batch-size priors: the store beside auto's table, its key, the published figures, and the
+controller deciding at step 0 on a prior until its own measurement overrides it."""
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from nnabla_torus.planning import priors, published
+from nnabla_torus.planning.controller import BatchSizeController
+from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
+from nnabla_torus.planning.step_refit import StepTimeRefit
+
+MODEL = {"arch": "resnet18", "width": 0.125, "image_size": 16, "parameters": 17632}
+DATA = {"data": "digits", "images": 1437, "classes": 10}
+
+
+def key(**changes):
+    k = priors.prior_key(MODEL, DATA, ranks=4, machine="cpu-2core 1x4")
+    k.update(changes)
+    return k
+
+
+def series():
+    """(fraction, phi, rse) of a run: untrusted estimates first, then phi growing 100 -> 1000."""
+    early = [(0.0, 5000.0, 2.0), (0.01, 30.0, 0.9)]
+    return early + [(f, 100 + 900 * f, 0.3) for f in np.linspace(0.02, 1.0, 400)]
+
+
+def test_saved_prior_is_reused_only_for_its_key(tmp_path):
+    refit = StepTimeRefit(4, min_steps=2, warmup_steps=0)
+    for _ in range(3):
+        refit.observe(16, 1, 0.4, 0.3)
+    path = priors.save(tmp_path, key(), series(), refit.state(), "runs/a")
+    saved = json.load(open(path))
+    assert len(saved["noise_scale"]) == priors.KEEP_POINTS          # thinned, untrusted dropped
+    assert min(p[0] for p in saved["noise_scale"]) == pytest.approx(0.02)
+    prior, line = priors.choose("auto", tmp_path, key(), "resnet18", epochs=12)
+    assert prior.kind == "earlier run" and "runs/a" in line and "step times" in line
+    phi, rse = prior.phi_at(np.array([0.0, 0.5, 1.0]))
+    assert phi == pytest.approx([118, 550, 1000], rel=0.01) and rse == pytest.approx(0.3)
+    # Another rank count, model or data: another file (auto finds none, nothing published for
+    # resnet18 on digits), and the file itself, given by path, is refused with the reason.
+    for other in (key(ranks=8), key(model=dict(MODEL, width=0.25)), key(data=dict(DATA, images=9))):
+        assert priors.choose("auto", tmp_path, other, "resnet18", epochs=12)[0] is None
+        refused, why = priors.choose(path, tmp_path, other, "resnet18", epochs=12)
+        assert refused is None and "not reused" in why
+    assert priors.choose("none", tmp_path, key(), "resnet18", 12)[0] is None
+    assert "cannot read" in priors.choose(str(tmp_path / "missing.json"), tmp_path, key(),
+                                          "resnet18", 12)[1]
+
+
+def test_published_resnet50_prior():
+    assert published.largest_trained_batch("resnet50").batch == 81920
+    assert published.largest_trained_batch("resnet18") is None
+    prior, line = priors.choose("auto", "/nonexistent", key(), "resnet50", epochs=90)
+    assert prior.kind == "published" and "1811.05233" in line
+    phi, rse = prior.phi_at(np.array([0.0, 4.9 / 90, 5 / 90, 1.0]))
+    assert list(phi) == [34816, 34816, 69632, 69632]
+    assert rse == pytest.approx(published.PRIOR_RSE)
+    for entry in published.PUBLISHED:
+        assert entry.source in published.SOURCES
+
+
+def test_refit_prior_counts_until_the_run_measures_its_own():
+    earlier = StepTimeRefit(4, min_steps=3, warmup_steps=0)
+    for m, step in ((16, 0.5), (64, 0.8)):
+        for _ in range(4):
+            earlier.observe(m, 1, step, 0.3)
+    refit = StepTimeRefit(4, min_steps=3, warmup_steps=0)
+    assert refit.load_prior(earlier.state()) is None
+    assert refit.ready(64, 1) and refit.steps_at(64, 1) == 0
+    assert refit.fit().counted == {(16, 1): 4, (64, 1): 4}
+    for _ in range(3):
+        refit.observe(16, 1, 1.0, 0.3)         # this run is slower at 16: its own steps count
+    assert refit.fit().counted == {(16, 1): 3, (64, 1): 4}
+    assert "this run has 8" in StepTimeRefit(8).load_prior(earlier.state())
+
+
+def phi_update(est, phi, g2=2.0, b=8, big_b=64):
+    """One exact observation of B_simple = phi."""
+    est.update(g2 + phi * g2 / b, b, g2 + phi * g2 / big_b, big_b)
+
+
+def test_prior_decides_at_step_zero_until_measurement_overrides(caplog):
+    fake = priors.Prior("earlier run", "prior.json",
+                        lambda f: (np.full(np.shape(f), 2000.0), np.full(np.shape(f), 0.2)), None)
+    est = NoiseScaleEstimator(smoothing=0.5)
+    ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=32, lr_scaling="linear",
+                               min_batch=32, max_batch=1024, min_samples=3, max_rse=10.0,
+                               throughput=lambda local, accum: 4 * local / (0.05 + 0.01 * local),
+                               prior=fake,
+                               epochs=10, epoch_images=10000)
+    with caplog.at_level(logging.INFO, logger="nnabla_torus.planning.controller"):
+        first = ctrl.plan(0.0)
+        assert first.global_batch > 32 and "the prior at 0% of training" in first.reason
+        assert "decide on the prior (earlier run: prior.json)" in caplog.text
+        for _ in range(3):
+            phi_update(est, 5.0)                # the run measures a far smaller noise scale
+        later = ctrl.plan(0.1)
+    notes = " ".join(ctrl.pop_notes())
+    assert "the measurement overrides the prior" in notes and "prior's 2000" in notes
+    assert later.global_batch == 32 and "3 samples" in later.reason
+
+
+def test_first_decision_waits_longer_on_a_longer_run():
+    """The same estimates, phi = 150 with its error falling as 1/sqrt(samples): the 12-epoch
+    digits run decides after 5 samples (the floor), a run 300 times as long after many more."""
+    rng = np.random.default_rng(0)
+    draws = [150.0 * (1 + 0.6 * rng.standard_normal()) for _ in range(200)]
+
+    def samples_before_first_move(epochs):
+        est = NoiseScaleEstimator(smoothing=0.95, reference_batch=64)
+        ctrl = BatchSizeController(4, 32, noise_scale=est, base_batch=64, min_batch=64,
+                                   max_batch=1024, throughput=lambda local, accum:
+                                   4 * local * accum / (0.34 + 0.0035 * local * accum),
+                                   epochs=epochs, epoch_images=1440)
+        for n, phi in enumerate(draws):
+            if ctrl.plan(n * 64 / 1440).global_batch != 64:
+                return n
+            phi_update(est, max(phi, 5.0), b=16, big_b=64)
+        return len(draws)
+
+    short, long = samples_before_first_move(12), samples_before_first_move(3600)
+    assert short == 5 and long > 20
