@@ -1,23 +1,26 @@
 """Time to accuracy of batch-size policies: measured here or on an emulated cluster, ABCI predicted.
 
-One command runs everything (4 policies x 3 seeds of the embedded digits run on 4 ranks, then
+One command runs everything (5 policies x 3 seeds of the embedded digits run on 4 ranks, then
 the ABCI prediction from the adaptive runs' measured noise scale) and writes a table, a JSON
 file and two plots to --out::
 
-    python tools/time_to_accuracy.py                     # ~12 runs of 25-35 s on a quiet 2-core box
+    python tools/time_to_accuracy.py                     # ~16 runs of 25-35 s on a quiet 2-core box
     python tools/time_to_accuracy.py measure --seeds 1   # the measurement only, one seed
     python tools/time_to_accuracy.py measure --cluster emu:2x2 --seeds 1 --out runs/tta-emu
     python tools/time_to_accuracy.py abci --noise-run runs/time_to_accuracy/adaptive-goodput-s1
     python tools/time_to_accuracy.py report              # table and plot again from --out
 
 ``measure`` times each policy (``POLICIES``) from launch to the first validation line with
-top-1 >= --target; ``--cluster emu:HxR`` runs them on the emulated cluster (as root) with its
-profile; ``abci`` predicts ImageNet/ResNet-50 there (tools/abci_prediction.py). The table, the
-verdict and how to read them: docs/adaptive-batch.md#time-to-accuracy-the-side-by-side-comparison.
+top-1 >= --target, on seeds drawn at random (printed; --seeds to give them). "adaptive (prior)"
+decides on the prior of one earlier run: --prior, else one adaptive run on another random seed
+made first (its batch_prior.json); "adaptive (goodput)" runs with --batch-prior none.
+``--cluster emu:HxR`` runs them on the emulated cluster (as root) with its profile; ``abci``
+predicts ImageNet/ResNet-50 there (tools/abci_prediction.py). The table, the verdict and how to read them: docs/adaptive-batch.md#time-to-accuracy-the-side-by-side-comparison.
 """
 import argparse
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -39,8 +42,11 @@ POLICIES = {                     # name: train.py flags (the digits recipe other
     "recipe 0:64,1:128": [],
     "fixed 64": ["--batch-schedule", "0:64"],
     "fixed 256": ["--batch-schedule", "0:256"],
-    rep.ADAPTIVE: ["--adaptive-batch", "1"],
+    rep.ADAPTIVE: ["--adaptive-batch", "1", "--batch-prior", "none"],
+    rep.ADAPTIVE_PRIOR: ["--adaptive-batch", "1", "--batch-prior"],   # + the prior's file
 }
+USED_SEEDS = range(1, 16)        # seeds the rules were chosen on (docs/adaptive-batch-measurements.md)
+PRIOR_FILE = "batch_prior.json"  # what an adaptive run writes into its --output-dir
 EMU_CLUSTER = re.compile(r"emu:(\d+)x(\d+)")
 
 
@@ -88,12 +94,14 @@ class Launcher:
                 "--", sys.executable, TRAIN, *train_argv, "--profile", self.profile], env
 
 
-def run_policy(policy, seed, launcher, out_dir):
-    """One training run; returns its record (times from launch, validation curve, summary)."""
+def run_policy(policy, seed, launcher, out_dir, prior="", name=None):
+    """One training run; returns its record (times from launch, validation curve, summary).
+    ``prior``: the prior file of the "adaptive (prior)" policy; ``name``: its folder."""
     args = launcher.args
-    run_dir = os.path.abspath(os.path.join(out_dir, f"{slug(policy)}-s{seed}"))
+    run_dir = os.path.abspath(os.path.join(out_dir, name or f"{slug(policy)}-s{seed}"))
+    flags = POLICIES[policy] + ([prior] if policy == rep.ADAPTIVE_PRIOR else [])
     cmd, env = launcher.command(["--seed", str(seed), "--output-dir", run_dir, "--log-every",
-                                 "0", *POLICIES[policy], *args.train_args.split()])
+                                 "0", *flags, *args.train_args.split()])
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -114,19 +122,36 @@ def measure(args):
     from tqdm import tqdm
     launcher = Launcher(args)
     os.makedirs(args.out, exist_ok=True)
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = draw_seeds(args)
     policies = [p for p in POLICIES if not args.policies or slug(p) in args.policies.split(",")]
+    prior = args.prior
+    if rep.ADAPTIVE_PRIOR in policies and not prior:
+        seed = draw_seeds(args, 1, avoid=seeds)[0]
+        print(f"the prior: one adaptive run, seed {seed}, before the others", flush=True)
+        r = run_policy(rep.ADAPTIVE, seed, launcher, args.out, name=f"prior-run-s{seed}")
+        prior = os.path.join(r["dir"], PRIOR_FILE)
     records = []
     bar = tqdm([(seed, p) for seed in seeds for p in policies], unit="run", dynamic_ncols=True)
     for seed, policy in bar:
         bar.set_description(f"{policy}, seed {seed}")
-        r = run_policy(policy, seed, launcher, args.out)
+        r = run_policy(policy, seed, launcher, args.out, prior)
         records.append(r)
         bar.write(f"{policy:22s} seed {seed}: {rep.fmt(r['time_s'])} s / {r['steps']} steps to "
                   f"{args.target:.0%}, best top-1 {r['best_top1']:.4f}, final "
                   f"{r['final_top1']:.4f}, {r['images_per_s']:.0f} images/s, batches "
                   f"{r['batch_schedule']}, run {r['wall_s']:.0f} s")
     return report(records, args, launcher.where)
+
+
+def draw_seeds(args, count=None, avoid=()):
+    """--seeds as given, else ``count`` (--seed-count) seeds drawn at random outside
+    USED_SEEDS and ``avoid``; printed, so that a run can be repeated."""
+    if args.seeds and count is None:
+        return [int(s) for s in args.seeds.split(",")]
+    pool = sorted(set(range(16, 100000)) - set(avoid))
+    seeds = random.SystemRandom().sample(pool, count or args.seed_count)
+    print(f"seeds drawn at random: {','.join(map(str, seeds))} (repeat with --seeds)", flush=True)
+    return seeds
 
 
 def report(records, args, where):
@@ -164,7 +189,12 @@ def add_measure_knobs(m):
     add_knob(m, "--run-timeout", knob + "RUN_TIMEOUT", 900.0, "seconds before an emulated "
              "run is killed", type=float)
     add_knob(m, "--ranks", knob + "RANKS", 4, "MPI ranks with --cluster local", type=int)
-    add_knob(m, "--seeds", knob + "SEEDS", "1,2,3", "comma-separated seeds")
+    add_knob(m, "--seeds", knob + "SEEDS", "", "comma-separated seeds (empty: --seed-count "
+             "seeds drawn at random above 15, printed)")
+    add_knob(m, "--seed-count", knob + "SEED_COUNT", 3, "seeds to draw when --seeds is empty",
+             type=int)
+    add_knob(m, "--prior", knob + "PRIOR", "", "the batch prior of the adaptive (prior) policy "
+             "(a batch_prior.json; empty: one adaptive run on another random seed first)")
     add_knob(m, "--target", knob + "TARGET", 0.90, "validation top-1 to reach", type=float)
     add_knob(m, "--policies", knob + "POLICIES", "", "comma-separated subset of "
              + ", ".join(slug(p) for p in POLICIES) + " (empty: all)")

@@ -103,7 +103,7 @@ def test_a_seed_that_never_reaches_the_target_counts_as_never_not_as_missing(tmp
     stats, verdict = rep.summarise(fixed + adaptive, 0.90)
     assert stats[rep.ADAPTIVE]["time_s"] == (37.3, 35.0, float("inf"))
     assert stats[rep.ADAPTIVE]["reached"] == 3
-    assert verdict[0].startswith("time to 90%: adaptive median 37.3 s") and "FAIL" in verdict[0]
+    assert verdict[0].startswith("time to 90%: adaptive (goodput) median 37.3 s") and "FAIL" in verdict[0]
     assert "37.3 [35.0-never]" in rep.table(stats, 0.90, "0,1,2,3,4")
     # a policy that never reaches the target is never the best other policy
     stats, verdict = rep.summarise([record("fixed 512", 9, 99.0, top1=0.85)] + fixed + adaptive,
