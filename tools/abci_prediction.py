@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from nnabla_torus.launching import elastic
-from nnabla_torus.planning import goodput, planner
+from nnabla_torus.planning import goodput, planner, published
 from nnabla_torus.planning.machine_profile import load_profile
 from nnabla_torus.planning.schedules import BatchSchedule
 from accuracy_report import read_series
@@ -40,6 +40,13 @@ def noise_curve(run_dir, skip):
     images = dict(zip(batch[:, 0].astype(int), np.cumsum(batch[:, 1])))
     done = np.array([images[int(s)] for s in noise[:, 0]]) / np.cumsum(batch[:, 1])[-1]
     return done, noise[:, 1]
+
+
+def published_curve(points=400):
+    """(fraction of training, phi) of the published ResNet-50 prior (planning/published.py:
+    phi = the batch Sony's run used at that point, 34,816 then 69,632 from epoch 5)."""
+    done = np.linspace(0.0, 1.0, points)
+    return done, published.noise_scale_prior("resnet50", SONY_EPOCHS)(done)[0]
 
 
 class Candidates:
@@ -125,12 +132,15 @@ def abci(args):
     """Predict, write abci.md, abci.json and abci_batch_over_training.png into ``args.out``
     (args: profile, noise_run, skip_samples, restart_cost, noise_scale_factor)."""
     prof = load_profile(args.profile)
-    curve = noise_curve(args.noise_run, args.skip_samples)
+    prior = args.noise_run == "published"
+    curve = published_curve() if prior else noise_curve(args.noise_run, args.skip_samples)
     restart_s = elastic.restart_cost(prof, args.restart_cost)
-    factors = [args.noise_scale_factor * m for m in (0.25, 1.0, 4.0)]
+    factors = [(1.0 if prior else args.noise_scale_factor) * m for m in (0.25, 1.0, 4.0)]
     results = [predict_abci(curve, k, prof, restart_s) for k in factors]
-    lines = [f"ImageNet/ResNet-50 on {prof.name} (predicted; noise-scale shape from "
-             f"{args.noise_run}, restart {restart_s:g} s per GPU-count change)",
+    shape = ("the published prior: " + published.describe("resnet50") if prior else
+             f"noise-scale shape from {args.noise_run}")
+    lines = [f"ImageNet/ResNet-50 on {prof.name} (predicted; {shape}, restart {restart_s:g} s "
+             f"per GPU-count change)",
              "| noise scale x | phi over training | Sony 34K->68K (1,088->2,176 GPUs) | goodput "
              "(<= 2,176 GPUs), restarts included | goodput's batches | GPU counts | restarts |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -138,14 +148,14 @@ def abci(args):
         batches = sorted({p[2] for p in r["goodput_path"]})
         gpus = sorted({p[1] for p in r["goodput_path"]})
         phis = [p[3] for p in r["goodput_path"]]
-        lines.append(f"| {r['factor']:.0f} | {min(phis):,.0f}-{max(phis):,.0f} | "
+        lines.append(f"| {r['factor']:g} | {min(phis):,.0f}-{max(phis):,.0f} | "
                      f"{r['fixed_s']:.0f} s (+{r['fixed_restart_s']:.0f} s if relaunched at "
                      f"epoch 5) | {r['goodput_s']:.0f} s "
                      f"({r['fixed_s'] / r['goodput_s']:.2f}x) | {batches[0]:,}-{batches[-1]:,} | "
                      f"{gpus[0]:,}-{gpus[-1]:,} | {r['restarts']} |")
     gains = [r["fixed_s"] / r["goodput_s"] for r in results]
     lines.append(f"\ngoodput against Sony's schedule: {min(gains):.2f}-{max(gains):.2f}x "
-                 f"(> 1: faster) over noise-scale factors {factors[0]:.0f}-{factors[-1]:.0f}")
+                 f"(> 1: faster) over noise-scale factors {factors[0]:g}-{factors[-1]:g}")
     text = "\n".join(lines)
     plot_abci(results[1], os.path.join(args.out, "abci_batch_over_training.png"))
     os.makedirs(args.out, exist_ok=True)

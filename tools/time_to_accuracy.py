@@ -208,7 +208,8 @@ def add_measure_knobs(m):
 def add_abci_knobs(a):
     knob = "NNABLA_TORUS_TTA_"
     add_knob(a, "--noise-run", knob + "NOISE_RUN", "", "an adaptive run's output folder "
-             "(empty with all: the first seed's)")
+             "(empty with all: the first seed's), or published: the published ResNet-50 prior "
+             "(nnabla_torus/planning/published.py; the factors then multiply it)")
     add_knob(a, "--noise-scale-factor", knob + "NOISE_SCALE_FACTOR", 34816 / 64,
              "ImageNet noise scale / the run's (34,816/64: the recipes' starting batches; "
              "*assumed*)", type=float)

@@ -72,6 +72,26 @@ def split_batch(target, world_size, max_local_batch):
     return local, accum
 
 
+def momentum_scale(before, after):
+    """Factor for the momentum buffer when the plan changes from ``before`` to ``after``
+    (BatchPlans; ``before`` None at the start): the ratio of their learning-rate factors.
+
+    nnabla's Momentum and LARS keep the rate inside the buffer (v <- m v + lr g, w <- w - v),
+    so after a rate jump of k the buffer still holds steps of the old rate and needs about
+    1 / (1 - m) steps to catch up: a run switched from 64 to 256 after warm-up holds a quarter
+    of the buffer a fixed 256 run holds and loses about m / (1 - m) x 3/4 = 6.75 of its steps
+    (m = 0.9). Scaling the buffer by k is Goyal et al.'s momentum correction (arXiv:1706.02677,
+    section 2.2); after it the buffer is the fixed run's (for a constant gradient, exactly).
+
+    >>> a = BatchPlan(64, 16, 1, 1.0, True, ""); b = a._replace(global_batch=256, lr_factor=4.0)
+    >>> momentum_scale(None, a), momentum_scale(a, b), momentum_scale(b, a)
+    (1.0, 4.0, 0.25)
+    """
+    if before is None or before.lr_factor <= 0:
+        return 1.0
+    return float(after.lr_factor / before.lr_factor)
+
+
 MAX_CANDIDATES = 512   # adaptive mode: global batches scored (geometrically spaced beyond)
 
 

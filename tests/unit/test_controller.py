@@ -106,3 +106,44 @@ def test_adaptive_lr_rule(rule):
     assert plan.lr_factor == pytest.approx(want, rel=1e-3)
     with pytest.raises(ValueError, match=r"unknown adaptive_lr 'sqrt'"):
         BatchSizeController(4, 64, noise_scale=est, adaptive_lr="sqrt")
+
+
+def test_steps_after_a_batch_change_move_as_a_fixed_runs():
+    """nnabla's Momentum keeps the rate inside its buffer. A run switched from 64 to 256 (rate
+    x 4) after warm-up must step as a fixed 256 run from the first step after the change: with
+    the buffer scaled by momentum_scale it does (constant gradient: exactly); without it (the
+    rule before) its first step is 0.326 of the fixed run's and it lags for ~20 steps."""
+    import nnabla as nn
+    import nnabla.solvers as S
+
+    from nnabla_torus.planning.controller import momentum_scale
+
+    def steps(schedule, scaled, n=60):
+        ctrl = BatchSizeController(1, 256, schedule=BatchSchedule.parse(schedule), base_batch=64)
+        w = nn.Variable.from_numpy_array(np.zeros(3, np.float32), need_grad=True)
+        solver = S.Momentum(0.1, 0.9)
+        solver.set_parameters({"w": w})
+        before, moves = None, []
+        for step in range(n):
+            plan = ctrl.plan(step / 20)                       # 20 steps an epoch
+            if plan.changed and scaled:
+                states = solver.get_states()
+                for state in states.values():
+                    state.pstate["m"].d *= momentum_scale(before, plan)
+                solver.set_states(states)
+            before = plan
+            solver.set_learning_rate(0.1 * plan.lr_factor)
+            w.g = np.ones(3, np.float32)                      # the same gradient every step
+            old = w.d.copy()
+            solver.update()
+            moves.append(float(old[0] - w.d[0]))
+        return np.array(moves)
+
+    fixed = steps("0:256", scaled=True)
+    for scaled in (True, False):
+        switched = steps("0:64,2:256", scaled)
+        after = switched[40:45] / fixed[40:45]            # the first steps at 256
+        if scaled:
+            assert after == pytest.approx(1.0, rel=1e-5)
+        else:
+            assert after[0] == pytest.approx(0.326, rel=1e-3)   # the rule before
