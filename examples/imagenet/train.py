@@ -44,7 +44,7 @@ import resize
 from checkpoint import CheckpointError, remove_stale_temporaries
 from config import build_schedules, parse_config
 from models import export_model, get_model, load_initial_parameters
-from planning import TrainingPlanner, replan_and_switch
+from training_planner import TrainingPlanner, replan_and_switch
 from epoch_end import average_running_stats, share_bad_images, validate
 from run_checkpoint import restore_checkpoint, write_checkpoint
 from run_context import make_context_and_comm
