@@ -105,6 +105,10 @@ class TrainConfig:
     adaptive_lr: str = knob(ADAPTIVE_LRS[0], "adaptive mode: lr at a batch B: scaling "
                             "(lr_scaling at B, as the fixed policies) | gain (B0's lr x the "
                             "goodput gain, Pollux/AdaScale)")
+    batch_prior: str = knob("auto", "adaptive mode: what the first decision uses at step 0: "
+                            "auto (the stored prior of an earlier run of this model, data, rank "
+                            "count and machine, else the published figures for the model) | "
+                            "none (measure from B0) | a batch_prior.json path")
     min_batch: int = knob(0, "adaptive mode: lower bound of the global batch and the goodput "
                              "model's reference batch B0 (0 = the schedule's first batch)")
     max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = ranks x local_batch x 64)")
@@ -347,7 +351,7 @@ def milestones(text):
 
 
 def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_error=None,
-                    refit=None):
+                    refit=None, prior=None, epoch_images=None):
     """Return (BatchSizeController, LearningRateSchedule) for ``cfg`` on ``world_size`` ranks.
 
     The learning rate of a step at fractional epoch e is
@@ -355,7 +359,9 @@ def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_er
     batch) the run starts at the schedule's first batch unless ``min_batch`` is set, and the
     batch maximises goodput with ``throughput`` (TrainingPlanner.throughput; None: flat) and the
     cost model's ``model_error`` as hysteresis, until ``refit`` (a StepTimeRefit fed with
-    the run's step times) has measured the batch in use.
+    the run's step times) has measured the batch in use; ``prior`` (priors.Prior) decides
+    before the run has measured, and ``epoch_images`` (the training set) prices the first
+    decision by the run's length.
     """
     schedule = BatchSchedule.parse(cfg.batch_schedule)
     controller = BatchSizeController(
@@ -365,7 +371,7 @@ def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_er
         min_batch=cfg.min_batch or (schedule.batch(0) if noise_scale else None),
         max_batch=cfg.max_batch or None, throughput=throughput,
         min_samples=cfg.adaptive_min_samples, max_rse=cfg.adaptive_max_rse, refit=refit,
-        adaptive_lr=cfg.adaptive_lr,
+        adaptive_lr=cfg.adaptive_lr, prior=prior, epochs=cfg.epochs, epoch_images=epoch_images,
         **({} if model_error is None else {"model_error": model_error}))
     lr_schedule = LearningRateSchedule(
         cfg.base_lr, cfg.epochs, warmup_epochs=cfg.warmup_epochs, decay=cfg.lr_decay,

@@ -91,7 +91,8 @@ class Planning:
     --plan off; plan_step replans at each new global batch), the noise-scale estimator and the
     step-time refit (adaptive batch only, else None; take_step feeds them), the batch-size
     controller and the learning-rate schedule (set_up); the elastic ``advisor``
-    (resume_or_start, None with --plan off); whether choose_overlap has logged its choice."""
+    (resume_or_start, None with --plan off); whether choose_overlap has logged its choice; the
+    key of the batch prior this run reads and leaves (priors.prior_key; adaptive only)."""
     planner: Optional[TrainingPlanner]
     noise: Optional[NoiseScaleEstimator]
     refit: Optional[StepTimeRefit]
@@ -99,6 +100,7 @@ class Planning:
     lr_schedule: LearningRateSchedule
     advisor: Optional[ResizeAdvisor] = None
     overlap_choice_logged: bool = False
+    prior_key: Optional[dict] = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -108,7 +110,9 @@ class Progress:
     (plan_step), (local batch, accumulation steps, step s, all-reduce wait s) of the steps not
     yet exchanged (observe_step_times), the last validation top-1 / top-5 as fractions
     (end_of_epoch; None before), the signals that ask for a stop (the SIGUSR1 handler
-    resume_or_start installs with --elastic), the monitors by name (rank 0, else None)."""
+    resume_or_start installs with --elastic), the monitors by name (rank 0, else None), and
+    (fraction of the run, noise scale, its relative error) of each adaptive step (take_step;
+    the batch prior the run leaves, summary)."""
     step: int = 0
     images_seen: int = 0
     train_time: float = 0.0
@@ -118,6 +122,7 @@ class Progress:
     top5: Optional[float] = None
     stop_signal: list = dataclasses.field(default_factory=list)
     monitors: Optional[dict[str, MonitorSeries]] = None
+    noise_series: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(slots=True)

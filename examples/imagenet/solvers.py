@@ -46,6 +46,19 @@ class SolverGroup:
     def update(self):
         self._each("update")
 
+    def scale_momentum(self, factor):
+        """Multiply the momentum buffers by ``factor`` (controller.momentum_scale at a batch
+        change). Each solver's only state is its velocity (Momentum ``m``, LARS ``v``), which
+        nnabla keeps with the learning rate inside (v <- m v + lr g)."""
+        if factor == 1.0:
+            return
+        for solver in self.solvers.values():
+            states = solver.get_states()
+            for state in states.values():
+                for var in state.pstate.values():
+                    var.d *= factor
+            solver.set_states(states)
+
     def weight_decay(self, rate):
         self.solvers["decayed"].weight_decay(rate)
 

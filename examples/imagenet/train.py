@@ -30,6 +30,8 @@ import nnabla as nn
 
 from nnabla_torus.launching import elastic
 from nnabla_torus.loss_scaling import DynamicLossScaling
+from nnabla_torus.planning import priors
+from nnabla_torus.planning.controller import momentum_scale
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.overlap_choice import describe as describe_overlap_choice
 from nnabla_torus.planning.step_refit import EXCHANGE_STEPS, StepTimeRefit
@@ -152,18 +154,58 @@ def set_up(cfg, log):
         f"{len(val_set)} validation images, {train_set.num_classes} classes; "
         f"{comm.size} ranks, {all_reduce}")
     # Adaptive batch: goodput with this run's predicted throughput (flat with --plan off),
-    # then with the throughput refit from its own step times (on several ranks).
-    refit = None
+    # then with the throughput refit from its own step times (on several ranks); decided at
+    # step 0 on a prior (an earlier run's, or published) when there is one.
+    refit = prior = key = None
     if noise is not None and cfg.adaptive_refit_steps and comm.size > 1:
         refit = StepTimeRefit(comm.size, planner and planner.compute_line(),
                               min_steps=cfg.adaptive_refit_steps,
                               warmup_steps=cfg.adaptive_refit_warmup)
+    if noise is not None:
+        key, prior = batch_prior(cfg, comm, planner, n_params, train_set, refit, log)
     ctrl, lr_schedule = build_schedules(
         cfg, comm.size, noise, throughput=planner and planner.throughput,
-        model_error=planner and planner.model_error, refit=refit)
+        model_error=planner and planner.model_error, refit=refit, prior=prior,
+        epoch_images=len(train_set))
+    if noise is not None:
+        noise.reference_batch = ctrl.min_batch     # the EMA's memory: 0.95 per B0 samples,
+        #                                            whatever batch the prior starts at
     return RunState(settings, Parallel(comm), Data(train_set, val_set),
                     Network(model, params, grads, solvers),
-                    Planning(planner, noise, refit, ctrl, lr_schedule))
+                    Planning(planner, noise, refit, ctrl, lr_schedule, prior_key=key))
+
+
+def data_name(cfg, train_set):
+    """The dataset's name in a prior's key and in the published figures: ``digits`` (the
+    embedded data), ``imagenet`` (1,000 classes), else the data folder."""
+    if not cfg.data_dir:
+        return "digits"
+    return "imagenet" if train_set.num_classes == 1000 else os.path.abspath(cfg.data_dir)
+
+
+def batch_prior(cfg, comm, planner, n_params, train_set, refit, log):
+    """(key, Prior or None) of --batch-prior: rank 0 reads it (its own disk) and sends it to
+    every rank, so every controller decides alike; the refit takes its step times."""
+    from nnabla_torus.comm.communicator import MPI
+    machine = (f"{planner.prof.name if planner else 'no planner'} "
+               f"{len(comm.hosts.hosts)}x{comm.hosts.ranks_per_host or 0}")
+    key = priors.prior_key(
+        {"arch": cfg.arch, "width": cfg.width, "image_size": cfg.image_size,
+         "parameters": n_params},
+        {"data": data_name(cfg, train_set), "images": len(train_set),
+         "classes": train_set.num_classes}, comm.size, machine)
+    found = None
+    if comm.rank == 0:
+        found = priors.find(cfg.batch_prior, comm.settings.cache_dir, key, cfg.arch,
+                            data_name(cfg, train_set))
+    spec, line = MPI.COMM_WORLD.bcast(found, root=0)
+    log(line)
+    prior = priors.from_spec(spec, cfg.epochs)
+    if prior is not None and prior.step_times is not None and refit is not None:
+        refused = refit.load_prior(prior.step_times)
+        if refused:
+            log(f"batch prior: {refused}")
+    return key, prior
 
 
 def resume_or_start(run):
@@ -220,10 +262,14 @@ def finished(run):
 def plan_step(run, epoch):
     """The controller's BatchPlan at ``epoch``; logs a change and lets the planner replan."""
     log, planning, progress = run.settings.log, run.planning, run.progress
+    before = planning.ctrl.current
     plan = planning.ctrl.plan(epoch)
     if plan.changed:
         log(f"step {progress.step}: {plan.reason}")
         progress.history.append([round(epoch, 4), plan.global_batch])
+        # The momentum buffer holds the old rate's steps: scaled to the new rate, the steps
+        # after the change move as a fixed run's at the new batch (docs/adaptive-batch.md).
+        run.net.solvers.scale_momentum(momentum_scale(before, plan))
     for note in planning.ctrl.pop_notes() if planning.noise is not None else ():
         log(f"step {progress.step}: {note}")
     if planning.planner is not None and plan.global_batch != planning.planner.batch:
@@ -296,6 +342,8 @@ def take_step(run, plan, epoch):
         if comm.size > 1:
             noise.update(local_sqnorm / grad_scale ** 2, plan.local_batch * plan.accum_steps,
                          global_sqnorm / grad_scale ** 2, plan.global_batch)
+        progress.noise_series.append((epoch / run.settings.cfg.epochs, noise.b_simple,
+                                      noise.rse))
     if scaler is None or scaler.unscale(net.solvers):
         net.solvers.weight_decay(run.settings.cfg.weight_decay)
         net.solvers.update()
@@ -320,10 +368,14 @@ def observe_step_times(run, plan, step_time, sync_s):
     """Feed the throughput refit with rank means of the step and all-reduce wait seconds, so
     that every rank's controller decides alike: exchanged every ``EXCHANGE_STEPS``
     steps in one all-reduce (one a step cost ~7 ms a step on 4 ranks of this 2-core machine,
-    1.0 s of a 15 s run: a collective on oversubscribed cores waits for the scheduler)."""
-    progress, comm = run.progress, run.parallel.comm
+    1.0 s of a 15 s run: a collective on oversubscribed cores waits for the scheduler), and
+    as soon as the batch in use could be measured (warm-up + min_steps steps) while it is not,
+    so that a decision waits for no more steps than the refit needs."""
+    progress, comm, refit = run.progress, run.parallel.comm, run.planning.refit
     progress.step_times.append((plan.local_batch, plan.accum_steps, step_time, sync_s))
-    if len(progress.step_times) < EXCHANGE_STEPS:
+    measurable = (not refit.ready(plan.local_batch, plan.accum_steps) and
+                  len(progress.step_times) >= refit.warmup_steps + refit.min_steps)
+    if len(progress.step_times) < EXCHANGE_STEPS and not measurable:
         return
     times = np.array([t[2:] for t in progress.step_times], np.float32)
     times = comm.allreduce_numpy(times) / comm.size
@@ -381,10 +433,29 @@ def summary(run, status, request, t_start):
     wall = time.time() - t_start
     if comm.rank == 0:
         output_dir = run.settings.cfg.output_dir
+        if run.planning.noise is not None:
+            leave_prior(run, comm.settings.cache_dir, output_dir, log)
         export_model(run.net.model, run.settings.cfg.image_size, output_dir, log)
         report.plot_series(output_dir, os.path.join(output_dir, "training.png"))
         print(json.dumps(report.summary_json(run, wall)), flush=True)
     comm.close()                     # NCCL communicators freed before the interpreter exits
+
+
+def leave_prior(run, cache_dir, output_dir, log):
+    """Write this adaptive run's noise scale and step times as the batch prior of later runs:
+    batch_prior.json in ``output_dir`` and the key's file in the cache (rank 0; a failure
+    to write is a line, not an error)."""
+    refit = run.planning.refit
+    series, key = run.progress.noise_series, run.planning.prior_key
+    for path in (os.path.join(output_dir, "batch_prior.json"), None):
+        try:
+            written = priors.save(cache_dir, key, series, refit and refit.state(),
+                                  os.path.abspath(output_dir), path=path)
+        except OSError as e:
+            log(f"batch prior: not written ({e}); set NNABLA_TORUS_CACHE_DIR to a writable "
+                f"folder")
+            continue
+        log(f"batch prior: written to {written}")
 
 
 if __name__ == "__main__":

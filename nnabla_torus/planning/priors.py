@@ -13,7 +13,8 @@ passes the confidence rule, then on the measurement, and logs both moments. Exam
 
     key = prior_key({"arch": "resnet18", "width": 0.125, "image_size": 16, "parameters": 17632},
                     {"data": "digits", "images": 1437}, ranks=4, machine="cpu-2core 1x4")
-    prior, line = choose("auto", "~/.cache/nnabla_torus", key, "resnet18", epochs=12)
+    prior, line = choose("auto", "~/.cache/nnabla_torus", key, "resnet18", epochs=12,
+                         data="digits")
     ...  # at the end of the run:
     save("~/.cache/nnabla_torus", key, series, refit.state(), "runs/digits")
 """
@@ -72,9 +73,10 @@ def save(folder, key, series, step_times, run, path=None):
     return path
 
 
-def from_file(path, key):
-    """(Prior or None, one line for the log) from a file :func:`save` wrote; None when the file
-    is missing, unreadable, has no trusted noise-scale point, or was written for another key."""
+def read_file(path, key):
+    """(spec or None, one line for the log) of a file :func:`save` wrote; None when the file is
+    missing, unreadable, has no trusted noise-scale point, or was written for another key. A
+    spec is JSON-able (one rank reads it and sends it to the others): :func:`from_spec`."""
     try:
         with open(path) as f:
             saved = json.load(f)
@@ -88,33 +90,46 @@ def from_file(path, key):
         return None, f"batch prior: {path} is of another run ({diff}): not reused; measuring from B0"
     if not len(points):
         return None, f"batch prior: {path} has no trusted noise-scale estimate; measuring from B0"
-    fraction, phi, rse = points.T
+    line = (f"batch prior: the run {saved.get('run', '?')} of {saved.get('written', '?')} "
+            f"({path}): phi {points[:, 1].min():.0f}-{points[:, 1].max():.0f} over training"
+            + ("" if saved.get("step_times") is None else ", with its step times"))
+    return {"file": path, "noise_scale": points.tolist(), "step_times": saved.get("step_times")}, line
+
+
+def find(setting, folder, key, model, data="imagenet"):
+    """(spec or None, log line) for ``--batch-prior setting``: auto | none | a file's path."""
+    if setting == "none":
+        return None, "batch prior: none (--batch-prior none): measuring from B0"
+    if setting != "auto":
+        return read_file(os.path.expanduser(setting), key)
+    path = prior_path(folder, key)
+    if os.path.exists(path):
+        return read_file(path, key)
+    if not published.published_batches(model, data):
+        return None, f"batch prior: none stored for this run, nothing published for {model} on " \
+                     f"{data}; measuring from B0"
+    return {"published": [model, data]}, "batch prior: " + published.describe(model, data)
+
+
+def from_spec(spec, epochs):
+    """The Prior of a :func:`find` spec (None for None); ``epochs``: the run's length, over
+    which a published schedule is laid."""
+    if spec is None:
+        return None
+    if "published" in spec:
+        model, data = spec["published"]
+        return Prior("published", published.describe(model, data),
+                     published.noise_scale_prior(model, epochs, data), None)
+    fraction, phi, rse = np.array(spec["noise_scale"], float).T
 
     def phi_at(f):
         f = np.asarray(f, float)
         return np.interp(f, fraction, phi), np.interp(f, fraction, rse)
-    line = (f"batch prior: the run {saved.get('run', '?')} of {saved.get('written', '?')} "
-            f"({path}): phi {phi.min():.0f}-{phi.max():.0f} over training"
-            + ("" if saved.get("step_times") is None else ", with its step times"))
-    return Prior("earlier run", path, phi_at, saved.get("step_times")), line
-
-
-def from_published(model, epochs, data="imagenet"):
-    """(Prior or None, line) of the published figures for ``model`` on ``data``."""
-    phi_at = published.noise_scale_prior(model, epochs, data)
-    if phi_at is None:
-        return None, f"batch prior: nothing published for {model} on {data}; measuring from B0"
-    return (Prior("published", published.describe(model, data), phi_at, None),
-            "batch prior: " + published.describe(model, data))
+    return Prior("earlier run", spec["file"], phi_at, spec["step_times"])
 
 
 def choose(setting, folder, key, model, epochs, data="imagenet"):
-    """(Prior or None, log line) for ``--batch-prior setting``: auto | none | a file's path."""
-    if setting == "none":
-        return None, "batch prior: none (--batch-prior none): measuring from B0"
-    if setting != "auto":
-        return from_file(os.path.expanduser(setting), key)
-    path = prior_path(folder, key)
-    if os.path.exists(path):
-        return from_file(path, key)
-    return from_published(model, epochs, data)
+    """(Prior or None, log line) for ``--batch-prior setting`` (:func:`find`, then
+    :func:`from_spec`)."""
+    spec, line = find(setting, folder, key, model, data)
+    return from_spec(spec, epochs), line
