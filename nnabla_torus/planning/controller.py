@@ -220,6 +220,9 @@ class BatchSizeController:
         if speed is None:            # measured before: wait for the batch in use to be measured
             return self._refresh_lr(changed=fresh)
         speed, model_error, source, measured = speed
+        if measured_phi and self.decisions == 0 and self.refit is not None and not measured:
+            return self._refresh_lr(changed=fresh)   # the first measured decision: on
+            #                                          measured step times too (step 7)
         if measured_phi and self.decisions == 0 and self.run_images and self._waits(
                 epoch, batches, speed, phi, rse, now, conf.samples):
             return self._refresh_lr(changed=fresh)
