@@ -1,5 +1,6 @@
 """Published large-batch behaviour: the batches published runs trained with, and the noise-scale
-prior they imply, one table for the planner and the batch-size controller.
+prior they imply, one table for the planner (the largest trainable batch) and the batch-size
+controller (the prior).
 
 Each entry is a batch a published run used at a point of training and still reached the
 published top-1 (the figure and its source beside it). The noise-scale prior reads the batch in
@@ -8,8 +9,8 @@ abstract and section 2.2) find the noise scale B_simple predicts the largest use
 B_crit ~ B_simple (*derived*: phi = the published batch, with :data:`PRIOR_RSE`, *assumed*).
 Example::
 
-    >>> largest_trained_batch("resnet50").batch
-    81920
+    >>> largest_trained_batch("resnet50").batch, largest_trained_batch("resnet50", min_top1=0).batch
+    (65536, 81920)
     >>> [round(p) for p in noise_scale_prior("resnet50", 90.0)(np.array([0.0, 0.5]))[0]]
     [34816, 69632]
 """
@@ -23,6 +24,11 @@ SOURCES = {
     "mikami2018": 'Mikami et al., "ImageNet/ResNet-50 Training in 224 Seconds", '
                   "arXiv:1811.05233v1 (2018), abstract; NVIDIA developer blog (Nov 2018): "
                   "34,816 for the first 5 epochs, then 69,632, 75.03 % top-1",
+    "akiba2017": 'Akiba et al., "Extremely Large Minibatch SGD: Training ResNet-50 on ImageNet '
+                 'in 15 Minutes", arXiv:1711.04325 (2017), abstract: 32,768, 74.9 % top-1',
+    "jia2018": 'Jia et al., "Highly Scalable Deep Learning Training System with Mixed-Precision: '
+               'Training ImageNet in Four Minutes", arXiv:1807.11205 (2018), abstract: 64K '
+               "(65,536), 75.8 % top-1",
     "yamazaki2019": 'Yamazaki et al., "Yet Another Accelerated SGD: ResNet-50 Training on '
                     'ImageNet in 74.7 seconds", arXiv:1903.12650 (2019), abstract: 81,920 with '
                     "LARS, 75.08 % top-1",
@@ -41,8 +47,12 @@ PUBLISHED = (
     PublishedBatch("resnet50", "imagenet", 0.0, 8192, 0.763, "goyal2017"),
     PublishedBatch("resnet50", "imagenet", 0.0, 34816, 0.7503, "mikami2018"),
     PublishedBatch("resnet50", "imagenet", 5.0, 69632, 0.7503, "mikami2018"),
+    PublishedBatch("resnet50", "imagenet", 0.0, 32768, 0.749, "akiba2017"),
+    PublishedBatch("resnet50", "imagenet", 0.0, 65536, 0.758, "jia2018"),
     PublishedBatch("resnet50", "imagenet", 0.0, 81920, 0.7508, "yamazaki2019"),
 )
+USUAL_TOP1 = 0.758   # the largest trainable batch is the largest published at this top-1 or
+                     # above (Jia et al.'s 65,536; 81,920 reached 75.08 % with LARS and tuning)
 SCHEDULE_SOURCE = "mikami2018"   # the published run that changed its batch during training:
                                  # the only one that gives the noise scale's growth
 PRIOR_RSE = 0.25                 # *assumed*: the prior's relative error (a published batch is
@@ -54,9 +64,10 @@ def published_batches(model, data="imagenet"):
     return [p for p in PUBLISHED if p.model == model and p.data == data]
 
 
-def largest_trained_batch(model, data="imagenet"):
-    """The largest published batch of ``model`` on ``data`` (a PublishedBatch), or None."""
-    entries = published_batches(model, data)
+def largest_trained_batch(model, data="imagenet", min_top1=USUAL_TOP1):
+    """The largest published batch of ``model`` on ``data`` that reached ``min_top1`` (a
+    PublishedBatch; the planner's default cap), or None."""
+    entries = [p for p in published_batches(model, data) if p.top1 >= min_top1]
     return max(entries, key=lambda p: p.batch) if entries else None
 
 
