@@ -109,3 +109,11 @@ def test_a_seed_that_never_reaches_the_target_counts_as_never_not_as_missing(tmp
     stats, verdict = rep.summarise([record("fixed 512", 9, 99.0, top1=0.85)] + fixed + adaptive,
                                    0.90)
     assert "best other policy fixed 256" in verdict[0]
+
+
+def test_abci_prediction_on_the_published_prior():
+    done, phi = abci_prediction.published_curve(91)
+    assert phi[0] == 34816 and phi[-1] == 69632          # Mikami et al.'s batches as phi
+    r = abci_prediction.predict_abci((done, phi), 1.0, load_profile("abci"), restart_s=30.0,
+                                     steps=50)
+    assert r["goodput_s"] <= r["fixed_s"] * 1.05
