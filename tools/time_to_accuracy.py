@@ -136,6 +136,8 @@ def measure(args):
         bar.set_description(f"{policy}, seed {seed}")
         r = run_policy(policy, seed, launcher, args.out, prior)
         records.append(r)
+        with open(os.path.join(args.out, "measured.json"), "w") as f:   # `report` works on a
+            json.dump({"where": launcher.where, "records": records}, f, indent=1)  # partial run
         bar.write(f"{policy:22s} seed {seed}: {rep.fmt(r['time_s'])} s / {r['steps']} steps to "
                   f"{args.target:.0%}, best top-1 {r['best_top1']:.4f}, final "
                   f"{r['final_top1']:.4f}, {r['images_per_s']:.0f} images/s, batches "
