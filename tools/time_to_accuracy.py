@@ -15,7 +15,8 @@ top-1 >= --target, on seeds drawn at random (printed; --seeds to give them). "ad
 decides on the prior of one earlier run: --prior, else one adaptive run on another random seed
 made first (its batch_prior.json); "adaptive (goodput)" runs with --batch-prior none.
 ``--cluster emu:HxR`` runs them on the emulated cluster (as root) with its profile; ``abci``
-predicts ImageNet/ResNet-50 there (tools/abci_prediction.py). The table, the verdict and how to read them: docs/adaptive-batch.md#time-to-accuracy-the-side-by-side-comparison.
+predicts ImageNet/ResNet-50 there (tools/abci_prediction.py). The table, the verdict and how
+to read them: docs/adaptive-batch.md#time-to-accuracy-the-side-by-side-comparison.
 """
 import argparse
 import json
@@ -45,7 +46,7 @@ POLICIES = {                     # name: train.py flags (the digits recipe other
     rep.ADAPTIVE: ["--adaptive-batch", "1", "--batch-prior", "none"],
     rep.ADAPTIVE_PRIOR: ["--adaptive-batch", "1", "--batch-prior"],   # + the prior's file
 }
-USED_SEEDS = range(1, 16)        # seeds the rules were chosen on (docs/adaptive-batch-measurements.md)
+USED_SEEDS = range(1, 16)        # seeds the rules were chosen on (adaptive-batch-measurements.md)
 PRIOR_FILE = "batch_prior.json"  # what an adaptive run writes into its --output-dir
 EMU_CLUSTER = re.compile(r"emu:(\d+)x(\d+)")
 

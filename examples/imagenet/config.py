@@ -191,7 +191,7 @@ def knob_fields():
     return [f for f in dataclasses.fields(TrainConfig) if f.name not in ("recipe", "source", "notes")]
 
 
-PER_HOST = ("data_dir", "output_dir", "init_params", "progress", "log_every")   # may differ:
+PER_HOST = ("data_dir", "output_dir", "init_params", "batch_prior", "progress", "log_every")   # may differ:
 # a host's own mount points, and rank 0's console; every other knob must be the same on all ranks
 
 
@@ -335,6 +335,11 @@ def validate(cfg):
         raise ValueError(f"init_params = {cfg.init_params!r} is not a file; pass parameters "
                          f"saved by nn.save_parameters (.h5, .protobuf) or a .nnp "
                          f"({flag_of('init_params')}, {env_of('init_params')})")
+    if cfg.batch_prior not in ("auto", "none") and not os.path.isfile(
+            os.path.expanduser(cfg.batch_prior)):
+        raise ValueError(f"batch_prior = {cfg.batch_prior!r} is not a file; pass auto, none or "
+                         f"the batch_prior.json an adaptive run wrote "
+                         f"({flag_of('batch_prior')}, {env_of('batch_prior')})")
 
 
 def milestones(text):

@@ -87,13 +87,15 @@ def read_file(path, key):
     if other != key:
         diff = "; ".join(f"{k} {other.get(k)} there, {key[k]} here" for k in key
                          if other.get(k) != key[k])
-        return None, f"batch prior: {path} is of another run ({diff}): not reused; measuring from B0"
+        return None, (f"batch prior: {path} is of another run ({diff}): not reused; measuring "
+                      f"from B0")
     if not len(points):
         return None, f"batch prior: {path} has no trusted noise-scale estimate; measuring from B0"
     line = (f"batch prior: the run {saved.get('run', '?')} of {saved.get('written', '?')} "
             f"({path}): phi {points[:, 1].min():.0f}-{points[:, 1].max():.0f} over training"
             + ("" if saved.get("step_times") is None else ", with its step times"))
-    return {"file": path, "noise_scale": points.tolist(), "step_times": saved.get("step_times")}, line
+    return {"file": path, "noise_scale": points.tolist(),
+            "step_times": saved.get("step_times")}, line
 
 
 def find(setting, folder, key, model, data="imagenet"):

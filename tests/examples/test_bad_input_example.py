@@ -25,6 +25,7 @@ TRAIN = [
     (["-C", "@bad.yaml"], ":2: not valid YAML"),
     (["--data-dir", "/no/such/folder"], "data_dir = '/no/such/folder' is not a folder"),
     (["--init-params", "/no/such/model.h5"], "init_params = '/no/such/model.h5' is not a file"),
+    (["--batch-prior", "/no/such/prior.json"], "batch_prior = '/no/such/prior.json' is not a file"),
     (["--output-dir", FILE], "--output-dir = "),
     (["--arch", "vgg"], "invalid choice: 'vgg'"),
     (["--width", "0"], "argument --width: must be a finite number > 0, got '0'"),
