@@ -16,7 +16,6 @@ non-zero. The messages and timings: docs/communicator.md#errors-and-failures. Ex
         failfast.abort_job(f"train.py: error: {path} is not a folder", 2)
 """
 import atexit
-import os
 import socket
 import sys
 import threading
@@ -65,19 +64,18 @@ def where():
     MPI = _mpi()
     if MPI is not None:
         return f"rank {MPI.COMM_WORLD.Get_rank()} on host {MPI.Get_processor_name()}"
-    # The launcher's rank variable: Open MPI's, PMIx's, then hydra's (MPICH, Intel MPI).
-    rank = next((os.environ[k] for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
-                 if k in os.environ), "0")
-    return f"rank {rank} on host {socket.gethostname()}"
+    from ..launching.launcher_env import launcher_rank   # Open MPI's, hydra's, Slurm's, PMIx's
+    return f"rank {launcher_rank()} on host {socket.gethostname()}"
 
 
-def abort_job(message, code=ABORT_CODE):
-    """Print ``message`` once, prefixed with the rank and host, and end the whole job.
+def abort_job(message, code=ABORT_CODE, place=None):
+    """Print ``message`` once, prefixed with ``place`` (default: :func:`where`), and end the
+    whole job.
 
     ``MPI_Abort(code)`` when MPI is initialised and the job has more than one rank (the other
     ranks may be waiting for this one); else ``sys.exit(code)``.
     """
-    print(f"{where()}: {message}", file=sys.stderr, flush=True)
+    print(f"{place or where()}: {message}", file=sys.stderr, flush=True)
     _end(code)
 
 

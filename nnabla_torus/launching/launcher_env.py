@@ -1,0 +1,168 @@
+"""What the launcher told this process: who started it, how many tasks, its rank, its allocation.
+
+Launchers (``srun``, Open MPI's ``mpirun``, hydra's ``mpiexec`` of MPICH and Intel MPI, PBS)
+describe the job in environment variables, and the MPI library finds its peers through its own
+channel (PMIx, PMI). When the two disagree, for example ``srun -n 8`` of a program whose MPI
+cannot talk to Slurm (the pip Open MPI without ``--mpi=pmix``), every process starts a world
+of one and trains alone, silently. :func:`check_world` turns that into one line per process
+and an exit; :func:`quiet_pmix` removes the PMIx help-file noise of ``srun --mpi=pmix``;
+:func:`allocation` gives the hosts and slots of a Slurm or PBS job (for ``nnabla-torus-run``).
+Cluster recipes and what each error means: docs/clusters.md. Example::
+
+    launch = launched()          # Launch(launcher='srun', size=8, rank=3, local_rank=3, ...)
+    check_world(MPI)             # after MPI_Init: exits if MPI's world is not launch.size
+"""
+import os
+import sys
+from dataclasses import dataclass
+
+from . import hostlists
+
+
+@dataclass(frozen=True)
+class Launch:
+    """This process as its launcher numbered it: ``size`` tasks in the job step, ``rank`` (0 ..
+    size - 1) and ``local_rank`` on its host (None when the launcher does not say), and the
+    variable ``size`` was read from."""
+    launcher: str
+    size: int
+    rank: object
+    local_rank: object
+    variable: str
+
+
+# (size variable, rank variable, local-rank variable, launcher), first match wins: an MPI
+# launcher started inside a Slurm step (mpirun in sbatch runs its daemons with srun) is the one
+# that started the ranks, so its variables come before Slurm's.
+#   Open MPI 5 (PRRTE): OMPI_COMM_WORLD_SIZE/_RANK/_LOCAL_RANK.
+#   hydra (MPICH, Intel MPI) and Slurm's pmi2 plugin: PMI_SIZE/PMI_RANK (PMI-1/2 wire
+#   protocol); hydra adds MPI_LOCALRANKID.
+#   Slurm's srun: SLURM_STEP_NUM_TASKS/SLURM_PROCID/SLURM_LOCALID per task of a step (the
+#   batch script of sbatch has SLURM_NTASKS but no step: it is one process, not N).
+LAUNCHERS = (
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "Open MPI's mpirun"),
+    ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", None),   # named by _pmi_launcher
+    ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID", "srun"),
+)
+
+
+def _integer(environ, name):
+    text = environ.get(name, "")
+    return int(text) if text.strip().isdigit() else None
+
+
+def _pmi_launcher(environ):
+    if "MPI_LOCALNRANKS" in environ:
+        return "hydra (mpiexec of MPICH or Intel MPI)"
+    return "srun --mpi=pmi2" if "SLURM_STEP_ID" in environ else "a PMI launcher"
+
+
+def launched(environ=None):
+    """The :class:`Launch` the environment describes, or None (started by hand, ``python x.py``,
+    or by a launcher that sets none of ``LAUNCHERS``)."""
+    environ = os.environ if environ is None else environ
+    for size_name, rank_name, local_name, who in LAUNCHERS:
+        size = _integer(environ, size_name)
+        if size is not None and size >= 1:
+            return Launch(who or _pmi_launcher(environ), size, _integer(environ, rank_name),
+                          _integer(environ, local_name), size_name)
+    return None
+
+
+def launcher_rank(environ=None):
+    """This process's rank as its launcher numbered it (before MPI starts), else 0."""
+    launch = launched(environ)
+    environ = os.environ if environ is None else environ
+    if launch is not None and launch.rank is not None:
+        return launch.rank
+    return _integer(environ, "PMIX_RANK") or 0
+
+
+def library_name(MPI):
+    """The MPI library mpi4py runs on, short: "Open MPI v5.0.11", "MPICH Version: 5.0.2"."""
+    first = MPI.Get_library_version().strip().splitlines()[0]
+    return " ".join(first.split(",")[0].split())
+
+
+def mismatch_fix(launch, library, python=None):
+    """The fix for a world that is not the launcher's: which launch flag or mpirun to use."""
+    python = python or sys.executable
+    beside = os.path.join(os.path.dirname(python), "mpirun")
+    mpirun = beside if os.path.exists(beside) else "the mpirun of that library"
+    if launch.launcher.startswith("srun"):
+        plugin = "pmix" if library.startswith("Open MPI") else "pmi2 (or pmix)"
+        extra = (" with I_MPI_PMI_LIBRARY=<Slurm's libpmi2.so>"
+                 if library.startswith("Intel") else "")
+        return (f"launch with srun --mpi={plugin}{extra} (srun --mpi=list shows what this "
+                f"Slurm has; --mpi=pmix needs Slurm's libpmix), or inside the allocation with "
+                f"{mpirun} -np {launch.size} {python} ...")
+    return (f"launch with the mpirun of the MPI library mpi4py uses ({library}): {mpirun}")
+
+
+def check_world(MPI, environ=None):
+    """Stop this process unless MPI's world has as many ranks as its launcher started.
+
+    One line on stderr naming the launcher, its task count, this task, the MPI library and
+    the fix, then exit 1 (``MPI_Abort`` of this world when it has several ranks). Nothing
+    when no launcher variable says more than one task.
+    """
+    launch = launched(environ)
+    world = MPI.COMM_WORLD.Get_size()
+    if launch is None or launch.size == world:
+        return
+    from ..comm import failfast
+    library = library_name(MPI)
+    consequence = ("each task would train alone" if world == 1 else
+                   f"the tasks form {launch.size / world:g} separate jobs of {world}")
+    task = "?" if launch.rank is None else launch.rank
+    failfast.abort_job(
+        f"nnabla_torus: {launch.launcher} started {launch.size} tasks ({launch.variable}="
+        f"{launch.size}) but MPI ({library}) sees a world of {world}: {consequence}. "
+        f"Fix: {mismatch_fix(launch, library)}", 1,
+        place=f"task {task} (MPI rank {MPI.COMM_WORLD.Get_rank()} of {world}) on host "
+              f"{MPI.Get_processor_name()}")
+
+
+def quiet_pmix(environ=None):
+    """Under ``srun --mpi=pmix``, select PMIx's ``native`` security component before MPI starts.
+
+    Slurm offers ``PMIX_SECURITY_MODE=munge,native``; a PMIx built without munge (the pip Open
+    MPI's) tries munge first and prints a "Sorry! You were supposed to get help about
+    find-available:not-valid ... help-pmix-mca-base.txt" block per rank (its help files are
+    looked for under its build prefix, /opt/openmpi). ``native`` authenticates the local
+    connection to slurmd by the socket's peer credentials, which Slurm accepts. Nothing when the
+    user chose (``PMIX_MCA_psec`` set) or Slurm does not offer native.
+    """
+    environ = os.environ if environ is None else environ
+    modes = environ.get("PMIX_SECURITY_MODE", "").split(",")
+    if "native" in modes:
+        environ.setdefault("PMIX_MCA_psec", "native")
+
+
+def allocation(environ=None):
+    """``(source, [(host, slots)])`` of the scheduler job this process runs in, else None.
+
+    Slurm: ``SLURM_JOB_NODELIST`` (``node[01-04,07]``) with ``SLURM_TASKS_PER_NODE``
+    (``4(x2),2``); PBS: ``$PBS_NODEFILE`` (a host per slot, repeated). ValueError naming the
+    variable when it cannot be read.
+    """
+    environ = os.environ if environ is None else environ
+    nodes = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if nodes:
+        hosts = hostlists.expand_nodelist(nodes)
+        tasks = environ.get("SLURM_TASKS_PER_NODE")
+        if not tasks:
+            raise ValueError(f"Slurm job {environ.get('SLURM_JOB_ID', '?')} has no "
+                             f"SLURM_TASKS_PER_NODE: ask for tasks (sbatch -n N or "
+                             f"--ntasks-per-node=N), or give --slots / --hostfile")
+        counts = hostlists.expand_tasks_per_node(tasks)
+        if len(counts) != len(hosts):
+            raise ValueError(f"SLURM_JOB_NODELIST={nodes!r} names {len(hosts)} host(s) but "
+                             f"SLURM_TASKS_PER_NODE={tasks!r} gives {len(counts)} count(s)")
+        return f"Slurm job {environ.get('SLURM_JOB_ID', '?')}", list(zip(hosts, counts))
+    if environ.get("PBS_NODEFILE"):
+        path = environ["PBS_NODEFILE"]
+        return (f"PBS job {environ.get('PBS_JOBID', '?')} ($PBS_NODEFILE)",
+                hostlists.read_hostfile(path))
+    return None
