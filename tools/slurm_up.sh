@@ -9,7 +9,8 @@
 # 4-8 ranks can be placed on 2 cores), starts munged, slurmctld and slurmd, and waits until
 # `sinfo` shows the node idle. Idempotent: when the node is already idle with this
 # configuration it returns at once. Exit status 2 with one line on stderr when it cannot run
-# here (not root, no apt-get, a package that will not install); tests/slurm skips on it.
+# here (not root, no apt-get, a package that will not install; tests/slurm then skips, with
+# that line as the reason), 1 when the daemons do not come up.
 set -euo pipefail
 
 CPUS=${SLURM_UP_CPUS:-8}
@@ -20,6 +21,7 @@ START_NS=$(date +%s%N)
 
 say() { echo "slurm up: $*"; }
 cannot() { echo "slurm up: cannot start Slurm here: $*" >&2; exit 2; }
+broken() { echo "slurm up: Slurm did not come up: $*" >&2; exit 1; }
 elapsed() { awk -v ns=$(( $(date +%s%N) - START_NS )) 'BEGIN { printf "%.1f", ns / 1e9 }'; }
 
 node_state() { sinfo -h -n "$HOST" -o %T 2>/dev/null | head -n1; }
@@ -96,7 +98,7 @@ chown munge:munge /run/munge /var/log/munge /var/lib/munge
 if ! pgrep -x munged >/dev/null; then
     runuser -u munge -- /usr/sbin/munged
 fi
-munge -n | unmunge >/dev/null || cannot "munged does not answer (see /var/log/munge/munged.log)"
+munge -n | unmunge >/dev/null || broken "munged does not answer (see /var/log/munge/munged.log)"
 
 # Slurm: the configuration, its folders, the daemons (restarted if the configuration changed
 # or libpmix2 was installed after slurmd started).
@@ -120,7 +122,7 @@ while :; do
         down*|drain*|fail*) scontrol update nodename="$HOST" state=resume 2>/dev/null || true ;;
     esac
     if [ "$(date +%s)" -ge "$deadline" ]; then
-        cannot "node $HOST is '${state:-unknown}' after ${WAIT_S} s (see /var/log/slurm/)"
+        broken "node $HOST is '${state:-unknown}' after ${WAIT_S} s (see /var/log/slurm/)"
     fi
     sleep 1
 done
