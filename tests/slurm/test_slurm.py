@@ -8,7 +8,6 @@ test's, which kills srun/salloc or cancels the batch job, and Slurm's ``--time``
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.examples.train_output import summary_of
-from tests.mpirun import REPO, expect_passed_on_every_rank
+from tests.mpirun import REPO, expect_passed_on_every_rank, run_killable
 
 SLURM_UP = os.path.join(REPO, "tools", "slurm_up.sh")
 SLURM_UP_TIMEOUT_S = 900      # apt-get update + install on a slow mirror
@@ -50,22 +49,15 @@ def slurm(request, tmp_path_factory):
 
 
 def run(cmd, env, timeout, name=None):
-    """(exit status, output, seconds) of ``cmd`` in the repository; on timeout its process
-    group is killed and the batch job ``name`` (if any) cancelled, then AssertionError."""
+    """(exit status, output, seconds) of ``cmd``; on timeout the batch job ``name`` (if any)
+    is cancelled too."""
+    def cancel():
+        ids = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True,
+                             text=True).stdout.split()
+        subprocess.run(["scancel", *ids])
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        if name:
-            ids = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True,
-                                 text=True).stdout.split()
-            subprocess.run(["scancel", *ids])
-        raise AssertionError(f"timeout after {timeout} s: {' '.join(cmd)}\n{out}")
-    return proc.returncode, out, time.monotonic() - started
+    status, out = run_killable(cmd, env, timeout, cancel if name else None)
+    return status, out, time.monotonic() - started
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
