@@ -122,3 +122,21 @@ def test_the_allocation_of_a_slurm_or_pbs_job(tmp_path):
     nodefile.write_text("a0001\na0001\na0001\na0001\na0002\na0002\na0002\na0002\n")
     assert allocation({"PBS_NODEFILE": str(nodefile), "PBS_JOBID": "7.pbs"}) == (
         "PBS job 7.pbs ($PBS_NODEFILE)", [("a0001", 4), ("a0002", 4)])
+
+
+def test_one_gpu_per_task_under_srun_names_the_binding(monkeypatch):
+    """srun --gpus-per-task=1 shows each task only its GPU; nnabla wants GPU <local rank>."""
+    import types
+    from nnabla_torus.comm.backends import cuda_env
+    fake = types.ModuleType("nnabla_ext.cuda.init")
+    fake.get_device_count = lambda: 1
+    monkeypatch.setitem(sys.modules, "nnabla_ext.cuda", types.ModuleType("nnabla_ext.cuda"))
+    monkeypatch.setitem(sys.modules, "nnabla_ext.cuda.init", fake)
+    cuda_env.check_device(0, 4)
+    monkeypatch.delenv("SLURM_STEP_ID", raising=False)
+    with pytest.raises(RuntimeError, match="needs GPU 2 .* check CUDA_VISIBLE_DEVICES$"):
+        cuda_env.check_device(2, 4)
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    with pytest.raises(RuntimeError, match=r"under srun, --gpus-per-task binds each task to one "
+                                           r"GPU: add srun --gpu-bind=none"):
+        cuda_env.check_device(2, 4)
