@@ -9,7 +9,7 @@ and an exit; :func:`quiet_pmix` removes the PMIx help-file noise of ``srun --mpi
 :func:`allocation` gives the hosts and slots of a Slurm or PBS job (for ``nnabla-torus-run``).
 Cluster recipes and what each error means: docs/clusters.md. Example::
 
-    launch = launched()          # Launch(launcher='srun', size=8, rank=3, local_rank=3, ...)
+    launch = launched()          # Launch(launcher='srun', size=8, rank=3, variable=...)
     check_world(MPI)             # after MPI_Init: exits if MPI's world is not launch.size
 """
 import os
@@ -22,28 +22,30 @@ from . import hostlists
 @dataclass(frozen=True)
 class Launch:
     """This process as its launcher numbered it: ``size`` tasks in the job step, ``rank`` (0 ..
-    size - 1) and ``local_rank`` on its host (None when the launcher does not say), and the
-    variable ``size`` was read from."""
+    size - 1; None when the launcher does not say) and the variable ``size`` was read from.
+
+    No local rank: the GPU is nnabla's choice, the number of earlier ranks on the same host
+    (nnabla-ext-cuda ``multi_process_data_parallel_communicator.cu`` ~401-424), which the
+    communicator's ``local_rank`` follows; under srun it equals ``SLURM_LOCALID``
+    (tests/slurm)."""
     launcher: str
     size: int
     rank: object
-    local_rank: object
     variable: str
 
 
-# (size variable, rank variable, local-rank variable, launcher), first match wins: an MPI
+# (size variable, rank variable, launcher), first match wins: an MPI
 # launcher started inside a Slurm step (mpirun in sbatch runs its daemons with srun) is the one
 # that started the ranks, so its variables come before Slurm's.
-#   Open MPI 5 (PRRTE): OMPI_COMM_WORLD_SIZE/_RANK/_LOCAL_RANK.
+#   Open MPI 5 (PRRTE): OMPI_COMM_WORLD_SIZE/_RANK.
 #   hydra (MPICH, Intel MPI) and Slurm's pmi2 plugin: PMI_SIZE/PMI_RANK (PMI-1/2 wire
-#   protocol); hydra adds MPI_LOCALRANKID.
-#   Slurm's srun: SLURM_STEP_NUM_TASKS/SLURM_PROCID/SLURM_LOCALID per task of a step (the
-#   batch script of sbatch has SLURM_NTASKS but no step: it is one process, not N).
+#   protocol); hydra adds MPI_LOCALNRANKS.
+#   Slurm's srun: SLURM_STEP_NUM_TASKS/SLURM_PROCID per task of a step (the batch script of
+#   sbatch has SLURM_NTASKS but no step: it is one process, not N).
 LAUNCHERS = (
-    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "Open MPI's mpirun"),
-    ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", None),   # named by _pmi_launcher
-    ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID", "srun"),
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "Open MPI's mpirun"),
+    ("PMI_SIZE", "PMI_RANK", None),   # named by _pmi_launcher
+    ("SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "srun"),
 )
 
 
@@ -62,11 +64,11 @@ def launched(environ=None):
     """The :class:`Launch` the environment describes, or None (started by hand, ``python x.py``,
     or by a launcher that sets none of ``LAUNCHERS``)."""
     environ = os.environ if environ is None else environ
-    for size_name, rank_name, local_name, who in LAUNCHERS:
+    for size_name, rank_name, who in LAUNCHERS:
         size = _integer(environ, size_name)
         if size is not None and size >= 1:
             return Launch(who or _pmi_launcher(environ), size, _integer(environ, rank_name),
-                          _integer(environ, local_name), size_name)
+                          size_name)
     return None
 
 

@@ -18,11 +18,11 @@ def test_the_launcher_is_read_from_its_own_variables_first():
     assert launched({"SLURM_NTASKS": "4", "SLURM_PROCID": "0"}) is None   # sbatch's script
     srun = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "3",
             "SLURM_LOCALID": "1"}
-    assert launched(srun) == Launch("srun", 8, 3, 1, "SLURM_STEP_NUM_TASKS")
+    assert launched(srun) == Launch("srun", 8, 3, "SLURM_STEP_NUM_TASKS")
     # mpirun inside an allocation: its daemons run in a Slurm step of one task per node
     inside = dict(srun, SLURM_STEP_NUM_TASKS="1", OMPI_COMM_WORLD_SIZE="4",
                   OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_LOCAL_RANK="2")
-    assert launched(inside) == Launch("Open MPI's mpirun", 4, 2, 2, "OMPI_COMM_WORLD_SIZE")
+    assert launched(inside) == Launch("Open MPI's mpirun", 4, 2, "OMPI_COMM_WORLD_SIZE")
     hydra = {"PMI_SIZE": "2", "PMI_RANK": "1", "MPI_LOCALNRANKS": "2", "MPI_LOCALRANKID": "1"}
     assert launched(hydra).launcher.startswith("hydra")
     assert launched({**srun, "PMI_SIZE": "8", "PMI_RANK": "3"}).launcher == "srun --mpi=pmi2"
