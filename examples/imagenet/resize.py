@@ -164,7 +164,7 @@ class ResizeAdvisor:
         rp = self.run_planner
         self.decided = self._key(plan, epoch)
         images = (self.phase_end(epoch) - epoch) * self.dataset_size
-        cost = elastic.restart_cost(rp.prof.name, self.cost)
+        cost = elastic.restart_cost(rp.prof, self.cost)
         try:
             d, note = elastic.decide(
                 rp.prof, rp.model, plan.global_batch, self.size, images, cost, slots=self.slots,

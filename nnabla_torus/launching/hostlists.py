@@ -6,7 +6,8 @@
   ``max_slots=``; Open MPI 5's PRRTE ``src/util/hostfile/hostfile_lex.l``), ``host:N`` (MPICH's
   hydra), a host repeated on several lines (each line adds its slots, as in PBS's
   ``$PBS_NODEFILE``), ``#`` comments: :func:`read_hostfile`. A line it cannot read is refused
-  with its file, line number and the forms it reads, never guessed.
+  with its file, line number and the forms it reads, never guessed;
+- the allocation of the Slurm or PBS job this runs in: :func:`allocation`.
 
     >>> expand_nodelist("gpu[08-10,12],login1")
     ['gpu08', 'gpu09', 'gpu10', 'gpu12', 'login1']
@@ -14,6 +15,7 @@
     [4, 4, 1]
 """
 import itertools
+import os
 import re
 
 # Open MPI's names for a host's slot count and its maximum (PRRTE hostfile_lex.l), and the
@@ -139,3 +141,31 @@ def read_hostfile(path):
     if not totals:
         raise ValueError(f"hostfile {path} names no host; write one {FORMS} per line")
     return list(totals.items())
+
+
+def allocation(environ=None):
+    """``(source, [(host, slots)])`` of the scheduler job this process runs in, else None.
+
+    Slurm: ``SLURM_JOB_NODELIST`` (``node[01-04,07]``) with ``SLURM_TASKS_PER_NODE``
+    (``4(x2),2``); PBS: ``$PBS_NODEFILE`` (a host per slot, repeated). ValueError naming the
+    variable when it cannot be read.
+    """
+    environ = os.environ if environ is None else environ
+    nodes = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if nodes:
+        hosts = expand_nodelist(nodes)
+        tasks = environ.get("SLURM_TASKS_PER_NODE")
+        if not tasks:
+            raise ValueError(f"Slurm job {environ.get('SLURM_JOB_ID', '?')} has no "
+                             f"SLURM_TASKS_PER_NODE: ask for tasks (sbatch -n N or "
+                             f"--ntasks-per-node=N), or give --slots / --hostfile")
+        counts = expand_tasks_per_node(tasks)
+        if len(counts) != len(hosts):
+            raise ValueError(f"SLURM_JOB_NODELIST={nodes!r} names {len(hosts)} host(s) but "
+                             f"SLURM_TASKS_PER_NODE={tasks!r} gives {len(counts)} count(s)")
+        return f"Slurm job {environ.get('SLURM_JOB_ID', '?')}", list(zip(hosts, counts))
+    if environ.get("PBS_NODEFILE"):
+        path = environ["PBS_NODEFILE"]
+        return (f"PBS job {environ.get('PBS_JOBID', '?')} ($PBS_NODEFILE)",
+                read_hostfile(path))
+    return None

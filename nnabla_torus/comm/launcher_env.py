@@ -1,22 +1,20 @@
-"""What the launcher told this process: who started it, how many tasks, its rank, its allocation.
+"""What the launcher told this process: who started it, how many tasks, its rank.
 
 Launchers (``srun``, Open MPI's ``mpirun``, hydra's ``mpiexec`` of MPICH and Intel MPI, PBS)
 describe the job in environment variables, and the MPI library finds its peers through its own
 channel (PMIx, PMI). When the two disagree, for example ``srun -n 8`` of a program whose MPI
 cannot talk to Slurm (the pip Open MPI without ``--mpi=pmix``), every process starts a world
-of one and trains alone, silently. :func:`check_world` turns that into one line per process
-and an exit; :func:`quiet_pmix` removes the PMIx help-file noise of ``srun --mpi=pmix``;
-:func:`allocation` gives the hosts and slots of a Slurm or PBS job (for ``nnabla-torus-run``).
-Cluster recipes and what each error means: docs/clusters.md. Example::
+of one and trains alone, silently. :func:`world_mismatch` turns that into one line per process
+(the communicator's import then exits); :func:`quiet_pmix` removes the PMIx help-file noise of ``srun --mpi=pmix``. (The hosts and
+slots of a Slurm or PBS job: :func:`nnabla_torus.launching.hostlists.allocation`.) Cluster
+recipes and what each error means: docs/clusters.md. Example::
 
     launch = launched()          # Launch(launcher='srun', size=8, rank=3, variable=...)
-    check_world(MPI)             # after MPI_Init: exits if MPI's world is not launch.size
+    world_mismatch(MPI)          # after MPI_Init: (line, place) if MPI's world is not launch.size
 """
 import os
 import sys
 from dataclasses import dataclass
-
-from . import hostlists
 
 
 @dataclass(frozen=True)
@@ -102,28 +100,25 @@ def mismatch_fix(launch, library, python=None):
     return (f"launch with the mpirun of the MPI library mpi4py uses ({library}): {mpirun}")
 
 
-def check_world(MPI, environ=None):
-    """Stop this process unless MPI's world has as many ranks as its launcher started.
-
-    One line on stderr naming the launcher, its task count, this task, the MPI library and
-    the fix, then exit 1 (``MPI_Abort`` of this world when it has several ranks). Nothing
-    when no launcher variable says more than one task.
+def world_mismatch(MPI, environ=None):
+    """``(message, place)`` when MPI's world has not as many ranks as its launcher started, else
+    None: one line naming the launcher, its task count, the MPI library and the fix, and this
+    task (for ``failfast.abort_job(message, 1, place=place)``, which the communicator's import
+    calls). None too when no launcher variable is set.
     """
     launch = launched(environ)
     world = MPI.COMM_WORLD.Get_size()
     if launch is None or launch.size == world:
-        return
-    from ..comm import failfast
+        return None
     library = library_name(MPI)
     consequence = ("each task would train alone" if world == 1 else
                    f"the tasks form {launch.size / world:g} separate jobs of {world}")
     task = "?" if launch.rank is None else launch.rank
-    failfast.abort_job(
-        f"nnabla_torus: {launch.launcher} started {launch.size} tasks ({launch.variable}="
-        f"{launch.size}) but MPI ({library}) sees a world of {world}: {consequence}. "
-        f"Fix: {mismatch_fix(launch, library)}", 1,
-        place=f"task {task} (MPI rank {MPI.COMM_WORLD.Get_rank()} of {world}) on host "
-              f"{MPI.Get_processor_name()}")
+    return (f"nnabla_torus: {launch.launcher} started {launch.size} tasks ({launch.variable}="
+            f"{launch.size}) but MPI ({library}) sees a world of {world}: {consequence}. "
+            f"Fix: {mismatch_fix(launch, library)}",
+            f"task {task} (MPI rank {MPI.COMM_WORLD.Get_rank()} of {world}) on host "
+            f"{MPI.Get_processor_name()}")
 
 
 def quiet_pmix(environ=None):
@@ -140,31 +135,3 @@ def quiet_pmix(environ=None):
     modes = environ.get("PMIX_SECURITY_MODE", "").split(",")
     if "native" in modes:
         environ.setdefault("PMIX_MCA_psec", "native")
-
-
-def allocation(environ=None):
-    """``(source, [(host, slots)])`` of the scheduler job this process runs in, else None.
-
-    Slurm: ``SLURM_JOB_NODELIST`` (``node[01-04,07]``) with ``SLURM_TASKS_PER_NODE``
-    (``4(x2),2``); PBS: ``$PBS_NODEFILE`` (a host per slot, repeated). ValueError naming the
-    variable when it cannot be read.
-    """
-    environ = os.environ if environ is None else environ
-    nodes = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-    if nodes:
-        hosts = hostlists.expand_nodelist(nodes)
-        tasks = environ.get("SLURM_TASKS_PER_NODE")
-        if not tasks:
-            raise ValueError(f"Slurm job {environ.get('SLURM_JOB_ID', '?')} has no "
-                             f"SLURM_TASKS_PER_NODE: ask for tasks (sbatch -n N or "
-                             f"--ntasks-per-node=N), or give --slots / --hostfile")
-        counts = hostlists.expand_tasks_per_node(tasks)
-        if len(counts) != len(hosts):
-            raise ValueError(f"SLURM_JOB_NODELIST={nodes!r} names {len(hosts)} host(s) but "
-                             f"SLURM_TASKS_PER_NODE={tasks!r} gives {len(counts)} count(s)")
-        return f"Slurm job {environ.get('SLURM_JOB_ID', '?')}", list(zip(hosts, counts))
-    if environ.get("PBS_NODEFILE"):
-        path = environ["PBS_NODEFILE"]
-        return (f"PBS job {environ.get('PBS_JOBID', '?')} ($PBS_NODEFILE)",
-                hostlists.read_hostfile(path))
-    return None
