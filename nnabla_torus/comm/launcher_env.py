@@ -91,7 +91,8 @@ def mismatch_fix(launch, library, python=None):
     beside = os.path.join(os.path.dirname(python), "mpirun")
     mpirun = beside if os.path.exists(beside) else "the mpirun of that library"
     if launch.launcher.startswith("srun"):
-        plugin = "pmix" if library.startswith("Open MPI") else "pmi2 (or pmix)"
+        # the pip MPICH 5 joins a Slurm step over PMI-2 only ("unsupported PMI version PMIx")
+        plugin = "pmix" if library.startswith("Open MPI") else "pmi2"
         extra = (" with I_MPI_PMI_LIBRARY=<Slurm's libpmi2.so>"
                  if library.startswith("Intel") else "")
         return (f"launch with srun --mpi={plugin}{extra} (srun --mpi=list shows what this "

@@ -1,7 +1,7 @@
 """Under a real Slurm (single node, started by tools/slurm_up.sh; skipped with its reason where
 that is impossible: not root, no apt-get): ``srun --mpi=pmix`` at 2 and 4 ranks (ranks, local
 ranks and sums; an nnabla-examples-style script equal to one process; no PMIx help-file
-noise), ``srun`` without PMIx stopping every task with one line within seconds, the shipped
+noise), ``srun --mpi=pmi2`` of the MPICH venv, ``srun`` without PMIx stopping every task with one line within seconds, the shipped
 examples/imagenet/train.sbatch (srun and mpirun inside) to a finished run with ``sbatch --wait``, and nnabla-torus-run
 taking its hosts and slots from an ``salloc`` allocation. Every job has a hard timeout (the
 test's, which kills srun/salloc or cancels the batch job, and Slurm's ``--time``)."""
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.examples.train_output import summary_of
-from tests.mpirun import REPO, expect_passed_on_every_rank, run_killable
+from tests.mpirun import REPO, expect_passed_on_every_rank, library_python, run_killable
 
 SLURM_UP = os.path.join(REPO, "tools", "slurm_up.sh")
 SLURM_UP_TIMEOUT_S = 900      # apt-get update + install on a slow mirror
@@ -93,6 +93,18 @@ def test_srun_pmix_runs_an_nnabla_examples_style_script_as_one_process_would(slu
         for rank in range(4):
             assert np.array_equal(params[1 + rank][name], params[1][name]), (name, rank)
         assert np.max(np.abs(params[1][name] - want)) <= 1e-5 * (1 + np.max(np.abs(want))), name
+
+
+@pytest.mark.slow
+def test_srun_pmi2_runs_the_mpich_venv(slurm):
+    """The pip MPICH joins a Slurm step over PMI-2 (with --mpi=pmix it aborts in MPI_Init:
+    "unsupported PMI version PMIx")."""
+    python = library_python("mpich")
+    status, out, _ = run(["srun", "--mpi=pmi2", "-n", "2", "--time=3", python,
+                          "tests/slurm/progs/slurm_ranks.py"],
+                         dict(slurm, NNABLA_TORUS_ALGORITHM="torus2d"), timeout=150)
+    assert status == 0, out
+    expect_passed_on_every_rank(out, "slurm_ranks", 2)
 
 
 def test_srun_without_pmix_stops_every_task_with_one_line(slurm):

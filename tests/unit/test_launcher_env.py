@@ -66,7 +66,7 @@ def test_a_world_unlike_the_launchers_is_one_line():
     message, _ = launcher_env.world_mismatch(
         FakeMPI(2, "MPICH Version:\t5.0.2\nMPICH Release date: x"), srun)
     assert "MPI (MPICH Version: 5.0.2) sees a world of 2: the tasks form 4 separate jobs of 2" \
-        in message and "srun --mpi=pmi2 (or pmix)" in message
+        in message and "srun --mpi=pmi2 (srun --mpi=list" in message
     message, _ = launcher_env.world_mismatch(
         FakeMPI(1, "Intel(R) MPI Library 2021.18 for Linux* OS"),
         {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "1"})
