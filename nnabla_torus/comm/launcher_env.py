@@ -130,9 +130,10 @@ def quiet_pmix(environ=None):
     find-available:not-valid ... help-pmix-mca-base.txt" block per rank (its help files are
     looked for under its build prefix, /opt/openmpi). ``native`` authenticates the local
     connection to slurmd by the socket's peer credentials, which Slurm accepts. Nothing when the
-    user chose (``PMIX_MCA_psec`` set) or Slurm does not offer native.
+    user chose (``PMIX_MCA_psec`` set), when native is not offered, or when it is offered first
+    (Open MPI's own mpirun offers ``native`` alone).
     """
     environ = os.environ if environ is None else environ
     modes = environ.get("PMIX_SECURITY_MODE", "").split(",")
-    if "native" in modes:
+    if "native" in modes[1:]:
         environ.setdefault("PMIX_MCA_psec", "native")

@@ -95,9 +95,10 @@ def test_quiet_pmix_picks_native_only_when_slurm_offers_it():
     env = {"PMIX_SECURITY_MODE": "munge,native", "PMIX_MCA_psec": "munge"}
     launcher_env.quiet_pmix(env)
     assert env["PMIX_MCA_psec"] == "munge"            # the user's choice stays
-    env = {"PMIX_SECURITY_MODE": "munge"}
-    launcher_env.quiet_pmix(env)
-    assert "PMIX_MCA_psec" not in env
+    for offered in ("munge", "native", "native,munge"):     # mpirun offers native alone
+        env = {"PMIX_SECURITY_MODE": offered}
+        launcher_env.quiet_pmix(env)
+        assert "PMIX_MCA_psec" not in env, offered
     env = {}
     launcher_env.quiet_pmix(env)
     assert env == {}
