@@ -143,6 +143,16 @@ def check_output_path(name, path, folder=False):
     raise BadValue(f"{name} = {path!r} {problem}; choose a writable {kind}")
 
 
+def writable_file(path):
+    """``path`` if a file can be written there ('-': stdout), for ``type=``: checked at parse
+    time, so that a bad path fails before the work whose results it would hold."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if path != "-" and (os.path.isdir(path) or not os.path.isdir(folder)
+                        or not os.access(folder, os.W_OK)):
+        raise BadValue(f"cannot write {path!r}: give a file path in an existing writable folder")
+    return path
+
+
 def check_output_flag(parser, flag, path, folder=False):
     """``parser.error`` unless ``path`` is empty or writable (``check_output_path``)."""
     try:

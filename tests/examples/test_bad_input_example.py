@@ -13,7 +13,10 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "imagenet"))
 import allreduce_bench  # noqa: E402
+import gpu_check  # noqa: E402
 import make_imagenet_lists  # noqa: E402
+import per_array_bench  # noqa: E402
+import restart_cost  # noqa: E402
 import train_bench  # noqa: E402
 from config import build_parser, flag_of, knob_fields, parse_config  # noqa: E402
 from models import ARCHS  # noqa: E402
@@ -138,6 +141,32 @@ TRAIN_BENCH = [
     (["--scaling", "0,2"], "--scaling: must be an integer >= 1 (rank counts, e.g. 1,2,4), got '0'"),
 ]
 
+PER_ARRAY_BENCH = [       # before: ValueError tracebacks (abc) or a "0 arrays" row (0)
+    (["--arrays", "0"], "argument --arrays: must be an integer >= 1 (list lengths, e.g. "
+                        "1,161,1000), got '0'"),
+    (["--arrays", "abc"], "argument --arrays: must be an integer >= 1 (list lengths, e.g. "
+                          "1,161,1000), got 'abc'"),
+    (["--arrays", ","], "argument --arrays: expected list lengths, e.g. 1,161,1000, got ','"),
+    (["--inplace", "2"], "argument --inplace: expected one of 1/0"),
+    (["--repeats", "0"], "argument --repeats: must be an integer >= 1, got '0'"),
+]
+
+RESTART_COST = [          # before: --repeat 0 a statistics traceback, --ranks 0 "measured"
+    (["--repeat", "0"], "argument --repeat: must be an integer >= 1, got '0'"),
+    (["--ranks", "0"], "argument --ranks: must be an integer >= 1, got '0'"),
+    (["--arch", "vgg"], "invalid choice: 'vgg'"),
+    (["--width", "0"], "argument --width: must be a finite number > 0, got '0'"),
+    (["--image-size", "0"], "argument --image-size: must be an integer >= 1, got '0'"),
+    (["--local-batch", "0"], "argument --local-batch: must be an integer >= 1, got '0'"),
+    (["--json", "/nonexistent/x.json"], "argument --json: cannot write '/nonexistent/x.json': "
+                                        "give a file path in an existing writable folder"),
+]
+
+GPU_CHECK = [             # before: every check ran, then the results were lost
+    (["--json", "/nonexistent/x.json"], "argument --json: cannot write '/nonexistent/x.json': "
+                                        "give a file path in an existing writable folder"),
+]
+
 LISTS = [
     (["--train-dir", "@train", "--workers", "0"], "argument --workers: must be an integer >= 1"),
     (["--train-dir", "@train", "--verify", "maybe"], "argument --verify"),
@@ -186,7 +215,10 @@ def error_of(parse, argv, capsys):
                          [(parse_config, *row) for row in TRAIN] +
                          [(allreduce_bench.parse_args, *row) for row in ALLREDUCE_BENCH] +
                          [(train_bench.parse_args, *row) for row in TRAIN_BENCH] +
-                         [(make_imagenet_lists.main, *row) for row in LISTS],
+                         [(make_imagenet_lists.main, *row) for row in LISTS] +
+                         [(per_array_bench.parse_args, *row) for row in PER_ARRAY_BENCH] +
+                         [(restart_cost.parse_args, *row) for row in RESTART_COST] +
+                         [(gpu_check.build_parser().parse_args, *row) for row in GPU_CHECK],
                          ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_bad_flag_is_refused_with_a_message(parse, argv, fragment, paths, capsys, monkeypatch):
     monkeypatch.delenv("NNABLA_TORUS_RECIPE", raising=False)
@@ -233,9 +265,13 @@ def flags_of(parser):
 
 @pytest.mark.parametrize("parser,table", [
     (build_parser(), TRAIN), (allreduce_bench.build_parser(), ALLREDUCE_BENCH),
-    (train_bench.build_parser(), TRAIN_BENCH), (make_imagenet_lists.build_parser(), LISTS)])
+    (train_bench.build_parser(), TRAIN_BENCH), (make_imagenet_lists.build_parser(), LISTS),
+    (per_array_bench.build_parser(), PER_ARRAY_BENCH), (restart_cost.build_parser(), RESTART_COST),
+    (gpu_check.build_parser(), GPU_CHECK)])
 def test_every_flag_has_a_bad_value_row(parser, table):
-    covered = {a for argv, _ in table for a in argv if a.startswith("-")} | {"--recipe"}
+    # --recipe is -C's long name; --no-install is a switch without a value
+    covered = {a for argv, _ in table for a in argv if a.startswith("-")} | {"--recipe",
+                                                                              "--no-install"}
     assert flags_of(parser) - covered == set()
 
 
