@@ -37,10 +37,11 @@ def number(kind=float, low=None, strict=False, high=None, hint="", strict_high=F
     (8, 2.5)
     """
     what = "an integer" if kind is int else "a finite number"
+    bound = "d" if kind is int else "g"      # integers in full: 2147483647, not 2.14748e+09
     if low is not None:
-        what += f" {'>' if strict else '>='} {low:g}"
+        what += f" {'>' if strict else '>='} {low:{bound}}"
     if high is not None:
-        what += f"{' and' if low is not None else ''} {'<' if strict_high else '<='} {high:g}"
+        what += f"{' and' if low is not None else ''} {'<' if strict_high else '<='} {high:{bound}}"
     what += f" ({hint})" if hint else ""
 
     def parse(text):

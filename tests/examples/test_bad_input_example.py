@@ -46,9 +46,11 @@ TRAIN = [
     (["--min-batch", "-1"], "argument --min-batch: must be an integer >= 0"),
     (["--max-batch", "-1"], "argument --max-batch: must be an integer >= 0"),
     (["--min-batch", "256", "--max-batch", "128"], "min_batch = 256 must be <= max_batch = 128"),
-    (["--epochs", "0"], "argument --epochs: must be a finite number > 0, got '0'"),
-    (["--epochs", "-1"], "must be a finite number > 0, got '-1'"),
-    (["--epochs", "nan"], "must be a finite number > 0, got 'nan'"),
+    (["--epochs", "0"], "argument --epochs: must be a finite number > 0 and <= 1e+06, got '0'"),
+    (["--epochs", "-1"], "must be a finite number > 0 and <= 1e+06, got '-1'"),
+    (["--epochs", "nan"], "must be a finite number > 0 and <= 1e+06, got 'nan'"),
+    (["--epochs", "1e308"], "argument --epochs: must be a finite number > 0 and <= 1e+06, got "
+                            "'1e308'"),          # before: OverflowError (int(inf) steps)
     (["--optimizer", "adam"], "invalid choice: 'adam'"),
     (["--base-lr", "0"], "argument --base-lr: must be a finite number > 0"),
     (["--base-lr", "nan"], "got 'nan'"),
@@ -82,7 +84,10 @@ TRAIN = [
     (["--context", "gpu"], "invalid choice: 'gpu'"),
     (["--type-config", "double"], "invalid choice: 'double'"),
     (["--loss-scale", "0"], "argument --loss-scale: must be a finite number > 0"),
-    (["--seed", "-1"], "argument --seed: must be an integer >= 0 and <= 4.29497e+09"),
+    (["--seed", "-1"], "argument --seed: must be an integer >= 0 and <= 2147483647"),
+    # nn.seed takes a C int (before: accepted up to 2**32 - 1, then OverflowError)
+    (["--seed", "2147483648"], "argument --seed: must be an integer >= 0 and <= 2147483647, "
+                               "got '2147483648'"),
     (["--algorithm", "tree"], "invalid choice: 'tree'"),
     (["--grid", "2y2"], "grid = '2y2'"),
     (["--plan", "maybe"], "invalid choice: 'maybe'"),
@@ -94,6 +99,8 @@ TRAIN = [
                                  "are not allowed here"),
     (["--overlap", "maybe"], "argument --overlap"),
     (["--bucket-mib", "0"], "argument --bucket-mib: must be a finite number > 0"),
+    (["--bucket-mib", "1e308"], "argument --bucket-mib: must be a finite number > 0 and <= "
+                                "1e+06, got '1e308'"),   # before: OverflowError
     (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be an integer >= 0"),
     (["--resume", "maybe"], "argument --resume"),
     (["--elastic", "maybe"], "argument --elastic"),
@@ -245,6 +252,10 @@ def test_the_list_tool_and_the_loader_agree_on_names_with_spaces(tmp_path):
     ("NNABLA_TORUS_BUCKET_MIB", "nan", r"NNABLA_TORUS_BUCKET_MIB='nan' .*must be a finite number > 0"),
     ("NNABLA_TORUS_LOCAL_BATCH", "many", "NNABLA_TORUS_LOCAL_BATCH='many'"),
     ("NNABLA_TORUS_BAD_IMAGES", "ignore", "NNABLA_TORUS_BAD_IMAGES='ignore'"),
+    # the communicator's variable, checked against the context (before: a RuntimeError
+    # traceback from the backend after the config dump)
+    ("NNABLA_TORUS_BACKEND", "nccl", "NNABLA_TORUS_BACKEND=nccl needs a CUDA context, got "
+                                     "--context cpu; unset NNABLA_TORUS_BACKEND"),
 ])
 def test_bad_environment_twin_is_named(env, value, fragment, monkeypatch):
     monkeypatch.setenv(env, value)
@@ -255,7 +266,7 @@ def test_bad_environment_twin_is_named(env, value, fragment, monkeypatch):
 def test_bad_recipe_value_names_the_recipe_key(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("epochs: -3\n")
-    with pytest.raises(ValueError, match=r"epochs must be a finite number > 0, got -3.0 .*recipe key"):
+    with pytest.raises(ValueError, match=r"epochs must be a finite number > 0 and <= 1e\+06, got -3.0 .*recipe key"):
         parse_config(["-C", str(path)])
 
 
@@ -292,3 +303,71 @@ def test_json_summary_values_are_strict_json():
     assert json.dumps(summary) == ('{"val_top1": null, "speedup": null, "plan": {"times": '
                                    '[1.5, null]}, "steps": 3}')
     assert report.json_value(None) is None and report.json_value(0.123456) == 0.1235
+
+
+def test_a_cuda_context_without_the_cuda_extension_is_one_line():
+    """Before: ModuleNotFoundError: No module named 'nnabla_ext.cudnn' (a traceback)."""
+    import importlib.util
+    try:
+        if importlib.util.find_spec("nnabla_ext.cudnn") is not None:
+            pytest.skip("nnabla-ext-cuda is installed here")
+    except ModuleNotFoundError:
+        pass
+    with pytest.raises(ValueError, match=r"context = 'cudnn' needs nnabla-ext-cuda, which is not "
+                                         r"installed; install it \(pip install -e '.\[gpu\]'"):
+        parse_config(["--context", "cudnn"])
+
+
+def test_a_usage_error_is_one_line(capsys):
+    """Before: argparse's usage, 40 lines listing every flag, then the error."""
+    with pytest.raises(SystemExit):
+        parse_config(["--seed", "x"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: argument --seed:" in err and "--help" in err, err
+
+
+def parameter_files(folder):
+    """{name: (path, fragment)}: parameter files nnabla cannot read, and what the error says."""
+    import h5py
+    import numpy as np
+    import nnabla as nn
+    nn.clear_parameters()
+    nn.parameter.get_parameter_or_create("w", (2, 3))
+    good = folder / "good.h5"
+    nn.save_parameters(str(good))
+    nn.clear_parameters()
+    files = {"garbage.h5": b"not hdf5" * 8, "truncated.h5": good.read_bytes()[:200],
+             "truncated.nnp": b"PK\x03\x04" + b"x" * 40, "bad.protobuf": b"\xff\xfe garbage",
+             "weights.pt": b"x"}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    with h5py.File(folder / "plain.hdf5", "w") as f:      # HDF5, not nnabla's parameters
+        f["x"] = np.zeros(3)
+    return {
+        "garbage.h5": "is not a readable .h5 parameter file (OSError: Unable to synchronously "
+                      "open file (file signature not found)); give a model.h5 or model.nnp",
+        "truncated.h5": "is not a readable .h5 parameter file (OSError: ",
+        "truncated.nnp": "is not a readable .nnp parameter file (BadZipFile: File is not a zip "
+                         "file)",
+        "bad.protobuf": "is not a readable .protobuf parameter file (DecodeError: Error parsing "
+                        "message with type 'NNablaProtoBuf')",
+        "plain.hdf5": "is not a readable .hdf5 parameter file (KeyError: ",
+        "weights.pt": "nnabla reads parameters from .h5 (.hdf5), .protobuf or .nnp files, not "
+                      ".pt; give one of those",
+    }
+
+
+def test_init_params_that_nnabla_cannot_read_are_one_line(tmp_path):
+    """Before: OSError, BadZipFile, DecodeError tracebacks; an HDF5 file named .hdf5 was
+    skipped by nnabla ("missing conv1/conv/W ... and 97 more")."""
+    import nnabla as nn
+    from models.files import read_parameter_file
+    for name, fragment in parameter_files(tmp_path).items():
+        with pytest.raises(ValueError) as error:
+            read_parameter_file(str(tmp_path / name))
+        assert str(error.value).startswith(f"--init-params {tmp_path / name}"), error.value
+        assert fragment in str(error.value) and "\n" not in str(error.value), str(error.value)
+    (tmp_path / "good.hdf5").write_bytes((tmp_path / "good.h5").read_bytes())
+    read_parameter_file(str(tmp_path / "good.hdf5"))       # nnabla's HDF5 under .hdf5: read
+    assert list(nn.get_parameters(grad_only=False)) == ["w"]
+    nn.clear_parameters()
