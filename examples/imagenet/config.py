@@ -338,7 +338,6 @@ def validate(cfg):
         raise ValueError(f"data_dir = {cfg.data_dir!r} is not a folder; pass the root holding "
                          f"train/, val/, train.txt and val.txt (--data-dir), or none for the "
                          f"embedded digits data")
-    check_context(cfg.context)
     if cfg.profile:
         load_profile(cfg.profile)            # names the shipped profiles when unknown
     check_output_path(flag_of("output_dir"), cfg.output_dir, folder=True)
