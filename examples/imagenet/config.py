@@ -14,6 +14,7 @@ import difflib
 import importlib.util
 import os
 
+from image_lists import split_source
 from nnabla_torus.comm.collectives import ALGORITHMS
 from nnabla_torus.comm.settings import KNOBS
 from nnabla_torus.planning import step_refit
@@ -83,8 +84,8 @@ def knob(default, help):
 class TrainConfig:
     """All knobs of one training run; units in the comments."""
     # data and model
-    data_dir: str = knob("", "root of an ImageNet layout (train/, val/, train.txt, val.txt); "
-                                  "empty = the embedded digits data")
+    data_dir: str = knob("", "root of an ImageNet layout: train/ and val/ of class folders, or "
+                             "with train.txt and val.txt lists; empty = the embedded digits data")
     output_dir: str = knob("runs/imagenet", "folder for monitors, the plot and checkpoints")
     arch: str = knob("resnet50", "network: resnet18 | resnet34 | resnet50")
     width: float = knob(1.0, "channel width multiplier")
@@ -336,8 +337,11 @@ def validate(cfg):
             raise ValueError(f"{name} = {getattr(cfg, name)!r}: {e} ({flag_of(name)})") from None
     if cfg.data_dir and not os.path.isdir(os.path.expanduser(cfg.data_dir)):
         raise ValueError(f"data_dir = {cfg.data_dir!r} is not a folder; pass the root holding "
-                         f"train/, val/, train.txt and val.txt (--data-dir), or none for the "
-                         f"embedded digits data")
+                         f"train/ and val/ (class folders, or with train.txt and val.txt) "
+                         f"(--data-dir), or none for the embedded digits data")
+    if cfg.data_dir:                         # before the config dump, not after it
+        for split in ("train", "val"):
+            split_source(os.path.expanduser(cfg.data_dir), split)
     if cfg.profile:
         load_profile(cfg.profile)            # names the shipped profiles when unknown
     check_output_path(flag_of("output_dir"), cfg.output_dir, folder=True)

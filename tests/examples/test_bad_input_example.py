@@ -27,6 +27,14 @@ TRAIN = [
     (["-C", "nope"], "recipe 'nope' not found"),
     (["-C", "@bad.yaml"], ":2: not valid YAML"),
     (["--data-dir", "/no/such/folder"], "data_dir = '/no/such/folder' is not a folder"),
+    # the layout is checked at parse, before the config dump (before: train.txt required,
+    # a FileNotFoundError after 50 lines of config)
+    (["--data-dir", "@empty-root"], "--data-dir @empty-root has no train/ folder; expected class "
+                                    "folders @empty-root/train/<class>/*.JPEG, or images under "
+                                    "@empty-root/train named with their labels in "
+                                    "@empty-root/train.txt"),
+    (["--data-dir", "@ok-root"], "--data-dir @ok-root: @ok-root/val has no class folders and "
+                                 "@ok-root/val.txt does not exist"),
     (["--init-params", "/no/such/model.h5"], "init_params = '/no/such/model.h5' is not a file"),
     (["--output-dir", FILE], "--output-dir = "),
     (["--arch", "vgg"], "invalid choice: 'vgg'"),
@@ -201,9 +209,11 @@ def paths(tmp_path):
     (tmp_path / "ok" / "train" / "n01" / "a.JPEG").write_bytes(b"x")
     (tmp_path / "ok" / "val").mkdir()                     # flat: images, no class folders
     (tmp_path / "ok" / "val" / "v1.JPEG").write_bytes(b"x")
+    (tmp_path / "empty").mkdir()
     return {FILE: str(tmp_path / "a-file" / "out"), "@bad.yaml": str(tmp_path / "bad.yaml"),
             "@train": str(tmp_path / "train"), "@train-ok": str(tmp_path / "ok" / "train"),
-            "@flat-val": str(tmp_path / "ok" / "val")}
+            "@flat-val": str(tmp_path / "ok" / "val"), "@ok-root": str(tmp_path / "ok"),
+            "@empty-root": str(tmp_path / "empty")}
 
 
 def error_of(parse, argv, capsys):
