@@ -70,7 +70,8 @@ RANGES = {
     # nn.seed takes a C int (OverflowError from 2**31); more epochs or a bigger bucket than
     # these overflow the step and byte counts (int(inf)) long before anything trains
     "loss_scale": number(float, **POSITIVE), "seed": number(int, low=0, high=2 ** 31 - 1),
-    "bucket_mib": number(float, low=0, strict=True, high=MAX_BUCKET_MIB), "checkpoint_every": number(int, low=0),
+    "bucket_mib": number(float, low=0, strict=True, high=MAX_BUCKET_MIB),
+    "checkpoint_every": number(int, low=0), "max_nonfinite_steps": number(int, low=0),
     "max_steps": number(int, low=0), "log_every": number(int, low=0),
 }
 
@@ -163,6 +164,10 @@ class TrainConfig:
     bucket_mib: float = knob(25.0, "bucket size for overlap, MiB")
     # bookkeeping
     checkpoint_every: int = knob(0, "optimizer steps between checkpoints (0 = only at the end)")
+    max_nonfinite_steps: int = knob(3, "stop the run on every rank after this many steps in a "
+                                       "row whose loss or gradient norm is not finite (a "
+                                       "diverged run; checkpoints stop before it, fp16's "
+                                       "skipped overflow steps do not count; 0 = never)")
     resume: bool = knob(False, "continue from the newest good checkpoint in output_dir")
     init_params: str = knob("", "start from the parameters in this file: nn.save_parameters' "
                                 ".h5/.protobuf or a .nnp, e.g. a run's model.h5 (empty = random "
@@ -300,7 +305,20 @@ def parse_config(argv=None):
              if values[name] in RENAMED_VALUES[name]]
     cfg = TrainConfig(**values, recipe=recipe_name, source=source, notes=notes)
     validate(cfg)
+    if with_env.data_dir and not with_env.recipe:
+        cfg.notes.append(data_recipe_note(cfg))
     return cfg
+
+
+def data_recipe_note(cfg):
+    """What --data-dir without -C picked, and why (ImageNet's recipe, whatever the data)."""
+    cpu = (" on a CPU context: a ResNet-50 step of 8 images at 224 px takes seconds there, "
+           "so for a small image set" if cfg.context == "cpu" else "; for a small image set")
+    return (f"note: --data-dir without -C uses the ImageNet recipe {DEFAULT_DATA_RECIPE} "
+            f"({cfg.arch} x{cfg.width:g}, {cfg.image_size} px, global batch "
+            f"{cfg.batch_schedule}, {cfg.epochs:g} epochs){cpu} pass a smaller recipe "
+            f"(-C digits-cpu: resnet18 x0.125, 16 px) or set --arch, --width, --image-size "
+            f"and --epochs")
 
 
 def rename(values, name):

@@ -110,6 +110,8 @@ TRAIN = [
     (["--bucket-mib", "1e308"], "argument --bucket-mib: must be a finite number > 0 and <= "
                                 "1e+06, got '1e308'"),   # before: OverflowError
     (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be an integer >= 0"),
+    (["--max-nonfinite-steps", "-1"], "argument --max-nonfinite-steps: must be an integer >= 0, "
+                                      "got '-1'"),
     (["--resume", "maybe"], "argument --resume"),
     (["--elastic", "maybe"], "argument --elastic"),
     (["--max-steps", "-1"], "argument --max-steps: must be an integer >= 0"),
