@@ -15,6 +15,7 @@ import importlib.util
 import os
 
 from image_lists import split_source
+from nnabla_torus.comm import failfast
 from nnabla_torus.comm.collectives import ALGORITHMS
 from nnabla_torus.comm.settings import KNOBS
 from nnabla_torus.planning import step_refit
@@ -221,9 +222,11 @@ def env_of(name):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse's parser whose usage error is one line (its usage text lists ~60 flags)."""
+    """argparse's parser whose usage error is one line (its usage text lists ~60 flags), once
+    per job when every rank meets it (``failfast.wait_for_rank_zero``)."""
 
     def error(self, message):
+        failfast.wait_for_rank_zero()
         self.exit(2, f"{self.prog}: error: {message} (flags: {self.prog} --help)\n")
 
 

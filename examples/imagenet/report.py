@@ -47,10 +47,12 @@ def duration(seconds):
 
 class EpochMeter:
     """One epoch's training: mean loss over its steps (each the mean over the ranks), its own
-    images per second and seconds (the step times: validation and checkpoints not counted)."""
+    images per second and seconds (the step times: validation and checkpoints not counted),
+    and its wall time since the meter was made (all included: the ETA's pace)."""
 
     def __init__(self):
         self.loss_sum, self.steps, self.images, self.seconds = 0.0, 0, 0, 0.0
+        self.started = time.time()
 
     def add(self, loss, images, seconds):
         self.loss_sum, self.steps = self.loss_sum + loss, self.steps + 1
@@ -64,9 +66,13 @@ class EpochMeter:
     def images_per_s(self):
         return self.images / self.seconds if self.seconds > 0 else math.nan
 
-    def line(self, epoch, step, top1, top5, done, total, elapsed):
-        """The epoch line: ``done`` of ``total`` images after ``elapsed`` seconds of the run."""
-        left = (total - done) * elapsed / done if done > 0 else math.inf
+    def line(self, epoch, step, top1, top5, epochs):
+        """The epoch line at fractional ``epoch`` of ``epochs``; the ETA at this epoch's pace
+        (its steps, validation and checkpoints; a short first epoch of a resumed run is
+        extrapolated from its part)."""
+        wall = time.time() - self.started
+        part = epoch - math.ceil(epoch - 1) if epoch > 0 else 0.0      # of this epoch, <= 1
+        left = (epochs - epoch) * wall / part if part > 0 else math.inf
         return (f"{clock()} epoch {epoch:.2f} step {step}: train loss {self.mean_loss:.4f} "
                 f"(epoch mean), val top-1 {json_value(top1)} top-5 {json_value(top5)}, "
                 f"{self.images_per_s:.0f} images/s, epoch {duration(self.seconds)}, "
@@ -137,7 +143,7 @@ class Progress:
             self.bar.update(seen - self.bar.n)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=batch, refresh=False)
         elif self.enabled and self.every and step % self.every == 0:
-            print(f"step {step}: {seen:,}/{self.total:,} images ({seen / self.total:.1%}), "
+            print(f"{clock()} step {step}: {seen:,}/{self.total:,} images ({seen / self.total:.1%}), "
                   f"loss {loss:.4f}, lr {lr:.3g}, global batch {batch}, "
                   f"{time.time() - self.tic:.0f} s", flush=True)
 
@@ -145,6 +151,22 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def closing_summary(run, wall, plots):
+    """The lines a person reads at the end of a run (rank 0): accuracy, times, every output."""
+    progress, cfg = run.progress, run.settings.cfg
+    out = cfg.output_dir
+    yield (f"done: {run.data.stream.epoch():.2f} epochs, {progress.step} steps in "
+           f"{duration(wall)} ({duration(progress.train_time)} training, "
+           f"{progress.images_seen / max(progress.train_time, 1e-9):.0f} images/s); val top-1 "
+           f"best {json_value(progress.best_top1)}, last {json_value(progress.top1)}")
+    yield f"  model:       {out}/model.h5, {out}/model.nnp"
+    yield f"  monitors:    {out}/*.series.txt ({', '.join(SERIES)})"
+    if plots:
+        yield f"  plots:       {', '.join(plots)}"
+    if progress.checkpoint:
+        yield f"  checkpoint:  {progress.checkpoint} (continue with --resume 1)"
 
 
 def json_value(value):
