@@ -111,6 +111,7 @@ def test_an_error_before_mpi_starts_waits_on_ranks_other_than_zero(monkeypatch, 
     their wait (before: the same config error once per rank)."""
     waits = []
     monkeypatch.setattr(failfast.time, "sleep", waits.append)
+    monkeypatch.setattr(failfast, "_mpi", lambda: None)              # before MPI starts
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
     failfast.wait_for_rank_zero()
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
