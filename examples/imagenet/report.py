@@ -199,7 +199,8 @@ def summary_json(run, wall):
         "grid": str(comm.grid),
         "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in progress.history),
         "plan": planner and planner.summary,
-        "bad_images": len(run.data.reported_bad)})
+        "bad_images": len(run.data.reported_bad),
+        "diverged_since_step": progress.first_nonfinite if progress.nonfinite_steps else None})
 
 
 def make_monitors(cfg, rank, resumed_at=None):
