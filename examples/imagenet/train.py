@@ -334,8 +334,11 @@ def take_step(run, plan, epoch):
 def mean_loss(run, loss, grad_finite):
     """The step's loss averaged over the ranks, or NaN when it (or the gradient norm) is not
     finite on some rank: one 8-byte all-reduce a step, so that every rank counts the same
-    non-finite steps and a diverged run stops on all of them at the same step."""
+    non-finite steps and a diverged run stops on all of them at the same step. With
+    --max-nonfinite-steps 0 (no check) this rank's loss, and no all-reduce."""
     progress, comm = run.progress, run.parallel.comm
+    if not run.settings.cfg.max_nonfinite_steps:
+        return loss
     finite = math.isfinite(loss) and grad_finite
     shared = comm.allreduce_numpy(np.array([loss if finite else 0.0, not finite], np.float32))
     if shared[1] == 0:
