@@ -71,12 +71,11 @@ def launched(environ=None):
 
 
 def launcher_rank(environ=None):
-    """This process's rank as its launcher numbered it (before MPI starts), else 0."""
-    launch = launched(environ)
+    """This process's rank as its launcher numbered it, readable before MPI starts: the first
+    of the ``LAUNCHERS``' rank variables set, then PMIx's; 0 outside a launcher."""
     environ = os.environ if environ is None else environ
-    if launch is not None and launch.rank is not None:
-        return launch.rank
-    return _integer(environ, "PMIX_RANK") or 0
+    names = [rank for _, rank, _ in LAUNCHERS] + ["PMIX_RANK"]
+    return next((r for r in (_integer(environ, n) for n in names) if r is not None), 0)
 
 
 def library_name(MPI):
