@@ -23,7 +23,7 @@ ADAPTIVE = "adaptive (goodput)"
 ADAPTIVE_PRIOR = "adaptive (prior)"           # the same, deciding on an earlier run's prior
 ADAPTIVES = (ADAPTIVE, ADAPTIVE_PRIOR)
 BEFORE = "adaptive before (--before run)"
-VAL_LINE = re.compile(r"^epoch (\S+) step (\d+): .*val top-1 (\S+)")
+VAL_LINE = re.compile(r"^(?:\d\d:\d\d:\d\d )?epoch (\S+) step (\d+): .*val top-1 (\S+)")  # time of day first
 SIZES = re.compile(r"(\d+) training / \d+ validation images")
 PARAMS = re.compile(r": ([\d,]+) parameters, ")
 
