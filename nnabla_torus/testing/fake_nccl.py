@@ -46,6 +46,9 @@ class FakeMultiProcessDataParallelCommunicator:
     """nnabla-ext-cuda's ``MultiProcessDataParallelCommunicatorNccl`` on CPU (see module doc)."""
     name = "MultiProcessDataParallelCommunicatorNccl"
     live = 0  # communicators alive in this process (each would hold NCCL communicators)
+    # NCCL communicators this process created (ncclCommInitRank: one per init(), one per
+    # new_group this rank is a member of; ext .cu 426, 510): each holds device memory
+    nccl_created = 0
 
     def __init__(self, ctx):
         config = ctx.backend[0].split(":")[-1] if ctx.backend else ""
@@ -94,6 +97,7 @@ class FakeMultiProcessDataParallelCommunicator:
         set_device(self._local_rank)  # and its cuda_set_device(device_id_)
         self._groups["world"] = list(range(self._world.Get_size()))
         self._comms["world"] = self._world
+        FakeMultiProcessDataParallelCommunicator.nccl_created += 1
         self._initialized = True
 
     def add_context_and_parameters(self, ctx_param_dict):
@@ -131,6 +135,7 @@ class FakeMultiProcessDataParallelCommunicator:
                              "MPI_Comm_create_group")
             _host_mpi(comm.Barrier, "MPI_Barrier(group)")  # ncclCommInitRank
             self._comms[name] = comm
+            FakeMultiProcessDataParallelCommunicator.nccl_created += 1
         return name
 
     def list_groups(self):
