@@ -195,6 +195,7 @@ def cuda_device_count():
         return 0
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(cuda_device_count() < 1, reason="needs nnabla-ext-cuda and a GPU (not run "
                     "on the machines this project is built on)")
 @pytest.mark.parametrize("dtype", ["float", "half"])
@@ -212,6 +213,7 @@ def test_on_a_gpu_the_batch_lands_in_device_memory_unchanged(indexed, dtype):  #
     np.testing.assert_allclose(y.d, expected.astype(np.float32).mean(axis=(2, 3)), rtol=1e-2)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(cuda_device_count() < 1, reason="needs nnabla-ext-cuda and a GPU (not run "
                     "on the machines this project is built on)")
 def test_on_a_gpu_training_labels_land_on_the_device(indexed):  # noqa: F811

@@ -35,7 +35,7 @@ def backend_cases():
     for r in (2, 4, 8):
         skip = pytest.mark.skipif(gpus < r, reason=f"nccl backend on {r} ranks needs {r} GPUs "
                                   f"and nnabla-ext-cuda; {gpus} visible")
-        cases.append(pytest.param("nccl", r, id=f"nccl-{r}", marks=skip))
+        cases.append(pytest.param("nccl", r, id=f"nccl-{r}", marks=[skip, pytest.mark.gpu]))
     return cases
 
 
