@@ -306,7 +306,22 @@ class FakeAllReduceCallback:
     so a kernel that reads a gradient after its function's callback sees the reduced value
     here, as it may on a GPU. Not a host sync (none is logged)."""
 
+    # nnabla's pack memory: one fixed 40 MiB split into buffers of pack_size elements of T
+    # (ext .hpp 190-191, .cu 962-972; its test compares bytes with elements); 0 buffers is
+    # undefined there (allocate_workspace pops an empty queue, .cu 1153-1158): refused here.
+    MAX_GPU_MEMORY_SIZE = 40 * 1024 * 1024
+    buffers_made = []   # the buffer count of every callback made in this process, in order
+
     def __init__(self, parent, comm, arrays, pack_size, division, scale_grad):
+        itemsize = parent.dtype.itemsize
+        n = (1 if self.MAX_GPU_MEMORY_SIZE < pack_size
+             else self.MAX_GPU_MEMORY_SIZE // itemsize // pack_size)
+        if n == 0:
+            raise ValueError(f"all_reduce_callback: pack_size {pack_size} elements of "
+                             f"{parent.dtype} leaves nnabla's 40 MiB of pack memory with no "
+                             f"buffer (undefined behaviour in nnabla-ext-cuda v1.39.0)")
+        self.buffers = n
+        FakeAllReduceCallback.buffers_made.append(n)
         self.parent, self.comm, self.arrays = parent, comm, arrays
         self.pack_size, self.division, self.scale_grad = pack_size, division, scale_grad
         self._flats, self._parts = [], []

@@ -355,3 +355,23 @@ def test_issue33_pop_sqnorms_on_the_device_is_a_checked_collective(monkeypatch):
     assert comm.pop_sqnorms() == (2.0, 3.0)
     assert calls == [("group world", ("pop_sqnorms",), "pop_sqnorms (noise-scale norms, "
                       "all_reduce)")]
+
+
+@pytest.mark.parametrize("bucket_mib, grad_bytes, buffers", [
+    (25, 4, 3), (25, 2, 3), (13, 4, 3), (1, 4, 40), (100, 4, 3), (1e-6, 4, 10485760)])
+def test_issue33_device_packs_get_at_least_three_of_nnabla_s_buffers(bucket_mib, grad_bytes,
+                                                                     buffers):
+    """nnabla splits a fixed 40 MiB into pack buffers (ext .hpp 190-191, .cu 966-968): a 25 MiB
+    pack got one buffer (packs never pipelined), a 100 MiB one none. The fake computes the count
+    as nnabla does; the overlap's packs are capped so that there are 3 or more."""
+    from nnabla_torus.overlap import device_pack_size
+    parent = type("Parent", (), {"dtype": np.dtype(np.float32 if grad_bytes == 4 else
+                                                   np.float16)})()
+    pack = device_pack_size(bucket_mib, grad_bytes)
+    made = fake_nccl.FakeAllReduceCallback(parent, None, [], pack, True, 1.0)
+    assert made.buffers == buffers
+    before = fake_nccl.FakeAllReduceCallback(parent, None, [], int(25 * 2 ** 20) // grad_bytes,
+                                             True, 1.0)
+    assert before.buffers == 1
+    with pytest.raises(ValueError, match="no buffer"):
+        fake_nccl.FakeAllReduceCallback(parent, None, [], 100 * 2 ** 20 // 4, True, 1.0)
