@@ -45,7 +45,8 @@ _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", 
              "auto_tables"}
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
-_MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host"}
+_MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host",
+               "grad_arrays"}
 _RACK_KEYS = {"hosts_per_rack", "spine", "oversubscription"}
 _AUTO_KEYS = {"ranks", "ranks_per_host", "bounds", "algorithms"}
 # The run: block's keys and defaults. restart_s: seconds one checkpoint-restart costs (the
@@ -100,14 +101,16 @@ def _flag(where, value):
 
 
 def _compute(name, raw):
-    _check_keys(f"models.{name}", raw, _MODEL_KEYS, _MODEL_KEYS - {"slots_per_host"})
+    _check_keys(f"models.{name}", raw, _MODEL_KEYS, _MODEL_KEYS - {"slots_per_host",
+                                                                   "grad_arrays"})
     where = f"models.{name}"
     return Compute(_number(where, raw, "a_ms") * 1e-3,
                    _number(where, raw, "b_ms", strict=True) * 1e-3,
                    _number(where, raw, "gamma", low=1),   # 1: no overlap of compute, all-reduce
                    _number(where, raw, "max_local_batch", 1, kind=int),
                    _number(where, raw, "grad_bytes", 1, kind=int),
-                   _number(where, raw, "slots_per_host", kind=int, default=0))
+                   _number(where, raw, "slots_per_host", kind=int, default=0),
+                   _number(where, raw, "grad_arrays", kind=int, default=0))
 
 
 def _racks(raw, hosts):
