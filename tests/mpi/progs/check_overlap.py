@@ -95,7 +95,11 @@ def device_streams(comm):
     reducer = BucketedAllReduce(comm, loss, params, bucket_mib=1e-4)   # ~26 elements a pack
     fake_nccl.synchronize()
     fake_nccl.stream_log.clear()
+    checks = fake_nccl.FakeAllReduceCallback.host_checks
     reducer.backward(loss)
+    # nnabla's callback: one blocking 1-byte MPI_Allreduce per gradient use (ext .cu 1025-1030)
+    checks = fake_nccl.FakeAllReduceCallback.host_checks - checks
+    assert checks == sum(reducer.uses.values()) == len(params), (checks, reducer.uses)
     log = list(fake_nccl.stream_log)
     packs = [e for e in log if e[0] != "host-sync"]
     syncs = [e for e in log if e[0] == "host-sync"]
@@ -129,7 +133,8 @@ def device_streams(comm):
                                    err_msg=f"{name} torus2d")
     reducer.close()
     if comm.rank == 0:
-        print(f"device streams: {len(packs)} packs on non-blocking streams, no host sync")
+        print(f"device streams: {len(packs)} packs on non-blocking streams, no host sync; "
+              f"{checks} blocking 1-byte MPI checks ({len(params)} gradients)")
         print(passed_line("check_overlap"))
 
 
