@@ -179,7 +179,7 @@ class BucketedAllReduce:
 
     def backward(self, loss, **backward_kwargs):
         """``loss.backward(**backward_kwargs)`` with bucketed all-reduce, then flush. On the
-        device (``on_device``): nnabla's callback in packs of the bucket size, no thread; it
+        device (``on_device``): nnabla's callback in packs of ``self.pack_size``, no thread; it
         averages gradients as they are (FP16: still loss-scaled); with the noise scale
         tracked, ``norm_hook`` takes each local norm and the reduced norms are enqueued after
         backward (no host sync: read at ``comm.pop_sqnorms()``). Where the collectives would
