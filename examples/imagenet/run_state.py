@@ -27,6 +27,7 @@ if TYPE_CHECKING:      # for the annotations only: the communicator's module sta
     from nnabla_torus.planning.step_refit import StepTimeRefit
     from config import TrainConfig
     from image_lists import Dataset
+    from overlap_trial import OverlapTrial
     from report import RankZeroLog
     from resize import ResizeAdvisor
     from solvers import SolverGroup
@@ -91,7 +92,8 @@ class Planning:
     --plan off; plan_step replans at each new global batch), the noise-scale estimator and the
     step-time refit (adaptive batch only, else None; take_step feeds them), the batch-size
     controller and the learning-rate schedule (set_up); the elastic ``advisor``
-    (resume_or_start, None with --plan off); whether choose_overlap has logged its choice."""
+    (resume_or_start, None with --plan off); whether choose_overlap has logged its choice, and
+    its trial of both configurations (OverlapTrial: NCCL across hosts, --algorithm planned)."""
     planner: Optional[TrainingPlanner]
     noise: Optional[NoiseScaleEstimator]
     refit: Optional[StepTimeRefit]
@@ -99,6 +101,7 @@ class Planning:
     lr_schedule: LearningRateSchedule
     advisor: Optional[ResizeAdvisor] = None
     overlap_choice_logged: bool = False
+    overlap_trial: Optional[OverlapTrial] = None
 
 
 @dataclasses.dataclass(slots=True)

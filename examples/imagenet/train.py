@@ -43,6 +43,7 @@ import resize
 from checkpoint import CheckpointError, remove_stale_temporaries
 from config import build_schedules, parse_config
 from models import export_model, get_model, load_initial_parameters
+from overlap_trial import OverlapTrial
 from training_planner import TrainingPlanner, replan_and_switch
 from epoch_end import average_running_stats, share_bad_images, validate
 from run_checkpoint import restore_checkpoint, write_checkpoint
@@ -263,16 +264,35 @@ def choose_overlap(run, plan):
     planning, comm, cfg = run.planning, run.parallel.comm, run.settings.cfg
     if planning.planner is None:
         return False
-    choice = planning.planner.overlap_choice(plan.local_batch, comm.grid.x)
-    if not planning.overlap_choice_logged:
-        planning.overlap_choice_logged = True
-        run.settings.log(describe_overlap_choice(choice, planning.planner.prof.name) + (
-            "" if cfg.algorithm == "planned" else
-            f" (kept {comm.algorithm}: --algorithm {cfg.algorithm} was asked for)"))
-    if choice.algorithm != "native" or cfg.algorithm != "planned":
+    if planning.overlap_trial is None:
+        choice = planning.planner.overlap_choice(plan.local_batch, comm.grid.x)
+        if not planning.overlap_choice_logged:
+            planning.overlap_choice_logged = True
+            run.settings.log(describe_overlap_choice(choice, planning.planner.prof.name) + (
+                "; timing both on this run next" if cfg.algorithm == "planned" else
+                f" (kept {comm.algorithm}: --algorithm {cfg.algorithm} was asked for)"))
+        if cfg.algorithm != "planned":
+            return False
+        planning.overlap_trial = OverlapTrial(choice, comm.grid)
+    if planning.overlap_trial.running != "native":
         return False
     comm.set_algorithm("native")
     return True
+
+
+def retime_overlap(run, step_time):
+    """Feed the overlap trial (choose_overlap) one step; switch when it says so, rebuilding
+    the graph's reducer for the new algorithm; log the measured choice once it is made."""
+    planning, comm = run.planning, run.parallel.comm
+    trial = planning.overlap_trial
+    if trial is None or trial.done:
+        return
+    switch = trial.observe(comm, step_time)
+    if trial.done:
+        run.settings.log(describe_overlap_choice(trial.choice, planning.planner.prof.name))
+    if switch is not None:
+        comm.set_algorithm(switch, trial.grid if switch == "torus2d" else None)
+        run.net.graph_key = None      # graph_for builds the reducer of the new algorithm
 
 
 def take_step(run, plan, epoch):
@@ -304,6 +324,7 @@ def take_step(run, plan, epoch):
             f"{scaler.scale:g}")
     progress.step += 1
     step_time = time.time() - tic
+    retime_overlap(run, step_time)
     if planning.refit is not None:
         observe_step_times(run, plan, step_time, sync_s)
     progress.train_time += step_time
