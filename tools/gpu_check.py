@@ -13,8 +13,9 @@ this host (``planned_runs``, printed before they start):
    off equal, fp16 through nnabla's callback, the noise-scale norms on the device and SyncBN
    against the CPU reference (tests/mpi/test_gpu.py), the communicator's exact sums on every
    grid and algorithm, the NCCL mapping, DALI's batches and labels into device memory;
-2. the property suite (``tests/mpi/test_property*.py``, where present) on ``nccl``
-   (``NNABLA_TORUS_BACKEND=nccl``);
+2. the property suite (``tests/mpi/test_property*.py``, where present) on ``nccl``: its
+   real-NCCL cases (``-k "nccl- and not fake"``, ``NNABLA_TORUS_BACKEND=nccl``), in a run and
+   verdict of their own;
 3. ``allreduce_bench``: torus2d on every grid the GPU count allows against NCCL's own
    all-reduce (``native``), device-synchronised times, busbw, exactness, at 1 MiB and at
    ResNet-50's 102,228,128 bytes of float32 gradients;
@@ -42,8 +43,9 @@ from nnabla_torus.comm.topology import factor_pairs
 RESNET50_BYTES = 25557032 * 4
 # The tests that need GPUs carry the marker `gpu` (pyproject.toml); the property suite runs
 # on every backend the environment names, here real NCCL.
-GPU_TESTS = ["-m", "gpu", "tests"]
 PROPERTY_TESTS = "tests/mpi/test_property*.py"
+GPU_TESTS = ["-m", "gpu", "tests", f"--ignore-glob={PROPERTY_TESTS}"]   # that suite: its own run
+PROPERTY_K = "nccl- and not fake"     # the suite's real-NCCL cases (ids nccl-2, nccl-4)
 NCCL_MIN = 21003  # nnabla-ext-cuda 1.39 refuses older NCCL
 
 
@@ -194,7 +196,8 @@ def planned_runs(gpus, json_path):
     properties = sorted(os.path.relpath(p, REPO)
                         for p in glob.glob(os.path.join(REPO, PROPERTY_TESTS)))
     if properties:
-        runs.append(("property suite on nccl", [python, "-m", "pytest", "-q", *properties],
+        runs.append(("property suite on nccl", [python, "-m", "pytest", "-q", "-rs", *properties,
+                                                 "-k", PROPERTY_K],
                      {"NNABLA_TORUS_BACKEND": "nccl"}))
     grids = [str(g) for g in factor_pairs(gpus)]
     runs.append(("allreduce_bench", mpirun_command(gpus, [

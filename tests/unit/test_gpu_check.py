@@ -95,7 +95,7 @@ def test_issue33_the_dry_run_prints_every_run_and_the_property_suite_on_nccl(tmp
     assert [r[0] for r in runs] == ["GPU tests (pytest -m gpu)", "property suite on nccl",
                                     "allreduce_bench", "ResNet-50 train_bench float",
                                     "ResNet-50 train_bench half"]
-    assert runs[1][1][-1] == "tests/mpi/test_property_suite.py"
+    assert runs[1][1][-3:] == ["tests/mpi/test_property_suite.py", "-k", "nccl- and not fake"]
     assert runs[1][2] == {"NNABLA_TORUS_BACKEND": "nccl"}
     monkeypatch.setattr(gpu_check, "REPO", REPO)
     monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
