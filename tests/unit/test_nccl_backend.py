@@ -336,8 +336,8 @@ def test_issue33_a_hang_inside_a_call_that_holds_the_gil_ends_the_process():
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 1 and time.monotonic() - start < 20
-    assert "Timeout (0:00:01)!" in done.stderr and "line 3 in <module>" in done.stderr, done.stderr
+    assert done.returncode == 1 and time.monotonic() - start < 25
+    assert "Timeout (0:00:06)!" in done.stderr and "line 3 in <module>" in done.stderr, done.stderr
 
 
 def test_issue33_pop_sqnorms_on_the_device_is_a_checked_collective(monkeypatch):
