@@ -39,6 +39,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.comm.topology import factor_pairs
+from nnabla_torus.knobs import add_knob, number, writable_file
 
 RESNET50_BYTES = 25557032 * 4
 # The tests that need GPUs carry the marker `gpu` (pyproject.toml); the property suite runs
@@ -269,16 +270,21 @@ def device_checks(gpus, env, json_path):
     return results, verdicts
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--json", default="gpu_check.json", help="write the results here")
+    add_knob(parser, "--json", "NNABLA_TORUS_GPU_CHECK_JSON", "gpu_check.json",
+             "write the results here (checked before the checks run)", type=writable_file)
     parser.add_argument("--no-install", action="store_true",
                         help="do not pip install the [gpu] extra first")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the runs a GPU node would make and exit 0 (runs nothing)")
-    parser.add_argument("--gpus", type=int, default=8,
-                        help="GPUs of the node --dry-run describes (default: 8)")
-    args = parser.parse_args(argv)
+    add_knob(parser, "--gpus", "NNABLA_TORUS_GPU_CHECK_GPUS", 8,
+             "GPUs of the node --dry-run (and the no-GPU run) describes", type=number(int, low=1))
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     if args.dry_run:
         print_plan(args.gpus, args.json)
         return 0

@@ -375,3 +375,13 @@ def test_issue33_device_packs_get_at_least_three_of_nnabla_s_buffers(bucket_mib,
     assert before.buffers == 1
     with pytest.raises(ValueError, match="no buffer"):
         fake_nccl.FakeAllReduceCallback(parent, None, [], 100 * 2 ** 20 // 4, True, 1.0)
+
+
+def test_a_device_squared_norm_beyond_float32_is_finite(backend):
+    """Before: the float32 device sum of gradients ~1e20 was inf, and the noise scale skipped
+    every observation of a run whose gradients were finite."""
+    buf = backend.empty(np.float32, 17)
+    buf.fill(1e20)
+    assert backend.sqnorm(buf) == pytest.approx(17 * float(np.float32(1e20)) ** 2, rel=1e-5)
+    buf.fill(3.0)
+    assert backend.sqnorm(buf) == pytest.approx(153.0)
