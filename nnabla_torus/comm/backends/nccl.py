@@ -16,6 +16,7 @@ Example (under ``mpirun -np 4``, one rank per GPU; the communicator normally dri
     be.all_gather(row, buf)                  # buf: the row's sum everywhere
 """
 import contextlib
+import logging
 import math
 import os
 import socket
@@ -65,7 +66,8 @@ def nnabla_watchdog(timeout):
              f"longer than NNABLA_MPI_WATCH_DOG_TIMEOUT="
              f"{os.environ['NNABLA_MPI_WATCH_DOG_TIMEOUT']} s, e.g. an all-reduce waiting for a "
              f"rank that saves a checkpoint. nnabla_torus ends a hung job itself, naming the "
-             f"rank and host (NNABLA_TORUS_TIMEOUT); unset it to leave that to nnabla_torus")
+             f"rank and host (NNABLA_TORUS_TIMEOUT); unset it to leave that to nnabla_torus",
+             logging.WARNING)
 
 
 def mpi_error_in(error):
