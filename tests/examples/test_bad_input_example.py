@@ -177,7 +177,6 @@ RESTART_COST = [          # before: --repeat 0 a statistics traceback, --ranks 0
     (["--local-batch", "0"], "argument --local-batch: must be an integer >= 1, got '0'"),
     (["--json", "/nonexistent/x.json"], "argument --json: cannot write '/nonexistent/x.json': "
                                         "give a file path in an existing writable folder"),
-    (["--dry-run", "--gpus", "0"], "argument --gpus: must be an integer >= 1"),
 ]
 
 GPU_CHECK = [             # before: every check ran, then the results were lost
