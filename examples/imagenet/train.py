@@ -7,10 +7,11 @@ backward, the batch-size controller, the planner, checkpoints::
 
     mpirun -np 4 python examples/imagenet/train.py          # any machine, no data, 4 CPU ranks
     mpirun -np 8 python examples/imagenet/train.py --data-dir /data/imagenet --context cudnn
+    srun --mpi=pmix -n 8 python examples/imagenet/train.py ...   # Slurm (or train.sbatch)
 
 Every knob is a flag, an environment variable and a recipe key (``python train.py --help``).
 Other commands, how the loop reads, the modules beside this file, output, resuming and the
-exit statuses: docs/imagenet.md.
+exit statuses: docs/imagenet.md; Slurm and PBS: docs/clusters.md.
 """
 import json
 import math

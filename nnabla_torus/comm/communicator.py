@@ -5,7 +5,8 @@ and keep the rest of an nnabla data-parallel script; launch with ``mpirun -np 8 
 train.py``. Settings: :mod:`.settings`. This module is nnabla's API; the rooms behind it are
 listed in docs/communicator.md#where-the-code-is. Importing it installs
 :mod:`nnabla_torus.comm.failfast` (an error on one rank ends the job), so errors between the
-import and ``init()`` are covered too.
+import and ``init()`` are covered too, and stops every process whose MPI world is not the one
+its launcher started (:func:`.launcher_env.world_mismatch`).
 """
 import collections
 import os
@@ -17,6 +18,8 @@ import numpy as np
 # (no UCX network here); our windows are all shared memory (osc/sm). Read at MPI start, so
 # this only helps when the communicator is imported first; mpirun --mca osc ^ucx always does.
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
+from . import launcher_env  # noqa: E402
+launcher_env.quiet_pmix()   # srun --mpi=pmix: no help-file noise per rank (read at MPI start)
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
 from . import backends, failfast, grid_layouts, other_collectives, topology  # noqa: E402
@@ -33,6 +36,9 @@ from .settings import DEFAULTS, CommSettings, differences  # noqa: E402  (train.
 from .threads import OneCaller  # noqa: E402
 
 failfast.install()  # MPI has started (mpi4py.MPI): from here on, one rank's error ends the job
+_mismatch = launcher_env.world_mismatch(MPI)  # srun -n 8 without PMI: 8 one-rank worlds
+if _mismatch:
+    failfast.abort_job(_mismatch[0], 1, place=_mismatch[1])   # one line each, then exit
 
 
 def _setting(name, doc):

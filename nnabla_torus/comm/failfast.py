@@ -16,12 +16,12 @@ non-zero. The messages and timings: docs/communicator.md#errors-and-failures. Ex
         failfast.abort_job(f"train.py: error: {path} is not a folder", 2)
 """
 import atexit
-import os
 import socket
 import sys
 import threading
 import time
 
+from .launcher_env import launcher_rank   # Open MPI's, hydra's, Slurm's, PMIx's rank variable
 from .mpi_tags import EXIT_TAG
 
 EXIT_GRACE_S = 1.0   # seconds a wait goes on after its peer announced its exit
@@ -65,13 +65,6 @@ def _world_size():
     return MPI.COMM_WORLD.Get_size() if MPI is not None else 1
 
 
-def launcher_rank():
-    """This process's rank from the launcher's variables, readable before MPI starts: Open
-    MPI's, PMIx's, then hydra's (MPICH, Intel MPI); 0 outside a launcher."""
-    return int(next((os.environ[k] for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
-                     if k in os.environ), "0"))
-
-
 def wait_for_rank_zero():
     """Before MPI starts, on a rank other than 0: wait ``SAME_ERROR_WAIT_S`` (see there), so
     that an error every rank meets is printed once per job. Call it just before printing."""
@@ -89,15 +82,16 @@ def where():
     return f"rank {launcher_rank()} on host {socket.gethostname()}"
 
 
-def abort_job(message, code=ABORT_CODE):
-    """Print ``message`` once, prefixed with the rank and host, and end the whole job (before
-    MPI starts: once per job when every rank meets it, ``wait_for_rank_zero``).
+def abort_job(message, code=ABORT_CODE, place=None):
+    """Print ``message`` once, prefixed with ``place`` (default: :func:`where`), and end the
+    whole job (before MPI starts: once per job when every rank meets it,
+    ``wait_for_rank_zero``).
 
     ``MPI_Abort(code)`` when MPI is initialised and the job has more than one rank (the other
     ranks may be waiting for this one); else ``sys.exit(code)``.
     """
     wait_for_rank_zero()
-    print(f"{where()}: {message}", file=sys.stderr, flush=True)
+    print(f"{place or where()}: {message}", file=sys.stderr, flush=True)
     _end(code)
 
 
