@@ -29,7 +29,7 @@ TRAIN_FLOPS_PER_MAC = 6   # 2 FLOPs per multiply-add, x 3 for forward + backward
 
 ModelCost = namedtuple("ModelCost", [
     "forward_macs",       # multiply-adds of one image's forward pass
-    "params",             # parameters (values) the graph reads
+    "params",             # trained parameters (values) the graph reads (gradients all-reduced)
     "gflops_per_image",   # training FLOPs per image / 1e9 (forward + backward)
 ])
 
@@ -59,7 +59,7 @@ def count_cost(output):
     import nnabla as nn          # lazily: planning must import without nnabla's start-up
     batch = output.shape[0] if output.ndim else 1
     # Variables wrap the same buffer in fresh Python objects: match parameters by buffer.
-    params = {_key(v): v.size for v in nn.get_parameters(grad_only=False).values()}
+    params = {_key(v): v.size for v in nn.get_parameters(grad_only=True).values()}
     totals, read = {"macs": 0}, set()
 
     def visit(func):

@@ -22,7 +22,8 @@ def test_count_cost_counts_convolution_and_affine_multiply_adds():
     conv = 7 * 9 * 9 * (5 * 3 * 3)
     fc = (7 * 9 * 9) * 11
     assert cost.forward_macs == conv + fc
-    assert cost.params == 7 * 5 * 9 + 7 + 2 * 7 + (7 * 9 * 9) * 11 + 11 + 2 * 7  # + BN stats
+    # trained parameters only: the batch-norm statistics are not all-reduced gradients
+    assert cost.params == 7 * 5 * 9 + 7 + 2 * 7 + (7 * 9 * 9) * 11 + 11
     assert cost.gflops_per_image == pytest.approx((conv + fc) * 6 / 1e9)
 
 
@@ -49,3 +50,25 @@ def test_the_cli_prices_an_unknown_model_and_says_so(tmp_path, capsys):
     assert "no statistical limit known" in out
     report = json.loads((tmp_path / "p.json").read_text())
     assert report["model_note"].startswith("model resnet18: priced")
+
+
+def test_calibrate_adds_a_model_to_a_profile_in_one_command(tmp_path):
+    """tools/calibrate.py --add-model-to: one-rank step times (here saved records) fitted as
+    a + b x batch, FLOPs counted, the profile written with the model beside the others."""
+    import subprocess
+    import sys
+    records = [{"ranks": 1, "local_batch": m, "step_time_s": 0.1 + 0.02 * m, "overlap": False}
+               for m in (8, 16, 32)]
+    (tmp_path / "train.json").write_text(json.dumps(records))
+    out = tmp_path / "mine.yaml"
+    done = subprocess.run([sys.executable, "tools/calibrate.py", "--add-model-to", "cpu-2core",
+                           "--arch", "resnet18", "--width", "0.25", "--image-size", "64",
+                           "--classes", "10", "--train-json", str(tmp_path / "train.json"),
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    prof = load_profile(str(out))
+    comp = prof.models["resnet18-w0.25-64px"]
+    assert comp.a_s == pytest.approx(0.1) and comp.b_s == pytest.approx(0.02)
+    assert comp.slots_per_host == prof.models["resnet18-w0.125-16px"].slots_per_host == 1
+    assert prof.extra["gflops_per_image"]["resnet18-w0.25-64px"] == pytest.approx(0.06636, 1e-3)
+    assert set(prof.models) == {"resnet18-w0.125-16px", "resnet18-w0.25-64px"}
