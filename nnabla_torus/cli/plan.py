@@ -329,10 +329,10 @@ def run_table(args, prof, common, report, out):
               file=out)
     print(f"recommendation: {best.gpus} GPUs, {best.algorithm} on grid {best.grid}, "
           f"{best.local_batch} per GPU x {best.accum_steps} accumulation = global batch "
-          f"{best.global_batch}; {best.images_per_s:.0f} images/s, scaling efficiency "
-          f"{best.scaling_efficiency:.1%}, predicted time to train {best.time_to_train_s:.1f} s "
-          f"(statistical efficiency {best.statistical_efficiency:.0%}: {report['statistical_efficiency_source']})",
-          file=out)
+          f"{best.global_batch:,}; {best.images_per_s:,.0f} images/s, scaling efficiency "
+          f"{best.scaling_efficiency:.1%}, predicted time to train {best.time_to_train_s:,.1f} s "
+          f"(statistical efficiency {best.statistical_efficiency:.0%}: "
+          f"{report['statistical_efficiency_source']})", file=out)
     if args.explain:
         print("\n".join(explain(prof, args.model, best)), file=out)
     if args.plot:

@@ -21,10 +21,14 @@ with LARS and careful tuning.
 """
 from collections import namedtuple
 
-Limit = namedtuple("Limit", ["max_batch", "source"])
+Limit = namedtuple("Limit", [
+    "max_batch",   # the default cap: largest global batch planned without a noise scale
+    "largest",     # the largest published batch that trained to about the usual accuracy
+    "source",      # the runs, for the plan's line
+])
 
 PUBLISHED = {
-    "resnet50": Limit(65536, "ResNet-50/ImageNet keeps ~75-76 % top-1 up to ~64-82K: Goyal 8K, "
+    "resnet50": Limit(65536, 81920, "ResNet-50/ImageNet keeps ~75-76 % top-1 up to ~64-82K: Goyal 8K, "
                              "Akiba 32K, Jia 64K, Sony 34K->68K, Ying (Google) 65,536, "
                              "Yamazaki (Fujitsu) 81,920; default 65,536"),
 }
@@ -56,8 +60,9 @@ def efficiency_source(model, noise_scale=None, measured=False, batch_fixed=False
                           f"{noise_scale:g} samples")
     limit = published_limit(model)
     if batch_fixed:
-        above = "" if limit is None else (f"; published runs of {model} trained up to "
-                                          f"{limit.max_batch:,}")
+        above = "" if limit is None else (f"; the default cap for {model} would be "
+                                          f"{limit.max_batch:,} (published runs reached ~75 % "
+                                          f"top-1 up to {limit.largest:,})")
         return StatSource(None, "none", "statistical efficiency: none (1): the global batch is "
                           "set by --batch/--schedule" + above)
     if limit is None:
