@@ -350,7 +350,7 @@ Shape = namedtuple("Shape", [
     "gpu_model",        # a key of GPU_PROFILES: per-GPU compute from that GPU's profile
 ], defaults=[None, None, None, None])
 SHAPE_ENVS = {"hosts": "NNABLA_TORUS_HOSTS", "gpus_per_host": "NNABLA_TORUS_GPUS_PER_HOST",
-              "inter_GBps": "NNABLA_TORUS_INTER_GBPS", "gpu_model": "NNABLA_TORUS_GPU_MODEL"}
+              "inter_GBps": "NNABLA_TORUS_INTER_BANDWIDTH", "gpu_model": "NNABLA_TORUS_GPU_MODEL"}
 
 
 def add_shape_knobs(parser):
