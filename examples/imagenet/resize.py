@@ -20,7 +20,7 @@ from nnabla_torus.knobs import env_value
 from nnabla_torus.planning.schedules import BatchSchedule
 from nnabla_torus.comm.topology import parse_grid
 
-from planning import local_batch_choices
+from training_planner import local_batch_choices
 
 
 def epoch_order(num_images, seed, epoch, segments, size, step_images):

@@ -19,9 +19,8 @@ import numpy as np
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
-from . import failfast, grid_layouts, other_collectives, topology  # noqa: E402
+from . import backends, failfast, grid_layouts, other_collectives, topology  # noqa: E402
 from .auto import routing as auto_routing  # noqa: E402
-from . import backends  # noqa: E402
 from .array_reduce import reduce_arrays  # noqa: E402
 from .sqnorms import SquaredNorms  # noqa: E402
 from .collectives import AUTO, Plan, get_algorithm  # noqa: E402
