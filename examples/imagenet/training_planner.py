@@ -195,7 +195,7 @@ class TrainingPlanner:
         before = self.first_estimate["images_per_s"] if self.first_estimate else float("nan")
         return (f"planner: the run's measured step time replaces the estimate from now on: "
                 f"{algorithm} on {grid} at {batch_plan.local_batch} x {batch_plan.accum_steps} "
-                f"per rank, estimated {before:.3g} -> measured {now.images_per_s:.3g} images/s "
+                f"per rank, estimated {rate(before)} -> measured {rate(now.images_per_s)} images/s "
                 f"({step_refit.describe(fit)})")
 
     def run_summary(self):
@@ -242,12 +242,12 @@ class TrainingPlanner:
                          f"{in_use[0]} as set (--algorithm planned and no --grid let it choose)")
         elif (best.algorithm, best.grid) == tuple(in_use):
             lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
-                         f"{best.step_time_s:.3g} s/step, {best.images_per_s:.0f} images/s")
+                         f"{best.step_time_s:.3g} s/step, {rate(best.images_per_s)} images/s")
         elif not self.settled or current is None or planner.should_switch(current, best):
             grid = best.grid if best.algorithm == "torus2d" else None
             choice, kept = (best.algorithm, grid), best
             lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
-                         f"{best.step_time_s:.3g} s/step, {best.images_per_s:.0f} images/s"
+                         f"{best.step_time_s:.3g} s/step, {rate(best.images_per_s)} images/s"
                          + ("" if not self.settled or current is None else
                             f" (switching from {in_use[0]} on {in_use[1]}: "
                             f"{ratio(best, current)})"))
@@ -291,6 +291,11 @@ class TrainingPlanner:
         return (f"planner: at global batch {self.batch} {self.prof.name} would be fastest with "
                 f"{ranks(anywhere.gpus)} x {split} ({anywhere.algorithm} on {anywhere.grid}, "
                 f"{verdict}); running {ranks(self.world_size)} as launched{within}")
+
+
+def rate(images_per_s):
+    """images/s as "1,894,706", "97", "0.282" (three significant digits below 100)."""
+    return f"{images_per_s:,.0f}" if images_per_s >= 100 else f"{images_per_s:.3g}"
 
 
 def ranks(count):
