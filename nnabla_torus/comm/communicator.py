@@ -28,7 +28,7 @@ from .array_layout import Layouts  # noqa: E402
 from .fused import Workspace, as_list  # noqa: E402
 from .guarded_calls import collective, exchange, guarded  # noqa: E402
 from .job_log import log_once_per_job  # noqa: E402,F401  (scripts import it from here)
-from .rendezvous import check_group_lists, check_same_call  # noqa: E402
+from .rendezvous import AllReduceCall, check_group_lists, check_same_call  # noqa: E402
 from .settings import DEFAULTS, CommSettings, differences  # noqa: E402  (train.py: DEFAULTS)
 from .threads import OneCaller  # noqa: E402
 
@@ -120,10 +120,10 @@ class TorusCommunicator:
         request = self.settings.grid
         if algorithm == AUTO:
             grid = grid or request or grid_layouts.host_rows(self.hosts, self.size)
-            self.auto_plans = {name: self._plan_for(name, grid)
+            self.auto_plans = {name: self._plan_for(name, grid, quiet=True)
                                for name in auto_routing.candidates(self.hosts)}
             self.algorithm = AUTO
-            self.grid = grid_layouts.grid_for("torus2d", grid, self.hosts, self.size)
+            self.grid = grid_layouts.grid_for("torus2d", grid, self.hosts, self.size, quiet=True)
             self._plan = self.auto_plans["torus2d"]
             if self.auto_table is None:
                 self.auto_table = auto_routing.fix_table(self)
@@ -132,8 +132,9 @@ class TorusCommunicator:
         self.grid = grid_layouts.grid_for(algorithm, grid or request, self.hosts, self.size)
         self._plan = self._plan_for(algorithm, grid)
 
-    def _plan_for(self, algorithm, grid=None):
-        grid = grid_layouts.grid_for(algorithm, grid or self.settings.grid, self.hosts, self.size)
+    def _plan_for(self, algorithm, grid=None, quiet=False):
+        grid = grid_layouts.grid_for(algorithm, grid or self.settings.grid, self.hosts, self.size,
+                                     quiet)
         key = (algorithm, str(grid))
         if key not in self._plans:
             self._plans[key] = grid_layouts.make_plan(self.backend, self.hosts, self.rank, algorithm, grid)
@@ -269,9 +270,9 @@ class TorusCommunicator:
         # in them would exchange mismatched messages.
         pieces = self.backend.pipeline_bytes if group == "world" and self.pipelined else None
         layout = self.layouts.of(arrays)
-        sig = (op, layout.signature, bool(division), bool(inplace),
-               self.track_sqnorms, algorithm,
-               str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
+        sig = AllReduceCall(op, layout.signature, bool(division), bool(inplace),
+                            self.track_sqnorms, algorithm,
+                            str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
         collective(self, grp, sig, what, lambda: reduce_arrays(
             self, layout, division, inplace, run, grp.size, zeroing_rule), fold=True)
 
