@@ -80,8 +80,8 @@ def test_compute_lookup_exact_full_width_priced_or_borrowed():
 
 def test_resnet50_on_this_machine_is_priced_from_its_flops_not_the_digits_model():
     """The 444-images/s case: train.py --data-dir with ResNet-50 at 224 px on cpu-2core."""
-    cfg = parse_config(["--data-dir", "/tmp", "--arch", "resnet50", "--local-batch", "8",
-                        "--batch-schedule", "0:8"])
+    cfg = parse_config(["--arch", "resnet50", "--width", "1", "--image-size", "224",
+                        "--local-batch", "8", "--batch-schedule", "0:8"])
     run = TrainingPlanner.from_config(cfg, RESNET50_PARAMS, 1, 1438, applies=True,
                                       ranks_per_host=1, gflops_per_image=24.52)
     _, lines = run.replan(batch_plan(8, 1, 8), ("ring", "1x1"))
