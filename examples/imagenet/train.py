@@ -33,6 +33,7 @@ from nnabla_torus.launching import elastic
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.overlap_choice import describe as describe_overlap_choice
+from nnabla_torus.planning.model_cost import count_cost
 from nnabla_torus.planning.step_refit import EXCHANGE_STEPS, StepTimeRefit
 from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
 from nnabla_torus.planning.schedules import BatchSchedule
@@ -150,7 +151,9 @@ def set_up(cfg, log):
     planner = None if cfg.plan == "off" else TrainingPlanner.from_config(
         cfg, n_params, comm.size, len(train_set),
         applies=cfg.algorithm == "planned" and not cfg.grid,
-        ranks_per_host=comm.hosts.ranks_per_host)
+        ranks_per_host=comm.hosts.ranks_per_host,     # FLOPs of one image, from the graph:
+        gflops_per_image=count_cost(model(nn.Variable((1, 3, cfg.image_size,
+                                                       cfg.image_size)), False)).gflops_per_image)
     # What runs: the planner's choice, logged at each global batch, or the one set here.
     planned = planner is not None and planner.applies
     all_reduce = (f"all-reduce: the planner's choice for profile {planner.prof.name} at "
@@ -159,16 +162,18 @@ def set_up(cfg, log):
     log(f"{cfg.arch} x{cfg.width}: {n_params:,} parameters, {len(train_set)} training / "
         f"{len(val_set)} validation images, {train_set.num_classes} classes; "
         f"{comm.size} ranks, {all_reduce}")
-    # Adaptive batch: goodput with this run's predicted throughput (flat with --plan off),
-    # then with the throughput refit from its own step times (on several ranks).
+    # The run's own step times, measured once (step_refit): the planner plans with them once
+    # fitted (observe_step_times), and so does the adaptive batch's goodput (on several ranks:
+    # before, with this run's predicted throughput; flat with --plan off).
+    adaptive_refit = noise is not None and comm.size > 1
     refit = None
-    if noise is not None and cfg.adaptive_refit_steps and comm.size > 1:
+    if cfg.adaptive_refit_steps and (planner is not None or adaptive_refit):
         refit = StepTimeRefit(comm.size, planner and planner.compute_line(),
                               min_steps=cfg.adaptive_refit_steps,
                               warmup_steps=cfg.adaptive_refit_warmup)
     ctrl, lr_schedule = build_schedules(
         cfg, comm.size, noise, throughput=planner and planner.throughput,
-        model_error=planner and planner.model_error, refit=refit)
+        model_error=planner and planner.model_error, refit=refit if adaptive_refit else None)
     return RunState(settings, Parallel(comm), Data(train_set, val_set),
                     Network(model, params, grads, solvers),
                     Planning(planner, noise, refit, ctrl, lr_schedule))
@@ -403,6 +408,12 @@ def observe_step_times(run, plan, step_time, sync_s):
     for (local, accum, _, _), (step_s, wait_s) in zip(progress.step_times, times.tolist()):
         run.planning.refit.observe(local, accum, step_s, wait_s)
     progress.step_times = []
+    planner = run.planning.planner
+    if planner is not None:      # from the first fit on, every decision uses the measured time
+        line = planner.use_measured(run.planning.refit.fit())
+        if line:                 # same rank-mean times on every rank: all replan alike
+            run.settings.log(line)
+            replan_and_switch(planner, plan, comm, run.settings.log)
 
 
 def end_of_epoch(run):
