@@ -125,7 +125,7 @@ class DeviceBuffers:
             for a, start, stop in zip(part.arrays, part.offsets, part.offsets[1:]):
                 self.copy(self.sub(buf, start, stop), self.flat(a, write=False))
             return
-        fn, xs, _ = concat
+        fn, xs, _, _ = concat
         fn.forward(xs, [_output(buf, part.n)])
 
     def unpack(self, buf, part):
@@ -137,17 +137,29 @@ class DeviceBuffers:
             for a, start, stop in zip(part.arrays, part.offsets, part.offsets[1:]):
                 self.copy(self.flat(a, write=True), self.sub(buf, start, stop))
             return
-        fn, xs, overwrite = concat
+        fn, xs, overwrite, _ = concat
         fn.backward(xs, [_output(buf, part.n)], overwrite)
 
     def _concatenate(self, part):
-        """(Concatenate function, its inputs, accum flags) for ``part``, made once per part;
-        None for fewer than two arrays, or unless every array has the wire dtype and nnabla's
-        functions run in it here.
+        """(Concatenate function, its inputs, accum flags) for ``part``, the function made once
+        per part, its inputs bound to the arrays' storage of now; None for fewer than two
+        arrays, or unless every array has the wire dtype and nnabla's functions run in it here.
 
         Each input Variable's data and grad are a flat view of the user's array (``view``
         shares its storage, nnabla ``src/nbla/nd_array.cpp`` ``NdArray::view``), so zero(),
-        casts and writes of the array are what the function reads and writes."""
+        casts and writes of the array are what the function reads and writes. A view shares
+        the storage the array had when it was made, and an array can get new storage under
+        the same shape (``Variable.reset_shape(shape, force=True)`` to another size and back
+        gives it a new ``SyncedArray``): so the views are made again on every call (~0.4 us
+        per array), never kept from one call to the next (issue 33)."""
+        concat = self._make_concatenate(part)
+        if concat is not None:
+            for a, x in zip(concat[3], concat[1]):
+                x.data = x.grad = a.view((a.size,))
+        return concat
+
+    def _make_concatenate(self, part):
+        """(function, input Variables, accum flags, arrays) of ``part`` (``_concatenate``)."""
         if part.device is None:
             # Empty arrays hold no element of the buffer; nnabla's Concatenate divides by
             # each input's size in setup (it crashes on one of size 0).
@@ -158,15 +170,10 @@ class DeviceBuffers:
             else:
                 import nnabla as nn
                 import nnabla.function as nnabla_function
-                xs = []
-                for a in inputs:
-                    view = a.view((a.size,))
-                    x = nn.Variable((a.size,), need_grad=True)
-                    x.data, x.grad = view, view
-                    xs.append(x)
+                xs = [nn.Variable((a.size,), need_grad=True) for a in inputs]
                 fn = nnabla_function.Concatenate(self._ctx[part.wire], 0)
                 fn.setup(xs, [nn.Variable((part.n,))])
-                part.device = (fn, xs, [False] * len(xs))
+                part.device = (fn, xs, [False] * len(xs), inputs)
         return part.device or None
 
     @staticmethod
