@@ -1,6 +1,12 @@
 """Where the NCCL backend's data lives: the rank's GPU (nnabla's rule), the wire dtypes and
 their contexts, and ``DeviceSlice``, a range of a device NdArray narrowed only while used.
 
+nnabla's NCCL communicator reduces only float32 and float16 (``get_nccl_dtype`` has those two,
+ext ``include/nbla/cuda/communicator/nccl_utils.hpp`` ~47-51; the communicator is instantiated
+for ``float`` and ``Half`` only, ext ``multi_process_data_parallel_communicator.cu`` ~1215-1216,
+and casts every array to its type, ~782); every other dtype (int32, int64, uint8, float64, ...)
+lives in host memory here (``HOST``) and travels through MPI (``NCCLBackend``), summed exactly.
+
 nnabla forbids two live narrowed views of one array that overlap, and casting a narrowed view
 to another dtype or device (nnabla ``src/nbla/synced_array.cpp``), hence slices that hold no
 view open (docs/gpu.md, "The NCCL mapping").
@@ -11,7 +17,8 @@ import numpy as np
 
 from ..collectives import scale_numpy
 
-WIRE_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half"}
+WIRE_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half"}  # NCCL's dtypes
+HOST = "host"   # the context key of every other dtype (host memory, moved by MPI)
 ALIGN_BYTES = 16  # chunk alignment of fused buffers (padded_length)
 
 
@@ -30,11 +37,13 @@ def nnabla_device(world):
 
 def type_contexts(ctx, fake, device_id):
     """nnabla contexts for float32 and float16 work on GPU ``device_id`` (fake: CPU; no
-    ``ctx``: cudnn)."""
+    ``ctx``: cudnn), and under ``HOST`` the CPU context of the other dtypes."""
     from nnabla.ext_utils import get_extension_context
     ext = "cpu" if fake else "cudnn" if ctx is None else ctx.backend[0].split(":")[0]
-    return {dtype: get_extension_context(ext, device_id=str(device_id), type_config=config)
-            for dtype, config in WIRE_TYPES.items()}
+    contexts = {dtype: get_extension_context(ext, device_id=str(device_id), type_config=config)
+                for dtype, config in WIRE_TYPES.items()}
+    contexts[HOST] = get_extension_context("cpu")
+    return contexts
 
 
 class DeviceSlice:
@@ -79,9 +88,14 @@ class DeviceBuffers:
     """The buffer half of the backend contract (flat, empty, sub, read, copy, scale, sqnorm,
     pack, unpack) on DeviceSlices, in explicit contexts of the buffer's device and dtype.
 
-    The class using it sets ``ctx`` (float32 context), ``_ctx`` ({dtype: context}), ``size``
-    (world size), ``on_host`` (the fake: numpy on CPU), ``_ext`` and ``device_id``.
+    The class using it sets ``ctx`` (float32 context), ``_ctx`` ({dtype: context} and
+    ``HOST``, ``type_contexts``), ``size`` (world size), ``on_host`` (the fake: numpy on CPU),
+    ``_ext`` and ``device_id``.
     """
+
+    def context(self, dtype):
+        """The nnabla context ``dtype`` lives in: the GPU for NCCL's dtypes, else the host."""
+        return self._ctx.get(np.dtype(dtype)) or self._ctx[HOST]
 
     def flat(self, ndarray, write=True):
         """A DeviceSlice over all of ``ndarray``, moved to our device in its dtype (no copy)."""
@@ -90,9 +104,9 @@ class DeviceBuffers:
         except RuntimeError:  # new or zero()ed: no array yet; float32 is nnabla's default
             dtype = np.float32
         dtype = np.dtype(dtype)
-        ctx = self._ctx.get(dtype, self.ctx)
+        ctx = self.context(dtype)
         ndarray.cast(dtype, ctx)
-        if self.on_host:
+        if self.on_host and dtype in WIRE_TYPES:
             self._ext.place(ndarray, self.device_id)
         base = ndarray if ndarray.ndim == 1 else ndarray.view((ndarray.size,))
         return DeviceSlice(base, 0, ndarray.size, ctx)
@@ -100,10 +114,10 @@ class DeviceBuffers:
     def empty(self, dtype, count):
         import nnabla as nn
         dtype = np.dtype(dtype)
-        ctx = self._ctx.get(dtype, self.ctx)
+        ctx = self.context(dtype)
         base = nn.NdArray((count,))
         base.cast(dtype, ctx)
-        if self.on_host:
+        if self.on_host and dtype in WIRE_TYPES:
             self._ext.place(base, self.device_id)
         return DeviceSlice(base, 0, count, ctx)
 
@@ -171,7 +185,7 @@ class DeviceBuffers:
                 import nnabla as nn
                 import nnabla.function as nnabla_function
                 xs = [nn.Variable((a.size,), need_grad=True) for a in inputs]
-                fn = nnabla_function.Concatenate(self._ctx[part.wire], 0)
+                fn = nnabla_function.Concatenate(self.context(part.wire), 0)
                 fn.setup(xs, [nn.Variable((part.n,))])
                 part.device = (fn, xs, [False] * len(xs), inputs)
         return part.device or None
@@ -181,8 +195,9 @@ class DeviceBuffers:
         return DeviceSlice(buf.base, buf.start + start, stop - start, buf.ctx)
 
     def _native(self, dtype):
-        """Whether nnabla functions can write ``dtype`` here (CPU functions are float32 only)."""
-        return not self.on_host or dtype == np.float32
+        """Whether nnabla functions can write ``dtype`` here (NCCL's dtypes on the GPU; CPU
+        functions are float32 only; host dtypes are written with numpy)."""
+        return dtype in WIRE_TYPES and (not self.on_host or dtype == np.float32)
 
     def read(self, buf, index):
         import nnabla as nn
@@ -195,7 +210,7 @@ class DeviceBuffers:
             return
         import nnabla as nn
         d, s = dst.narrow(), src.narrow()
-        with nn.context_scope(self._ctx[dst.dtype]):
+        with nn.context_scope(self.context(dst.dtype)):
             if dst.dtype == src.dtype:  # a device-to-device copy in the source's dtype and place
                 d.copy_from(s, use_current_context=False)
             elif self._native(dst.dtype):
@@ -212,7 +227,7 @@ class DeviceBuffers:
         if self._native(buf.dtype):
             import nnabla as nn
             import nnabla.functions as F
-            with nn.context_scope(self._ctx[buf.dtype]):
+            with nn.context_scope(self.context(buf.dtype)):
                 F.mul_scalar(view, float(factor), outputs=[view])
         else:
             scale_numpy(view.data, factor)

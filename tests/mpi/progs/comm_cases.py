@@ -704,8 +704,7 @@ def correctness_cases():
             cases.append((f"{name}: fused and in-place lists", on(config, case_fused_subset)))
             cases.append((f"{name}: float16", on(config, case_float16, [(True, False)])))
         cases.append((f"{name}: sqnorms", on(config, case_sqnorms)))
-        if (BACKEND == "mpi" and config.algorithm in ("torus2d", "hierarchical", "native")
-                and not config.wire_fp16):
+        if config.algorithm in ("torus2d", "hierarchical", "native") and not config.wire_fp16:
             cases.append((f"{name}: integers", on(config, case_integers)))
         if config.algorithm == "auto":
             cases.append((f"{name}: routes by size", on(config, case_auto_routes)))
