@@ -27,16 +27,19 @@ def cuda_devices():
     return get_device_count()
 
 
+def nccl_cases(rank_counts):
+    """("nccl", ranks) params, each skipped (with the reason) without that many GPUs."""
+    gpus = cuda_devices()
+    return [pytest.param("nccl", r, id=f"nccl-{r}", marks=pytest.mark.skipif(
+        gpus < r, reason=f"nccl backend on {r} ranks needs {r} GPUs and nnabla-ext-cuda; "
+                         f"{gpus} visible")) for r in rank_counts]
+
+
 def backend_cases():
     """(backend, ranks) pairs: MPI on 1-8 ranks; the fake NCCL on 3 and 4; real NCCL on GPUs."""
     cases = [pytest.param("mpi", r, id=f"mpi-{r}") for r in range(1, 9)]
     cases += [pytest.param("fake-nccl", r, id=f"fake-nccl-{r}") for r in (3, 4)]
-    gpus = cuda_devices()
-    for r in (2, 4, 8):
-        skip = pytest.mark.skipif(gpus < r, reason=f"nccl backend on {r} ranks needs {r} GPUs "
-                                  f"and nnabla-ext-cuda; {gpus} visible")
-        cases.append(pytest.param("nccl", r, id=f"nccl-{r}", marks=skip))
-    return cases
+    return cases + nccl_cases((2, 4, 8))
 
 
 @pytest.mark.slow

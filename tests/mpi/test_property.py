@@ -8,7 +8,7 @@ Size: SEQUENCES x CALLS calls per launch, the same seeds on every backend and ra
 """
 import pytest
 
-from tests.mpi.test_communicator import cuda_devices
+from tests.mpi.test_communicator import nccl_cases
 from tests.mpirun import expect_passed, run_mpi
 
 PROG = "tests/mpi/progs/property_cases.py"
@@ -17,12 +17,7 @@ SEQUENCES, CALLS = 6, 40
 
 def backend_ranks():
     cases = [pytest.param(b, r, id=f"{b}-{r}") for b in ("mpi", "fake-nccl") for r in (2, 3, 4)]
-    gpus = cuda_devices()
-    for r in (2, 4):
-        skip = pytest.mark.skipif(gpus < r, reason=f"nccl backend on {r} ranks needs {r} GPUs "
-                                  f"and nnabla-ext-cuda; {gpus} visible")
-        cases.append(pytest.param("nccl", r, id=f"nccl-{r}", marks=skip))
-    return cases
+    return cases + nccl_cases((2, 4))
 
 
 @pytest.mark.slow
