@@ -143,7 +143,8 @@ def sequence(seed, calls):
 def describe(seed, pool, initial, steps):
     lines = [f"seed {seed}: pool {[(s, d) for s, d in pool]}, list {initial}"]
     for t, ops in enumerate(steps):
-        lines.append(f"  call {t}: " + "; ".join(f"{op[0]}{op[1:]}" for op in ops))
+        lines.append(f"  call {t}: " + "; ".join(
+            f"{op[0]}({', '.join(map(repr, op[1:]))})" for op in ops))
     return "\n".join(lines)
 
 
