@@ -200,6 +200,8 @@ class DeviceBuffers:
         return dtype in WIRE_TYPES and (not self.on_host or dtype == np.float32)
 
     def read(self, buf, index):
+        if buf.dtype not in WIRE_TYPES:   # host memory: numpy (a function would cast it)
+            return float(buf.narrow(index, 1).data[0])
         import nnabla as nn
         import nnabla.functions as F
         with nn.context_scope(self.ctx):  # reads the element on our device, into a new array
@@ -236,6 +238,8 @@ class DeviceBuffers:
         """Squared L2 norm, summed in float32 on the device."""
         if not buf.size:
             return 0.0
+        if buf.dtype not in WIRE_TYPES:   # host memory: numpy
+            return float(np.sum(np.square(buf.narrow().data, dtype=np.float64)))
         import nnabla as nn
         import nnabla.functions as F
         with nn.context_scope(self.ctx):
