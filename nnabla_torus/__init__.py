@@ -13,9 +13,20 @@ prepared first, so that nnabla registers its NCCL communicators
 """
 import importlib
 
+from . import testing  # noqa: F401  (registers the test double backend fake-nccl)
+from .comm import auto
 from .comm.backends import cuda_env
 
 cuda_env.install_import_hook()
+
+
+def _auto_profile(name):
+    """NNABLA_TORUS_AUTO_PROFILE's profile for the communicator (comm does not import planning)."""
+    from .planning.auto_profile import AutoProfile
+    return AutoProfile(name)
+
+
+auto.register_profile_loader(_auto_profile)
 
 __version__ = "0.1.0"
 
@@ -24,8 +35,8 @@ _LAZY = {"MultiProcessDataParallelCommunicator": "comm.communicator",
          "MultiProcessDataParalellCommunicator": "comm.communicator",
          "MultiProcessCommunicator": "comm.communicator", "Comm": "comm.communicator",
          "Dist": "comm.communicator", "DataParallelCommunicator": "comm.communicator",
-         "TorusCommunicator": "comm.communicator", "CollectiveTimeout": "comm.rendezvous",
-         "RankGone": "comm.rendezvous", "RankLost": "comm.rendezvous", "Grid": "comm.topology"}
+         "TorusCommunicator": "comm.communicator", "CollectiveTimeout": "comm.errors",
+         "RankGone": "comm.errors", "RankLost": "comm.errors", "Grid": "comm.topology"}
 __all__ = list(_LAZY)
 
 

@@ -68,7 +68,7 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
         # unbuffered print's text and its newline are two writes, and another rank's line can
         # land between them (under Open MPI 5 the suite's lines arrive whole).
         full_env.pop("PYTHONUNBUFFERED", None)
-    # auto's table cache (comm/auto_cache.py): a fresh folder per job, so a job measures as
+    # auto's table cache (comm/auto/cache.py): a fresh folder per job, so a job measures as
     # before (tests skew auto's clock) and never reads or writes the user's ~/.cache
     cache = tempfile.TemporaryDirectory(prefix="nnabla_torus_cache_")
     full_env["NNABLA_TORUS_CACHE_DIR"] = cache.name

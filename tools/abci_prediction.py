@@ -126,7 +126,7 @@ def abci(args):
     (args: profile, noise_run, skip_samples, restart_cost, noise_scale_factor)."""
     prof = load_profile(args.profile)
     curve = noise_curve(args.noise_run, args.skip_samples)
-    restart_s = elastic.restart_cost(prof.name, args.restart_cost)
+    restart_s = elastic.restart_cost(prof, args.restart_cost)
     factors = [args.noise_scale_factor * m for m in (0.25, 1.0, 4.0)]
     results = [predict_abci(curve, k, prof, restart_s) for k in factors]
     lines = [f"ImageNet/ResNet-50 on {prof.name} (predicted; noise-scale shape from "

@@ -16,7 +16,7 @@ import statistics
 
 import numpy as np
 
-import _example  # noqa: F401  (examples/imagenet on sys.path, for its config and planning)
+import _example  # noqa: F401  (examples/imagenet on sys.path, for its config and training_planner)
 from nnabla_torus.planning.controller import split_batch
 
 ADAPTIVE = "adaptive (goodput)"
@@ -68,7 +68,7 @@ def predicted_seconds(record):
     """Seconds the run's steps up to the target take by the cost model of the profile the run
     planned with (load-free, start-up and validation excluded): train.py's own TrainingPlanner."""
     from config import parse_config
-    from planning import TrainingPlanner
+    from training_planner import TrainingPlanner
     if record["steps"] is None:
         return None
     ranks = record["ranks"]

@@ -30,7 +30,7 @@ from nnabla_torus.comm.collectives import ALGORITHMS, AUTO
 from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool
 from nnabla_torus.comm.topology import parse_grid
 
-EPILOG = """``auto`` routes each call by size (see nnabla_torus/comm/auto.py); the ``chose`` column says which
+EPILOG = """``auto`` routes each call by size (see nnabla_torus/comm/auto/table.py); the ``chose`` column says which
 algorithm it ran at that size (from ``comm.algorithm_counts``).
 
 Memory bound (one host): summing p buffers of n bytes needs at least (p-1) n-byte adds and

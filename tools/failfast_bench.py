@@ -15,7 +15,7 @@ most every ``failfast.GONE_POLL_S`` (0.1 s), and a call between polls only reads
               p = K + 1 ranks without launching them (2175: the paper's 2,176 GPUs)
 
 The last column is that cost as a share of ``--interval-ms`` (default: the waits'
-``rendezvous.LOST_CHECK_S``, 10 ms, at which they call ``gone()``; with ``GONE_POLL_S`` a
+``waits.LOST_CHECK_S``, 10 ms, at which they call ``gone()``; with ``GONE_POLL_S`` a
 ``testsome`` row costs its share of 100 ms instead: pass ``--interval-ms 100``).
 """
 import argparse
@@ -24,11 +24,11 @@ import time
 
 import numpy as np
 
-from nnabla_torus.comm import failfast
+from nnabla_torus.comm import failfast, mpi_tags
 from nnabla_torus.comm.communicator import MPI  # MPI started as train.py starts it
-from nnabla_torus.comm.rendezvous import LOST_CHECK_S
+from nnabla_torus.comm.waits import LOST_CHECK_S
 
-TAG = failfast.EXIT_TAG + 1     # never sent: the synthetic receives stay pending
+TAG = mpi_tags.EXIT_TAG + 1     # never sent: the synthetic receives stay pending
 
 
 def per_call_us(poll, calls, repeat):
@@ -83,7 +83,7 @@ def main(argv=None):
                              f"{failfast.GONE_POLL_S:g}, failfast.GONE_POLL_S)")
     parser.add_argument("--interval-ms", type=float, default=LOST_CHECK_S * 1e3,
                         help="interval between polls the share column assumes "
-                             f"(default: {LOST_CHECK_S * 1e3:g}, rendezvous.LOST_CHECK_S)")
+                             f"(default: {LOST_CHECK_S * 1e3:g}, waits.LOST_CHECK_S)")
     args = parser.parse_args(argv)
     world = MPI.COMM_WORLD
     if world.size < 2:

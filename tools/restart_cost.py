@@ -12,7 +12,7 @@ Parts (seconds, median of --repeat runs; the machine's load is part of them):
   checkpoint write  parameters + momentum through checkpoint.save_checkpoint (fsync included)
   checkpoint read   checkpoint.read_checkpoint of that file (checksum included)
   input start       DALI training pipeline built and its first batch decoded (data.make_loader)
-The total is what nnabla_torus.launching.elastic charges per restart (RESTART_COST_S for this profile);
+The total is what nnabla_torus.launching.elastic charges per restart (the profile's run.restart_s);
 the planner then says at which phase length a resize pays (``plan_resize``'s break-even).
 """
 import argparse

@@ -117,17 +117,18 @@ def strict_json(value):
 
 def summary_json(run, wall):
     """The run's last line on rank 0, as a strict-JSON-able dict (null where a value is
-    missing): accuracy, epochs, steps, throughput, wall seconds, what the all-reduce ran."""
-    comm = run.comm
+    missing): accuracy, epochs, steps, throughput, wall seconds, what the all-reduce ran.
+    ``run``: train.py's RunState (run_state.py)."""
+    comm, progress, planner = run.parallel.comm, run.progress, run.planning.planner
     return strict_json({
-        "val_top1": json_value(run.top1), "val_top5": json_value(run.top5),
-        "epochs": round(run.stream.epoch(), 3), "steps": run.step,
-        "images_per_sec": round(run.images_seen / max(run.train_time, 1e-9), 1),
+        "val_top1": json_value(progress.top1), "val_top5": json_value(progress.top5),
+        "epochs": round(run.data.stream.epoch(), 3), "steps": progress.step,
+        "images_per_sec": round(progress.images_seen / max(progress.train_time, 1e-9), 1),
         "wall_s": round(wall, 1), "ranks": comm.size, "algorithm": comm.algorithm,
         "grid": str(comm.grid),
-        "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in run.history),
-        "plan": run.planner and run.planner.summary,
-        "bad_images": len(run.reported_bad)})
+        "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in progress.history),
+        "plan": planner and planner.summary,
+        "bad_images": len(run.data.reported_bad)})
 
 
 def make_monitors(cfg, rank, resumed_at=None):

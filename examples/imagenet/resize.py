@@ -20,7 +20,7 @@ from nnabla_torus.knobs import env_value
 from nnabla_torus.planning.schedules import BatchSchedule
 from nnabla_torus.comm.topology import parse_grid
 
-from planning import local_batch_choices
+from training_planner import local_batch_choices
 
 
 def epoch_order(num_images, seed, epoch, segments, size, step_images):
@@ -164,7 +164,7 @@ class ResizeAdvisor:
         rp = self.run_planner
         self.decided = self._key(plan, epoch)
         images = (self.phase_end(epoch) - epoch) * self.dataset_size
-        cost = elastic.restart_cost(rp.prof.name, self.cost)
+        cost = elastic.restart_cost(rp.prof, self.cost)
         try:
             d, note = elastic.decide(
                 rp.prof, rp.model, plan.global_batch, self.size, images, cost, slots=self.slots,

@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 import time
-from types import SimpleNamespace
 
 # nnabla calls logging.basicConfig(level=INFO) at import (nnabla/logger.py, line 91 at v1.39.0):
 # "Initializing CPU extension..." on every rank, and every library's INFO lines (matplotlib's)
@@ -44,10 +43,11 @@ import resize
 from checkpoint import CheckpointError, remove_stale_temporaries
 from config import build_schedules, parse_config
 from models import export_model, get_model, load_initial_parameters
-from planning import TrainingPlanner, replan_and_switch
+from training_planner import TrainingPlanner, replan_and_switch
 from epoch_end import average_running_stats, share_bad_images, validate
 from run_checkpoint import restore_checkpoint, write_checkpoint
 from run_context import make_context_and_comm
+from run_state import Data, Network, Parallel, Planning, RunState, Settings
 from solvers import SolverGroup
 from step import build_graph, train_step
 from stream import TrainStream
@@ -90,24 +90,25 @@ def main(argv=None):
     run = set_up(cfg, log)
     resume_or_start(run)
     status, request = 0, None
+    stream, advisor, progress = run.data.stream, run.planning.advisor, run.progress
     while not finished(run):
-        epoch = run.stream.epoch()
+        epoch = stream.epoch()
         batch_plan = plan_step(run, epoch)
-        if run.advisor is not None and run.advisor.due(batch_plan, epoch):
-            request = resize.elastic_request(run.advisor, batch_plan, epoch, cfg.elastic, log)
+        if advisor is not None and advisor.due(batch_plan, epoch):
+            request = resize.elastic_request(advisor, batch_plan, epoch, cfg.elastic, log)
             if request is not None:
                 status = elastic.EXIT_RESIZE
                 break
         loss = take_step(run, batch_plan, epoch)
-        if math.floor(run.stream.epoch()) > math.floor(epoch) or finished(run):
+        if math.floor(stream.epoch()) > math.floor(epoch) or finished(run):
             end_of_epoch(run, loss)
-        stopping = cfg.elastic and run.comm.allreduce_numpy(
-            np.array([len(run.stop_signal)], np.float32))[0] > 0   # every rank stops together
+        stopping = cfg.elastic and run.parallel.comm.allreduce_numpy(
+            np.array([len(progress.stop_signal)], np.float32))[0] > 0   # every rank stops together
         if finished(run) or stopping or (cfg.checkpoint_every
-                                         and run.step % cfg.checkpoint_every == 0):
+                                         and progress.step % cfg.checkpoint_every == 0):
             save(run)
         if stopping:
-            log(f"step {run.step}: stopped on a signal; checkpoint written, resume with "
+            log(f"step {progress.step}: stopped on a signal; checkpoint written, resume with "
                 f"--resume 1")
             status = elastic.EXIT_STOPPED
             break
@@ -116,139 +117,142 @@ def main(argv=None):
 
 def set_up(cfg, log):
     """Context, communicator, data, model (one initial model on every rank), solvers, planner
-    and schedules, as the namespace the loop reads (``run``)."""
+    and schedules, as the RunState the loop reads (``run``; run_state.py)."""
     messages = []
     ctx, comm, type_config = make_context_and_comm(cfg, messages.append)
     for text in messages + [cfg.describe()] + cfg.notes:
         log(text)
-    run = SimpleNamespace(cfg=cfg, log=log, comm=comm, type_config=type_config,
-                          device_id=None if cfg.context == "cpu" else comm.local_rank)
-    run.train_set, run.val_set = open_datasets(cfg, log)
-    run.model = get_model(cfg.arch, run.train_set.num_classes, cfg.width, stride_on=cfg.stride_on,
-                          zero_init_last_gamma=cfg.zero_init_last_gamma)
+    settings = Settings(cfg=cfg, log=log, type_config=type_config,
+                        device_id=None if cfg.context == "cpu" else comm.local_rank)
+    train_set, val_set = open_datasets(cfg, log)
+    model = get_model(cfg.arch, train_set.num_classes, cfg.width, stride_on=cfg.stride_on,
+                      zero_init_last_gamma=cfg.zero_init_last_gamma)
     nn.seed(cfg.seed)
-    build_graph(run.model, 1, cfg.image_size, 0.0, 1)           # create the parameters
+    build_graph(model, 1, cfg.image_size, 0.0, 1)               # create the parameters
     if cfg.init_params and not cfg.resume:
         load_initial_parameters(os.path.expanduser(cfg.init_params), log)
-    run.params = nn.get_parameters()
+    params = nn.get_parameters()
     comm.bcast([v.data for v in nn.get_parameters(grad_only=False).values()], src=0,
                inplace=True)                                   # one initial model everywhere
-    run.grads = [v.grad for v in run.params.values()]
-    run.solvers = SolverGroup(cfg, run.params)
-    run.noise = NoiseScaleEstimator() if cfg.adaptive_batch else None
-    comm.track_sqnorms = run.noise is not None
-    n_params = sum(v.size for v in run.params.values())
-    run.planner = None if cfg.plan == "off" else TrainingPlanner.from_config(
-        cfg, n_params, comm.size, len(run.train_set),
+    grads = [v.grad for v in params.values()]
+    solvers = SolverGroup(cfg, params)
+    noise = NoiseScaleEstimator() if cfg.adaptive_batch else None
+    comm.track_sqnorms = noise is not None
+    n_params = sum(v.size for v in params.values())
+    planner = None if cfg.plan == "off" else TrainingPlanner.from_config(
+        cfg, n_params, comm.size, len(train_set),
         applies=cfg.algorithm == "planned" and not cfg.grid,
         ranks_per_host=comm.hosts.ranks_per_host)
     # What runs: the planner's choice, logged at each global batch, or the one set here.
-    planned = run.planner is not None and run.planner.applies
-    all_reduce = (f"all-reduce: the planner's choice for profile {run.planner.prof.name} at "
+    planned = planner is not None and planner.applies
+    all_reduce = (f"all-reduce: the planner's choice for profile {planner.prof.name} at "
                   f"each global batch" if planned else
                   f"all-reduce {comm.algorithm} on grid {comm.grid}")
-    log(f"{cfg.arch} x{cfg.width}: {n_params:,} parameters, {len(run.train_set)} training / "
-        f"{len(run.val_set)} validation images, {run.train_set.num_classes} classes; "
+    log(f"{cfg.arch} x{cfg.width}: {n_params:,} parameters, {len(train_set)} training / "
+        f"{len(val_set)} validation images, {train_set.num_classes} classes; "
         f"{comm.size} ranks, {all_reduce}")
     # Adaptive batch: goodput with this run's predicted throughput (flat with --plan off),
     # then with the throughput refit from its own step times (on several ranks).
-    run.refit, run.step_times = None, []
-    if run.noise is not None and cfg.adaptive_refit_steps and comm.size > 1:
-        run.refit = StepTimeRefit(comm.size, run.planner and run.planner.compute_line(),
-                                  min_steps=cfg.adaptive_refit_steps,
-                                  warmup_steps=cfg.adaptive_refit_warmup)
-    run.ctrl, run.lr_schedule = build_schedules(
-        cfg, comm.size, run.noise, throughput=run.planner and run.planner.throughput,
-        model_error=run.planner and run.planner.model_error, refit=run.refit)
-    return run
+    refit = None
+    if noise is not None and cfg.adaptive_refit_steps and comm.size > 1:
+        refit = StepTimeRefit(comm.size, planner and planner.compute_line(),
+                              min_steps=cfg.adaptive_refit_steps,
+                              warmup_steps=cfg.adaptive_refit_warmup)
+    ctrl, lr_schedule = build_schedules(
+        cfg, comm.size, noise, throughput=planner and planner.throughput,
+        model_error=planner and planner.model_error, refit=refit)
+    return RunState(settings, Parallel(comm), Data(train_set, val_set),
+                    Network(model, params, grads, solvers),
+                    Planning(planner, noise, refit, ctrl, lr_schedule))
 
 
 def resume_or_start(run):
     """The run's state (step, images seen, history, data position, loss scale) from the
-    checkpoint with --resume, else fresh; then the stream, elastic advisor, monitors, progress."""
-    cfg, comm, log = run.cfg, run.comm, run.log
-    run.step, run.images_seen, run.train_time, run.history = 0, 0, 0.0, []
+    checkpoint with --resume, else fresh (run_state.Progress's defaults); then the stream,
+    elastic advisor, monitors, progress."""
+    cfg, log = run.settings.cfg, run.settings.log
+    comm, data, net, planning = run.parallel.comm, run.data, run.net, run.planning
+    progress = run.progress
     loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale
-    run.model_meta = dict(arch=cfg.arch, width=cfg.width, classes=run.train_set.num_classes,
+    net.model_meta = dict(arch=cfg.arch, width=cfg.width, classes=data.train_set.num_classes,
                           image_size=cfg.image_size, recipe=cfg.recipe)
     if comm.rank == 0:
         remove_stale_temporaries(cfg.output_dir, log)
     if cfg.resume:
-        meta = restore_checkpoint(cfg, comm, run.solvers, run.ctrl, run.noise, log,
-                                  run.model_meta)
-        run.step, run.images_seen, run.train_time = (meta["step"], meta["images_seen"],
-                                                     meta["train_time"])
-        run.history, loader_state = meta["history"], meta["loader"]
-        resumed_at = (run.step, meta["epoch"])
+        meta = restore_checkpoint(cfg, comm, net.solvers, planning.ctrl, planning.noise, log,
+                                  net.model_meta)
+        progress.step, progress.images_seen, progress.train_time = (
+            meta["step"], meta["images_seen"], meta["train_time"])
+        progress.history, loader_state = meta["history"], meta["loader"]
+        resumed_at = (progress.step, meta["epoch"])
         loss_scale = meta["loss_scale"] or loss_scale
-        if run.planner is not None and run.planner.applies and meta.get("comm"):
+        if planning.planner is not None and planning.planner.applies and meta.get("comm"):
             comm.set_algorithm(*meta["comm"])    # the planner's choice in force at the checkpoint
-            run.planner.settled = True
-    run.stream = TrainStream(run.train_set, cfg, comm, run.device_id, loader_state,
-                             dtype=run.type_config)
-    run.advisor = None if run.planner is None else resize.ResizeAdvisor(
-        run.planner, BatchSchedule.parse(cfg.batch_schedule), cfg.adaptive_batch, cfg.epochs,
-        len(run.train_set), comm.size)
-    if cfg.elastic and run.advisor is None:
+            planning.planner.settled = True
+    data.stream = TrainStream(data.train_set, cfg, comm, run.settings.device_id, loader_state,
+                              dtype=run.settings.type_config)
+    planning.advisor = None if planning.planner is None else resize.ResizeAdvisor(
+        planning.planner, BatchSchedule.parse(cfg.batch_schedule), cfg.adaptive_batch,
+        cfg.epochs, len(data.train_set), comm.size)
+    if cfg.elastic and planning.advisor is None:
         log(f"elastic: --plan off leaves no planner to choose rank counts: the run keeps "
             f"{comm.size} ranks (use --plan on)")
-    run.stop_signal = []
     if cfg.elastic:          # the launcher's Ctrl-C: checkpoint at the end of this step
-        signal.signal(signal.SIGUSR1, lambda signum, frame: run.stop_signal.append(signum))
-    run.monitors = report.make_monitors(cfg, comm.rank, resumed_at)
+        signal.signal(signal.SIGUSR1, lambda signum, frame: progress.stop_signal.append(signum))
+    progress.monitors = report.make_monitors(cfg, comm.rank, resumed_at)
     # FP16: nnabla's dynamic loss scaling rules around the (overlapped) all-reduce.
-    run.scaler = DynamicLossScaling(loss_scale) if cfg.type_config == "half" else None
-    run.graph, run.graph_key, run.reducer = None, None, None
-    run.top1 = run.top5 = None
-    run.reported_bad = set()
-    if cfg.max_steps and run.step >= cfg.max_steps:
-        log(f"nothing to train: the checkpoint is at step {run.step}, --max-steps is "
+    run.parallel.scaler = DynamicLossScaling(loss_scale) if cfg.type_config == "half" else None
+    if cfg.max_steps and progress.step >= cfg.max_steps:
+        log(f"nothing to train: the checkpoint is at step {progress.step}, --max-steps is "
             f"{cfg.max_steps}; raise --max-steps to continue")
     if comm.rank == 0:
-        n = len(run.train_set)
-        log.progress = report.Progress(round(cfg.epochs * n), round(run.stream.epoch() * n),
+        n = len(data.train_set)
+        log.progress = report.Progress(round(cfg.epochs * n), round(data.stream.epoch() * n),
                                        cfg.log_every, cfg.progress)
 
 
 def finished(run):
     """True once the run has trained its epochs (or --max-steps)."""
-    cfg = run.cfg
-    return run.stream.epoch() >= cfg.epochs or bool(cfg.max_steps and run.step >= cfg.max_steps)
+    cfg, step = run.settings.cfg, run.progress.step
+    return run.data.stream.epoch() >= cfg.epochs or bool(cfg.max_steps and step >= cfg.max_steps)
 
 
 def plan_step(run, epoch):
     """The controller's BatchPlan at ``epoch``; logs a change and lets the planner replan."""
-    plan = run.ctrl.plan(epoch)
+    log, planning, progress = run.settings.log, run.planning, run.progress
+    plan = planning.ctrl.plan(epoch)
     if plan.changed:
-        run.log(f"step {run.step}: {plan.reason}")
-        run.history.append([round(epoch, 4), plan.global_batch])
-    for note in run.ctrl.pop_notes() if run.noise is not None else ():
-        run.log(f"step {run.step}: {note}")
-    if run.planner is not None and plan.global_batch != run.planner.batch:
-        replan_and_switch(run.planner, plan, run.comm, run.log)
+        log(f"step {progress.step}: {plan.reason}")
+        progress.history.append([round(epoch, 4), plan.global_batch])
+    for note in planning.ctrl.pop_notes() if planning.noise is not None else ():
+        log(f"step {progress.step}: {note}")
+    if planning.planner is not None and plan.global_batch != planning.planner.batch:
+        replan_and_switch(planning.planner, plan, run.parallel.comm, log)
     return plan
 
 
 def graph_for(run, plan):
     """The training graph (and overlap reducer) for ``plan``'s micro-batch, built anew when
     the per-rank batch or the accumulation changes."""
-    if (plan.local_batch, plan.accum_steps) == run.graph_key:
+    net, parallel = run.net, run.parallel
+    if (plan.local_batch, plan.accum_steps) == net.graph_key:
         return
-    run.graph_key = (plan.local_batch, plan.accum_steps)
-    if run.reducer is not None:
-        run.reducer.close()          # its thread serves the old graph's buckets
-        run.reducer = None
-    cfg, comm = run.cfg, run.comm
-    run.graph = build_graph(run.model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
+    net.graph_key = (plan.local_batch, plan.accum_steps)
+    if parallel.reducer is not None:
+        parallel.reducer.close()     # its thread serves the old graph's buckets
+        parallel.reducer = None
+    cfg, comm, log = run.settings.cfg, parallel.comm, run.settings.log
+    net.graph = build_graph(net.model, plan.local_batch, cfg.image_size, cfg.label_smoothing,
                             plan.accum_steps)
     if cfg.overlap and not overlaps_backward(comm) and not choose_overlap(run, plan):
-        run.log(f"overlap off: on the nccl backend only algorithm native overlaps on the "
-                f"device (nnabla's all_reduce_callback); "
-                f"{comm.algorithm} enqueues every collective on the stream backward runs "
-                f"on: the gradients are all-reduced after backward")
+        log(f"overlap off: on the nccl backend only algorithm native overlaps on the "
+            f"device (nnabla's all_reduce_callback); "
+            f"{comm.algorithm} enqueues every collective on the stream backward runs "
+            f"on: the gradients are all-reduced after backward")
     elif cfg.overlap:
-        run.reducer = BucketedAllReduce(comm, run.graph[3], run.params, bucket_mib=cfg.bucket_mib,
-                                        grad_bytes=2 if run.type_config == "half" else 4)
+        parallel.reducer = BucketedAllReduce(
+            comm, net.graph[3], net.params, bucket_mib=cfg.bucket_mib,
+            grad_bytes=2 if run.settings.type_config == "half" else 4)
 
 
 def choose_overlap(run, plan):
@@ -256,17 +260,18 @@ def choose_overlap(run, plan):
     choice between it after backward and native overlapped, logged once per run with its
     numbers (nnabla_torus/planning/overlap_choice.py); with ``--algorithm planned`` switch to
     native when that is faster. True when the run now overlaps."""
-    if run.planner is None:
+    planning, comm, cfg = run.planning, run.parallel.comm, run.settings.cfg
+    if planning.planner is None:
         return False
-    choice = run.planner.overlap_choice(plan.local_batch, run.comm.grid.x)
-    if not getattr(run, "overlap_choice_logged", False):
-        run.overlap_choice_logged = True
-        run.log(describe_overlap_choice(choice, run.planner.prof.name) + (
-            "" if run.cfg.algorithm == "planned" else
-            f" (kept {run.comm.algorithm}: --algorithm {run.cfg.algorithm} was asked for)"))
-    if choice.algorithm != "native" or run.cfg.algorithm != "planned":
+    choice = planning.planner.overlap_choice(plan.local_batch, comm.grid.x)
+    if not planning.overlap_choice_logged:
+        planning.overlap_choice_logged = True
+        run.settings.log(describe_overlap_choice(choice, planning.planner.prof.name) + (
+            "" if cfg.algorithm == "planned" else
+            f" (kept {comm.algorithm}: --algorithm {cfg.algorithm} was asked for)"))
+    if choice.algorithm != "native" or cfg.algorithm != "planned":
         return False
-    run.comm.set_algorithm("native")
+    comm.set_algorithm("native")
     return True
 
 
@@ -274,39 +279,40 @@ def take_step(run, plan, epoch):
     """One optimizer step at ``plan``: gradients, noise scale, update, monitors, progress;
     returns the step's mean training loss."""
     graph_for(run, plan)
-    lr = run.lr_schedule.lr(epoch) * plan.lr_factor
-    run.solvers.set_learning_rate(lr)
-    noise, scaler, comm = run.noise, run.scaler, run.comm
+    net, planning, progress, log = run.net, run.planning, run.progress, run.settings.log
+    lr = planning.lr_schedule.lr(epoch) * plan.lr_factor
+    net.solvers.set_learning_rate(lr)
+    noise, scaler, comm = planning.noise, run.parallel.scaler, run.parallel.comm
     if noise is not None:
         comm.pop_sqnorms()          # drop what other all-reduces (BN statistics) added
     # FP16: the norms are of gradients times the loss scale in force for this step (an
     # overflowed, skipped step leaves inf in them: the estimator skips it).
     grad_scale = 1.0 if scaler is None else scaler.scale
     tic = time.time()
-    loss, error, sync_s = train_step(run.stream, run.graph, plan, run.solvers, comm, run.grads,
-                                     run.reducer, scaler)
+    loss, error, sync_s = train_step(run.data.stream, net.graph, plan, net.solvers, comm,
+                                     net.grads, run.parallel.reducer, scaler)
     if noise is not None:
         local_sqnorm, global_sqnorm = comm.pop_sqnorms()
         if comm.size > 1:
             noise.update(local_sqnorm / grad_scale ** 2, plan.local_batch * plan.accum_steps,
                          global_sqnorm / grad_scale ** 2, plan.global_batch)
-    if scaler is None or scaler.unscale(run.solvers):
-        run.solvers.weight_decay(run.cfg.weight_decay)
-        run.solvers.update()
+    if scaler is None or scaler.unscale(net.solvers):
+        net.solvers.weight_decay(run.settings.cfg.weight_decay)
+        net.solvers.update()
     else:
-        run.log(f"step {run.step}: FP16 gradients overflowed, update skipped; loss scale now "
-                f"{scaler.scale:g}")
-    run.step += 1
+        log(f"step {progress.step}: FP16 gradients overflowed, update skipped; loss scale now "
+            f"{scaler.scale:g}")
+    progress.step += 1
     step_time = time.time() - tic
-    if run.refit is not None:
+    if planning.refit is not None:
         observe_step_times(run, plan, step_time, sync_s)
-    run.train_time += step_time
-    run.images_seen += plan.global_batch
-    report.add_step(run.monitors, run.step, loss, error, lr, plan.global_batch, step_time,
-                    noise_scale=None if noise is None else noise.b_simple)
-    if run.log.progress is not None:
-        run.log.progress.update(run.step, run.stream.epoch() * len(run.train_set), loss, lr,
-                                plan.global_batch)
+    progress.train_time += step_time
+    progress.images_seen += plan.global_batch
+    report.add_step(progress.monitors, progress.step, loss, error, lr, plan.global_batch,
+                    step_time, noise_scale=None if noise is None else noise.b_simple)
+    if log.progress is not None:
+        log.progress.update(progress.step, run.data.stream.epoch() * len(run.data.train_set),
+                            loss, lr, plan.global_batch)
     return loss
 
 
@@ -315,49 +321,53 @@ def observe_step_times(run, plan, step_time, sync_s):
     that every rank's controller decides alike: exchanged every ``EXCHANGE_STEPS``
     steps in one all-reduce (one a step cost ~7 ms a step on 4 ranks of this 2-core machine,
     1.0 s of a 15 s run: a collective on oversubscribed cores waits for the scheduler)."""
-    run.step_times.append((plan.local_batch, plan.accum_steps, step_time, sync_s))
-    if len(run.step_times) < EXCHANGE_STEPS:
+    progress, comm = run.progress, run.parallel.comm
+    progress.step_times.append((plan.local_batch, plan.accum_steps, step_time, sync_s))
+    if len(progress.step_times) < EXCHANGE_STEPS:
         return
-    times = np.array([t[2:] for t in run.step_times], np.float32)
-    times = run.comm.allreduce_numpy(times) / run.comm.size
-    for (local, accum, _, _), (step_s, wait_s) in zip(run.step_times, times.tolist()):
-        run.refit.observe(local, accum, step_s, wait_s)
-    run.step_times = []
+    times = np.array([t[2:] for t in progress.step_times], np.float32)
+    times = comm.allreduce_numpy(times) / comm.size
+    for (local, accum, _, _), (step_s, wait_s) in zip(progress.step_times, times.tolist()):
+        run.planning.refit.observe(local, accum, step_s, wait_s)
+    progress.step_times = []
 
 
 def end_of_epoch(run, loss):
     """Share the undecodable images found, average BN statistics, validate, log the epoch."""
-    comm, epoch = run.comm, run.stream.epoch()
-    share_bad_images(run.train_set, comm, run.reported_bad, run.log, epoch)
+    settings, data, progress = run.settings, run.data, run.progress
+    comm, epoch = run.parallel.comm, data.stream.epoch()
+    share_bad_images(data.train_set, comm, data.reported_bad, settings.log, epoch)
     average_running_stats(comm)
-    run.top1, run.top5 = validate(run.val_set, run.model, run.cfg, comm, run.device_id,
-                                  run.log, run.type_config)
-    if run.monitors and run.top1 is not None:
-        run.monitors["val_top1"].add(epoch, run.top1)
-        run.monitors["val_top5"].add(epoch, run.top5)
-    run.log(f"epoch {epoch:.2f} step {run.step}: train loss {loss:.4f}, val top-1 "
-            f"{report.json_value(run.top1)} top-5 {report.json_value(run.top5)}, "
-            f"{run.images_seen / run.train_time:.0f} images/s")
+    progress.top1, progress.top5 = validate(data.val_set, run.net.model, settings.cfg, comm,
+                                            settings.device_id, settings.log,
+                                            settings.type_config)
+    if progress.monitors and progress.top1 is not None:
+        progress.monitors["val_top1"].add(epoch, progress.top1)
+        progress.monitors["val_top5"].add(epoch, progress.top5)
+    settings.log(f"epoch {epoch:.2f} step {progress.step}: train loss {loss:.4f}, val top-1 "
+                 f"{report.json_value(progress.top1)} top-5 {report.json_value(progress.top5)}, "
+                 f"{progress.images_seen / progress.train_time:.0f} images/s")
 
 
 def save(run):
     """A checkpoint of the run now (collective: BN statistics averaged, rank 0 writes)."""
-    average_running_stats(run.comm)
-    scaler, comm = run.scaler, run.comm
-    extra = dict(epoch=run.stream.epoch(), images_seen=run.images_seen,
-                 train_time=run.train_time, history=run.history, seed=run.cfg.seed,
+    average_running_stats(run.parallel.comm)
+    scaler, comm = run.parallel.scaler, run.parallel.comm
+    cfg, progress = run.settings.cfg, run.progress
+    extra = dict(epoch=run.data.stream.epoch(), images_seen=progress.images_seen,
+                 train_time=progress.train_time, history=progress.history, seed=cfg.seed,
                  loss_scale=scaler and scaler.scale,
-                 comm=[comm.algorithm, str(comm.grid)], model=run.model_meta)
-    write_checkpoint(run.cfg, comm, run.solvers, run.step, run.stream, run.ctrl, run.noise,
-                     extra)
+                 comm=[comm.algorithm, str(comm.grid)], model=run.net.model_meta)
+    write_checkpoint(cfg, comm, run.net.solvers, progress.step, run.data.stream,
+                     run.planning.ctrl, run.planning.noise, extra)
 
 
 def summary(run, status, request, t_start):
     """End the run: a resize request (checkpoint, request line) or a stop returns ``status``;
     a finished run writes the model, the plot and the JSON summary line (rank 0)."""
-    comm, log = run.comm, run.log
-    if run.reducer is not None:
-        run.reducer.close()
+    comm, log = run.parallel.comm, run.settings.log
+    if run.parallel.reducer is not None:
+        run.parallel.reducer.close()
     if log.progress is not None:
         log.progress.close()
     if status == elastic.EXIT_RESIZE:
@@ -370,8 +380,8 @@ def summary(run, status, request, t_start):
         return status
     wall = time.time() - t_start
     if comm.rank == 0:
-        output_dir = run.cfg.output_dir
-        export_model(run.model, run.cfg.image_size, output_dir, log)
+        output_dir = run.settings.cfg.output_dir
+        export_model(run.net.model, run.settings.cfg.image_size, output_dir, log)
         report.plot_series(output_dir, os.path.join(output_dir, "training.png"))
         print(json.dumps(report.summary_json(run, wall)), flush=True)
     comm.close()                     # NCCL communicators freed before the interpreter exits

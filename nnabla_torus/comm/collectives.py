@@ -22,7 +22,7 @@ PIPELINE_BYTES = 8 << 20  # default size of the pieces of a pipelined torus2d (b
 # planner.py) numbers them and breaks ties towards the earlier one; train.py broadcasts an index.
 ALGORITHM_NAMES = ("ring", "torus2d", "hierarchical", "native")
 AUTO = "auto"  # not a function: the communicator picks one of ALGORITHMS per call (auto.py)
-# The algorithm when none is asked for, on the MPI backend (plans.default_algorithm).
+# The algorithm when none is asked for, on the MPI backend (grid_layouts.default_algorithm).
 DEFAULT_ALGORITHM = AUTO
 
 

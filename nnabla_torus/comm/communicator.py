@@ -19,8 +19,8 @@ import numpy as np
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
-from . import auto_routing, failfast, other_collectives, plans, topology  # noqa: E402
-from .backends import make_backend  # noqa: E402
+from . import backends, failfast, grid_layouts, other_collectives, topology  # noqa: E402
+from .auto import routing as auto_routing  # noqa: E402
 from .array_reduce import reduce_arrays  # noqa: E402
 from .sqnorms import SquaredNorms  # noqa: E402
 from .collectives import AUTO, Plan, get_algorithm  # noqa: E402
@@ -48,7 +48,7 @@ class TorusCommunicator:
                  wire_fp16=None, check=None, auto_profile=None):
         self.ctx = ctx
         self.settings = CommSettings.resolve(ctx, algorithm, grid, backend, timeout, wire_fp16,
-                                             check, auto_profile)
+                                             check, auto_profile, backend_names=backends.names())
         self.algorithm = self.settings.algorithm   # the one running (set_algorithm changes it)
         self.auto_table = None   # auto.Table, fixed by the first set_algorithm("auto")
         self.auto_timer = time.perf_counter  # the clock of auto's measurement (tests skew it)
@@ -65,7 +65,7 @@ class TorusCommunicator:
         self._one_caller = OneCaller()  # collectives from one thread at a time
         self._context_params = []  # (ctx, {name: Variable}) from add_context_and_parameters
         from . import backward_callback, sync_bn
-        sync_bn.install()  # F/PF.sync_batch_normalization accept this communicator from now on
+        sync_bn.install(TorusCommunicator)  # F/PF.sync_batch_normalization accept us from now on
         backward_callback.install()  # backward(communicator_callbacks=) takes Python callbacks
 
     # Settings a script may read or change after construction (before init(), which compares
@@ -85,7 +85,7 @@ class TorusCommunicator:
         guarded(self, "init", self._agree)
         self._group_control = MPI.COMM_WORLD.Dup()   # new_group's list check (members only)
         s = self.settings
-        self.backend = make_backend(s.backend, self.ctx, s.timeout, **(
+        self.backend = backends.make_backend(s.backend, self.ctx, s.timeout, **(
             s.mpi_knobs() if s.backend == "mpi" else {}))
         names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
         self._host_names = names
@@ -97,9 +97,9 @@ class TorusCommunicator:
         self.hosts = topology.HostLayout.from_names(names)
         self._groups["world"] = list(range(self.size))
         # the argument check meets in shared memory
-        plans.share_memory(self.backend, self.hosts, self.backend.world_group)
+        grid_layouts.share_memory(self.backend, self.hosts, self.backend.world_group)
         if not s.algorithm_asked:
-            self.algorithm = plans.default_algorithm(s.backend, self.hosts, s.grid)
+            self.algorithm = grid_layouts.default_algorithm(s.backend, self.hosts, s.grid)
         self.set_algorithm(self.algorithm, s.grid)
 
     def _agree(self):
@@ -119,24 +119,24 @@ class TorusCommunicator:
         get_algorithm(algorithm, allow_auto=True)
         request = self.settings.grid
         if algorithm == AUTO:
-            grid = grid or request or plans.host_rows(self.hosts, self.size)
+            grid = grid or request or grid_layouts.host_rows(self.hosts, self.size)
             self.auto_plans = {name: self._plan_for(name, grid)
                                for name in auto_routing.candidates(self.hosts)}
             self.algorithm = AUTO
-            self.grid = plans.grid_for("torus2d", grid, self.hosts, self.size)
+            self.grid = grid_layouts.grid_for("torus2d", grid, self.hosts, self.size)
             self._plan = self.auto_plans["torus2d"]
             if self.auto_table is None:
                 self.auto_table = auto_routing.fix_table(self)
             return
         self.algorithm = algorithm
-        self.grid = plans.grid_for(algorithm, grid or request, self.hosts, self.size)
+        self.grid = grid_layouts.grid_for(algorithm, grid or request, self.hosts, self.size)
         self._plan = self._plan_for(algorithm, grid)
 
     def _plan_for(self, algorithm, grid=None):
-        grid = plans.grid_for(algorithm, grid or self.settings.grid, self.hosts, self.size)
+        grid = grid_layouts.grid_for(algorithm, grid or self.settings.grid, self.hosts, self.size)
         key = (algorithm, str(grid))
         if key not in self._plans:
-            self._plans[key] = plans.make_plan(self.backend, self.hosts, self.rank, algorithm, grid)
+            self._plans[key] = grid_layouts.make_plan(self.backend, self.hosts, self.rank, algorithm, grid)
         return self._plans[key]
 
     # -- nnabla's properties ----------------------------------------------------------------

@@ -22,7 +22,8 @@ import sys
 import threading
 import time
 
-EXIT_TAG = 7303      # tag of the "this rank has gone" message on MPI_COMM_WORLD
+from .mpi_tags import EXIT_TAG
+
 EXIT_GRACE_S = 1.0   # seconds a wait goes on after its peer announced its exit
 # Seconds an exiting rank waits for the other ranks' exit notices: at the end of a job they
 # come at once; a rank that leaves early waits this long at most for the others to abort the
@@ -142,7 +143,7 @@ def _post_receives(world):
 def gone(peers, grace=EXIT_GRACE_S):
     """The ranks among ``peers`` that announced their exit at least ``grace`` seconds ago.
 
-    Polled by the communicator's waits (rendezvous.Pacer, every 10 ms) and the watchdog; it
+    Polled by the communicator's waits (waits.Pacer, every 10 ms) and the watchdog; it
     tests the receives (one ``MPI_Testsome`` over p - 1, O(p)) at most every ``GONE_POLL_S``.
     """
     MPI = _mpi()

@@ -9,8 +9,9 @@ import time
 from mpi4py import MPI
 
 from .collectives import get_algorithm
-from .rendezvous import (CallMismatch, CollectiveTimeout, RankGone, RankLost, call_hash,
-                         check_same_call, lost_ranks, raise_mismatch, rank_lost)
+from .errors import CollectiveTimeout, RankGone, RankLost
+from .rendezvous import CallMismatch, call_hash, check_same_call, raise_mismatch
+from .waits import lost_ranks, rank_lost
 
 LOST_GRACE_S = 5.0  # seconds a rank that saw a peer die waits for mpirun to end the job
 

@@ -10,10 +10,9 @@ its names and defaults against ``KNOBS``).
 from dataclasses import dataclass, field, fields
 
 from ..knobs import TIMEOUT_MAX_S, env_value, knob_value, number, parse_bool
-from . import topology
+from . import auto, topology
 from .collectives import DEFAULT_ALGORITHM, PIPELINE_BYTES, get_algorithm
 
-BACKENDS = ("mpi", "nccl", "fake-nccl")
 # The longest sleep between two polls of a wait, seconds: every wait (each ring step of every
 # collective) may sleep this long once more after its data arrived, so 10 ms already costs a
 # 100-step ring up to a second (the reports: POLL_SLEEP_S=10 stalled > 90 s).
@@ -67,32 +66,31 @@ class CommSettings:
         float, low=0, high=POLL_SLEEP_MAX_S,
         hint="seconds a waiting rank sleeps per poll, e.g. 0.00005; 0: yield only"),
         agreed=False, mpi=True)
-    profile: object = field(default=None, compare=False, repr=False)  # auto_profile, loaded
+    profile: object = field(default=None, compare=False, repr=False)  # auto.load_profile()
     # Whether a keyword argument or the environment named the algorithm; else init() chooses
-    # one for the backend and the hosts (plans.default_algorithm).
+    # one for the backend and the hosts (grid_layouts.default_algorithm).
     algorithm_asked: bool = field(default=True, compare=False)
 
     @classmethod
     def resolve(cls, ctx=None, algorithm=None, grid=None, backend=None, timeout=None,
-                wire_fp16=None, check=None, auto_profile=None):
+                wire_fp16=None, check=None, auto_profile=None, *, backend_names):
         """The settings from keyword arguments, else the environment, else the defaults; a
-        ValueError names the knob, the value and the allowed range (checked in this order)."""
+        ValueError names the knob, the value and the allowed range (checked in this order).
+        ``backend_names``: the registered backends (``backends.names()``, handed in from above:
+        the backends read these settings)."""
         asked = algorithm or env_value(KNOBS["algorithm"].env)
         algorithm = asked or KNOBS["algorithm"].default
         get_algorithm(algorithm, allow_auto=True)  # fail early on a typo
         auto_profile = auto_profile or env_value(KNOBS["auto_profile"].env, "")
-        profile = None
-        if auto_profile:
-            from ..planning.machine_profile import load_profile
-            profile = load_profile(auto_profile)  # a bad name fails here
+        profile = auto.load_profile(auto_profile) if auto_profile else None  # bad name: fails
         grid = grid or env_value(KNOBS["grid"].env)
         if isinstance(grid, str):
             grid = KNOBS["grid"].parse(grid)
         cuda = ctx is not None and any("cuda" in b for b in getattr(ctx, "backend", []))
         backend = backend or env_value(KNOBS["backend"].env, "nccl" if cuda else "mpi")
-        if backend not in BACKENDS:
+        if backend not in backend_names:
             raise ValueError(f"unknown backend {backend!r}; choose one of "
-                             f"{', '.join(BACKENDS)} (NNABLA_TORUS_BACKEND or backend=)")
+                             f"{', '.join(backend_names)} (NNABLA_TORUS_BACKEND or backend=)")
         timeout = _keyword_or_env("timeout", timeout)
         wire_fp16 = _flag("wire_fp16", wire_fp16)
         check = _flag("check", check)

@@ -3,7 +3,7 @@
 nnabla's ``F.sync_batch_normalization`` (and ``PF.sync_batch_normalization``, which calls it
 through the module, nnabla v1.39.0 python/src/nnabla/parametric_functions.py:1974) take a
 ``comm`` that a Cython check types as nnabla's C++ ``Communicator`` (function_bases.py), so
-they refuse ours. ``install()`` (run when a communicator is created) puts a dispatcher in
+they refuse ours. ``install(TorusCommunicator)`` (run when a communicator is created) puts a dispatcher in
 their place: a ``TorusCommunicator`` goes to ``sync_batch_normalization`` below (NCCL backend:
 nnabla's own kernel; others: ``SyncBatchNormalization``, a numpy ``PythonFunction`` whose
 running statistics follow nnabla's src/nbla/function/generic/batch_normalization.cpp:195-211),
@@ -36,8 +36,9 @@ _nnabla = {}   # nnabla's own Function attributes that install_function_patches 
 _recomputing = [0]   # Function.recompute calls in progress
 
 
-def install():
-    """Route ``F.sync_batch_normalization`` with our communicator to this module (idempotent)."""
+def install(communicator_class):
+    """Route ``F.sync_batch_normalization`` with a ``communicator_class`` instance (the
+    communicator hands in its class: this module never imports it) to this module (idempotent)."""
     import nnabla.normalization_functions as NF
     install_function_patches()
     original = F.sync_batch_normalization
@@ -47,8 +48,7 @@ def install():
     @functools.wraps(original)
     def dispatch(x, beta, gamma, mean, variance, comm, group="world", axes=[1], decay_rate=0.9,
                  eps=1e-05, batch_stat=True, output_stat=False, n_outputs=None):
-        from .communicator import TorusCommunicator
-        if not isinstance(comm, TorusCommunicator):
+        if not isinstance(comm, communicator_class):
             return original(x, beta, gamma, mean, variance, comm, group, axes, decay_rate, eps,
                             batch_stat, output_stat, n_outputs)
         return sync_batch_normalization(x, beta, gamma, mean, variance, comm, group, axes,

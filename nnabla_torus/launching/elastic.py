@@ -26,20 +26,13 @@ from ..planning import planner
 from ..knobs import add_knob, number
 from .mpirun_cmd import (env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path,
                          read_hostfile)
-from ..planning.machine_profile import add_profile_knob, load_profile
+from ..planning.machine_profile import RUN_KEYS, add_profile_knob, load_profile
+from ..planning.run_forecast import run_costs
 from ..planning.schedules import BatchSchedule
 
 EXIT_RESIZE = 75          # the script checkpointed and asks to run on another rank count
 EXIT_STOPPED = 76         # the script checkpointed after SIGUSR1 (the launcher's Ctrl-C)
 REQUEST_PREFIX = "nnabla-torus-elastic: "   # + JSON {"ranks", "reason", ...} on stdout
-# Seconds one checkpoint-restart costs, per profile. cpu-2core: measured by
-# tools/restart_cost.py on this machine (digits ResNet-18 x0.125, 4 ranks, median of 5 with
-# other jobs running: 12.4 s, of which 10.2 s are 4 ranks importing nnabla and DALI at once;
-# docs/benchmarks.md). Other profiles: *assumed* 30 s (mpirun start and NCCL set-up of ~2,000
-# ranks, a 200 MB checkpoint on a shared file system; no published figure): measure yours and
-# pass --restart-cost.
-RESTART_COST_S = {"cpu-2core": 12.0}
-ASSUMED_RESTART_COST_S = 30.0
 # What the launcher tells the script (environment; mpirun_cmd.env_args passes them to every host).
 ENV_ELASTIC = "NNABLA_TORUS_ELASTIC"
 ENV_SLOTS = "NNABLA_TORUS_ELASTIC_SLOTS"
@@ -49,11 +42,11 @@ TAIL_LINES = 20
 STARTED = time.monotonic()
 
 
-def restart_cost(profile_name, given=None):
-    """Seconds per restart: ``given`` (--restart-cost), else the profile's measured/assumed."""
+def restart_cost(prof, given=None):
+    """Seconds per restart: ``given`` (--restart-cost), else the profile's ``run.restart_s``."""
     if given is not None:
         return float(given)
-    return RESTART_COST_S.get(profile_name, ASSUMED_RESTART_COST_S)
+    return run_costs(prof)["restart_s"]
 
 
 def fit_ranks(wanted, slots, global_batch=None):
@@ -108,7 +101,7 @@ def decide_phase(args, prof, global_batch, current, images, epoch):
         else None
     try:
         return decide(prof, args.model, global_batch, current, images,
-                      restart_cost(prof.name, args.restart_cost), slots=args.total_slots,
+                      restart_cost(prof, args.restart_cost), slots=args.total_slots,
                       fixed=fixed, dataset_size=args.dataset_size, epochs=args.epochs,
                       local_batches=[args.local_batch] if args.local_batch else None)
     except planner.UnsplittableBatch as e:
@@ -245,7 +238,7 @@ def run(args, prof):
                         f"launch {ranks} ranks: fixed GPU-count schedule (--ranks-schedule)")
         + (f" ({note})" if note else ""))
     env = dict(os.environ, **{ENV_ELASTIC: "1", ENV_SLOTS: str(args.total_slots),
-                              ENV_COST: str(restart_cost(prof.name, args.restart_cost))})
+                              ENV_COST: str(restart_cost(prof, args.restart_cost))})
     if args.ranks_schedule:
         env[ENV_RANKS] = args.ranks_schedule
     library = mpi_library(mpirun_path())
@@ -319,8 +312,9 @@ def build_parser():
     add_knob(parser, "--epochs", "NNABLA_TORUS_RUN_EPOCHS", 12.0, "epochs of the run",
              type=number(float, low=0, strict=True))
     add_knob(parser, "--restart-cost", ENV_COST, None,
-             "seconds one checkpoint-restart costs (None: measured for cpu-2core, "
-             f"{ASSUMED_RESTART_COST_S:g} s assumed for other profiles)",
+             "seconds one checkpoint-restart costs (None: the profile's run.restart_s: "
+             f"measured for cpu-2core, {RUN_KEYS['restart_s']:g} s assumed where a profile has "
+             "none)",
              type=number(float, low=0))
     add_knob(parser, "--ranks-schedule", ENV_RANKS, None,
              "fixed rank count per epoch 'epoch:ranks,...' instead of the planner's choice "

@@ -48,7 +48,12 @@ _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
 _MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host"}
 _RACK_KEYS = {"hosts_per_rack", "spine", "oversubscription"}
 _AUTO_KEYS = {"ranks", "ranks_per_host", "bounds", "algorithms"}
-RUN_KEYS = {"startup_s": 0.0, "validation_s": 0.0, "validations": 1, "loader_stall_ms": 0.0}
+# The run: block's keys and defaults. restart_s: seconds one checkpoint-restart costs (the
+# elastic launcher's price of a GPU-count change); *assumed* 30 s where a profile has no
+# measurement (mpirun start and NCCL set-up of ~2,000 ranks, a 200 MB checkpoint on a shared
+# file system; no published figure): measure yours with tools/restart_cost.py.
+RUN_KEYS = {"startup_s": 0.0, "validation_s": 0.0, "validations": 1, "loader_stall_ms": 0.0,
+            "restart_s": 30.0}
 
 
 def list_profiles():

@@ -27,7 +27,7 @@ except ImportError as e:   # an optional extra: the communicator itself does not
     raise ImportError("virtual ranks and the simulator need greenlet: "
                       "pip install 'nnabla-torus[simulate]' (or pip install greenlet)") from e
 
-from ..comm import plans
+from ..comm import grid_layouts
 from ..comm.collectives import PIPELINE_BYTES, get_algorithm
 from ..comm.settings import CommSettings
 from ..knobs import TIMEOUT_MAX_S
@@ -338,10 +338,9 @@ def make_ranks(world, ranks_per_host, algorithm, grid=None, pipeline_bytes=PIPEL
     # The communicator's settings (keyword arguments, else its NNABLA_TORUS_* variables, all
     # checked as a communicator checks them), with a timeout that virtual time never reaches.
     settings = CommSettings.resolve(algorithm=algorithm, grid=grid, backend="mpi",
-                                    timeout=TIMEOUT_MAX_S, check=False)
-    rank_plans = [plans.make_plan(b, hosts, b.rank, algorithm,
-                                  plans.grid_for(algorithm, settings.grid, hosts, world.size))
-                  for b in backends]
+                                    timeout=TIMEOUT_MAX_S, check=False, backend_names=("mpi",))
+    grid = grid_layouts.grid_for(algorithm, settings.grid, hosts, world.size)
+    rank_plans = [grid_layouts.make_plan(b, hosts, b.rank, algorithm, grid) for b in backends]
     return backends, rank_plans
 
 

@@ -1,4 +1,4 @@
-"""auto's cached table (nnabla_torus/comm/auto_cache.py): the first job measures and says so,
+"""auto's cached table (nnabla_torus/comm/auto/cache.py): the first job measures and says so,
 the next reuses the file without measuring, a changed key measures again, a corrupt file warns
 and measures, and every rank uses the same table."""
 import glob

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nnabla_torus.comm.rendezvous import BLOCKING_EXIT_GRACE_S
+from nnabla_torus.comm.watchdog import BLOCKING_EXIT_GRACE_S
 from tests.mpirun import expect_passed, run_mpi
 
 PROG = "tests/mpi/progs/failfast_loop.py"

@@ -5,8 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from nnabla_torus.comm import auto
-from nnabla_torus.planning.machine_profile import load_profile
+from nnabla_torus.comm.auto import table as auto
+from nnabla_torus.planning.auto_profile import AutoProfile
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -60,13 +60,14 @@ def test_winners_pick_the_fastest_per_size():
 
 
 def test_the_profile_cost_model_gives_times_for_every_candidate():
-    prof = load_profile("cpu-2core")
-    assert auto.missing_terms(prof, ["native", "torus2d"]) == []
-    times = auto.predicted_times(prof, ["native", "torus2d"], 4, 4, 4)
+    prof = AutoProfile("cpu-2core")
+    assert prof.missing_terms(["native", "torus2d"]) == []
+    times = prof.predicted_times(["native", "torus2d"], 4, 4, 4, auto.SIZES)
     assert set(times) == {"native", "torus2d"}
     assert all(len(v) == len(auto.SIZES) and min(v) > 0 for v in times.values())
-    bare = prof._replace(network=prof.network._replace(software={}))
-    assert auto.missing_terms(bare, ["torus2d", "native"]) == ["native", "torus2d"]
+    bare = prof.profile._replace(network=prof.profile.network._replace(software={}))
+    prof.profile = bare
+    assert prof.missing_terms(["torus2d", "native"]) == ["native", "torus2d"]
 
 
 def test_measure_interleaves_takes_the_slowest_rank_and_drops_the_first_call():

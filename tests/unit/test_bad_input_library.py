@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from nnabla_torus import plan_cli
+from nnabla_torus.cli import plan as plan_cli
 from nnabla_torus.planning.machine_profile import PROFILE_DIR, load_profile
 from nnabla_torus.planning.schedules import BatchSchedule
 
@@ -288,7 +288,7 @@ def test_an_empty_profile_file_is_named(tmp_path):
 
 # -- no MPI where none is needed ------------------------------------------------------------
 def test_importing_the_package_and_planning_start_no_mpi():
-    code = ("import sys, nnabla_torus, nnabla_torus.plan_cli as p; p.main(['--max-gpus', "
+    code = ("import sys, nnabla_torus, nnabla_torus.cli.plan as p; p.main(['--max-gpus', "
             "'64', '--json', '/dev/null']); assert 'mpi4py.MPI' not in sys.modules, "
             "'MPI started'; print('NO MPI')")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
@@ -304,7 +304,7 @@ def test_planner_runs_leave_nothing_in_the_temporary_or_shared_memory_folders(tm
     env = dict(os.environ, PYTHONPATH=REPO, TMPDIR=str(tmp_path),
                OMPI_MCA_btl_sm_backing_directory=str(tmp_path))
     for _ in range(5):
-        done = subprocess.run([sys.executable, "tools/plan.py", *argv], cwd=REPO, env=env,
+        done = subprocess.run([sys.executable, "-m", "nnabla_torus.cli.plan", *argv], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
     assert list(tmp_path.iterdir()) == []

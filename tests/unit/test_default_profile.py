@@ -3,7 +3,7 @@ for GPU jobs, cpu-2core for CPU jobs) and NNABLA_TORUS_PROFILE overrides it ever
 import pytest
 
 from nnabla_torus.launching import elastic
-from nnabla_torus import plan_cli
+from nnabla_torus.cli import plan as plan_cli
 from nnabla_torus.planning.machine_profile import PROFILE_ENV, default_profile
 from tools import simulate
 

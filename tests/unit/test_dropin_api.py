@@ -123,7 +123,7 @@ class FakeBackend:
 
 
 def test_sync_bn_on_nccl_is_nnabla_s_kernel_on_the_backend_communicator(monkeypatch):
-    sync_bn.install()
+    sync_bn.install(TorusCommunicator)
     comm = TorusCommunicator(backend="nccl")
     comm.backend = FakeBackend()
     comm._groups = {"world": [0], "pair": [0]}

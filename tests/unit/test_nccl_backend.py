@@ -17,7 +17,7 @@ import nnabla as nn
 from nnabla_torus.comm.backends import cuda_env, nccl, synchronize
 from nnabla_torus.testing import fake_nccl
 from nnabla_torus.comm.backends.nccl import NCCLBackend, NCCLGroup
-from nnabla_torus.comm.rendezvous import RankLost
+from nnabla_torus.comm.errors import RankLost
 
 MPI_ERROR = ("runtime error in MultiProcessDataParallelCommunicatorNccl: `MPI_Allreduce(&condition,"
              " &result, 1, MPI_C_BOOL, MPI_LAND, comm)` failed by `MPI_ERR_PROC_FAILED: Process "
@@ -68,7 +68,7 @@ def test_finding2_a_wrong_ompi_home_is_refused_with_the_fix(tmp_path):
 
 @pytest.fixture
 def backend():
-    be = NCCLBackend(None, timeout=1.0, fake=True)
+    be = NCCLBackend(None, timeout=1.0, fake_device=fake_nccl)
     yield be
     be.close()
 

@@ -123,7 +123,7 @@ class Recorder:
 
 
 def test_the_backends_runtime_arguments_have_the_real_types():
-    be = NCCLBackend(None, timeout=30, fake=True)
+    be = NCCLBackend(None, timeout=30, fake_device=fake_nccl)
     try:
         rec = be._comms[np.dtype(np.float32)] = Recorder()
         grp = NCCLGroup("nnabla_torus:0,1", [0, 1], 0, be.world)

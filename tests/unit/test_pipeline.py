@@ -4,7 +4,7 @@ import pytest
 from mpi4py import MPI
 
 from nnabla_torus.comm.backends.mpi import MPIBackend
-from nnabla_torus.comm.rendezvous import CollectiveTimeout
+from nnabla_torus.comm.errors import CollectiveTimeout
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,7 @@ def test_grids_keep_hosts_whole():
 
 
 def test_cli_table_json_plot_and_env_twin(tmp_path, monkeypatch, capsys):
-    from nnabla_torus import plan_cli
+    from nnabla_torus.cli import plan as plan_cli
     out_json, out_png = tmp_path / "plan.json", tmp_path / "plan.png"
     monkeypatch.setenv("NNABLA_TORUS_PLAN_GPUS", "1,4,8,16")
     assert plan_cli.main(["--profile", "abci", "--noise-scale", "3000", "--explain",

@@ -126,7 +126,7 @@ def test_closed_form_links_match_the_ring_walk_for_every_small_grid(rows):
 
 
 def test_explain_says_which_phase_crosses_the_spine():
-    from nnabla_torus import plan_cli
+    from nnabla_torus.cli import plan as plan_cli
     prof = load_profile("abci")
     best = planner.plan(prof, "resnet50", counts=[2176], target_batch=69632,
                         local_batches=[32], accum_steps=[1]).best

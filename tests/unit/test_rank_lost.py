@@ -9,8 +9,9 @@ import pytest
 from mpi4py import MPI
 
 import nnabla_torus
-from nnabla_torus.comm import guarded_calls, rendezvous
-from nnabla_torus.comm.rendezvous import RankLost, lost_ranks, rank_lost, wait_requests
+from nnabla_torus.comm import guarded_calls, waits
+from nnabla_torus.comm.errors import RankLost
+from nnabla_torus.comm.waits import lost_ranks, rank_lost, wait_requests
 
 
 def test_no_rank_is_lost_in_a_healthy_job():
@@ -27,7 +28,7 @@ def test_the_message_names_the_rank_the_lost_ranks_and_the_operation():
 
 
 def test_a_wait_names_a_dead_rank_long_before_its_timeout(monkeypatch):
-    monkeypatch.setattr(rendezvous, "lost_ranks", lambda: [3])
+    monkeypatch.setattr(waits, "lost_ranks", lambda: [3])
     buf = np.zeros(1)
     request = MPI.COMM_SELF.Irecv(buf, source=0, tag=4242)   # never sent: waits forever
     try:

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from nnabla_torus import plan_cli
+from nnabla_torus.cli import plan as plan_cli
 from nnabla_torus.planning import run_forecast
 from nnabla_torus.planning.machine_profile import load_profile, profile_from_dict
 from nnabla_torus.planning.schedules import BatchSchedule

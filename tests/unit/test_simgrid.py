@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from nnabla_torus import plan_cli
+from nnabla_torus.cli import plan as plan_cli
 from nnabla_torus.sim import simgrid
 from nnabla_torus.sim.virtual import WallLimit
 from nnabla_torus.planning.costmodel import Link, Network

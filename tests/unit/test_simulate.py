@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nnabla_torus.planning import costmodel
-from nnabla_torus import plan_cli
+from nnabla_torus.cli import plan as plan_cli
 from nnabla_torus.sim.virtual import WallLimit
 from nnabla_torus.planning.costmodel import Link, Network
 from nnabla_torus.planning.machine_profile import load_profile

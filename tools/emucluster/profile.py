@@ -12,6 +12,7 @@ the shaped link. Example::
     save_profile(prof, "emu-2x2.yaml")
 """
 from .shaping import parse_rate
+from nnabla_torus.planning.machine_profile import RUN_KEYS
 from emucluster_model_check import emulated_network
 
 INTER_LATENCY_S = 20e-6  # one-way inter-host hop, as fitted in docs/benchmarks.md (emulated)
@@ -27,7 +28,10 @@ def emulated_profile(base, hosts, ranks_per_host, rate, latency_s=INTER_LATENCY_
                            (net.slots_per_host or 1.0) / hosts)
     models = {name: comp._replace(a_s=comp.a_s * hosts, b_s=comp.b_s * hosts)
               for name, comp in base.models.items()}
+    # No restart was measured across emulated hosts: the assumed default, not the base's.
+    run = dict((base.extra or {}).get("run") or RUN_KEYS, restart_s=RUN_KEYS["restart_s"])
     return base._replace(
         name=f"emu-{hosts}x{ranks_per_host}-{rate}", hosts=hosts, network=net, models=models,
+        extra=dict(base.extra or {}, run=run),
         description=f"{base.name} as {hosts} emulated hosts x {ranks_per_host} ranks, links "
                     f"{rate} (tools/emucluster/profile.py)")

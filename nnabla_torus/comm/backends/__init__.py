@@ -1,5 +1,7 @@
-"""Backends that move the bytes: ``mpi`` (mpi4py, host memory), ``nccl`` (nnabla-ext-cuda's
-NCCL communicator) and ``fake-nccl`` (the NCCL mapping on a numpy fake, for tests)."""
+"""Backends that move the bytes: ``mpi`` (mpi4py, host memory) and ``nccl`` (nnabla-ext-cuda's
+NCCL communicator), by name. Other names are registered from above: importing
+:mod:`nnabla_torus.testing` (the package root does) adds the test double ``fake-nccl`` (the
+NCCL mapping on a numpy fake)."""
 
 
 def synchronize(comm):
@@ -10,13 +12,33 @@ def synchronize(comm):
         sync()
 
 
+def _mpi(ctx, timeout, **knobs):
+    from .mpi import MPIBackend
+    return MPIBackend(timeout=timeout, **knobs)
+
+
+def _nccl(ctx, timeout, **knobs):
+    from .nccl import NCCLBackend
+    return NCCLBackend(ctx, timeout=timeout)
+
+
+# backend name -> factory(ctx, timeout, **mpi_knobs), in the order errors list them
+_FACTORIES = {"mpi": _mpi, "nccl": _nccl}
+
+
+def register(name, factory):
+    """Add the backend ``name``: ``factory(ctx, timeout, **mpi_knobs)`` makes it."""
+    _FACTORIES[name] = factory
+
+
+def names():
+    """The backend names ``NNABLA_TORUS_BACKEND`` (``backend=``) accepts."""
+    return tuple(_FACTORIES)
+
+
 def make_backend(name, ctx, timeout, **knobs):
-    """The backend called ``name`` (mpi | nccl | fake-nccl); ``knobs`` go to the MPI backend."""
-    if name == "mpi":
-        from .mpi import MPIBackend
-        return MPIBackend(timeout=timeout, **knobs)
-    if name in ("nccl", "fake-nccl"):
-        from .nccl import NCCLBackend
-        return NCCLBackend(ctx, timeout=timeout, fake=(name == "fake-nccl"))
-    raise ValueError(f"unknown backend {name!r}; choose mpi, nccl or fake-nccl "
-                     f"(NNABLA_TORUS_BACKEND or backend=)")
+    """The backend called ``name`` (one of ``names()``); ``knobs`` go to the MPI backend."""
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(names())} "
+                         f"(NNABLA_TORUS_BACKEND or backend=)")
+    return _FACTORIES[name](ctx, timeout, **knobs)

@@ -14,7 +14,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..collectives import scale_numpy
-from ..rendezvous import Pacer, Watchdog, overdue, wait_requests
+from ..waits import Pacer, overdue, wait_requests
+from ..watchdog import Watchdog
 from ..settings import DEFAULTS, mpi_settings
 from .mpi_shared import SharedMemoryPath, chunk_bounds
 
@@ -116,7 +117,7 @@ class MPIBackend(SharedMemoryPath):
 
         A lane goes on as soon as its requests complete (or its callable returns True); a wait
         on requests that lasts ``timeout`` seconds raises CollectiveTimeout naming its peers.
-        Between polls it waits as ``wait`` does (rendezvous.Pacer).
+        Between polls it waits as ``wait`` does (waits.Pacer).
         """
         pacer = Pacer(self.rank, self.spin, self.poll_sleep)
         waiting = []  # [lane, (ready, what, peers), since]

@@ -9,7 +9,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..job_log import note
-from ..rendezvous import CallMismatch, HostSync, allocate_shared
+from ..host_sync import HostSync, allocate_shared
+from ..rendezvous import CallMismatch
 
 SHM_BLOCK_BYTES = 256 << 10  # the shared path sums in blocks of this size (fits in L2 cache)
 # Up to this many bytes summed per member (m members x the piece's bytes) every member sums

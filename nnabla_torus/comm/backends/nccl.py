@@ -23,8 +23,10 @@ import socket
 import numpy as np
 from mpi4py import MPI
 
-from ..rendezvous import (CollectiveTimeout, RankLost, Watchdog, check_same_call, lost_ranks,
-                          wait_requests)
+from ..errors import CollectiveTimeout, RankLost
+from ..rendezvous import check_same_call
+from ..waits import lost_ranks, wait_requests
+from ..watchdog import Watchdog
 from ..settings import DEFAULTS
 from .nccl_device import WIRE_TYPES, DeviceBuffers, nnabla_device, short_host, type_contexts
 
@@ -59,11 +61,10 @@ class NCCLGroup:
         self.size = len(self.ranks)
 
 
-def _load_extension(ctx, fake):
-    """The module that makes and synchronises the device: fake_nccl, or nnabla_ext.cuda."""
-    if fake:
-        from ...testing import fake_nccl
-        return fake_nccl
+def _load_extension(ctx, fake_device):
+    """The module that makes and synchronises the device: ``fake_device``, or nnabla_ext.cuda."""
+    if fake_device is not None:
+        return fake_device
     if ctx is not None and not ctx.backend[0].startswith(("cuda", "cudnn")):  # None: cudnn
         raise ValueError(f"the nccl backend needs a CUDA context, e.g. get_extension_context("
                          f"'cudnn'), got backends {list(ctx.backend)}; or use "
@@ -73,7 +74,8 @@ def _load_extension(ctx, fake):
 
 
 class NCCLBackend(DeviceBuffers):
-    """Torus primitives on nnabla-ext-cuda's NCCL communicator (``fake``: on ``fake_nccl``)."""
+    """Torus primitives on nnabla-ext-cuda's NCCL communicator (``fake_device``: on that stand-in
+    for ``nnabla_ext.cuda``, e.g. :mod:`nnabla_torus.testing.fake_nccl`)."""
 
     # Every call this backend makes enqueues NCCL on CUDA's legacy default stream, the stream
     # nnabla's kernels run on: reduce_scatter and all_gather pass stream 0, a single-NdArray
@@ -84,7 +86,8 @@ class NCCLBackend(DeviceBuffers):
     # 1049-1050, 1119-1135).
     overlaps_backward = False
 
-    def __init__(self, ctx, timeout=DEFAULTS["timeout"], fake=False):
+    def __init__(self, ctx, timeout=DEFAULTS["timeout"], fake_device=None):
+        fake = fake_device is not None
         self.name = "fake-nccl" if fake else "nccl"
         self.timeout = float(timeout)
         self.on_host = fake
@@ -95,7 +98,7 @@ class NCCLBackend(DeviceBuffers):
         self._ext = self._event_class = self._event = None
 
         def load():
-            self._ext = _load_extension(ctx, fake)
+            self._ext = _load_extension(ctx, fake_device)
             if fake:
                 self._ext.set_device(self.device_id)
                 self._event_class = self._ext.Event

@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 import nnabla as nn
 import nnabla_torus as C
-from nnabla_torus.comm import auto
+from nnabla_torus.comm.auto import table as auto
 from nnabla_torus.comm.array_layout import dtype_of
 from nnabla_torus.comm.topology import Grid, default_grid, factor_pairs
 from tests.mpirun import passed_line
@@ -937,11 +937,11 @@ def groups_differ(comm, case):
 def shm_refused():
     """The MPI library refuses shared windows (on every rank: the call is collective):
     every rank falls back to messages, rank 0 says why once, and sums stay exact."""
-    from nnabla_torus.comm import rendezvous
+    from nnabla_torus.comm import host_sync
 
     def refuse(nbytes, comm):
         raise MPI.Exception(MPI.ERR_NO_MEM)
-    rendezvous.allocate_shared = refuse
+    host_sync.allocate_shared = refuse
     for config in (Config("torus2d", f"{P}x1", None, False),
                    Config("hierarchical", None, None, False)):
         comm = make_comm(config)

@@ -1,9 +1,9 @@
-"""``algorithm="auto"``: every all-reduce goes to the algorithm that is fastest at its size.
+"""auto's table: the algorithm per byte range, from measured or predicted times.
 
 At ``init()`` the communicator fixes a ``Table`` of byte ranges -> algorithm for its world,
 computed on rank 0 and broadcast, so every rank makes the same choice for the same call. Its
 source: a profile's cost model (``NNABLA_TORUS_AUTO_PROFILE``), else a quick measurement on the
-spot (:func:`measure`), cached on disk (:mod:`.auto_cache`). At each measured size native is
+spot (:func:`measure`), cached on disk (:mod:`.cache`). At each measured size native is
 kept unless another candidate is faster by more than ``MARGIN``, so auto is not slower than
 native at any measured size; ranges split at the geometric mean of neighbouring sizes.
 Sources, timings and the cache: docs/communicator.md#auto. Example::
@@ -81,20 +81,6 @@ def winners(times):
     names = list(times)
     return [names[int(np.argmin([times[a][i] for a in names]))]
             for i in range(len(next(iter(times.values()))))]
-
-
-def missing_terms(profile, candidates):
-    """The candidates whose software term the profile's cost model lacks (sorted)."""
-    return sorted(set(candidates) - set(profile.network.software or {}))
-
-
-def predicted_times(profile, candidates, ranks, per_host, grid_x, sizes=SIZES):
-    """``{algorithm: [seconds per size]}`` from the profile's cost model for this job."""
-    from ..planning.costmodel import allreduce_time
-    net = profile.network._replace(gpus_per_host=per_host)
-    return {name: [float(allreduce_time(net, name, ranks, n,
-                                        grid_x if name == "torus2d" else None)) for n in sizes]
-            for name in candidates}
 
 
 def measure(run, candidates, sizes=SIZES, iters=MEASURE_ITERS, timer=time.perf_counter,

@@ -4,7 +4,7 @@ import time
 import numpy as np
 
 from examples.imagenet.config import parse_config
-from examples.imagenet.planning import TrainingPlanner, find_compute, local_batch_choices
+from examples.imagenet.training_planner import TrainingPlanner, find_compute, local_batch_choices
 from nnabla_torus.planning import planner
 from nnabla_torus.planning.controller import BatchPlan, split_batch
 from nnabla_torus.planning.machine_profile import load_profile

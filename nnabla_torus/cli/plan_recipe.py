@@ -1,8 +1,8 @@
 """nnabla-torus-plan --recipe: a training recipe's predicted end-to-end time beside the
 figures it states as published, after an optional fit of the per-image compute (--fit-recipe).
 """
-from .planning import run_forecast
-from .planning.machine_profile import model_of
+from ..planning import run_forecast
+from ..planning.machine_profile import model_of
 
 
 def published_rows(prof, model, recipe, prediction, fitted_on):

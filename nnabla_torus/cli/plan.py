@@ -21,12 +21,12 @@ import sys
 
 import numpy as np
 
-from .planning import costmodel, planner
-from .planning.costmodel import ALGORITHMS
-from .knobs import TIMEOUT_MAX_S, BadValue, add_knob, number
-from .planning.machine_profile import add_profile_knob, list_profiles, load_profile, model_of
-from .planning.schedules import BatchSchedule
-from .comm.topology import parse_grid
+from ..planning import costmodel, planner
+from ..planning.costmodel import ALGORITHMS
+from ..knobs import TIMEOUT_MAX_S, BadValue, add_knob, number
+from ..planning.machine_profile import add_profile_knob, list_profiles, load_profile, model_of
+from ..planning.schedules import BatchSchedule
+from ..comm.topology import parse_grid
 from .plan_recipe import run_recipe
 
 COLUMNS = [("gpus", "{:>6d}"), ("grid", "{:>8s}"), ("algorithm", "{:>12s}"),
@@ -181,9 +181,9 @@ def refuse_ignored(parser, args):
 
 def simulated(prof, model, plans, max_wall, engine=None):
     """Lines of the K plans re-ranked by simulated step time, with both all-reduce times."""
-    from .sim.virtual import WallLimit
-    from .sim.simgrid import SimGridUnavailable
-    from .sim.simulate import rerank, resolve_engine
+    from ..sim.virtual import WallLimit
+    from ..sim.simgrid import SimGridUnavailable
+    from ..sim.simulate import rerank, resolve_engine
     try:
         engine = resolve_engine(engine)
         ranked = rerank(prof, model, plans, max_wall, engine)

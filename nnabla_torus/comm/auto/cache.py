@@ -15,15 +15,15 @@ import os
 
 from mpi4py import MPI
 
-from .auto import Table
-from .job_log import note
+from ..job_log import note
+from .table import Table
 
 
 def cache_key(comm, candidates):
     """The dict a cached table must match exactly (see the module docstring)."""
     import mpi4py
 
-    from .. import __version__
+    from ... import __version__
     return {"host": comm._host_names[0] if comm._host_names else MPI.Get_processor_name(),
             "hosts": len(comm.hosts.hosts), "ranks": comm.size,
             "ranks_per_host": comm.hosts.ranks_per_host or 0,

@@ -1,14 +1,15 @@
 """``algorithm="auto"`` inside the communicator: its candidates, and the table of size ranges
 it fixes at the first ``set_algorithm("auto")`` (from a profile, else measured at once), the
-same on every rank. The table itself and its rules: :mod:`nnabla_torus.comm.auto`.
+same on every rank. The table itself and its rules: :mod:`.table`.
 """
 import numpy as np
 from mpi4py import MPI
 
-from . import auto, auto_cache
-from .backends import synchronize
-from .guarded_calls import collective, exchange
-from .job_log import note
+from ..backends import synchronize
+from ..guarded_calls import collective, exchange
+from ..job_log import note
+from . import cache as auto_cache
+from . import table as auto
 
 
 def candidates(hosts):
@@ -23,21 +24,20 @@ def fix_table(comm):
     names = candidates(comm.hosts)
     source, profile = comm.auto_profile, comm.settings.profile
     per_host = comm.hosts.ranks_per_host or comm.size
-    saved = (profile.extra or {}).get("auto_tables", {}).get((comm.size, per_host)) \
-        if source else None
+    saved = profile.calibrated_table(comm.size, per_host) if source else None
     if saved and set(saved[1]) <= set(names):   # measured by tools/calibrate.py
         table = auto.Table(*saved, f"profile {source}, measured by calibrate")
         note(f"auto ({table.source}, {comm.size} ranks): {table.describe()}")
         return table
-    if source and auto.missing_terms(profile, names):
+    if source and profile.missing_terms(names):
         note(f"auto: profile {source!r} has no software term for "
-             f"{auto.missing_terms(profile, names)}; measuring the size ranges instead")
+             f"{profile.missing_terms(names)}; measuring the size ranges instead")
         source = ""
     if comm.size == 1:   # nothing is exchanged: nothing to measure
         return auto.Table([], ["native"], "one rank")
     if source:
-        times = auto.predicted_times(profile, names, comm.size, per_host,
-                                     comm.grid.x) if comm.rank == 0 else None
+        times = profile.predicted_times(names, comm.size, per_host, comm.grid.x,
+                                        auto.SIZES) if comm.rank == 0 else None
         name = f"profile {source}"
     else:
         table = cached_table(comm, names)

@@ -1,0 +1,3 @@
+"""Command-line front ends: ``plan`` is ``nnabla-torus-plan`` (``plan_recipe``, its ``--recipe``
+part). The elastic launcher ``nnabla-torus-run`` lives with the other launchers, in
+:mod:`nnabla_torus.launching.elastic`."""
