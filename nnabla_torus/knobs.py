@@ -37,10 +37,11 @@ def number(kind=float, low=None, strict=False, high=None, hint="", strict_high=F
     (8, 2.5)
     """
     what = "an integer" if kind is int else "a finite number"
+    bound = "d" if kind is int else "g"      # integers in full: 2147483647, not 2.14748e+09
     if low is not None:
-        what += f" {'>' if strict else '>='} {low:g}"
+        what += f" {'>' if strict else '>='} {low:{bound}}"
     if high is not None:
-        what += f"{' and' if low is not None else ''} {'<' if strict_high else '<='} {high:g}"
+        what += f"{' and' if low is not None else ''} {'<' if strict_high else '<='} {high:{bound}}"
     what += f" ({hint})" if hint else ""
 
     def parse(text):
@@ -141,6 +142,16 @@ def check_output_path(name, path, folder=False):
         else:
             return path
     raise BadValue(f"{name} = {path!r} {problem}; choose a writable {kind}")
+
+
+def writable_file(path):
+    """``path`` if a file can be written there ('-': stdout), for ``type=``: checked at parse
+    time, so that a bad path fails before the work whose results it would hold."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if path != "-" and (os.path.isdir(path) or not os.path.isdir(folder)
+                        or not os.access(folder, os.W_OK)):
+        raise BadValue(f"cannot write {path!r}: give a file path in an existing writable folder")
+    return path
 
 
 def check_output_flag(parser, flag, path, folder=False):

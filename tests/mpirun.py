@@ -74,18 +74,28 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
     full_env["NNABLA_TORUS_CACHE_DIR"] = cache.name
     full_env.update(env or {})
     cmd = mpirun_command(np_, argv, mpirun_args, python=python)
-    proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+    status, out = run_killable(cmd, full_env, timeout)
+    if check and status != 0:
+        raise AssertionError(f"exit {status}: {' '.join(cmd)}\n{out}")
+    cache.cleanup()
+    return out
+
+
+def run_killable(cmd, env, timeout, on_timeout=None):
+    """(exit status, stdout+stderr) of ``cmd`` run in the repository in its own process group;
+    after ``timeout`` seconds the group is killed, ``on_timeout()`` called (e.g. to cancel a
+    batch job) and AssertionError raised with the output."""
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
+        if on_timeout is not None:
+            on_timeout()
         raise AssertionError(f"timeout after {timeout}s (deadlock?): {' '.join(cmd)}\n{out}")
-    if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}: {' '.join(cmd)}\n{out}")
-    cache.cleanup()
-    return out
+    return proc.returncode, out
 
 
 def library_python(library):

@@ -21,7 +21,7 @@ from nnabla_torus.planning.controller import split_batch
 
 ADAPTIVE = "adaptive (goodput)"
 BEFORE = "adaptive before (--before run)"
-VAL_LINE = re.compile(r"^epoch (\S+) step (\d+): .*val top-1 (\S+)")
+VAL_LINE = re.compile(r"^(?:\d\d:\d\d:\d\d )?epoch (\S+) step (\d+): .*val top-1 (\S+)")  # time of day first
 SIZES = re.compile(r"(\d+) training / \d+ validation images")
 PARAMS = re.compile(r": ([\d,]+) parameters, ")
 

@@ -32,6 +32,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.comm.topology import factor_pairs
+from nnabla_torus.knobs import add_knob, writable_file
 
 RESNET50_BYTES = 25557032 * 4
 # The tests that need GPUs: real NCCL (the nccl-2/4/8 cases of test_communicator, not the
@@ -223,12 +224,17 @@ def device_checks(gpus, env, json_path):
     return results, verdicts
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--json", default="gpu_check.json", help="write the results here")
+    add_knob(parser, "--json", "NNABLA_TORUS_GPU_CHECK_JSON", "gpu_check.json",
+             "write the results here (checked before the checks run)", type=writable_file)
     parser.add_argument("--no-install", action="store_true",
                         help="do not pip install the [gpu] extra first")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     gpus, _ = gpu_count()
     if gpus and not args.no_install:
         command = [sys.executable, "-m", "pip", "install", "-q", "-e", f"{REPO}[gpu]"]

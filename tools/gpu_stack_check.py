@@ -3,7 +3,7 @@ on a machine without a GPU or driver. Optional and large (~2 GB of wheels): not 
 ``make test``.
 
     python tools/gpu_stack_check.py --install          # creates .venv-gpu, then checks
-    python tools/gpu_stack_check.py --venv /work/gpu-venv
+    python tools/gpu_stack_check.py --venv ~/gpu-venv         # a GPU venv made before
 
 No package provides ``libcuda.so.1`` (the driver), which ``libnnabla_cuda`` links against, so
 a stub with that soname is built here with the C compiler (``cuInit`` succeeds, every other

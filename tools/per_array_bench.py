@@ -22,14 +22,23 @@ import nnabla as nn
 
 import nnabla_torus
 from nnabla_torus.comm.array_reduce import reduce_arrays
-from nnabla_torus.knobs import add_knob, number, parse_bool
+from nnabla_torus.knobs import BadValue, add_knob, number, parse_bool
+
+
+def list_lengths(text):
+    """``"1,161"`` -> [1, 161]; each an integer >= 1 (BadValue names the first bad one)."""
+    one = number(int, low=1, hint="list lengths, e.g. 1,161,1000")
+    lengths = [one(part.strip()) for part in str(text).split(",") if part.strip()]
+    if not lengths:
+        raise BadValue(f"expected list lengths, e.g. 1,161,1000, got {text!r}")
+    return lengths
 
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_knob(p, "--arrays", "NNABLA_TORUS_PER_ARRAY_ARRAYS", "1,161,1000,10000",
-             "list lengths to time, comma list")
+             "list lengths to time, comma list", type=list_lengths)
     add_knob(p, "--inplace", "NNABLA_TORUS_PER_ARRAY_INPLACE", False,
              "all_reduce(..., inplace=) of the calls", type=parse_bool)
     add_knob(p, "--repeats", "NNABLA_TORUS_PER_ARRAY_REPEATS", 20, "timed calls per length",
@@ -60,14 +69,19 @@ def time_list(comm, count, inplace, repeats):
     return best
 
 
+def parse_args(argv=None):
+    """Parse and check every flag before the communicator starts."""
+    return build_parser().parse_args(argv)
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     comm = nnabla_torus.MultiProcessDataParallelCommunicator(algorithm="ring")
     comm.init()
     print(f"# per_array_bench: one process, inplace {int(args.inplace)}, "
           f"fastest of {args.repeats}")
     print(f"# {'arrays':>8} {'time(us)':>10} {'per-array(us)':>13}")
-    for count in (int(c) for c in args.arrays.split(",") if c.strip()):
+    for count in args.arrays:
         t = time_list(comm, count, args.inplace, args.repeats)
         print(f"  {count:>8} {t * 1e6:>10.1f} {t * 1e6 / count:>13.2f}", flush=True)
     comm.close()

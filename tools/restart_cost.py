@@ -25,6 +25,8 @@ import tempfile
 import time
 
 import _example  # noqa: F401  (examples/imagenet on sys.path, for its models)
+from models import ARCHS
+from nnabla_torus.knobs import add_knob, number, writable_file
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -77,16 +79,32 @@ def in_process(args):
     return graph, write, read, loader, megabytes
 
 
-def main():
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--ranks", type=int, default=4, help="ranks for the mpirun start")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per part (median)")
-    parser.add_argument("--arch", default="resnet18")
-    parser.add_argument("--width", type=float, default=0.125)
-    parser.add_argument("--image-size", type=int, default=16)
-    parser.add_argument("--local-batch", type=int, default=32)
-    parser.add_argument("--json", default=None, help="write the figures to this file")
-    args = parser.parse_args()
+    add_knob(parser, "--ranks", "NNABLA_TORUS_RESTART_RANKS", 4, "ranks for the mpirun start",
+             type=number(int, low=1))
+    add_knob(parser, "--repeat", "NNABLA_TORUS_RESTART_REPEAT", 5, "runs per part (median)",
+             type=number(int, low=1))
+    add_knob(parser, "--arch", "NNABLA_TORUS_RESTART_ARCH", "resnet18", "network",
+             choices=ARCHS)
+    add_knob(parser, "--width", "NNABLA_TORUS_RESTART_WIDTH", 0.125, "channel width multiplier",
+             type=number(float, low=0, strict=True))
+    add_knob(parser, "--image-size", "NNABLA_TORUS_RESTART_IMAGE_SIZE", 16, "pixels",
+             type=number(int, low=1))
+    add_knob(parser, "--local-batch", "NNABLA_TORUS_RESTART_LOCAL_BATCH", 32,
+             "images per rank of the graph", type=number(int, low=1))
+    add_knob(parser, "--json", "NNABLA_TORUS_RESTART_JSON", "", "write the figures to this file",
+             type=writable_file)
+    return parser
+
+
+def parse_args(argv=None):
+    """Parse and check every flag before anything is measured."""
+    return build_parser().parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
 
     py = sys.executable
     imports = "import nnabla, nnabla_torus, mpi4py.MPI, nvidia.dali"

@@ -105,6 +105,12 @@ pip_install() {  # pip, without the noise of find-links folders this machine doe
   "$venv/bin/python" -m pip install -q "$@" 2>&1 \
     | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 }
+if [ -x "$venv/bin/python" ] && ! usable "$venv/bin/python"; then
+  # A venv of another Python (e.g. 3.11, made by hand) would fail later in pip on nnabla.
+  echo "setup: $venv holds $("$venv/bin/python" --version 2>&1), not 3.8-3.10: recreating it" \
+       "with $py"
+  "$py" -m venv --clear "$venv"
+fi
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 pip_install --upgrade pip
 pip_install -e ".[$extras]"

@@ -11,9 +11,13 @@ command line > recipe file (``-C``) > environment > the default written below. E
 import argparse
 import dataclasses
 import difflib
+import importlib.util
 import os
 
+from image_lists import split_source
+from nnabla_torus.comm import failfast
 from nnabla_torus.comm.collectives import ALGORITHMS
+from nnabla_torus.comm.settings import KNOBS
 from nnabla_torus.planning import step_refit
 from nnabla_torus.planning.controller import (ADAPTIVE_LRS, LR_AT_CHANGE, LR_SCALINGS, MAX_RSE,
                                              MIN_SAMPLES, BatchSizeController)
@@ -23,6 +27,7 @@ from nnabla_torus.planning.recipe_files import RECIPE_DIR, read_recipe
 from nnabla_torus.planning.schedules import DECAYS, BatchSchedule, LearningRateSchedule
 from nnabla_torus.comm.topology import parse_grid
 
+BACKEND_ENV = KNOBS["backend"].env    # the communicator's backend variable
 DEFAULT_RECIPE = "digits-cpu"        # used when neither -C nor --data-dir is given
 DEFAULT_DATA_RECIPE = "resnet50-90ep"  # used with --data-dir and no -C
 # recipe blocks that are not knobs: citations of the provenance tags, the published results
@@ -47,6 +52,8 @@ CHOICES = {
 # "auto" was the example's name for the planner's choice, which the communicator's own
 # algorithm "auto" (a per-message-size table) made ambiguous.
 RENAMED_VALUES = {"algorithm": {"auto": "planned"}, "plan": {"auto": "on"}}
+MAX_EPOCHS = 1e6        # passes over the data: far beyond any recipe, below int overflow
+MAX_BUCKET_MIB = 1e6    # one all-reduce bucket, MiB (1 TB: more than any model's gradients)
 # Allowed range of every numeric knob: a parser for the flag, the variable and the recipe value.
 POSITIVE, FRACTION = dict(low=0, strict=True), dict(low=0, high=1, strict_high=True)
 RANGES = {
@@ -56,13 +63,16 @@ RANGES = {
     "min_batch": number(int, low=0), "max_batch": number(int, low=0),
     "adaptive_min_samples": number(int, low=2), "adaptive_max_rse": number(float, **POSITIVE),
     "adaptive_refit_steps": number(int, low=0), "adaptive_refit_warmup": number(int, low=0),
-    "epochs": number(float, **POSITIVE), "base_lr": number(float, **POSITIVE),
+    "epochs": number(float, low=0, strict=True, high=MAX_EPOCHS), "base_lr": number(float, **POSITIVE),
     "reference_batch": number(int, low=1), "warmup_epochs": number(float, low=0),
     "gamma": number(float, low=0, strict=True, high=1), "power": number(float, **POSITIVE),
     "momentum": number(float, **FRACTION), "weight_decay": number(float, low=0),
     "lars_coefficient": number(float, low=0), "label_smoothing": number(float, **FRACTION),
-    "loss_scale": number(float, **POSITIVE), "seed": number(int, low=0, high=2 ** 32 - 1),
-    "bucket_mib": number(float, **POSITIVE), "checkpoint_every": number(int, low=0),
+    # nn.seed takes a C int (OverflowError from 2**31); more epochs or a bigger bucket than
+    # these overflow the step and byte counts (int(inf)) long before anything trains
+    "loss_scale": number(float, **POSITIVE), "seed": number(int, low=0, high=2 ** 31 - 1),
+    "bucket_mib": number(float, low=0, strict=True, high=MAX_BUCKET_MIB),
+    "checkpoint_every": number(int, low=0), "max_nonfinite_steps": number(int, low=0),
     "max_steps": number(int, low=0), "log_every": number(int, low=0),
 }
 
@@ -76,8 +86,8 @@ def knob(default, help):
 class TrainConfig:
     """All knobs of one training run; units in the comments."""
     # data and model
-    data_dir: str = knob("", "root of an ImageNet layout (train/, val/, train.txt, val.txt); "
-                                  "empty = the embedded digits data")
+    data_dir: str = knob("", "root of an ImageNet layout: train/ and val/ of class folders, or "
+                             "with train.txt and val.txt lists; empty = the embedded digits data")
     output_dir: str = knob("runs/imagenet", "folder for monitors, the plot and checkpoints")
     arch: str = knob("resnet50", "network: resnet18 | resnet34 | resnet50")
     width: float = knob(1.0, "channel width multiplier")
@@ -155,6 +165,10 @@ class TrainConfig:
     bucket_mib: float = knob(25.0, "bucket size for overlap, MiB")
     # bookkeeping
     checkpoint_every: int = knob(0, "optimizer steps between checkpoints (0 = only at the end)")
+    max_nonfinite_steps: int = knob(3, "stop the run on every rank after this many steps in a "
+                                       "row whose loss or gradient norm is not finite (a "
+                                       "diverged run; checkpoints stop before it, fp16's "
+                                       "skipped overflow steps do not count; 0 = never)")
     resume: bool = knob(False, "continue from the newest good checkpoint in output_dir")
     init_params: str = knob("", "start from the parameters in this file: nn.save_parameters' "
                                 ".h5/.protobuf or a .nnp, e.g. a run's model.h5 (empty = random "
@@ -207,9 +221,18 @@ def env_of(name):
     return "NNABLA_TORUS_" + name.upper()
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser whose usage error is one line (its usage text lists ~60 flags), once
+    per job when every rank meets it (``failfast.wait_for_rank_zero``)."""
+
+    def error(self, message):
+        failfast.wait_for_rank_zero()
+        self.exit(2, f"{self.prog}: error: {message} (flags: {self.prog} --help)\n")
+
+
 def build_parser():
     """The argparse parser: ``-C/--recipe`` plus one knob per TrainConfig field."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         description="Data-parallel ImageNet training with nnabla-torus "
                     "(no arguments: a small ResNet on the embedded digits data).")
     parser.add_argument(
@@ -285,7 +308,20 @@ def parse_config(argv=None):
              if values[name] in RENAMED_VALUES[name]]
     cfg = TrainConfig(**values, recipe=recipe_name, source=source, notes=notes)
     validate(cfg)
+    if with_env.data_dir and not with_env.recipe:
+        cfg.notes.append(data_recipe_note(cfg))
     return cfg
+
+
+def data_recipe_note(cfg):
+    """What --data-dir without -C picked, and why (ImageNet's recipe, whatever the data)."""
+    cpu = (" on a CPU context: a ResNet-50 step of 8 images at 224 px takes seconds there, "
+           "so for a small image set" if cfg.context == "cpu" else "; for a small image set")
+    return (f"note: --data-dir without -C uses the ImageNet recipe {DEFAULT_DATA_RECIPE} "
+            f"({cfg.arch} x{cfg.width:g}, {cfg.image_size} px, global batch "
+            f"{cfg.batch_schedule}, {cfg.epochs:g} epochs){cpu} pass a smaller recipe "
+            f"(-C digits-cpu: resnet18 x0.125, 16 px) or set --arch, --width, --image-size "
+            f"and --epochs")
 
 
 def rename(values, name):
@@ -322,8 +358,11 @@ def validate(cfg):
             raise ValueError(f"{name} = {getattr(cfg, name)!r}: {e} ({flag_of(name)})") from None
     if cfg.data_dir and not os.path.isdir(os.path.expanduser(cfg.data_dir)):
         raise ValueError(f"data_dir = {cfg.data_dir!r} is not a folder; pass the root holding "
-                         f"train/, val/, train.txt and val.txt (--data-dir), or none for the "
-                         f"embedded digits data")
+                         f"train/ and val/ (class folders, or with train.txt and val.txt) "
+                         f"(--data-dir), or none for the embedded digits data")
+    if cfg.data_dir:                         # before the config dump, not after it
+        for split in ("train", "val"):
+            split_source(os.path.expanduser(cfg.data_dir), split)
     if cfg.profile:
         load_profile(cfg.profile)            # names the shipped profiles when unknown
     check_output_path(flag_of("output_dir"), cfg.output_dir, folder=True)
@@ -331,6 +370,25 @@ def validate(cfg):
         raise ValueError(f"init_params = {cfg.init_params!r} is not a file; pass parameters "
                          f"saved by nn.save_parameters (.h5, .protobuf) or a .nnp "
                          f"({flag_of('init_params')}, {env_of('init_params')})")
+
+
+def check_context(context):
+    """Raise ValueError unless ``context`` can run here: cudnn needs nnabla-ext-cuda, and the
+    communicator's NCCL backend (NNABLA_TORUS_BACKEND) needs a CUDA context."""
+    if context == "cudnn":
+        try:
+            found = importlib.util.find_spec("nnabla_ext.cudnn") is not None
+        except ModuleNotFoundError:          # no nnabla_ext package at all
+            found = False
+        if not found:
+            raise ValueError("context = 'cudnn' needs nnabla-ext-cuda, which is not installed; "
+                             "install it (pip install -e '.[gpu]', docs/gpu.md) or train on "
+                             "the CPU with --context cpu")
+    backend = os.environ.get(BACKEND_ENV, "")
+    if backend == "nccl" and context != "cudnn":
+        raise ValueError(f"{BACKEND_ENV}=nccl needs a CUDA context, got --context {context}; "
+                         f"unset {BACKEND_ENV} (or set it to mpi) for a CPU run, or pass "
+                         f"--context cudnn on GPUs")
 
 
 def milestones(text):

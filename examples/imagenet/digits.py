@@ -13,7 +13,7 @@ folder renamed into place under a file lock, so concurrent ranks build it once a
 interrupted build is redone. Example::
 
     import digits, data
-    root = digits.ensure_digits_dataset()          # ~/.cache/nnabla-torus/digits
+    root = digits.ensure_digits_dataset()          # ~/.cache/nnabla_torus/digits
     train_set = data.read_dataset(f"{root}/train", f"{root}/train.txt")
 """
 import fcntl
@@ -34,9 +34,9 @@ CACHE_ENV = "NNABLA_TORUS_DATA_CACHE"
 
 
 def default_root():
-    """Return $NNABLA_TORUS_DATA_CACHE, else ~/.cache/nnabla-torus/digits."""
+    """Return $NNABLA_TORUS_DATA_CACHE, else ~/.cache/nnabla_torus/digits."""
     return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
-                                                     "nnabla-torus", "digits")
+                                                     "nnabla_torus", "digits")
 
 
 def ensure_digits_dataset(root=None):

@@ -37,19 +37,39 @@ class Dataset:
         self.bad = set()
         self.screened = np.zeros(len(self.files), bool)
         self.outside = (0, None)
+        self.class_names = None    # the class folders' names, label order (None: from a list)
 
     def __len__(self):
         return len(self.files)
 
 
-def read_dataset(image_dir, list_file=None, num_classes=None):
+def split_source(root, split):
+    """(folder, list file or None) of ``split`` ("train" or "val") under a --data-dir ``root``:
+    ``root/<split>.txt`` when it exists, else the class folders of ``root/<split>``. Cheap (no
+    image is listed): a ValueError names what is missing and the two layouts that work."""
+    folder, listing = os.path.join(root, split), os.path.join(root, f"{split}.txt")
+    layouts = (f"class folders {folder}/<class>/*.JPEG, or images under {folder} named with "
+               f"their labels in {listing} ('path label' lines; tools/make_imagenet_lists.py "
+               f"writes them)")
+    if not os.path.isdir(folder):
+        raise ValueError(f"--data-dir {root} has no {split}/ folder; expected {layouts}")
+    if os.path.isfile(listing):
+        return folder, listing
+    if not any(e.is_dir() for e in os.scandir(folder)):
+        raise ValueError(f"--data-dir {root}: {folder} has no class folders and {listing} does "
+                         f"not exist; expected {layouts}")
+    return folder, None
+
+
+def read_dataset(image_dir, list_file=None, num_classes=None, class_names=None):
     """Read an image folder: class folders when ``list_file`` is None, else a ``path label`` list.
 
     Without ``num_classes`` (a training set) the list's labels must be 0..K-1 for its K
     distinct labels: a label beyond that (a typo such as 999 among 10 classes would train a
     1,000-class model) raises ValueError naming the line. With ``num_classes`` (a validation
     set) labels >= num_classes become ``PAD_LABEL`` (left out of accuracy) and are counted in
-    ``dataset.outside``. Raises FileNotFoundError / ValueError naming the folder, file or line
+    ``dataset.outside``. Class folders of a validation set take the labels of the training
+    set's ``class_names`` (a folder of another name is left out of accuracy likewise). Raises FileNotFoundError / ValueError naming the folder, file or line
     at fault.
     """
     image_dir = os.path.abspath(os.path.expanduser(image_dir))
@@ -59,7 +79,18 @@ def read_dataset(image_dir, list_file=None, num_classes=None):
             f"(or images named in a list file), or leave the data flags unset to use the "
             f"embedded digits dataset")
     if list_file is None:
-        return Dataset(image_dir, *scan_class_folders(image_dir))
+        names = sorted(e.name for e in os.scandir(image_dir) if e.is_dir())
+        files, labels = scan_class_folders(image_dir)
+        if class_names is not None:          # validation folders: the training labels by name
+            by_name = {name: label for label, name in enumerate(class_names)}
+            folder_label = np.array([by_name.get(name, PAD_LABEL) for name in names], np.int32)
+            labels = folder_label[np.asarray(labels, np.int64)] if labels else []
+        dataset = Dataset(image_dir, files, labels)
+        dataset.class_names = class_names or names
+        outside = np.flatnonzero(dataset.labels == PAD_LABEL)
+        if len(outside):
+            dataset.outside = (len(outside), dataset.files[outside[0]])
+        return dataset
     files, labels, lines = read_list(list_file, image_dir)
     labels = np.asarray(labels, np.int32)
     limit = len(np.unique(labels)) if num_classes is None else num_classes

@@ -3,7 +3,10 @@
 Only rank 0 prints (``RankZeroLog``), through the tqdm bar when there is one; the library's
 warnings go the same way (``configure_logging``). The monitors are nnabla's
 ``MonitorSeries`` files ``<output_dir>/<name>.series.txt``, kept up to the checkpoint on a
-resume; ``plot_series`` draws ``training.png`` from them. Example::
+resume; ``write_plots`` draws ``training.png`` (loss, accuracy, batch) and ``speed.png``
+(learning rate, measured vs predicted images/s) from them, or warns without matplotlib.
+``EpochMeter`` gives the epoch line its own mean loss, images/s, time and the run's ETA.
+Example::
 
     log = RankZeroLog(comm.rank)
     log.progress = Progress(total=17256, initial=0, every=50, enabled=True)
@@ -19,9 +22,61 @@ import numpy as np
 from nnabla.monitor import Monitor, MonitorSeries
 
 SERIES = ("train_loss", "train_error", "lr", "global_batch", "images_per_sec", "val_top1",
-          "val_top5", "noise_scale")     # noise_scale: B_simple (samples), adaptive runs only
+          "val_top5", "noise_scale",     # noise_scale: B_simple (samples), adaptive runs only
+          "predicted_images_per_sec")    # the planner's prediction for the plan in use
 EPOCH_SERIES = ("val_top1", "val_top5")     # indexed by epoch; the others by optimizer step
 
+
+
+def clock():
+    """The wall-clock time of a console line, HH:MM:SS (local time)."""
+    return time.strftime("%H:%M:%S")
+
+
+def duration(seconds):
+    """``75`` -> "1 min 15 s", ``4000`` -> "1 h 07 min"; "?" when not finite."""
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class EpochMeter:
+    """One epoch's training: mean loss over its steps (each the mean over the ranks), its own
+    images per second and seconds (the step times: validation and checkpoints not counted),
+    and its wall time since the meter was made (all included: the ETA's pace)."""
+
+    def __init__(self):
+        self.loss_sum, self.steps, self.images, self.seconds = 0.0, 0, 0, 0.0
+        self.started = time.time()
+
+    def add(self, loss, images, seconds):
+        self.loss_sum, self.steps = self.loss_sum + loss, self.steps + 1
+        self.images, self.seconds = self.images + images, self.seconds + seconds
+
+    @property
+    def mean_loss(self):
+        return self.loss_sum / self.steps if self.steps else math.nan
+
+    @property
+    def images_per_s(self):
+        return self.images / self.seconds if self.seconds > 0 else math.nan
+
+    def line(self, epoch, step, top1, top5, epochs):
+        """The epoch line at fractional ``epoch`` of ``epochs``; the ETA at this epoch's pace
+        (its steps, validation and checkpoints; a short first epoch of a resumed run is
+        extrapolated from its part)."""
+        wall = time.time() - self.started
+        part = epoch - math.ceil(epoch - 1) if epoch > 0 else 0.0      # of this epoch, <= 1
+        left = (epochs - epoch) * wall / part if part > 0 else math.inf
+        return (f"{clock()} epoch {epoch:.2f} step {step}: train loss {self.mean_loss:.4f} "
+                f"(epoch mean), val top-1 {json_value(top1)} top-5 {json_value(top5)}, "
+                f"{self.images_per_s:.0f} images/s, epoch {duration(self.seconds)}, "
+                f"ETA {duration(left)}")
 
 
 class RankZeroLog:
@@ -88,7 +143,7 @@ class Progress:
             self.bar.update(seen - self.bar.n)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=batch, refresh=False)
         elif self.enabled and self.every and step % self.every == 0:
-            print(f"step {step}: {seen:,}/{self.total:,} images ({seen / self.total:.1%}), "
+            print(f"{clock()} step {step}: {seen:,}/{self.total:,} images ({seen / self.total:.1%}), "
                   f"loss {loss:.4f}, lr {lr:.3g}, global batch {batch}, "
                   f"{time.time() - self.tic:.0f} s", flush=True)
 
@@ -96,6 +151,22 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def closing_summary(run, wall, plots):
+    """The lines a person reads at the end of a run (rank 0): accuracy, times, every output."""
+    progress, cfg = run.progress, run.settings.cfg
+    out = cfg.output_dir
+    yield (f"done: {run.data.stream.epoch():.2f} epochs, {progress.step} steps in "
+           f"{duration(wall)} ({duration(progress.train_time)} training, "
+           f"{progress.images_seen / max(progress.train_time, 1e-9):.0f} images/s); val top-1 "
+           f"best {json_value(progress.best_top1)}, last {json_value(progress.top1)}")
+    yield f"  model:       {out}/model.h5, {out}/model.nnp"
+    yield f"  monitors:    {out}/*.series.txt ({', '.join(SERIES)})"
+    if plots:
+        yield f"  plots:       {', '.join(plots)}"
+    if progress.checkpoint:
+        yield f"  checkpoint:  {progress.checkpoint} (continue with --resume 1)"
 
 
 def json_value(value):
@@ -128,7 +199,8 @@ def summary_json(run, wall):
         "grid": str(comm.grid),
         "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in progress.history),
         "plan": planner and planner.summary,
-        "bad_images": len(run.data.reported_bad)})
+        "bad_images": len(run.data.reported_bad),
+        "diverged_since_step": progress.first_nonfinite if progress.nonfinite_steps else None})
 
 
 def make_monitors(cfg, rank, resumed_at=None):
@@ -157,16 +229,19 @@ def make_monitors(cfg, rank, resumed_at=None):
     return monitors
 
 
-def add_step(monitors, step, loss, error, lr, batch, seconds, noise_scale=None):
+def add_step(monitors, step, loss, error, lr, batch, seconds, noise_scale=None,
+             predicted=None):
     """Add optimizer step ``step`` to the monitors (None: not rank 0): ``batch`` images in
-    ``seconds``; ``noise_scale``: B_simple in samples, when the adaptive batch measures it."""
+    ``seconds``; ``noise_scale``: B_simple in samples, when the adaptive batch measures it;
+    ``predicted``: the planner's images/s for the plan in use."""
     if not monitors:
         return
     for name, value in (("train_loss", loss), ("train_error", error), ("lr", lr),
                         ("global_batch", batch), ("images_per_sec", batch / seconds)):
         monitors[name].add(step, value)
-    if noise_scale is not None:
-        monitors["noise_scale"].add(step, noise_scale)
+    for name, value in (("noise_scale", noise_scale), ("predicted_images_per_sec", predicted)):
+        if value is not None:
+            monitors[name].add(step, value)
 
 
 def series_x(line):
@@ -183,25 +258,62 @@ def series_path(output_dir, name):
     return os.path.join(output_dir, f"{name}.series.txt")
 
 
+PLOTS = ("training.png", "speed.png")
+
+
+def write_plots(output_dir, log):
+    """Draw ``PLOTS`` in ``output_dir`` from its monitor files; return their paths. Without
+    matplotlib (optional: the ``[examples]`` extra installs it) a warning, and no plot."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        log(f"warning: no plots ({e}); pip install matplotlib (or the [examples] extra) and "
+            f"the monitor files in {output_dir} can be plotted later")
+        return []
+    matplotlib.use("Agg")
+    paths = [os.path.join(output_dir, name) for name in PLOTS]
+    plot_series(output_dir, paths[0])
+    plot_speed(output_dir, paths[1])
+    return paths
+
+
+def read_series(output_dir, name):
+    """(x, y) arrays of monitor ``name`` in ``output_dir`` (empty when there is no file)."""
+    file = series_path(output_dir, name)
+    rows = np.loadtxt(file, ndmin=2) if os.path.exists(file) else np.zeros((0, 2))
+    return rows[:, 0], rows[:, 1]
+
+
+def plot_speed(output_dir, path):
+    """Write a PNG of the learning rate and of the measured vs the planner's predicted
+    images/s per step."""
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 1, figsize=(7, 5.5))
+    axes[0].plot(*read_series(output_dir, "lr"))
+    axes[0].set(ylabel="learning rate", xlabel="step")
+    axes[1].plot(*read_series(output_dir, "images_per_sec"), label="measured", alpha=0.7)
+    predicted = read_series(output_dir, "predicted_images_per_sec")
+    if len(predicted[0]):
+        axes[1].step(*predicted, where="post", label="predicted (planner)")
+    axes[1].set(ylabel="images/s", xlabel="step")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def plot_series(output_dir, path):
     """Write a PNG of loss, accuracy and global batch from the monitor files in output_dir."""
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def read(name):
-        file = series_path(output_dir, name)
-        rows = np.loadtxt(file, ndmin=2) if os.path.exists(file) else np.zeros((0, 2))
-        return rows[:, 0], rows[:, 1]
-
     fig, axes = plt.subplots(3, 1, figsize=(7, 8), sharex=False)
-    axes[0].plot(*read("train_loss"))
+    axes[0].plot(*read_series(output_dir, "train_loss"))
     axes[0].set(ylabel="train loss", xlabel="step")
     for name in ("val_top1", "val_top5"):
-        axes[1].plot(*read(name), marker="o", label=name)
+        axes[1].plot(*read_series(output_dir, name), marker="o", label=name)
     axes[1].set(ylabel="accuracy", xlabel="epoch", ylim=(0, 1))
     axes[1].legend()
-    axes[2].step(*read("global_batch"), where="post")
+    axes[2].step(*read_series(output_dir, "global_batch"), where="post")
     axes[2].set(ylabel="global batch (images)", xlabel="step")
     fig.tight_layout()
     fig.savefig(path, dpi=80)

@@ -181,14 +181,15 @@ class ResizeAdvisor:
 def elastic_request(advisor, plan, epoch, acting, log):
     """The launcher request for ``plan`` at ``epoch`` (dict), or None to go on as launched.
 
-    Without --elastic (``acting`` False) the decision is only logged: what nnabla-torus-run
-    would do here.
+    Without --elastic (``acting`` False) only a resize is logged, what nnabla-torus-run would
+    do here; a decision to keep the ranks is logged in elastic runs only.
     """
     ranks, decision, note = advisor.decide(plan, epoch)
     move = decision.resize and ranks != advisor.size
     verb = "requesting a relaunch on" if acting else "nnabla-torus-run would relaunch on"
-    log("elastic: " + (f"{verb} {ranks} ranks: " if move else "") + decision.reason
-        + (f" ({note})" if note else ""))
+    if acting or move:
+        log("elastic: " + (f"{verb} {ranks} ranks: " if move else "") + decision.reason
+            + (f" ({note})" if note else ""))
     if not (acting and move):
         return None
     return {"ranks": ranks, "epoch": epoch, "global_batch": plan.global_batch,

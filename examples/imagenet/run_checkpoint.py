@@ -19,7 +19,8 @@ from nnabla_torus.planning.controller import BatchPlan
 
 
 def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
-    """Save params, solver states, step, data position and controller state (rank 0 writes).
+    """Save params, solver states, step, data position and controller state (rank 0 writes);
+    return the file's path on rank 0, None elsewhere.
 
     Call it on every rank after the BN statistics were averaged (one model everywhere)."""
     if comm.rank != 0:
@@ -33,7 +34,7 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
                 noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
                        for k, v in vars(noise).items()} if noise else None,
                 refit=ctrl.refit.state() if ctrl.refit is not None else None)
-    save_checkpoint(cfg.output_dir, step, arrays, meta)
+    return save_checkpoint(cfg.output_dir, step, arrays, meta)
 
 
 def load_agreed_checkpoint(directory, comm, log):

@@ -1,6 +1,6 @@
 """The run's device context and communicator: TF32 set before the CUDA extension loads, the
 device by the rank's local index, and the all-reduce train.py starts on (``--algorithm
-planned`` starts on torus2d, which the planner's cost model prices). Example::
+planned`` starts on ring, which the planner's cost model prices, torus2d with ``--plan off``). Example::
 
     ctx, comm, type_config = make_context_and_comm(cfg, log)   # collective: comm.init()
 """
@@ -31,6 +31,7 @@ def make_context_and_comm(cfg, log_all):
         type_config = "float"          # nnabla's CPU extension has no FP16 kernels
         log_all("type_config half needs a CUDA context; this CPU run trains in fp32 (with "
                 "the FP16 dynamic loss scaling, so that code path runs)")
+    config.check_context(cfg.context)    # here, not at parse: recipes name cudnn on any machine
     os.environ.update(cuda_environment(cfg))
     ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
     if cfg.elastic:
@@ -38,10 +39,12 @@ def make_context_and_comm(cfg, log_all):
         cfg.grid, note = resize.fit_grid(cfg.grid, MPI.COMM_WORLD.size)
         if note:
             log_all(note)
-    # planned starts on torus2d, an algorithm the planner's cost model prices (not auto, the
-    # communicator's default, whose per-size table it cannot, and which would measure at init);
-    # the planner switches to its choice before the first step.
-    algorithm = "torus2d" if cfg.algorithm == "planned" else cfg.algorithm
+    # planned starts on an algorithm the planner's cost model prices (not auto, the
+    # communicator's default, whose per-size table it cannot, and which would measure at init):
+    # ring, which the planner replaces before the first step (a torus2d start would note
+    # "world size N is prime" on prime worlds that never run a torus); torus2d with --plan off.
+    planned = "torus2d" if cfg.plan == "off" else "ring"
+    algorithm = planned if cfg.algorithm == "planned" else cfg.algorithm
     comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=algorithm, grid=cfg.grid or None)
     comm.init()
     agree_on_config(cfg, comm)

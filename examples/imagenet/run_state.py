@@ -27,7 +27,7 @@ if TYPE_CHECKING:      # for the annotations only: the communicator's module sta
     from nnabla_torus.planning.step_refit import StepTimeRefit
     from config import TrainConfig
     from image_lists import Dataset
-    from report import RankZeroLog
+    from report import EpochMeter, RankZeroLog
     from resize import ResizeAdvisor
     from solvers import SolverGroup
     from stream import TrainStream
@@ -107,8 +107,11 @@ class Progress:
     (take_step; restored by resume_or_start), [epoch, global batch] at each batch change
     (plan_step), (local batch, accumulation steps, step s, all-reduce wait s) of the steps not
     yet exchanged (observe_step_times), the last validation top-1 / top-5 as fractions
-    (end_of_epoch; None before), the signals that ask for a stop (the SIGUSR1 handler
-    resume_or_start installs with --elastic), the monitors by name (rank 0, else None)."""
+    (end_of_epoch; None before) and the best top-1 so far, the signals that ask for a stop
+    (the SIGUSR1 handler resume_or_start installs with --elastic), the monitors by name (rank
+    0, else None); this epoch's meter (take_step adds, end_of_epoch logs and replaces it);
+    steps in a row whose loss or gradient norm was not finite on some rank, and the first of
+    them (take_step; 0 and None while finite); the last checkpoint written (save)."""
     step: int = 0
     images_seen: int = 0
     train_time: float = 0.0
@@ -116,8 +119,13 @@ class Progress:
     step_times: list = dataclasses.field(default_factory=list)
     top1: Optional[float] = None
     top5: Optional[float] = None
+    best_top1: Optional[float] = None
     stop_signal: list = dataclasses.field(default_factory=list)
     monitors: Optional[dict[str, MonitorSeries]] = None
+    epoch_meter: Optional[EpochMeter] = None
+    nonfinite_steps: int = 0
+    first_nonfinite: Optional[int] = None
+    checkpoint: Optional[str] = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -7,10 +7,11 @@ backward, the batch-size controller, the planner, checkpoints::
 
     mpirun -np 4 python examples/imagenet/train.py          # any machine, no data, 4 CPU ranks
     mpirun -np 8 python examples/imagenet/train.py --data-dir /data/imagenet --context cudnn
+    srun --mpi=pmix -n 8 python examples/imagenet/train.py ...   # Slurm (or train.sbatch)
 
 Every knob is a flag, an environment variable and a recipe key (``python train.py --help``).
 Other commands, how the loop reads, the modules beside this file, output, resuming and the
-exit statuses: docs/imagenet.md.
+exit statuses: docs/imagenet.md; Slurm and PBS: docs/clusters.md.
 """
 import json
 import math
@@ -52,16 +53,19 @@ from solvers import SolverGroup
 from step import build_graph, train_step
 from stream import TrainStream
 
+EXIT_DIVERGED = 3     # the loss was not finite for --max-nonfinite-steps steps (every rank)
+
 
 # ----------------------------------------------------------------------------------------------
 # set-up: data (the context and the communicator: run_context.py)
 
 def open_datasets(cfg, log):
     """Return (train_set, val_set); the embedded digits data when no --data-dir is given."""
-    root = cfg.data_dir or digits.ensure_digits_dataset()
-    train_set = image_lists.read_dataset(os.path.join(root, "train"), os.path.join(root, "train.txt"))
-    val_set = image_lists.read_dataset(os.path.join(root, "val"), os.path.join(root, "val.txt"),
-                                num_classes=train_set.num_classes)
+    root = os.path.expanduser(cfg.data_dir) if cfg.data_dir else digits.ensure_digits_dataset()
+    train_set = image_lists.read_dataset(*image_lists.split_source(root, "train"))
+    val_set = image_lists.read_dataset(*image_lists.split_source(root, "val"),
+                                       num_classes=train_set.num_classes,
+                                       class_names=train_set.class_names)
     count, first = val_set.outside
     if count:
         log(f"warning: {count} validation image(s) have a label outside the "
@@ -99,9 +103,12 @@ def main(argv=None):
             if request is not None:
                 status = elastic.EXIT_RESIZE
                 break
-        loss = take_step(run, batch_plan, epoch)
+        take_step(run, batch_plan, epoch)
+        if diverged(run):
+            status = EXIT_DIVERGED
+            break
         if math.floor(stream.epoch()) > math.floor(epoch) or finished(run):
-            end_of_epoch(run, loss)
+            end_of_epoch(run)
         stopping = cfg.elastic and run.parallel.comm.allreduce_numpy(
             np.array([len(progress.stop_signal)], np.float32))[0] > 0   # every rank stops together
         if finished(run) or stopping or (cfg.checkpoint_every
@@ -200,6 +207,7 @@ def resume_or_start(run):
     if cfg.elastic:          # the launcher's Ctrl-C: checkpoint at the end of this step
         signal.signal(signal.SIGUSR1, lambda signum, frame: progress.stop_signal.append(signum))
     progress.monitors = report.make_monitors(cfg, comm.rank, resumed_at)
+    progress.epoch_meter = report.EpochMeter()
     # FP16: nnabla's dynamic loss scaling rules around the (overlapped) all-reduce.
     run.parallel.scaler = DynamicLossScaling(loss_scale) if cfg.type_config == "half" else None
     if cfg.max_steps and progress.step >= cfg.max_steps:
@@ -277,7 +285,8 @@ def choose_overlap(run, plan):
 
 def take_step(run, plan, epoch):
     """One optimizer step at ``plan``: gradients, noise scale, update, monitors, progress;
-    returns the step's mean training loss."""
+    returns the step's training loss, the mean over the ranks (NaN when not finite on some
+    rank: then ``progress.nonfinite_steps`` counts the step)."""
     graph_for(run, plan)
     net, planning, progress, log = run.net, run.planning, run.progress, run.settings.log
     lr = planning.lr_schedule.lr(epoch) * plan.lr_factor
@@ -291,8 +300,10 @@ def take_step(run, plan, epoch):
     tic = time.time()
     loss, error, sync_s = train_step(run.data.stream, net.graph, plan, net.solvers, comm,
                                      net.grads, run.parallel.reducer, scaler)
+    grad_finite = True
     if noise is not None:
         local_sqnorm, global_sqnorm = comm.pop_sqnorms()
+        grad_finite = scaler is not None or math.isfinite(global_sqnorm)  # fp16: its own rule
         if comm.size > 1:
             noise.update(local_sqnorm / grad_scale ** 2, plan.local_batch * plan.accum_steps,
                          global_sqnorm / grad_scale ** 2, plan.global_batch)
@@ -303,17 +314,58 @@ def take_step(run, plan, epoch):
         log(f"step {progress.step}: FP16 gradients overflowed, update skipped; loss scale now "
             f"{scaler.scale:g}")
     progress.step += 1
+    loss = mean_loss(run, loss, grad_finite)
     step_time = time.time() - tic
     if planning.refit is not None:
         observe_step_times(run, plan, step_time, sync_s)
     progress.train_time += step_time
     progress.images_seen += plan.global_batch
+    progress.epoch_meter.add(loss, plan.global_batch, step_time)
+    planner = planning.planner
     report.add_step(progress.monitors, progress.step, loss, error, lr, plan.global_batch,
-                    step_time, noise_scale=None if noise is None else noise.b_simple)
+                    step_time, noise_scale=None if noise is None else noise.b_simple,
+                    predicted=planner.summary["in_use"]["images_per_s"]
+                    if planner is not None and planner.summary else None)
     if log.progress is not None:
         log.progress.update(progress.step, run.data.stream.epoch() * len(run.data.train_set),
                             loss, lr, plan.global_batch)
     return loss
+
+
+def mean_loss(run, loss, grad_finite):
+    """The step's loss averaged over the ranks, or NaN when it (or the gradient norm) is not
+    finite on some rank: one 8-byte all-reduce a step, so that every rank counts the same
+    non-finite steps and a diverged run stops on all of them at the same step. With
+    --max-nonfinite-steps 0 (no check) this rank's loss, and no all-reduce."""
+    progress, comm = run.progress, run.parallel.comm
+    if not run.settings.cfg.max_nonfinite_steps:
+        return loss
+    finite = math.isfinite(loss) and grad_finite
+    shared = comm.allreduce_numpy(np.array([loss if finite else 0.0, not finite], np.float32))
+    if shared[1] == 0:
+        progress.nonfinite_steps, progress.first_nonfinite = 0, None
+        return float(shared[0]) / comm.size
+    progress.nonfinite_steps += 1
+    if progress.first_nonfinite is None:
+        progress.first_nonfinite = progress.step
+    return math.nan
+
+
+def diverged(run):
+    """True (every rank alike) once --max-nonfinite-steps steps in a row were not finite;
+    rank 0 says which and what to do."""
+    cfg, progress = run.settings.cfg, run.progress
+    if not cfg.max_nonfinite_steps or progress.nonfinite_steps < cfg.max_nonfinite_steps:
+        return False
+    kept = (f"the last checkpoint, {progress.checkpoint}, is from before it"
+            if progress.checkpoint else "no checkpoint was written")
+    run.settings.log(
+        f"{report.clock()} step {progress.step}: the run diverged: the training loss or the "
+        f"gradient norm has not been finite for {progress.nonfinite_steps} steps (since step "
+        f"{progress.first_nonfinite}; --max-nonfinite-steps {cfg.max_nonfinite_steps}); "
+        f"stopped on every rank, {kept}. Lower --base-lr (now {cfg.base_lr:g}) or lengthen "
+        f"--warmup-epochs (now {cfg.warmup_epochs:g})")
+    return True
 
 
 def observe_step_times(run, plan, step_time, sync_s):
@@ -332,8 +384,9 @@ def observe_step_times(run, plan, step_time, sync_s):
     progress.step_times = []
 
 
-def end_of_epoch(run, loss):
-    """Share the undecodable images found, average BN statistics, validate, log the epoch."""
+def end_of_epoch(run):
+    """Share the undecodable images found, average BN statistics, validate, log the epoch
+    (its own mean loss, images/s and time, the run's ETA) and start the next one's meter."""
     settings, data, progress = run.settings, run.data, run.progress
     comm, epoch = run.parallel.comm, data.stream.epoch()
     share_bad_images(data.train_set, comm, data.reported_bad, settings.log, epoch)
@@ -344,27 +397,36 @@ def end_of_epoch(run, loss):
     if progress.monitors and progress.top1 is not None:
         progress.monitors["val_top1"].add(epoch, progress.top1)
         progress.monitors["val_top5"].add(epoch, progress.top5)
-    settings.log(f"epoch {epoch:.2f} step {progress.step}: train loss {loss:.4f}, val top-1 "
-                 f"{report.json_value(progress.top1)} top-5 {report.json_value(progress.top5)}, "
-                 f"{progress.images_seen / progress.train_time:.0f} images/s")
+    if progress.top1 is not None and progress.top1 >= (progress.best_top1 or 0.0):
+        progress.best_top1 = progress.top1
+    settings.log(progress.epoch_meter.line(epoch, progress.step, progress.top1, progress.top5,
+                                           settings.cfg.epochs))
+    progress.epoch_meter = report.EpochMeter()
 
 
 def save(run):
-    """A checkpoint of the run now (collective: BN statistics averaged, rank 0 writes)."""
-    average_running_stats(run.parallel.comm)
+    """A checkpoint of the run now (collective: BN statistics averaged, rank 0 writes); none
+    while the loss is not finite, so that the kept checkpoints are from before a divergence."""
     scaler, comm = run.parallel.scaler, run.parallel.comm
     cfg, progress = run.settings.cfg, run.progress
+    if progress.nonfinite_steps:
+        run.settings.log(f"step {progress.step}: no checkpoint: the loss has not been finite "
+                         f"since step {progress.first_nonfinite}")
+        return
+    average_running_stats(comm)
     extra = dict(epoch=run.data.stream.epoch(), images_seen=progress.images_seen,
                  train_time=progress.train_time, history=progress.history, seed=cfg.seed,
                  loss_scale=scaler and scaler.scale,
                  comm=[comm.algorithm, str(comm.grid)], model=run.net.model_meta)
-    write_checkpoint(cfg, comm, run.net.solvers, progress.step, run.data.stream,
-                     run.planning.ctrl, run.planning.noise, extra)
+    progress.checkpoint = write_checkpoint(cfg, comm, run.net.solvers, progress.step,
+                                           run.data.stream, run.planning.ctrl,
+                                           run.planning.noise, extra)
 
 
 def summary(run, status, request, t_start):
-    """End the run: a resize request (checkpoint, request line) or a stop returns ``status``;
-    a finished run writes the model, the plot and the JSON summary line (rank 0)."""
+    """End the run: a resize request (checkpoint, request line), a stop or a divergence (the
+    JSON summary line) returns ``status``; a finished run writes the model, the plots, the
+    closing summary and the JSON summary line (rank 0)."""
     comm, log = run.parallel.comm, run.settings.log
     if run.parallel.reducer is not None:
         run.parallel.reducer.close()
@@ -374,6 +436,8 @@ def summary(run, status, request, t_start):
         save(run)
         if comm.rank == 0:
             print(elastic.REQUEST_PREFIX + json.dumps(request), flush=True)
+    if status == EXIT_DIVERGED and comm.rank == 0:
+        print(json.dumps(report.summary_json(run, time.time() - t_start)), flush=True)
     if status:
         comm.barrier()               # rank 0's checkpoint is on disk before any rank exits
         comm.close()                 # NCCL communicators freed before the interpreter exits
@@ -382,7 +446,9 @@ def summary(run, status, request, t_start):
     if comm.rank == 0:
         output_dir = run.settings.cfg.output_dir
         export_model(run.net.model, run.settings.cfg.image_size, output_dir, log)
-        report.plot_series(output_dir, os.path.join(output_dir, "training.png"))
+        plots = report.write_plots(output_dir, log)
+        for line in report.closing_summary(run, wall, plots):
+            log(line)
         print(json.dumps(report.summary_json(run, wall)), flush=True)
     comm.close()                     # NCCL communicators freed before the interpreter exits
 

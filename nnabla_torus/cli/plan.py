@@ -16,14 +16,13 @@ train.py.
 """
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
 
 from ..planning import costmodel, planner
 from ..planning.costmodel import ALGORITHMS
-from ..knobs import TIMEOUT_MAX_S, BadValue, add_knob, number
+from ..knobs import TIMEOUT_MAX_S, BadValue, add_knob, number, writable_file
 from ..planning.machine_profile import add_profile_knob, list_profiles, load_profile, model_of
 from ..planning.schedules import BatchSchedule
 from ..comm.topology import parse_grid
@@ -49,15 +48,6 @@ def schedule(text):
         return BatchSchedule.parse(text)
     except ValueError as e:
         raise BadValue(str(e)) from None
-
-
-def writable(path):
-    """``path`` if a file can be written there ('-': stdout), checked before any work."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if path != "-" and (os.path.isdir(path) or not os.path.isdir(folder)
-                        or not os.access(folder, os.W_OK)):
-        raise BadValue(f"cannot write {path!r}: give a file path in an existing writable folder")
-    return path
 
 
 def _add_search_knobs(parser):
@@ -111,10 +101,10 @@ def _add_output_knobs(parser):
              choices=("log", "all"))
     add_knob(parser, "--json", "NNABLA_TORUS_PLAN_JSON", None,
              "write the table and recommendation as JSON to this path ('-': stdout)",
-             type=writable)
+             type=writable_file)
     add_knob(parser, "--plot", "NNABLA_TORUS_PLAN_PLOT", None,
              "write a PNG of step time and scaling efficiency versus GPU count per algorithm",
-             type=writable)
+             type=writable_file)
     add_knob(parser, "--recipe", "NNABLA_TORUS_PLAN_RECIPE", None,
              "predict this training recipe's end-to-end time (a shipped name, e.g. sony-224s, "
              "or a path) beside its published figures")

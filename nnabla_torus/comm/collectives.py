@@ -18,7 +18,7 @@ import numpy as np
 
 
 PIPELINE_BYTES = 8 << 20  # default size of the pieces of a pipelined torus2d (bytes)
-# The algorithms' names, the one list of them. In this order the planner (planning/costmodel.py,
+# The algorithms' names, the one list of them. In this order the planner (planning/costmodel/,
 # planner.py) numbers them and breaks ties towards the earlier one; train.py broadcasts an index.
 ALGORITHM_NAMES = ("ring", "torus2d", "hierarchical", "native")
 AUTO = "auto"  # not a function: the communicator picks one of ALGORITHMS per call (auto.py)

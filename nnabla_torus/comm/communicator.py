@@ -5,7 +5,8 @@ and keep the rest of an nnabla data-parallel script; launch with ``mpirun -np 8 
 train.py``. Settings: :mod:`.settings`. This module is nnabla's API; the rooms behind it are
 listed in docs/communicator.md#where-the-code-is. Importing it installs
 :mod:`nnabla_torus.comm.failfast` (an error on one rank ends the job), so errors between the
-import and ``init()`` are covered too.
+import and ``init()`` are covered too, and stops every process whose MPI world is not the one
+its launcher started (:func:`.launcher_env.world_mismatch`).
 """
 import collections
 import os
@@ -17,6 +18,8 @@ import numpy as np
 # (no UCX network here); our windows are all shared memory (osc/sm). Read at MPI start, so
 # this only helps when the communicator is imported first; mpirun --mca osc ^ucx always does.
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
+from . import launcher_env  # noqa: E402
+launcher_env.quiet_pmix()   # srun --mpi=pmix: no help-file noise per rank (read at MPI start)
 from mpi4py import MPI  # noqa: E402  (starts MPI)
 
 from . import backends, failfast, grid_layouts, other_collectives, topology  # noqa: E402
@@ -28,11 +31,14 @@ from .array_layout import Layouts  # noqa: E402
 from .fused import Workspace, as_list  # noqa: E402
 from .guarded_calls import collective, exchange, guarded  # noqa: E402
 from .job_log import log_once_per_job  # noqa: E402,F401  (scripts import it from here)
-from .rendezvous import check_group_lists, check_same_call  # noqa: E402
+from .rendezvous import AllReduceCall, check_group_lists, check_same_call  # noqa: E402
 from .settings import DEFAULTS, CommSettings, differences  # noqa: E402  (train.py: DEFAULTS)
 from .threads import OneCaller  # noqa: E402
 
 failfast.install()  # MPI has started (mpi4py.MPI): from here on, one rank's error ends the job
+_mismatch = launcher_env.world_mismatch(MPI)  # srun -n 8 without PMI: 8 one-rank worlds
+if _mismatch:
+    failfast.abort_job(_mismatch[0], 1, place=_mismatch[1])   # one line each, then exit
 
 
 def _setting(name, doc):
@@ -120,10 +126,10 @@ class TorusCommunicator:
         request = self.settings.grid
         if algorithm == AUTO:
             grid = grid or request or grid_layouts.host_rows(self.hosts, self.size)
-            self.auto_plans = {name: self._plan_for(name, grid)
+            self.auto_plans = {name: self._plan_for(name, grid, quiet=True)
                                for name in auto_routing.candidates(self.hosts)}
             self.algorithm = AUTO
-            self.grid = grid_layouts.grid_for("torus2d", grid, self.hosts, self.size)
+            self.grid = grid_layouts.grid_for("torus2d", grid, self.hosts, self.size, quiet=True)
             self._plan = self.auto_plans["torus2d"]
             if self.auto_table is None:
                 self.auto_table = auto_routing.fix_table(self)
@@ -132,8 +138,9 @@ class TorusCommunicator:
         self.grid = grid_layouts.grid_for(algorithm, grid or request, self.hosts, self.size)
         self._plan = self._plan_for(algorithm, grid)
 
-    def _plan_for(self, algorithm, grid=None):
-        grid = grid_layouts.grid_for(algorithm, grid or self.settings.grid, self.hosts, self.size)
+    def _plan_for(self, algorithm, grid=None, quiet=False):
+        grid = grid_layouts.grid_for(algorithm, grid or self.settings.grid, self.hosts, self.size,
+                                     quiet)
         key = (algorithm, str(grid))
         if key not in self._plans:
             self._plans[key] = grid_layouts.make_plan(self.backend, self.hosts, self.rank, algorithm, grid)
@@ -269,9 +276,9 @@ class TorusCommunicator:
         # in them would exchange mismatched messages.
         pieces = self.backend.pipeline_bytes if group == "world" and self.pipelined else None
         layout = self.layouts.of(arrays)
-        sig = (op, layout.signature, bool(division), bool(inplace),
-               self.track_sqnorms, algorithm,
-               str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
+        sig = AllReduceCall(op, layout.signature, bool(division), bool(inplace),
+                            self.track_sqnorms, algorithm,
+                            str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
         collective(self, grp, sig, what, lambda: reduce_arrays(
             self, layout, division, inplace, run, grp.size, zeroing_rule), fold=True)
 

@@ -16,12 +16,12 @@ non-zero. The messages and timings: docs/communicator.md#errors-and-failures. Ex
         failfast.abort_job(f"train.py: error: {path} is not a folder", 2)
 """
 import atexit
-import os
 import socket
 import sys
 import threading
 import time
 
+from .launcher_env import launcher_rank   # Open MPI's, hydra's, Slurm's, PMIx's rank variable
 from .mpi_tags import EXIT_TAG
 
 EXIT_GRACE_S = 1.0   # seconds a wait goes on after its peer announced its exit
@@ -39,6 +39,11 @@ GONE_POLL_S = 0.1
 # drops what the rank wrote that its proxy had not yet read when the job is torn down (seen:
 # a traceback cut after its first line, the "aborting the job" line lost).
 ABORT_DRAIN_S = 0.2
+# Seconds a rank other than 0 waits before printing an error it met before MPI started: the
+# ranks of a job parse the same arguments and environment, so rank 0 usually meets the same
+# error, and the launcher ends the job when rank 0 exits first: the message is printed once.
+# An error on that rank only is printed after the wait.
+SAME_ERROR_WAIT_S = 2.0
 
 _previous = {}       # the hooks install() replaced: "sys", "threading"
 _watch = {}          # once watching: "peers", "requests" (a receive per peer), "seen", ...
@@ -60,25 +65,33 @@ def _world_size():
     return MPI.COMM_WORLD.Get_size() if MPI is not None else 1
 
 
+def wait_for_rank_zero():
+    """Before MPI starts, on a rank other than 0: wait ``SAME_ERROR_WAIT_S`` (see there), so
+    that an error every rank meets is printed once per job. Call it just before printing."""
+    if _mpi() is None and launcher_rank() != 0:
+        sys.stderr.flush()
+        time.sleep(SAME_ERROR_WAIT_S)
+
+
 def where():
     """``"rank R on host H"`` (MPI's rank and processor name; before MPI starts, the launcher's
     rank variable and the socket host name)."""
     MPI = _mpi()
     if MPI is not None:
         return f"rank {MPI.COMM_WORLD.Get_rank()} on host {MPI.Get_processor_name()}"
-    # The launcher's rank variable: Open MPI's, PMIx's, then hydra's (MPICH, Intel MPI).
-    rank = next((os.environ[k] for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
-                 if k in os.environ), "0")
-    return f"rank {rank} on host {socket.gethostname()}"
+    return f"rank {launcher_rank()} on host {socket.gethostname()}"
 
 
-def abort_job(message, code=ABORT_CODE):
-    """Print ``message`` once, prefixed with the rank and host, and end the whole job.
+def abort_job(message, code=ABORT_CODE, place=None):
+    """Print ``message`` once, prefixed with ``place`` (default: :func:`where`), and end the
+    whole job (before MPI starts: once per job when every rank meets it,
+    ``wait_for_rank_zero``).
 
     ``MPI_Abort(code)`` when MPI is initialised and the job has more than one rank (the other
     ranks may be waiting for this one); else ``sys.exit(code)``.
     """
-    print(f"{where()}: {message}", file=sys.stderr, flush=True)
+    wait_for_rank_zero()
+    print(f"{place or where()}: {message}", file=sys.stderr, flush=True)
     _end(code)
 
 

@@ -5,10 +5,10 @@ a simulated all-reduce is routed exactly as a real one. ``hosts`` is a ``topolog
 """
 from . import topology
 from .collectives import DEFAULT_ALGORITHM, Plan
-from .job_log import note
+from .job_log import WARNING, note
 
 
-def grid_for(algorithm, request, hosts, size):
+def grid_for(algorithm, request, hosts, size, quiet=False):
     """The grid of ``algorithm`` over ``size`` ranks; ``request``: a Grid, "XxY" or None (torus2d's
     default: rows of ranks per host when hosts hold consecutive ranks, else the squarest)."""
     if algorithm == "hierarchical":
@@ -30,8 +30,8 @@ def grid_for(algorithm, request, hosts, size):
     if per_host == 0 and len(hosts.hosts) > 1:
         text = (f"ranks are not placed host by host ({hosts.hosts}): the default grid "
                 f"{grid} ignores hosts; launch with --map-by slot or set NNABLA_TORUS_GRID")
-    if text:
-        note(text)
+    if text and not quiet:   # auto's torus2d candidate is no torus the user asked for
+        note(text, WARNING)
     return grid
 
 

@@ -2,6 +2,8 @@
 process. ``init()`` installs the filter; a script may add it to its own logger too."""
 import logging
 
+INFO, WARNING = logging.INFO, logging.WARNING
+
 logger = logging.getLogger("nnabla_torus")
 _notes_said = set()  # notes are logged once per process
 
@@ -27,8 +29,10 @@ def log_once_per_job(rank, names=("nnabla_torus", "nnabla_torus.planning.control
             log.addFilter(OnRankZero(rank))
 
 
-def note(text):
-    """Log ``text`` as a warning the first time this process says it."""
+def note(text, level=INFO):
+    """Log ``text`` the first time this process says it: at INFO what the library chose (it
+    shows where the script logs INFO, as nnabla's own set-up does), at WARNING a problem the
+    user should fix."""
     if text not in _notes_said:
         _notes_said.add(text)
-        logger.warning(text)
+        logger.log(level, text)

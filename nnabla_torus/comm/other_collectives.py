@@ -7,6 +7,7 @@ import numpy as np
 from .array_layout import dtype_of
 from .fused import as_list, pack, unpack
 from .guarded_calls import collective
+from .rendezvous import AllGatherCall, BcastCall, ReduceCall, ReduceScatterCall
 
 
 def bcast(comm, data, src, inplace, group):
@@ -19,7 +20,7 @@ def bcast(comm, data, src, inplace, group):
     root, be = src, comm.backend
     src = grp.ranks[root]  # the world rank that sends
     layout = comm.layouts.of(arrays)
-    sig = ("bcast", layout.signature, root, bool(inplace))
+    sig = BcastCall("bcast", layout.signature, root, bool(inplace))
 
     def body():
         if inplace:
@@ -47,8 +48,8 @@ def reduce(comm, data, dst, division, inplace, group):
     run, algorithm = comm._runner(group, grp)
     be, dst = comm.backend, int(dst)
     layout = comm.layouts.of(arrays)
-    sig = ("reduce", layout.signature, dst, bool(division), bool(inplace), algorithm,
-           str(comm.grid) if group == "world" else None)
+    sig = ReduceCall("reduce", layout.signature, dst, bool(division), bool(inplace), algorithm,
+                     str(comm.grid) if group == "world" else None)
 
     def body():
         if grp.size == 1:
@@ -72,7 +73,8 @@ def all_gather(comm, ndarray, ndarray_list, group):
     outs = as_list(ndarray_list)
     be, n = comm.backend, ndarray.size
     # The list's shapes join the cross-rank check, so a wrong list fails on every rank.
-    sig = ("all_gather", comm.layouts.of([ndarray]).signature, tuple(tuple(o.shape) for o in outs))
+    sig = AllGatherCall("all_gather", comm.layouts.of([ndarray]).signature,
+                        tuple(tuple(o.shape) for o in outs))
 
     def body():
         if len(outs) != grp.size or any(tuple(o.shape) != tuple(ndarray.shape) for o in outs):
@@ -92,7 +94,8 @@ def reduce_scatter(comm, ndarray_list, ndarray, division, group):
     ins = as_list(ndarray_list)
     be, n = comm.backend, ndarray.size
     layout = comm.layouts.of(ins)
-    sig = ("reduce_scatter", layout.signature, tuple(ndarray.shape), bool(division))
+    sig = ReduceScatterCall("reduce_scatter", layout.signature, tuple(ndarray.shape),
+                            bool(division))
 
     def body():
         if len(ins) != grp.size or any(tuple(i.shape) != tuple(ndarray.shape) for i in ins):

@@ -8,11 +8,13 @@ calls' :mod:`.watchdog`; the tags: :mod:`.mpi_tags`). Why: docs/communicator.md#
 """
 import hashlib
 import time
+from collections import namedtuple
 
 import numpy as np
 from mpi4py import MPI
 
 from .errors import CollectiveTimeout
+from .settings import differences
 from .mpi_tags import CHECK_TAG, GROUP_TAG, VERDICT_TAG
 from .waits import POLL_SLEEP_S, SPIN_S, Pacer, wait_requests
 
@@ -21,6 +23,16 @@ from .waits import POLL_SLEEP_S, SPIN_S, Pacer, wait_requests
 # first member (at 2,176 ranks and ~10 calls per step, milliseconds per step in Python). A
 # rank that never arrives is then not named (the timeout names the group).
 GATHER_MAX = 64
+
+
+# What a collective call must agree on across ranks, field by field: a mismatch names the
+# fields that differ (arrays: (dtype, shape) of each array in the list).
+AllReduceCall = namedtuple("AllReduceCall", "op arrays division inplace sqnorms algorithm grid "
+                                            "wire_fp16 pieces")
+BcastCall = namedtuple("BcastCall", "op arrays root inplace")
+ReduceCall = namedtuple("ReduceCall", "op arrays destination division inplace algorithm grid")
+AllGatherCall = namedtuple("AllGatherCall", "op arrays output_shapes")
+ReduceScatterCall = namedtuple("ReduceScatterCall", "op arrays output_shape division")
 
 
 def call_hash(signature):
@@ -93,7 +105,10 @@ def raise_mismatch(control, ranks, signature, what, describe=None):
     calls = control.allgather(signature)  # everyone is here: safe to block
     if describe is not None:
         raise ValueError(describe(calls))
-    lines = "\n".join(f"  rank {ranks[i]}: {call}" for i, call in enumerate(calls))
+    if all(hasattr(call, "_fields") for call in calls):   # a named tuple: its fields, labelled
+        lines = "\n".join(differences([call._asdict().items() for call in calls], ranks))
+    else:
+        lines = "\n".join(f"  rank {ranks[i]}: {call}" for i, call in enumerate(calls))
     raise ValueError(f"{what}: ranks called it with different arguments "
                      f"(shapes, dtypes or flags must match on every rank):\n{lines}")
 

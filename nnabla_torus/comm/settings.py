@@ -140,17 +140,19 @@ def mpi_settings(segment_bytes=None, pipeline_bytes=None, spin=None, poll_sleep=
     return {name: _keyword_or_env(name, value) for name, value in given.items()}
 
 
-def differences(calls):
+def differences(calls, ranks=None):
     """The settings that differ across ranks, one line each: value on rank(s) [...].
 
-    ``calls``: one sequence of (name, value) pairs per rank; a name a rank does not have (one
-    rank with another backend has other backend knobs) is shown as "unset" there."""
+    ``calls``: one sequence of (name, value) pairs per rank (``ranks[i]``, default ``i``); a
+    name a rank does not have (one rank with another backend has other backend knobs) is shown
+    as "unset" there."""
+    ranks = list(range(len(calls))) if ranks is None else ranks
     settings = [dict(call) for call in calls]
     names = list(dict.fromkeys(name for call in calls for name, _ in call))
     lines = []
     for name in names:
         by_value = {}
-        for rank, setting in enumerate(settings):
+        for rank, setting in zip(ranks, settings):
             value = repr(setting[name]) if name in setting else "unset"
             by_value.setdefault(value, []).append(rank)
         if len(by_value) > 1:

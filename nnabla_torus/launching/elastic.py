@@ -24,8 +24,8 @@ import time
 
 from ..planning import planner
 from ..knobs import add_knob, number
-from .mpirun_cmd import (env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path,
-                         read_hostfile)
+from .hostlists import allocation, read_hostfile
+from .mpirun_cmd import env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path
 from ..planning.machine_profile import RUN_KEYS, add_profile_knob, load_profile
 from ..planning.run_forecast import run_costs
 from ..planning.schedules import BatchSchedule
@@ -244,8 +244,8 @@ def run(args, prof):
     library = mpi_library(mpirun_path())
     with tempfile.TemporaryDirectory(prefix="nnabla-torus-run-") as folder:
         mpirun_args = list(args.mpirun_args.split()) if args.mpirun_args else []
-        if args.hostfile:
-            mpirun_args += hostfile_args(library, args.hostfile, args.hosts, folder)
+        if args.hosts:
+            mpirun_args += hostfile_args(library, args.hosts, folder)
         told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS) if name in env]
         mpirun_args += env_args(library, env, told)
         return relaunch(args, argv, ranks, mpirun_args, env)
@@ -289,11 +289,12 @@ def build_parser():
         prog="nnabla-torus-run", description=__doc__.split("\n")[0],
         epilog="Everything after -- is the training command (python script.py args...).")
     add_knob(parser, "--hostfile", "NNABLA_TORUS_RUN_HOSTFILE", None,
-             "hostfile in Open MPI's format ('host slots=N' lines; for MPICH and Intel MPI "
-             "the launcher writes it as their 'host:N' machinefile); its slots bound the "
-             "rank count")
+             "hostfile in Open MPI's ('host slots=N') or MPICH's ('host:N') format, a host "
+             "repeated per slot allowed; its slots bound the rank count (None: the Slurm or "
+             "PBS allocation this runs in, else --slots)")
     add_knob(parser, "--slots", "NNABLA_TORUS_RUN_SLOTS", None,
-             "ranks this machine may run when there is no hostfile (None: CPU cores)",
+             "ranks this machine may run when there is no hostfile (None: the allocation's "
+             "slots inside a Slurm or PBS job, else CPU cores)",
              type=number(int, low=1))
     # The launcher's defaults describe the digits example on a CPU machine (--model below).
     add_profile_knob(parser, gpus=False,
@@ -332,17 +333,21 @@ def build_parser():
 
 
 def parse_args(argv=None):
-    """Parse and validate; sets ``hosts`` (the hostfile's [(host, slots)]) and
-    ``total_slots``. Raises ValueError naming the bad value."""
+    """Parse and validate; sets ``hosts`` ([(host, slots)] of the hostfile, else of the Slurm
+    or PBS allocation, else []) and ``total_slots``. Raises ValueError naming the bad value."""
     args = build_parser().parse_args(argv)
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
     if args.hostfile and args.slots:
         raise ValueError("give --hostfile or --slots, not both")
-    if args.hostfile:
-        args.hosts = read_hostfile(args.hostfile)
+    job = None if args.hostfile or args.slots else allocation()
+    if args.hostfile or job:
+        source, args.hosts = (args.hostfile, read_hostfile(args.hostfile)) if args.hostfile \
+            else job
         args.total_slots = sum(s for _, s in args.hosts)
-        log(f"hostfile {args.hostfile}: {len(args.hosts)} host(s), {args.total_slots} slots")
+        log(f"{'hostfile ' if args.hostfile else ''}{source}: {len(args.hosts)} host(s) "
+            f"({', '.join(f'{h}:{s}' for h, s in args.hosts[:4])}"
+            f"{', ...' if len(args.hosts) > 4 else ''}), {args.total_slots} slots")
     else:
         args.hosts = []
         args.total_slots = args.slots or os.cpu_count() or 1

@@ -119,54 +119,27 @@ def env_args(library, environ, names):
     return []
 
 
-def read_hostfile(path):
-    """[(host, slots)] of an Open MPI hostfile (``host slots=N max_slots=M``).
+def hostfile_args(library, hosts, folder):
+    """mpirun flags that run on ``hosts`` [(host, slots)] (``hostlists.read_hostfile`` of any
+    form, or a scheduler's allocation), written to a file in ``folder`` in the library's own
+    format.
 
-    ``slots`` defaults to 1, or to ``max_slots`` when only that is given; ``slots`` above
-    ``max_slots`` is an error (Open MPI places at most ``max_slots`` ranks on the host even
-    when oversubscribing). Values are ASCII decimal integers >= 1."""
-    hosts = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            fields = line.split("#", 1)[0].split()
-            if not fields:
-                continue
-            counts = {}
-            for field in fields[1:]:
-                key, _, value = field.partition("=")
-                if key in ("slots", "max_slots"):
-                    if not (value.isascii() and value.isdigit()) or int(value) < 1:
-                        raise ValueError(f"{path}:{number}: {key}={value!r} must be an integer "
-                                         f">= 1 in ASCII digits (e.g. 'node01 slots=4')")
-                    counts[key] = int(value)
-            slots = counts.get("slots", counts.get("max_slots", 1))
-            if slots > counts.get("max_slots", slots):
-                raise ValueError(f"{path}:{number}: slots={slots} is more than "
-                                 f"max_slots={counts['max_slots']}; Open MPI places at most "
-                                 f"max_slots ranks on {fields[0]}: lower slots or raise max_slots")
-            hosts.append((fields[0], slots))
-    if not hosts:
-        raise ValueError(f"hostfile {path} names no host; write one 'host slots=N' per line")
-    return hosts
-
-
-def hostfile_args(library, hostfile, hosts, folder):
-    """mpirun flags that run on ``hosts`` [(host, slots)], read from the Open MPI hostfile
-    ``hostfile`` (``host slots=N``).
-
-    Open MPI: ``--hostfile hostfile``. hydra (MPICH, Intel MPI) reads ``host:N`` lines: the
-    hosts are written in that format to ``folder``/machinefile and passed as ``-machinefile``.
-    Another library: ValueError (pass its own host flags through the launcher's mpirun args).
+    Open MPI: ``host slots=N`` lines, ``--hostfile``; hydra (MPICH, Intel MPI): ``host:N``
+    lines, ``-machinefile``. Another library: ValueError (pass its own host flags through the
+    launcher's mpirun args).
     """
     if library == "openmpi":
-        return ["--hostfile", hostfile]
-    if library in ("mpich", "impi"):
-        path = os.path.join(folder, "machinefile")
-        with open(path, "w") as f:
-            f.writelines(f"{host}:{slots}\n" for host, slots in hosts)
-        return ["-machinefile", path]
-    raise ValueError("a hostfile needs Open MPI, MPICH or Intel MPI's mpirun; this mpirun is "
-                     "another library's: give its host flags through --mpirun-args instead")
+        flag, name, line = "--hostfile", "hostfile", "{} slots={}\n"
+    elif library in ("mpich", "impi"):
+        flag, name, line = "-machinefile", "machinefile", "{}:{}\n"
+    else:
+        raise ValueError("a host list needs Open MPI, MPICH or Intel MPI's mpirun; this mpirun "
+                         "is another library's: give its host flags through --mpirun-args "
+                         "instead")
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.writelines(line.format(host, slots) for host, slots in hosts)
+    return [flag, path]
 
 
 def launcher(mpirun, library):

@@ -108,6 +108,28 @@ class BatchSizeController:
         self.measured = False       # adaptive: True once a decision used the refit
         if noise_scale is not None:
             self.candidates = self._candidates(throughput)
+            self._realise_bounds(min_batch)
+
+    def _realise_bounds(self, asked_min):
+        """Move ``min_batch`` (B0) and ``max_batch`` onto the realisable batches between them,
+        saying so in ``notes``; ValueError when none is realisable (at start, not mid-run)."""
+        batches = self.candidates["global_batch"]
+        if not len(batches):
+            local, accum = split_batch(self.min_batch, self.world_size, self.max_local_batch)
+            raise ValueError(
+                f"no global batch in [{self.min_batch}, {self.max_batch}] is realisable on "
+                f"{self.world_size} ranks (ranks x per-rank batch <= {self.max_local_batch} x "
+                f"accumulation steps); the nearest is "
+                f"{self.world_size * local * accum}: widen --min-batch / --max-batch")
+        low, high = int(batches[0]), int(batches[-1])
+        if low != self.min_batch:
+            self.notes.append(f"goodput: min_batch {asked_min or self.min_batch} is not "
+                              f"realisable on {self.world_size} ranks: B0 = {low}, the smallest "
+                              f"realisable batch >= it (its learning rate, its efficiency)")
+        if high != self.max_batch:
+            self.notes.append(f"goodput: the largest realisable batch <= max_batch "
+                              f"{self.max_batch} on {self.world_size} ranks is {high}")
+        self.min_batch, self.max_batch = low, high
 
     def _candidates(self, throughput):
         """{column: array} of the realisable global batches in [min_batch, max_batch]."""
@@ -120,6 +142,8 @@ class BatchSizeController:
             splits.setdefault(self.world_size * local * accum, (local, accum))
         batch = np.array(sorted(splits))
         local, accum = (np.array([splits[b][i] for b in batch]) for i in (0, 1))
+        inside = (batch >= self.min_batch) & (batch <= self.max_batch)   # rounding can step out
+        batch, local, accum = batch[inside], local[inside], accum[inside]
         speed = np.ones(len(batch)) if throughput is None else np.asarray(
             throughput(local, accum), float)      # None: a bigger batch buys nothing
         return {"global_batch": batch, "local_batch": local, "accum_steps": accum,
@@ -149,9 +173,18 @@ class BatchSizeController:
         return self._set(epoch, target, f"schedule phase from epoch {start:g}: global batch "
                                         f"{target}")
 
+    def _split(self, target):
+        """(local_batch, accum_steps) of ``target``: a candidate's own split in adaptive mode."""
+        if self.schedule is None:
+            batches = self.candidates["global_batch"]
+            i = int(np.searchsorted(batches, target))
+            if i < len(batches) and batches[i] == target:
+                return int(self.candidates["local_batch"][i]), int(self.candidates["accum_steps"][i])
+        return split_batch(target, self.world_size, self.max_local_batch)
+
     def _set(self, epoch, target, why, factor=None):
         """Realise ``target``; a new plan (logged) when its global batch differs from now."""
-        local, accum = split_batch(target, self.world_size, self.max_local_batch)
+        local, accum = self._split(target)
         global_batch = self.world_size * local * accum
         if self.current is not None and global_batch == self.current.global_batch:
             self.current = self.current._replace(changed=False)
@@ -185,6 +218,8 @@ class BatchSizeController:
                               factor=self.lr_factor(self.min_batch))
             if not conf.ok:
                 return start
+        elif self.current.global_batch not in self.candidates["global_batch"]:
+            return self._move_inside_bounds(epoch)
         elif not conf.ok:
             return self._refresh_lr()
         cand = self.candidates
@@ -220,6 +255,16 @@ class BatchSizeController:
             self.notes.append(f"epoch {epoch:.2f}: goodput: {verdict}, {numbers}")
             LOG.info(self.notes[-1])
         return self._refresh_lr(changed=fresh)
+
+    def _move_inside_bounds(self, epoch):
+        """The plan in use (a resumed checkpoint's, or another world's) is no batch of
+        [min_batch, max_batch]: train at the nearest that is, now."""
+        batches = self.candidates["global_batch"]
+        old = self.current.global_batch
+        nearest = int(batches[np.argmin(np.abs(batches - old))])
+        return self._set(epoch, nearest, f"goodput: the batch in use {old} is outside "
+                         f"[{self.min_batch}, {self.max_batch}] (min_batch, max_batch): moved "
+                         f"to {nearest}", factor=self._adaptive_lr_factor(nearest))
 
     def _throughput(self):
         """(throughput of every candidate, its model error, its source, whether measured) for a

@@ -19,7 +19,11 @@ the past as k steps would. Formulas and the error's derivation: docs/adaptive-ba
 With one rank: :meth:`update_successive` (two successive steps act as two ranks) or
 :meth:`update` with accumulation micro-batches.
 """
+import logging
+
 import numpy as np
+
+LOG = logging.getLogger("nnabla_torus.planning.controller")   # rank 0's, as the controller's
 
 
 class NoiseScaleEstimator:
@@ -43,8 +47,9 @@ class NoiseScaleEstimator:
     def update(self, local_sqnorm, local_batch, global_sqnorm, global_batch):
         """Add one observation: |G_b|^2 at batch ``local_batch``, |G_B|^2 at ``global_batch``.
 
-        An inf or NaN norm (an overflowed step) is skipped and counted in ``skipped``: one
-        would poison the running averages for good.
+        An inf or NaN norm (an overflowed step, a diverged run) is skipped, counted in
+        ``skipped`` and logged (the 1st, 2nd, 4th, 8th, ... time): one would poison the
+        running averages for good. Returns False for a skipped observation.
         """
         b, big_b = float(local_batch), float(global_batch)
         if not 0 < b < big_b:
@@ -53,7 +58,12 @@ class NoiseScaleEstimator:
                              f"accumulation micro-batches")
         if not (np.isfinite(local_sqnorm) and np.isfinite(global_sqnorm)):
             self.skipped += 1
-            return
+            if self.skipped & (self.skipped - 1) == 0:
+                LOG.warning(f"noise scale: observation skipped, a squared gradient norm is not "
+                            f"finite (local {local_sqnorm:.3g}, global {global_sqnorm:.3g}); "
+                            f"{self.skipped} skipped and {self.updates} used so far, the "
+                            f"estimate keeps its last value")
+            return False
         grad_sq = (big_b * global_sqnorm - b * local_sqnorm) / (big_b - b)
         trace = (local_sqnorm - global_sqnorm) / (1.0 / b - 1.0 / big_b)
         if self.reference_batch is None:
@@ -64,6 +74,7 @@ class NoiseScaleEstimator:
         self._weight = m * self._weight + (1.0 - m)
         self._weight_sq = m * m * self._weight_sq + (1.0 - m) ** 2
         self.updates += 1
+        return True
 
     def update_successive(self, grad, batch):
         """One-rank mode: pair this step's flattened gradient with the previous step's.

@@ -140,3 +140,23 @@ def test_list_tool_verify_leaves_bad_images_out(train_dir, capsys):
         assert f"c0/{name}: " in out
     lines = (train_dir.parent / "train.txt").read_text().splitlines()
     assert len(lines) == 2 * GOOD_PER_CLASS and all("/img" in line for line in lines)
+
+
+def test_class_folders_alone_are_a_data_dir_and_validation_labels_follow_the_names(tmp_path):
+    """docs/imagenet.md: class folders or lists. Before: train.py required train.txt/val.txt.
+    Validation folders take the training labels by name (a missing class shifts nothing)."""
+    from image_lists import read_dataset, split_source
+    for split, classes in (("train", ("cat", "dog", "eel")), ("val", ("dog", "eel", "fox"))):
+        for name in classes:
+            (tmp_path / split / name).mkdir(parents=True)
+            Image.new("RGB", (8, 8)).save(tmp_path / split / name / "a.jpg")
+    folder, listing = split_source(str(tmp_path), "train")
+    assert (folder, listing) == (str(tmp_path / "train"), None)
+    train = read_dataset(folder, listing)
+    assert train.class_names == ["cat", "dog", "eel"] and list(train.labels) == [0, 1, 2]
+    val = read_dataset(*split_source(str(tmp_path), "val"), num_classes=train.num_classes,
+                       class_names=train.class_names)
+    assert list(val.labels) == [1, 2, -1]                     # fox is no training class
+    assert val.outside == (1, str(tmp_path / "val" / "fox" / "a.jpg"))
+    (tmp_path / "val.txt").write_text("dog/a.jpg 1\n")        # a list wins over the folders
+    assert split_source(str(tmp_path), "val")[1] == str(tmp_path / "val.txt")

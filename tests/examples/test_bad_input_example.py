@@ -13,7 +13,10 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "imagenet"))
 import allreduce_bench  # noqa: E402
+import gpu_check  # noqa: E402
 import make_imagenet_lists  # noqa: E402
+import per_array_bench  # noqa: E402
+import restart_cost  # noqa: E402
 import train_bench  # noqa: E402
 from config import build_parser, flag_of, knob_fields, parse_config  # noqa: E402
 from models import ARCHS  # noqa: E402
@@ -24,6 +27,14 @@ TRAIN = [
     (["-C", "nope"], "recipe 'nope' not found"),
     (["-C", "@bad.yaml"], ":2: not valid YAML"),
     (["--data-dir", "/no/such/folder"], "data_dir = '/no/such/folder' is not a folder"),
+    # the layout is checked at parse, before the config dump (before: train.txt required,
+    # a FileNotFoundError after 50 lines of config)
+    (["--data-dir", "@empty-root"], "--data-dir @empty-root has no train/ folder; expected class "
+                                    "folders @empty-root/train/<class>/*.JPEG, or images under "
+                                    "@empty-root/train named with their labels in "
+                                    "@empty-root/train.txt"),
+    (["--data-dir", "@ok-root"], "--data-dir @ok-root: @ok-root/val has no class folders and "
+                                 "@ok-root/val.txt does not exist"),
     (["--init-params", "/no/such/model.h5"], "init_params = '/no/such/model.h5' is not a file"),
     (["--output-dir", FILE], "--output-dir = "),
     (["--arch", "vgg"], "invalid choice: 'vgg'"),
@@ -43,9 +54,11 @@ TRAIN = [
     (["--min-batch", "-1"], "argument --min-batch: must be an integer >= 0"),
     (["--max-batch", "-1"], "argument --max-batch: must be an integer >= 0"),
     (["--min-batch", "256", "--max-batch", "128"], "min_batch = 256 must be <= max_batch = 128"),
-    (["--epochs", "0"], "argument --epochs: must be a finite number > 0, got '0'"),
-    (["--epochs", "-1"], "must be a finite number > 0, got '-1'"),
-    (["--epochs", "nan"], "must be a finite number > 0, got 'nan'"),
+    (["--epochs", "0"], "argument --epochs: must be a finite number > 0 and <= 1e+06, got '0'"),
+    (["--epochs", "-1"], "must be a finite number > 0 and <= 1e+06, got '-1'"),
+    (["--epochs", "nan"], "must be a finite number > 0 and <= 1e+06, got 'nan'"),
+    (["--epochs", "1e308"], "argument --epochs: must be a finite number > 0 and <= 1e+06, got "
+                            "'1e308'"),          # before: OverflowError (int(inf) steps)
     (["--optimizer", "adam"], "invalid choice: 'adam'"),
     (["--base-lr", "0"], "argument --base-lr: must be a finite number > 0"),
     (["--base-lr", "nan"], "got 'nan'"),
@@ -79,7 +92,10 @@ TRAIN = [
     (["--context", "gpu"], "invalid choice: 'gpu'"),
     (["--type-config", "double"], "invalid choice: 'double'"),
     (["--loss-scale", "0"], "argument --loss-scale: must be a finite number > 0"),
-    (["--seed", "-1"], "argument --seed: must be an integer >= 0 and <= 4.29497e+09"),
+    (["--seed", "-1"], "argument --seed: must be an integer >= 0 and <= 2147483647"),
+    # nn.seed takes a C int (before: accepted up to 2**32 - 1, then OverflowError)
+    (["--seed", "2147483648"], "argument --seed: must be an integer >= 0 and <= 2147483647, "
+                               "got '2147483648'"),
     (["--algorithm", "tree"], "invalid choice: 'tree'"),
     (["--grid", "2y2"], "grid = '2y2'"),
     (["--plan", "maybe"], "invalid choice: 'maybe'"),
@@ -91,7 +107,11 @@ TRAIN = [
                                  "are not allowed here"),
     (["--overlap", "maybe"], "argument --overlap"),
     (["--bucket-mib", "0"], "argument --bucket-mib: must be a finite number > 0"),
+    (["--bucket-mib", "1e308"], "argument --bucket-mib: must be a finite number > 0 and <= "
+                                "1e+06, got '1e308'"),   # before: OverflowError
     (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be an integer >= 0"),
+    (["--max-nonfinite-steps", "-1"], "argument --max-nonfinite-steps: must be an integer >= 0, "
+                                      "got '-1'"),
     (["--resume", "maybe"], "argument --resume"),
     (["--elastic", "maybe"], "argument --elastic"),
     (["--max-steps", "-1"], "argument --max-steps: must be an integer >= 0"),
@@ -138,6 +158,32 @@ TRAIN_BENCH = [
     (["--scaling", "0,2"], "--scaling: must be an integer >= 1 (rank counts, e.g. 1,2,4), got '0'"),
 ]
 
+PER_ARRAY_BENCH = [       # before: ValueError tracebacks (abc) or a "0 arrays" row (0)
+    (["--arrays", "0"], "argument --arrays: must be an integer >= 1 (list lengths, e.g. "
+                        "1,161,1000), got '0'"),
+    (["--arrays", "abc"], "argument --arrays: must be an integer >= 1 (list lengths, e.g. "
+                          "1,161,1000), got 'abc'"),
+    (["--arrays", ","], "argument --arrays: expected list lengths, e.g. 1,161,1000, got ','"),
+    (["--inplace", "2"], "argument --inplace: expected one of 1/0"),
+    (["--repeats", "0"], "argument --repeats: must be an integer >= 1, got '0'"),
+]
+
+RESTART_COST = [          # before: --repeat 0 a statistics traceback, --ranks 0 "measured"
+    (["--repeat", "0"], "argument --repeat: must be an integer >= 1, got '0'"),
+    (["--ranks", "0"], "argument --ranks: must be an integer >= 1, got '0'"),
+    (["--arch", "vgg"], "invalid choice: 'vgg'"),
+    (["--width", "0"], "argument --width: must be a finite number > 0, got '0'"),
+    (["--image-size", "0"], "argument --image-size: must be an integer >= 1, got '0'"),
+    (["--local-batch", "0"], "argument --local-batch: must be an integer >= 1, got '0'"),
+    (["--json", "/nonexistent/x.json"], "argument --json: cannot write '/nonexistent/x.json': "
+                                        "give a file path in an existing writable folder"),
+]
+
+GPU_CHECK = [             # before: every check ran, then the results were lost
+    (["--json", "/nonexistent/x.json"], "argument --json: cannot write '/nonexistent/x.json': "
+                                        "give a file path in an existing writable folder"),
+]
+
 LISTS = [
     (["--train-dir", "@train", "--workers", "0"], "argument --workers: must be an integer >= 1"),
     (["--train-dir", "@train", "--verify", "maybe"], "argument --verify"),
@@ -165,9 +211,11 @@ def paths(tmp_path):
     (tmp_path / "ok" / "train" / "n01" / "a.JPEG").write_bytes(b"x")
     (tmp_path / "ok" / "val").mkdir()                     # flat: images, no class folders
     (tmp_path / "ok" / "val" / "v1.JPEG").write_bytes(b"x")
+    (tmp_path / "empty").mkdir()
     return {FILE: str(tmp_path / "a-file" / "out"), "@bad.yaml": str(tmp_path / "bad.yaml"),
             "@train": str(tmp_path / "train"), "@train-ok": str(tmp_path / "ok" / "train"),
-            "@flat-val": str(tmp_path / "ok" / "val")}
+            "@flat-val": str(tmp_path / "ok" / "val"), "@ok-root": str(tmp_path / "ok"),
+            "@empty-root": str(tmp_path / "empty")}
 
 
 def error_of(parse, argv, capsys):
@@ -186,7 +234,10 @@ def error_of(parse, argv, capsys):
                          [(parse_config, *row) for row in TRAIN] +
                          [(allreduce_bench.parse_args, *row) for row in ALLREDUCE_BENCH] +
                          [(train_bench.parse_args, *row) for row in TRAIN_BENCH] +
-                         [(make_imagenet_lists.main, *row) for row in LISTS],
+                         [(make_imagenet_lists.main, *row) for row in LISTS] +
+                         [(per_array_bench.parse_args, *row) for row in PER_ARRAY_BENCH] +
+                         [(restart_cost.parse_args, *row) for row in RESTART_COST] +
+                         [(gpu_check.build_parser().parse_args, *row) for row in GPU_CHECK],
                          ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_bad_flag_is_refused_with_a_message(parse, argv, fragment, paths, capsys, monkeypatch):
     monkeypatch.delenv("NNABLA_TORUS_RECIPE", raising=False)
@@ -223,7 +274,7 @@ def test_bad_environment_twin_is_named(env, value, fragment, monkeypatch):
 def test_bad_recipe_value_names_the_recipe_key(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("epochs: -3\n")
-    with pytest.raises(ValueError, match=r"epochs must be a finite number > 0, got -3.0 .*recipe key"):
+    with pytest.raises(ValueError, match=r"epochs must be a finite number > 0 and <= 1e\+06, got -3.0 .*recipe key"):
         parse_config(["-C", str(path)])
 
 
@@ -233,9 +284,13 @@ def flags_of(parser):
 
 @pytest.mark.parametrize("parser,table", [
     (build_parser(), TRAIN), (allreduce_bench.build_parser(), ALLREDUCE_BENCH),
-    (train_bench.build_parser(), TRAIN_BENCH), (make_imagenet_lists.build_parser(), LISTS)])
+    (train_bench.build_parser(), TRAIN_BENCH), (make_imagenet_lists.build_parser(), LISTS),
+    (per_array_bench.build_parser(), PER_ARRAY_BENCH), (restart_cost.build_parser(), RESTART_COST),
+    (gpu_check.build_parser(), GPU_CHECK)])
 def test_every_flag_has_a_bad_value_row(parser, table):
-    covered = {a for argv, _ in table for a in argv if a.startswith("-")} | {"--recipe"}
+    # --recipe is -C's long name; --no-install is a switch without a value
+    covered = {a for argv, _ in table for a in argv if a.startswith("-")} | {"--recipe",
+                                                                              "--no-install"}
     assert flags_of(parser) - covered == set()
 
 
@@ -256,3 +311,82 @@ def test_json_summary_values_are_strict_json():
     assert json.dumps(summary) == ('{"val_top1": null, "speedup": null, "plan": {"times": '
                                    '[1.5, null]}, "steps": 3}')
     assert report.json_value(None) is None and report.json_value(0.123456) == 0.1235
+
+
+def test_a_cuda_context_without_the_cuda_extension_is_one_line():
+    """Checked before the context is made (a recipe may name cudnn on any machine). Before:
+    ModuleNotFoundError: No module named 'nnabla_ext.cudnn' (a traceback)."""
+    import importlib.util
+    from config import check_context
+    try:
+        if importlib.util.find_spec("nnabla_ext.cudnn") is not None:
+            pytest.skip("nnabla-ext-cuda is installed here")
+    except ModuleNotFoundError:
+        pass
+    with pytest.raises(ValueError, match=r"context = 'cudnn' needs nnabla-ext-cuda, which is not "
+                                         r"installed; install it \(pip install -e '.\[gpu\]'"):
+        check_context("cudnn")
+
+
+def test_the_nccl_backend_on_a_cpu_context_is_one_line(monkeypatch):
+    """Before: a RuntimeError traceback from the backend, after the config dump."""
+    from config import check_context
+    monkeypatch.setenv("NNABLA_TORUS_BACKEND", "nccl")
+    with pytest.raises(ValueError, match=r"NNABLA_TORUS_BACKEND=nccl needs a CUDA context, got "
+                                         r"--context cpu; unset NNABLA_TORUS_BACKEND"):
+        check_context("cpu")
+
+
+def test_a_usage_error_is_one_line(capsys):
+    """Before: argparse's usage, 40 lines listing every flag, then the error."""
+    with pytest.raises(SystemExit):
+        parse_config(["--seed", "x"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: argument --seed:" in err and "--help" in err, err
+
+
+def parameter_files(folder):
+    """{name: (path, fragment)}: parameter files nnabla cannot read, and what the error says."""
+    import h5py
+    import numpy as np
+    import nnabla as nn
+    nn.clear_parameters()
+    nn.parameter.get_parameter_or_create("w", (2, 3))
+    good = folder / "good.h5"
+    nn.save_parameters(str(good))
+    nn.clear_parameters()
+    files = {"garbage.h5": b"not hdf5" * 8, "truncated.h5": good.read_bytes()[:200],
+             "truncated.nnp": b"PK\x03\x04" + b"x" * 40, "bad.protobuf": b"\xff\xfe garbage",
+             "weights.pt": b"x"}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    with h5py.File(folder / "plain.hdf5", "w") as f:      # HDF5, not nnabla's parameters
+        f["x"] = np.zeros(3)
+    return {
+        "garbage.h5": "is not a readable .h5 parameter file (OSError: Unable to synchronously "
+                      "open file (file signature not found)); give a model.h5 or model.nnp",
+        "truncated.h5": "is not a readable .h5 parameter file (OSError: ",
+        "truncated.nnp": "is not a readable .nnp parameter file (BadZipFile: File is not a zip "
+                         "file)",
+        "bad.protobuf": "is not a readable .protobuf parameter file (DecodeError: Error parsing "
+                        "message with type 'NNablaProtoBuf')",
+        "plain.hdf5": "is not a readable .hdf5 parameter file (KeyError: ",
+        "weights.pt": "nnabla reads parameters from .h5 (.hdf5), .protobuf or .nnp files, not "
+                      ".pt; give one of those",
+    }
+
+
+def test_init_params_that_nnabla_cannot_read_are_one_line(tmp_path):
+    """Before: OSError, BadZipFile, DecodeError tracebacks; an HDF5 file named .hdf5 was
+    skipped by nnabla ("missing conv1/conv/W ... and 97 more")."""
+    import nnabla as nn
+    from models.files import read_parameter_file
+    for name, fragment in parameter_files(tmp_path).items():
+        with pytest.raises(ValueError) as error:
+            read_parameter_file(str(tmp_path / name))
+        assert str(error.value).startswith(f"--init-params {tmp_path / name}"), error.value
+        assert fragment in str(error.value) and "\n" not in str(error.value), str(error.value)
+    (tmp_path / "good.hdf5").write_bytes((tmp_path / "good.h5").read_bytes())
+    read_parameter_file(str(tmp_path / "good.hdf5"))       # nnabla's HDF5 under .hdf5: read
+    assert list(nn.get_parameters(grad_only=False)) == ["w"]
+    nn.clear_parameters()

@@ -8,6 +8,8 @@ def test_default_is_digits_recipe_and_data_dir_picks_resnet50(monkeypatch, tmp_p
     monkeypatch.delenv("NNABLA_TORUS_RECIPE", raising=False)
     cfg = parse_config([])
     assert cfg.recipe == "digits-cpu" and cfg.arch == "resnet18" and cfg.data_dir == ""
+    for split in ("train", "val"):                     # class folders: a valid layout
+        (tmp_path / split / "n01").mkdir(parents=True)
     cfg = parse_config(["--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "run")])
     assert cfg.recipe == "resnet50-90ep" and cfg.arch == "resnet50"
 

@@ -55,4 +55,4 @@ def test_default_root_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(digits.CACHE_ENV, str(tmp_path / "here"))
     assert digits.default_root() == str(tmp_path / "here")
     monkeypatch.delenv(digits.CACHE_ENV)
-    assert digits.default_root().endswith(os.path.join(".cache", "nnabla-torus", "digits"))
+    assert digits.default_root().endswith(os.path.join(".cache", "nnabla_torus", "digits"))

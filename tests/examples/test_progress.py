@@ -11,6 +11,27 @@ def test_progress_never_passes_the_total(capsys, monkeypatch):
     progress = report.Progress(total=17256, initial=0, every=1, enabled=True)
     progress.update(150, 16713.4, 0.83, 0.0004, 128)
     progress.update(155, 17256.0 + 1e-9, 0.64, 0.0001, 128)   # the last step's rounding
-    lines = capsys.readouterr().out.splitlines()
+    lines = [line[9:] for line in capsys.readouterr().out.splitlines()]   # after HH:MM:SS
     assert lines[0].startswith("step 150: 16,713/17,256 images (96.9%), loss 0.8300"), lines
     assert lines[1].startswith("step 155: 17,256/17,256 images (100.0%)"), lines
+
+
+def test_the_epoch_line_is_the_epochs_own(monkeypatch):
+    """Before: the last step's loss and the run's images/s since its start (101 -> 259 over a
+    run), no epoch time, no ETA, no time of day."""
+    clock = iter([100.0, 130.0])                                   # made at 100 s, line at 130 s
+    monkeypatch.setattr(report.time, "time", lambda: next(clock))
+    meter = report.EpochMeter()
+    for loss in (2.0, 1.0, 3.0):
+        meter.add(loss, 64, 0.5)                                   # 3 steps of 64 images
+    line = meter.line(2.0, 46, 0.91, 0.99, epochs=5)
+    assert line[8:] == (" epoch 2.00 step 46: train loss 2.0000 (epoch mean), val top-1 0.91 "
+                        "top-5 0.99, 128 images/s, epoch 2 s, ETA 1 min 30 s"), line
+
+
+def test_a_missing_plotting_library_costs_a_warning(tmp_path, monkeypatch):
+    """Before: the run trained, saved its model, then exited 1 on ModuleNotFoundError."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)           # import matplotlib fails
+    said = []
+    assert report.write_plots(str(tmp_path), said.append) == []
+    assert said[0].startswith("warning: no plots (") and "pip install matplotlib" in said[0]

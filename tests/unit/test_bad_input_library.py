@@ -308,3 +308,21 @@ def test_planner_runs_leave_nothing_in_the_temporary_or_shared_memory_folders(tm
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_call_mismatch_names_the_fields_that_differ():
+    """Before: each rank's call as an unlabelled tuple, ('all_reduce', (('float32', (4,)),),
+    False, True, False, 'auto', '2x1', False, None)."""
+    from nnabla_torus.comm.rendezvous import AllReduceCall, raise_mismatch
+    mine = AllReduceCall("all_reduce", (("float32", (4,)),), False, True, False, "auto", "2x1",
+                         False, None)
+    theirs = mine._replace(arrays=(("float32", (5,)),), division=True)
+
+    class Control:
+        def allgather(self, value):
+            return [value, theirs, theirs]
+    with pytest.raises(ValueError) as error:
+        raise_mismatch(Control(), [0, 1, 2], mine, "all_reduce (auto, group 'world')")
+    assert str(error.value).splitlines()[1:] == [
+        "  arrays: (('float32', (4,)),) on rank(s) [0]; (('float32', (5,)),) on rank(s) [1, 2]",
+        "  division: False on rank(s) [0]; True on rank(s) [1, 2]"]

@@ -126,3 +126,25 @@ def test_the_readme_knobs_table_states_the_code_defaults():
         if not ok:
             wrong.append(f"{env}: README {cell!r}, code {default!r}")
     assert not wrong, "\n".join(wrong)
+
+
+MODULE_PATH = re.compile(r"(?<![\w/.])(?:nnabla_torus/)?((?:comm|planning|launching|sim|cli|testing)"
+                         r"/[\w/]+\.py)\b")
+SOURCES = PAGES + [p for folder in ("nnabla_torus", "examples", "tools")
+                   for p in glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True)]
+
+
+def test_package_modules_named_in_docs_and_comments_exist():
+    """``planning/costmodel.py`` stayed in a comment after it became a package."""
+    missing = sorted({f"{os.path.relpath(p, ROOT)}: {m}" for p in SOURCES
+                      for m in MODULE_PATH.findall(open(p).read())
+                      if not os.path.exists(os.path.join(ROOT, "nnabla_torus", m))})
+    assert not missing, missing
+
+
+def test_one_spelling_of_the_cache_folder():
+    """The library and the example cache under ~/.cache/nnabla_torus (the digits set was
+    under ~/.cache/nnabla-torus, the docs named both)."""
+    other = re.compile(r"\.cache[\"'/, ]+[\"']?nnabla-torus")
+    found = sorted(os.path.relpath(p, ROOT) for p in SOURCES if other.search(open(p).read()))
+    assert not found, f"~/.cache/nnabla-torus (not nnabla_torus) in {found}"

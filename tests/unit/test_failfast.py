@@ -104,3 +104,16 @@ def test_integers_refuse_a_factor_that_is_not_one_over_p():
     floats = np.full(3, 3.0, np.float32)
     scale_numpy(floats, 1 / 3)
     assert np.allclose(floats, 1.0)
+
+
+def test_an_error_before_mpi_starts_waits_on_ranks_other_than_zero(monkeypatch, capsys):
+    """Every rank parses the same flags: rank 0 prints, the launcher ends the others during
+    their wait (before: the same config error once per rank)."""
+    waits = []
+    monkeypatch.setattr(failfast.time, "sleep", waits.append)
+    monkeypatch.setattr(failfast, "_mpi", lambda: None)              # before MPI starts
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    failfast.wait_for_rank_zero()
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    failfast.wait_for_rank_zero()
+    assert waits == [failfast.SAME_ERROR_WAIT_S]

@@ -209,3 +209,43 @@ def test_noise_scale_relative_error_shrinks_with_samples():
             errors.append(est.rse)
     assert errors[1] < errors[0] and 0 < errors[1] < 0.2
     assert est.b_simple == pytest.approx(300.0 * np.exp(0.125), rel=0.3)
+
+
+# -- the batch that trains is the batch every line, series and lr factor uses (issue 34) -----
+def adaptive(world, min_batch, max_batch=None, max_local=32):
+    return BatchSizeController(world, max_local, noise_scale=NoiseScaleEstimator(), base_batch=64,
+                               min_batch=min_batch, max_batch=max_batch)
+
+
+def test_a_bound_no_world_realises_moves_onto_the_nearest_realisable_batch():
+    """Before: 3 ranks trained at 63 (21 x 3) while every decision said 66 -> 66."""
+    ctrl = adaptive(3, 64)
+    plan = ctrl.plan(0.0)
+    assert (plan.global_batch, plan.local_batch, ctrl.min_batch) == (66, 22, 66)
+    assert plan.lr_factor == pytest.approx(66 / 64)
+    assert "min_batch 64 is not realisable on 3 ranks: B0 = 66" in ctrl.pop_notes()[0]
+
+
+def test_min_batch_1_on_4_ranks_trains_at_4_with_the_lr_of_4():
+    """Before: batch 4 trained with the learning-rate factor of batch 1 (1/64 instead of 4/64)."""
+    plan = adaptive(4, 1).plan(0.0)
+    assert (plan.global_batch, plan.lr_factor) == (4, pytest.approx(4 / 64))
+
+
+@pytest.mark.parametrize("bounds, moved", [((16, 32), 32), ((256, 512), 256)])
+def test_a_resumed_batch_outside_the_bounds_moves_inside_at_once(bounds, moved):
+    """Before: resumed at 64, --min-batch 16 --max-batch 32 logged "batch 32 -> 32: the best
+    batch is the one in use" and trained at 64; 256..512 logged 256 and trained at 64."""
+    from nnabla_torus.planning.controller import BatchPlan
+    ctrl = adaptive(2, *bounds)
+    ctrl.current = BatchPlan(64, 32, 1, 1.0, False, "saved")          # the checkpoint's plan
+    plan = ctrl.plan(1.0)
+    assert (plan.global_batch, plan.changed) == (moved, True)
+    assert plan.global_batch == 2 * plan.local_batch * plan.accum_steps
+    assert plan.lr_factor == pytest.approx(moved / 64)
+    assert f"the batch in use 64 is outside [{bounds[0]}, {bounds[1]}]" in plan.reason
+
+
+def test_bounds_no_world_can_realise_are_refused_at_start():
+    with pytest.raises(ValueError, match=r"no global batch in \[1, 2\] is realisable on 4 ranks"):
+        adaptive(4, 1, 2)

@@ -88,13 +88,14 @@ def test_environment_flags_per_library():
     assert mpirun_cmd.env_args("other", env, ["A"]) == []
 
 
-def test_an_open_mpi_hostfile_becomes_hydras_machinefile(tmp_path):
+def test_hosts_are_written_in_each_librarys_format(tmp_path):
     hosts = [("node01", 4), ("node02", 2)]
-    assert mpirun_cmd.hostfile_args("openmpi", "abci.hosts", hosts, str(tmp_path)) == [
-        "--hostfile", "abci.hosts"]
+    flag, path = mpirun_cmd.hostfile_args("openmpi", hosts, str(tmp_path))
+    assert flag == "--hostfile"
+    assert open(path).read() == "node01 slots=4\nnode02 slots=2\n"
     for hydra in ("mpich", "impi"):
-        flag, path = mpirun_cmd.hostfile_args(hydra, "abci.hosts", hosts, str(tmp_path))
+        flag, path = mpirun_cmd.hostfile_args(hydra, hosts, str(tmp_path))
         assert flag == "-machinefile"
         assert open(path).read() == "node01:4\nnode02:2\n"
     with pytest.raises(ValueError, match="--mpirun-args"):
-        mpirun_cmd.hostfile_args("other", "abci.hosts", hosts, str(tmp_path))
+        mpirun_cmd.hostfile_args("other", hosts, str(tmp_path))

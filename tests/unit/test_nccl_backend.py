@@ -308,3 +308,13 @@ def test_issue19_finding3_no_bucketing_during_backward_on_the_nccl_backend():
     mpi = object.__new__(MPIBackend)
     assert overlaps_backward(Comm(mpi, "native")) and not on_device(Comm(mpi, "native"))
     assert overlaps_backward(object())
+
+
+def test_a_device_squared_norm_beyond_float32_is_finite(backend):
+    """Before: the float32 device sum of gradients ~1e20 was inf, and the noise scale skipped
+    every observation of a run whose gradients were finite."""
+    buf = backend.empty(np.float32, 17)
+    buf.fill(1e20)
+    assert backend.sqnorm(buf) == pytest.approx(17 * float(np.float32(1e20)) ** 2, rel=1e-5)
+    buf.fill(3.0)
+    assert backend.sqnorm(buf) == pytest.approx(153.0)

@@ -1,4 +1,6 @@
 """Noise-scale estimator on synthetic gradients with a known answer."""
+import logging
+
 import numpy as np
 import pytest
 
@@ -56,13 +58,18 @@ def test_none_until_positive_and_bad_input():
         NoiseScaleEstimator(smoothing=1.0)
 
 
-def test_non_finite_norms_are_skipped_and_counted():
+def test_non_finite_norms_are_skipped_counted_and_logged(caplog):
     est = NoiseScaleEstimator(smoothing=0.0)
-    est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)
-    for bad in (float("nan"), float("inf")):
-        est.update(bad, 8, 1.0, 64)
-        est.update(1.0, 8, bad, 64)
+    assert est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)
+    with caplog.at_level(logging.INFO, logger="nnabla_torus.planning.controller"):
+        for bad in (float("nan"), float("inf")):
+            assert not est.update(bad, 8, 1.0, 64)
+            est.update(1.0, 8, bad, 64)
     assert est.skipped == 4 and est.updates == 1
+    # the 1st, 2nd and 4th skip are said (before: nothing, the series repeated its last value)
+    assert [r.getMessage()[:78] for r in caplog.records] == [
+        "noise scale: observation skipped, a squared gradient norm is not finite (local"] * 3
+    assert "(local 1, global inf); 4 skipped and 1 used so far" in caplog.records[2].getMessage()
     assert est.b_simple == pytest.approx(200.0)
     est._sums = np.array([np.inf, np.inf])       # inf / inf: NaN, not a batch size
     assert est.b_simple is None
@@ -90,3 +97,12 @@ def test_memory_is_in_samples_not_steps():
     assert big.b_simple == pytest.approx(big.trace_cov / 2.0)
     with pytest.raises(ValueError, match="reference_batch=0 must be > 0"):
         NoiseScaleEstimator(reference_batch=0)
+
+
+def test_a_squared_norm_beyond_float32_is_finite():
+    """Before: a float32 dot of gradients ~1e20 overflowed to inf and the noise scale skipped
+    every observation of a run whose gradients were finite."""
+    from nnabla_torus.comm.backends.mpi import MPIBackend
+    big = np.full(17, 1e20, np.float32)
+    assert MPIBackend.sqnorm(big) == pytest.approx(17 * float(np.float32(1e20)) ** 2)
+    assert MPIBackend.sqnorm(np.array([1, np.inf], np.float32)) == np.inf

@@ -10,7 +10,7 @@ from tools.emucluster.profile import emulated_profile
 
 LOG = """resnet18 x0.125: 176,402 parameters, 1438 training / 359 validation images, 10 classes; 4
 epoch 1.00 step 23: train loss 2.2873, val top-1 0.2535 top-5 0.7103, 322 images/s
-epoch 2.00 step 46: train loss 2.1, val top-1 0.91 top-5 0.99, 466 images/s
+16:30:23 epoch 2.00 step 46: train loss 2.1 (epoch mean), val top-1 0.91 top-5 0.99, 466 images/s, epoch 19 s, ETA 21 s
 epoch 3.00 step 69: train loss 2.0, val top-1 0.95 top-5 0.99, 466 images/s
 {"val_top1": 0.95, "steps": 69, "batch_schedule": "0:64"}
 """.splitlines(keepends=True)

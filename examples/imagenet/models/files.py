@@ -31,13 +31,38 @@ def export_model(model, image_size, output_dir, log):
         f"--init-params {output_dir}/model.h5)")
 
 
+# nnabla's parameter readers by file suffix; ".hdf5" is HDF5 too (nnabla skips it silently:
+# "is omitted", nnabla/utils/get_file_handle.py).
+PARAMETER_READERS = {".h5": ".h5", ".hdf5": ".h5", ".protobuf": ".protobuf", ".nnp": ".nnp"}
+
+
+def read_parameter_file(path):
+    """``nn.load_parameters(path)`` into the current scope; a ValueError naming the file and
+    the fix for a suffix nnabla cannot read or a file that is not what its suffix says
+    (truncated, garbage, an HDF5 file without nnabla's parameter attributes)."""
+    suffix = os.path.splitext(path)[1].lower()
+    reader = PARAMETER_READERS.get(suffix)
+    if reader is None:
+        raise ValueError(f"--init-params {path}: nnabla reads parameters from .h5 (.hdf5), "
+                         f".protobuf or .nnp files, not {suffix or 'a name without a suffix'}; "
+                         f"give one of those (an earlier run's model.h5)")
+    try:
+        with open(path, "rb") as f:
+            nn.load_parameters(f if reader != suffix else path, extension=reader)
+    except Exception as error:   # h5py, zipfile and protobuf each raise their own kind
+        why = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        raise ValueError(f"--init-params {path} is not a readable {suffix} parameter file "
+                         f"({why.rstrip(': ')}); give a model.h5 or model.nnp that nnabla "
+                         f"wrote (an earlier run's, or nn.save_parameters')") from None
+
+
 def load_initial_parameters(path, log):
     """Overwrite every parameter of the model (BN statistics included) with the one of the
     same name in ``path`` (.h5, .protobuf or .nnp, as nn.load_parameters reads them); a
     ValueError names the parameters missing from the file or of another shape."""
     scope = "init_params"
     with nn.parameter_scope(scope):
-        nn.load_parameters(path)
+        read_parameter_file(path)
         loaded = nn.get_parameters(grad_only=False)
     model = {k: v for k, v in nn.get_parameters(grad_only=False).items()
              if not k.startswith(scope + "/")}

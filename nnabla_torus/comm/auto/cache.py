@@ -15,7 +15,7 @@ import os
 
 from mpi4py import MPI
 
-from ..job_log import note
+from ..job_log import WARNING, note
 from .table import Table
 
 
@@ -49,7 +49,7 @@ def load(folder, key):
             return None
         return Table(saved["bounds"], saved["names"], f"cached in {path}")
     except (OSError, ValueError, KeyError, TypeError) as e:
-        note(f"auto: ignoring the unreadable cached table {path} ({e}); measuring again")
+        note(f"auto: ignoring the unreadable cached table {path} ({e}); measuring again", WARNING)
         return None
 
 
@@ -65,5 +65,5 @@ def save(folder, key, table):
         return path
     except OSError as e:
         note(f"auto: could not cache the measured table in {path} ({e}); the next job "
-             f"measures again (set NNABLA_TORUS_CACHE_DIR to a writable folder)")
+             f"measures again (set NNABLA_TORUS_CACHE_DIR to a writable folder)", WARNING)
         return None

@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 from ..backends import synchronize
 from ..guarded_calls import collective, exchange
-from ..job_log import note
+from ..job_log import WARNING, note
 from . import cache as auto_cache
 from . import table as auto
 
@@ -31,7 +31,7 @@ def fix_table(comm):
         return table
     if source and profile.missing_terms(names):
         note(f"auto: profile {source!r} has no software term for "
-             f"{profile.missing_terms(names)}; measuring the size ranges instead")
+             f"{profile.missing_terms(names)}; measuring the size ranges instead", WARNING)
         source = ""
     if comm.size == 1:   # nothing is exchanged: nothing to measure
         return auto.Table([], ["native"], "one rank")

@@ -267,7 +267,13 @@ def check_device(device_id, local_ranks):
         raise RuntimeError(f"CUDA sees no GPU ({str(e).strip().splitlines()[-1]}); the nccl "
                            f"backend needs a CUDA driver and one GPU per rank") from None
     if device_id >= count:
+        # srun --gpus-per-task=1 implies --gpu-bind=per_task:1 (Slurm 22.05 srun(1)): each task
+        # sees only its own GPU, as device 0.
+        slurm = (" (under srun, --gpus-per-task binds each task to one GPU: add srun "
+                 "--gpu-bind=none, or ask for --gpus-per-node instead)"
+                 if "SLURM_STEP_ID" in os.environ else "")
         raise RuntimeError(f"{local_ranks} ranks run on this host but CUDA sees {count} GPU(s); "
                            f"this rank needs GPU {device_id} (nnabla's choice: earlier ranks with "
                            f"the same host name). Fix: launch at most {count} ranks per host "
-                           f"(mpirun --map-by ppr:{count}:node) or check CUDA_VISIBLE_DEVICES")
+                           f"(mpirun --map-by ppr:{count}:node) or check CUDA_VISIBLE_DEVICES"
+                           f"{slurm}")

@@ -8,6 +8,7 @@ phase of another. Inside one host a group may share memory instead
 (:class:`.mpi_shared.SharedMemoryPath`). The ring's steps, the float16 error bound and the
 shared path's byte counts: docs/communicator.md#the-mpi-backend.
 """
+import math
 import time
 
 import numpy as np
@@ -279,12 +280,19 @@ class MPIBackend(SharedMemoryPath):
 
     @staticmethod
     def sqnorm(buf):
-        """Squared L2 norm (BLAS dot; float16 is widened 1 Mi elements at a time)."""
+        """Squared L2 norm (BLAS dot; float16 is widened 1 Mi elements at a time). A float32
+        sum that overflows (|g| above ~1.8e19) is summed again in float64: finite gradients
+        give a finite norm, only an inf or NaN element gives a non-finite one."""
         if buf.dtype != np.float16:
-            return float(np.dot(buf, buf))
+            total = float(np.dot(buf, buf))
+            if math.isfinite(total) or buf.dtype == np.float64:
+                return total
+            wide = np.float64
+        else:
+            wide = np.float32     # 65504^2 x 1 Mi elements fits float32
         step = 1 << 20
         return sum(float(np.dot(part, part)) for part in
-                   (buf[a:a + step].astype(np.float32) for a in range(0, buf.size, step)))
+                   (buf[a:a + step].astype(wide) for a in range(0, buf.size, step)))
 
     # -- control ----------------------------------------------------------------------------
     def barrier(self, what="barrier"):

@@ -8,7 +8,7 @@ How the bytes move and why these sizes: docs/communicator.md#shared-memory-insid
 import numpy as np
 from mpi4py import MPI
 
-from ..job_log import note
+from ..job_log import WARNING, note
 from ..host_sync import HostSync, allocate_shared
 from ..rendezvous import CallMismatch
 
@@ -91,7 +91,7 @@ class SharedMemoryPath:
             return True
         text = (f"shared-memory path off for ranks {group.ranks} (rank {bad[0][0]}: "
                 f"{bad[0][1]}); using point-to-point messages (NNABLA_TORUS_SHM=0 turns it off)")
-        note(text)
+        note(text, WARNING)
         if node is not None:
             node.Free()
         return False

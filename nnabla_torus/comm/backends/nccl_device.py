@@ -11,6 +11,7 @@ nnabla forbids two live narrowed views of one array that overlap, and casting a 
 to another dtype or device (nnabla ``src/nbla/synced_array.cpp``), hence slices that hold no
 view open (docs/gpu.md, "The NCCL mapping").
 """
+import math
 import socket
 
 import numpy as np
@@ -235,7 +236,9 @@ class DeviceBuffers:
             scale_numpy(view.data, factor)
 
     def sqnorm(self, buf):
-        """Squared L2 norm, summed in float32 on the device."""
+        """Squared L2 norm, summed in float32 on the device; a sum that overflows (|g| above
+        ~1.8e19) is summed again scaled by the largest |g|, so finite gradients give a finite
+        norm (as the MPI backend's float64 sum)."""
         if not buf.size:
             return 0.0
         if buf.dtype not in WIRE_TYPES:   # host memory: numpy
@@ -243,4 +246,11 @@ class DeviceBuffers:
         import nnabla as nn
         import nnabla.functions as F
         with nn.context_scope(self.ctx):
-            return float(F.sum(F.pow_scalar(buf.narrow(), 2.0)).data)
+            x = buf.narrow()
+            total = float(F.sum(F.pow_scalar(x, 2.0)).data)
+            if math.isfinite(total):
+                return total
+            top = float(F.max(F.abs(x)).data)
+            if not math.isfinite(top) or top == 0.0:
+                return total
+            return float(F.sum(F.pow_scalar(F.mul_scalar(x, 1.0 / top), 2.0)).data) * top * top

@@ -1,7 +1,8 @@
 """A stand-in training script for the elastic launcher's tests (no nnabla: starts fast).
 
-Usage: elastic_fake.py MODE [--resume 1]. Modes:
-  grow    first run asks for 2 ranks (exit 75), the resumed run prints RAN ON <size> and ends
+Usage: elastic_fake.py MODE [RANKS] [--resume 1]. Modes:
+  grow    first run asks for RANKS ranks (default 2; exit 75), the resumed run prints
+          RAN ON <size> and ends
   always  asks for 2 ranks every time (the launcher's restart limit stops it)
   fail    prints a few lines, then exits with status 3
   wait    waits for SIGUSR1 (the launcher's Ctrl-C), then exits 76 as train.py does
@@ -28,9 +29,10 @@ def request(ranks):
 
 def main():
     mode, resumed = sys.argv[1], "--resume" in sys.argv
+    wanted = int(sys.argv[2]) if sys.argv[2:3] and sys.argv[2].isdigit() else 2
     comm = MPI.COMM_WORLD
     if mode == "grow" and not resumed or mode == "always":
-        request(2)
+        request(wanted)
     if mode == "fail":
         if comm.rank == 0:
             print("\n".join(f"line {i}" for i in range(30)), flush=True)

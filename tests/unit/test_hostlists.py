@@ -1,0 +1,77 @@
+"""Host lists: Slurm's compressed node lists and task counts, hostfiles in every form Open MPI
+and MPICH read (and $PBS_NODEFILE), refusals naming file, line and the forms read."""
+import pytest
+
+from nnabla_torus.launching import hostlists
+from nnabla_torus.launching.hostlists import (expand_nodelist, expand_tasks_per_node,
+                                              read_hostfile)
+
+
+@pytest.mark.parametrize("text, hosts", [
+    ("vm", ["vm"]),
+    ("node[01-04,07]", ["node01", "node02", "node03", "node04", "node07"]),
+    ("gpu[8-10],login1", ["gpu8", "gpu9", "gpu10", "login1"]),
+    ("a[098-101]", ["a098", "a099", "a100", "a101"]),          # padding of the lower end
+    ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+    ("x[1],y-[3-4]-ib", ["x1", "y-3-ib", "y-4-ib"]),
+])
+def test_slurm_node_lists_expand(text, hosts):
+    assert expand_nodelist(text) == hosts
+
+
+@pytest.mark.parametrize("text, message", [
+    ("node[1-3", "unbalanced"), ("node]1[", "unbalanced"), ("node[[1]]", "nested"),
+    ("node[3-1]", "runs backwards"), ("node[a-b]", "not a number"), ("a,,b", "empty name")])
+def test_bad_node_lists_are_refused(text, message):
+    with pytest.raises(ValueError, match=message):
+        expand_nodelist(text)
+
+
+def test_slurm_tasks_per_node():
+    assert expand_tasks_per_node("4") == [4]
+    assert expand_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert expand_tasks_per_node("8(x2),4,2(x1)") == [8, 8, 4, 2]
+    with pytest.raises(ValueError, match=r"'2\(3\)' is not N or N\(xM\)"):
+        expand_tasks_per_node("2(3)")
+
+
+def test_every_hostfile_form(tmp_path):
+    path = tmp_path / "hosts"
+    path.write_text(
+        "# Open MPI, MPICH and PBS lines in one file\n"
+        "node1 slots=4            # Open MPI\n"
+        "node2:4\n"                                   # MPICH (read as 1 slot before)
+        "node3 slots = 2 max_slots=4\n"               # spaces around '=' (PRRTE's lexer)
+        "node4 max_slots=3\n"                         # max alone bounds the host
+        "node5 count=2\nnode6 cpu=3 port=2222 username=me\n"
+        "node7\nnode7\nnode7\n"                       # one line per slot ($PBS_NODEFILE)
+        "node8:2 ifhn=ib0\n\n   \n")
+    assert read_hostfile(str(path)) == [("node1", 4), ("node2", 4), ("node3", 2), ("node4", 3),
+                                        ("node5", 2), ("node6", 3), ("node7", 3), ("node8", 2)]
+    path.write_text("node1 slots=2\nnode2\nnode1 slots=2\n")      # repeated lines add up
+    assert read_hostfile(str(path)) == [("node1", 4), ("node2", 1)]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("node1 4", r"hosts:1: '4' is not key=value; hostfile lines are 'host', 'host slots=N"),
+    ("node1 slot=4", "hosts:1: unknown key 'slot'"),
+    ("node1:0", "hosts:1: node1:'0' must be an integer >= 1"),
+    ("node1:four", "must be an integer >= 1"),
+    ("node1 slots=\u0664", "slots='\u0664' must be an integer >= 1 in ASCII digits"),
+    ("node1:2 slots=4", "node1 has two slot counts"),
+    ("node1 slots=8 max_slots=4", "slots=8 is more than max_slots=4"),
+    ("^node1", "exclusions"), ("+n0", "relative hosts"),
+    ("rank 0=node1 slot=0", "rankfile lines")])
+def test_unreadable_hostfile_lines_are_refused(tmp_path, line, message):
+    path = tmp_path / "hosts"
+    path.write_text(f"{line}\n")
+    with pytest.raises(ValueError, match=message):
+        read_hostfile(str(path))
+
+
+def test_an_empty_hostfile_is_refused(tmp_path):
+    path = tmp_path / "hosts"
+    path.write_text("# nothing\n\n")
+    with pytest.raises(ValueError, match="names no host"):
+        read_hostfile(str(path))
+    assert "host:N" in hostlists.FORMS
