@@ -176,11 +176,18 @@ class NCCLBackend(DeviceBuffers):
         return self._groups[key]
 
     def _comm(self, buf):
-        dtype = buf.dtype
-        if dtype not in WIRE_TYPES:
-            raise ValueError(f"the nccl backend moves float32 or float16, not {dtype}; "
-                             f"cast the arrays or use NNABLA_TORUS_BACKEND=mpi")
-        return self._communicator(dtype)
+        return self._communicator(buf.dtype)
+
+    def _on_host(self, group, buf, what, start):
+        """Whether ``buf`` holds a dtype NCCL does not move (nccl_device.py); then run the
+        collective on the host now: ``start(control, numpy view of buf)`` posts it on the
+        group's mpi4py communicator and returns its request, waited for under the timeout."""
+        if buf.dtype in WIRE_TYPES:
+            return False
+        view = buf.narrow()
+        wait_requests([start(group.control, view.data)], self.timeout, self._what(what, group),
+                      group.ranks, self.rank)
+        return True
 
     def close(self):
         """Free the nnabla communicators (NCCL communicators, streams), groups and workspaces."""
@@ -260,6 +267,9 @@ class NCCLBackend(DeviceBuffers):
         return self.sub(buf, lo, hi)
 
     def _reduce_scatter_even(self, group, buf, chunk, what):
+        # host dtypes: the whole sum (our chunk is what the caller reads)
+        if self._on_host(group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a)):
+            return
         comm = self._comm(buf)
         chunks = [buf.narrow(i * chunk, chunk) for i in range(group.size)]
         with self._phase(self._what(what, group)):
@@ -282,6 +292,8 @@ class NCCLBackend(DeviceBuffers):
         self.copy(buf, self.sub(work, 0, n))
 
     def _all_gather_even(self, group, buf, chunk, what):
+        if self._on_host(group, buf, what, lambda c, a: c.Iallgather(MPI.IN_PLACE, a)):
+            return
         comm = self._comm(buf)
         chunks = [buf.narrow(i * chunk, chunk) for i in range(group.size)]
         with self._phase(self._what(what, group)):
@@ -289,7 +301,8 @@ class NCCLBackend(DeviceBuffers):
 
     def all_reduce(self, group, buf, what="all_reduce"):
         """NCCL's all-reduce (ring or tree, NCCL's choice) of ``buf`` over ``group``."""
-        if group.size > 1 and buf.size:
+        if group.size > 1 and buf.size and not self._on_host(
+                group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a)):
             comm = self._comm(buf)
             with self._phase(self._what(what, group)):
                 comm.all_reduce(buf.narrow(), division=False, inplace=True, group=group.name)
@@ -298,7 +311,8 @@ class NCCLBackend(DeviceBuffers):
 
     def bcast(self, group, buf, root, what="bcast"):
         """Copy ``buf`` of group position ``root`` to every member."""
-        if group.size > 1 and buf.size:
+        if group.size > 1 and buf.size and not self._on_host(
+                group, buf, what, lambda c, a: c.Ibcast(a, root=root)):
             comm = self._comm(buf)
             with self._phase(self._what(what, group)):
                 comm.bcast(buf.narrow(), root, inplace=True, group=group.name)
@@ -308,7 +322,8 @@ class NCCLBackend(DeviceBuffers):
         size = shard.size
         if group.size == 1:
             self.copy(out, shard)
-        elif size:
+        elif size and not self._on_host(group, out, what, lambda c, a: c.Iallgather(
+                shard.narrow().data.copy(), a)):
             comm = self._comm(out)
             chunks = [out.narrow(i * size, size) for i in range(group.size)]
             with self._phase(self._what(what, group)):
