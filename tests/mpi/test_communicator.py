@@ -59,9 +59,9 @@ def test_collectives_are_exact_on_every_grid_and_algorithm(backend, ranks):
     for algorithm in ("ring", "native", "hierarchical", "torus2d wire_fp16", "auto"):
         assert f"{algorithm}: fused and in-place lists" in ok, algorithm
     assert "auto: routes by size" in ok
+    for name in ("torus2d", "native", "hierarchical"):   # NCCL: through MPI on the host
+        assert f"{name}: integers" in ok, name
     if backend == "mpi":
-        for name in ("torus2d", "native", "hierarchical"):
-            assert f"{name}: integers" in ok, name
         assert "auto: same choice on every rank" in ok
         assert out.count("has no software term for") == 1, out   # said once, on rank 0
         if ranks > 1:

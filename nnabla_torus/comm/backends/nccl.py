@@ -221,10 +221,7 @@ class NCCLBackend(DeviceBuffers):
 
     def _comm(self, buf, group):
         """nnabla's communicator for ``buf``'s dtype, with ``group`` made on it."""
-        dtype = buf.dtype
-        if dtype not in WIRE_TYPES:
-            raise ValueError(f"the nccl backend moves float32 or float16, not {dtype}; "
-                             f"cast the arrays or use NNABLA_TORUS_BACKEND=mpi")
+        dtype = buf.dtype      # float32 or float16: other dtypes go through _on_host first
         comm = self._communicator(dtype)
         self._nnabla_group(comm, dtype, group)
         return comm
@@ -237,6 +234,17 @@ class NCCLBackend(DeviceBuffers):
                 f"a group's, and the float16 world's, are made at their first call, a 1-rank "
                 f"group's never. Each holds its own GPU memory (NCCL buffers per channel and "
                 f"peer; reported ~0.5-1.6 GB each: NVIDIA/nccl#964, #864)")
+
+    def _on_host(self, group, buf, what, start):
+        """Whether ``buf`` holds a dtype NCCL does not move (nccl_device.py); then run the
+        collective on the host now: ``start(control, numpy view of buf)`` posts it on the
+        group's mpi4py communicator and returns its request, waited for under the timeout."""
+        if buf.dtype in WIRE_TYPES:
+            return False
+        view = buf.narrow()
+        wait_requests([start(group.control, view.data)], self.timeout, self._what(what, group),
+                      group.ranks, self.rank)
+        return True
 
     def close(self):
         """Free the nnabla communicators (NCCL communicators, streams), groups and workspaces."""
@@ -316,6 +324,9 @@ class NCCLBackend(DeviceBuffers):
         return self.sub(buf, lo, hi)
 
     def _reduce_scatter_even(self, group, buf, chunk, what):
+        # host dtypes: the whole sum (our chunk is what the caller reads)
+        if self._on_host(group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a)):
+            return
         comm = self._comm(buf, group)
         chunks = [buf.narrow(i * chunk, chunk) for i in range(group.size)]
         with self._phase(self._what(what, group)):
@@ -338,6 +349,8 @@ class NCCLBackend(DeviceBuffers):
         self.copy(buf, self.sub(work, 0, n))
 
     def _all_gather_even(self, group, buf, chunk, what):
+        if self._on_host(group, buf, what, lambda c, a: c.Iallgather(MPI.IN_PLACE, a)):
+            return
         comm = self._comm(buf, group)
         chunks = [buf.narrow(i * chunk, chunk) for i in range(group.size)]
         with self._phase(self._what(what, group)):
@@ -345,7 +358,8 @@ class NCCLBackend(DeviceBuffers):
 
     def all_reduce(self, group, buf, what="all_reduce"):
         """NCCL's all-reduce (ring or tree, NCCL's choice) of ``buf`` over ``group``."""
-        if group.size > 1 and buf.size:
+        if group.size > 1 and buf.size and not self._on_host(
+                group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a)):
             comm = self._comm(buf, group)
             with self._phase(self._what(what, group)):
                 comm.all_reduce(buf.narrow(), division=False, inplace=True, group=group.name)
@@ -354,7 +368,8 @@ class NCCLBackend(DeviceBuffers):
 
     def bcast(self, group, buf, root, what="bcast"):
         """Copy ``buf`` of group position ``root`` to every member."""
-        if group.size > 1 and buf.size:
+        if group.size > 1 and buf.size and not self._on_host(
+                group, buf, what, lambda c, a: c.Ibcast(a, root=root)):
             comm = self._comm(buf, group)
             with self._phase(self._what(what, group)):
                 comm.bcast(buf.narrow(), root, inplace=True, group=group.name)
@@ -364,7 +379,8 @@ class NCCLBackend(DeviceBuffers):
         size = shard.size
         if group.size == 1:
             self.copy(out, shard)
-        elif size:
+        elif size and not self._on_host(group, out, what, lambda c, a: c.Iallgather(
+                shard.narrow().data.copy(), a)):
             comm = self._comm(out, group)
             chunks = [out.narrow(i * size, size) for i in range(group.size)]
             with self._phase(self._what(what, group)):
