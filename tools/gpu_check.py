@@ -33,6 +33,7 @@ import importlib.util
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 
@@ -225,7 +226,7 @@ def print_plan(gpus, json_path):
     runs = planned_runs(gpus, json_path)
     for check, argv, extra in runs:
         env = "".join(f"{k}={v} " for k, v in extra.items())
-        print(f"  {check}: {env}{' '.join(argv)}")
+        print(f"  {check}: {env}{shlex.join(argv)}")
     if not any(check.startswith("property suite") for check, _, _ in runs):
         print(f"  (no {PROPERTY_TESTS} in this tree: no property suite to run)")
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *GPU_TESTS],
