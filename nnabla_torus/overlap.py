@@ -46,6 +46,16 @@ def on_device(comm):
             and getattr(comm, "algorithm", None) == "native")
 
 MIB = 1 << 20
+# nnabla's all_reduce_callback splits one fixed 40 MiB of device memory into pack buffers:
+# n = 40 MiB / pack bytes (nnabla-ext-cuda v1.39.0 include/nbla/cuda/communicator/
+# multi_process_data_parallel_communicator.hpp 190-191, .cu 962-972). A full pack is handed to
+# the all-reduce stream, then the unpack stream, and the next pack takes the oldest buffer
+# after its unpack (.cu 1087-1092, allocate_workspace 1153-1163): with one buffer (packs over
+# 20 MiB) packing waits for the previous pack's all-reduce and unpack, nothing pipelines;
+# above 40 MiB of float32 there is no buffer at all (undefined). Packs of at most 1/3 of it
+# keep pack, all-reduce and unpack of three packs in flight, one per stream.
+NNABLA_PACK_MEMORY = 40 * MIB
+DEVICE_PACK_BUFFERS = 3
 _STOP = None          # queued instead of a bucket index: the communication thread ends
 
 
@@ -55,7 +65,9 @@ class BucketedAllReduce:
     def __init__(self, comm, loss, params, bucket_mib=25.0, division=True, threaded=True,
                  grad_bytes=4):
         """``loss``: the graph's output (used once to count how often each parameter is used);
-        ``grad_bytes``: bytes per gradient element (4: float32; 2: FP16, ``type_config='half'``)."""
+        ``grad_bytes``: bytes per gradient element (4: float32; 2: FP16, ``type_config='half'``).
+        Through nnabla's callback (``on_device``) the packs are ``device_pack_size(bucket_mib)``,
+        at most 13.3 MiB, so that they pipeline (NNABLA_PACK_MEMORY)."""
         if bucket_mib <= 0:
             raise ValueError(f"bucket_mib = {bucket_mib} must be > 0 (e.g. 25)")
         self.comm = comm
@@ -73,7 +85,7 @@ class BucketedAllReduce:
         unused = [v for v in params if v not in uses]
         self.buckets = (make_buckets(order, bucket_mib * MIB, grad_bytes) +
                         ([unused] if unused else []))
-        self.pack_size = max(1, int(bucket_mib * MIB) // grad_bytes)  # elements, on_device
+        self.pack_size = device_pack_size(bucket_mib, grad_bytes)  # elements, on_device
         self.bucket_of = {v: i for i, bucket in enumerate(self.buckets) for v in bucket}
         self.pending = queue.Queue() if threaded else None
         self.error = None
@@ -167,7 +179,7 @@ class BucketedAllReduce:
 
     def backward(self, loss, **backward_kwargs):
         """``loss.backward(**backward_kwargs)`` with bucketed all-reduce, then flush. On the
-        device (``on_device``): nnabla's callback in packs of the bucket size, no thread; it
+        device (``on_device``): nnabla's callback in packs of ``self.pack_size``, no thread; it
         averages gradients as they are (FP16: still loss-scaled); with the noise scale
         tracked, ``norm_hook`` takes each local norm and the reduced norms are enqueued after
         backward (no host sync: read at ``comm.pop_sqnorms()``). Where the collectives would
@@ -212,6 +224,19 @@ class BucketedAllReduce:
         tic = time.perf_counter()
         self.flush()
         self.wait_s = time.perf_counter() - tic
+
+
+def device_pack_size(bucket_mib, grad_bytes=4):
+    """Elements per pack of nnabla's callback for buckets of ``bucket_mib``: the bucket, at most
+    1/DEVICE_PACK_BUFFERS of nnabla's 40 MiB of pack memory (13.3 MiB: 3 buffers), so packs
+    pipeline (see NNABLA_PACK_MEMORY); ``grad_bytes``: bytes per element of the
+    communicator's type (4 float, 2 half).
+
+    >>> device_pack_size(25), device_pack_size(1)          # float32 elements
+    (3495253, 262144)
+    """
+    cap = NNABLA_PACK_MEMORY // DEVICE_PACK_BUFFERS // grad_bytes
+    return max(1, min(int(bucket_mib * MIB) // grad_bytes, cap))
 
 
 def count_uses(loss, params):

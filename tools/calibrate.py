@@ -7,6 +7,13 @@
 3. Fit them (nnabla_torus/planning/calibrate.py: what is fitted, what is pinned) and report
    the median absolute percentage error (MdAPE) of predicted versus measured times.
 
+Add one model to an existing profile (yours, or a shipped one such as dgx-h100) in one
+command: its training steps timed on one rank at ``--batches`` (a line a + b x batch), its
+FLOPs counted from the nnabla graph (nnabla_torus.planning.model_cost), written to ``--out``::
+
+    python tools/calibrate.py --add-model-to dgx-h100 --arch resnet50 --width 1 \
+        --image-size 224 --batches 32,64,128 --context cudnn --out my-cluster.yaml
+
 Measuring needs this source checkout (tools/ and examples/imagenet/); fitting saved records
 with ``--allreduce-json`` / ``--train-json`` needs no benchmark run. Run it alone (under
 ``flock /tmp/nnabla-torus-bench.lock`` on a shared machine): it times. Example::
@@ -27,7 +34,9 @@ import _example  # noqa: F401  (examples/imagenet on sys.path, for the model's g
 from nnabla_torus.knobs import add_knob
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.planning.calibrate import base_network, calibrated_profile, fit_network
-from nnabla_torus.planning.machine_profile import PROFILE_DIR, save_profile
+from nnabla_torus.planning import model_cost
+from nnabla_torus.planning.costmodel import Compute
+from nnabla_torus.planning.machine_profile import PROFILE_DIR, load_profile, save_profile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,15 +87,19 @@ def measure_steps(ranks_list, batches, bench_args, algorithm, log=print):
 
 def model_grad_bytes(arch, width, classes, image_size):
     """Bytes of float32 gradients of the example's model (built once, on CPU)."""
+    return 4 * example_cost(arch, width, classes, image_size).params
+
+
+def example_cost(arch, width, classes, image_size):
+    """model_cost.ModelCost of the example's model (built once, on CPU, at batch 1)."""
     import nnabla as nn
     import nnabla.functions as F  # noqa: F401  (registers the functions used by the model)
     from models import get_model
     nn.clear_parameters()
     model = get_model(arch, classes, width)
-    model(nn.Variable((1, 3, image_size, image_size)), False)
-    count = sum(int(np.prod(v.shape)) for v in nn.get_parameters().values())
+    cost = model_cost.count_cost(model(nn.Variable((1, 3, image_size, image_size)), False))
     nn.clear_parameters()
-    return 4 * count
+    return cost
 
 
 def build_parser():
@@ -96,7 +109,11 @@ def build_parser():
         env = "NNABLA_TORUS_CAL_" + flag[2:].upper().replace("-", "_")
         add_knob(parser, flag, env, default, help, **kwargs)
     knob("--name", "cpu-2core", "profile name")
-    knob("--out", os.path.join(PROFILE_DIR, "cpu-2core.yaml"), "profile file to write")
+    knob("--out", None, "profile file to write (None: profiles/cpu-2core.yaml for a "
+         "calibration; with --add-model-to its file, or ./NAME.yaml for a shipped name)")
+    knob("--add-model-to", None, "add only the model (--arch, --width, --image-size) to this "
+         "profile (shipped name or file): one-rank step times at --batches, FLOPs counted")
+    knob("--context", "cpu", "nnabla context of the training-step benchmark (cudnn on GPUs)")
     knob("--ranks", "2,4,8", "rank counts for the all-reduce benchmark")
     knob("--sizes", "4K,64K,1M,16M,128M", "all-reduce sizes (K/M/G suffixes)")
     knob("--iters", 5, "timed calls per all-reduce size, algorithm and round", type=int)
@@ -152,8 +169,57 @@ def calibrate(args, log=print):
     return calibrated_profile(args, base, allreduce, network_fit, steps, grad_bytes)
 
 
+def fit_line(records):
+    """(a_s, b_s) of step seconds = a + b x per-rank batch, through the medians per batch."""
+    by_batch = {}
+    for r in records:
+        by_batch.setdefault(int(r["local_batch"]), []).append(float(r["step_time_s"]))
+    batches = sorted(by_batch)
+    times = [float(np.median(by_batch[b])) for b in batches]
+    if len(batches) < 2:
+        return 0.0, times[0] / batches[0]
+    b, a = np.polyfit(batches, times, 1)
+    return (float(a), float(b)) if a >= 0 and b > 0 else (0.0, float(np.dot(times, batches) /
+                                                                    np.dot(batches, batches)))
+
+
+def add_model(args, log=print):
+    """(Profile, model name, out path): ``--add-model-to``'s profile with this model added."""
+    prof = load_profile(args.add_model_to)
+    name = f"{args.arch}-w{args.width:g}-{args.image_size}px"
+    bench_args = ["--arch", args.arch, "--width", str(args.width), "--image-size",
+                  str(args.image_size), "--classes", str(args.classes), "--iters",
+                  str(args.train_iters), "--warmup", "2", "--context", args.context,
+                  "--overlap", "0"]
+    steps = _load_or_measure(args.train_json, lambda: measure_steps(
+        [1], _ints(args.batches), bench_args, args.algorithm, log), args.save_json, "train.json")
+    a, b = fit_line([r for r in steps if int(r.get("ranks", 1)) == 1])
+    cost = example_cost(args.arch, args.width, args.classes, args.image_size)
+    models = dict(prof.models)
+    # ranks share the host's compute as the profile's calibrated models do (CPU cores: 1 slot)
+    slots = prof.models[model_cost.reference_model(prof, cost.gflops_per_image) or
+                        sorted(prof.models)[0]].slots_per_host
+    models[name] = Compute(a, b, 1.0, args.max_local_batch, 4 * cost.params, slots)
+    gflops = dict(prof.extra.get("gflops_per_image") or {}, **{name: cost.gflops_per_image})
+    prof = prof._replace(models=models, extra=dict(prof.extra, gflops_per_image=gflops))
+    out = args.out or (args.add_model_to if os.path.exists(args.add_model_to)
+                       else f"{prof.name}.yaml")
+    log(f"calibrate: {name}: {a * 1e3:.2f} ms + {b * 1e3:.3f} ms per image on one rank "
+        f"({args.context}), {cost.gflops_per_image:.3g} training GFLOPs per image, "
+        f"{cost.params:,} parameters")
+    return prof, name, out
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.add_model_to:
+        prof, name, out = add_model(args)
+        save_profile(prof, out, header=f"nnabla-torus cluster profile {prof.name} with model "
+                     f"{name} added by tools/calibrate.py --add-model-to (one-rank step times, "
+                     f"FLOPs counted from the nnabla graph).")
+        print(f"wrote {out}")
+        return 0
+    args.out = args.out or os.path.join(PROFILE_DIR, "cpu-2core.yaml")
     prof, report = calibrate(args)
     save_profile(prof, args.out, header="nnabla-torus cluster profile written by "
                  "tools/calibrate.py; see docs/costmodel.md#cluster-profiles for the format.\n"

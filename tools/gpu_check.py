@@ -1,23 +1,30 @@
 """GPU acceptance check (``make gpu-check``): what the CPU test bench cannot prove, in one command.
 
-    make gpu-check                       # or: python tools/gpu_check.py [--json gpu_check.json]
+    make gpu-check              # or: python tools/gpu_check.py [--json gpu_check.json]
+    python tools/gpu_check.py --dry-run [--gpus 8]   # print what it would run, run nothing
 
 On a machine with GPUs: installs the ``[gpu]`` extra (nnabla-ext-cuda120 1.39.0 and the CUDA 12
 runtime wheels), checks the CUDA driver, CUDA runtime, cuDNN 8, NCCL (>= 2.10.3), Open MPI and
 nnabla-ext-cuda it finds (one message per missing piece, with the fix), then on every GPU of
-this host:
+this host (``planned_runs``, printed before they start):
 
-1. the NCCL mapping and communicator tests on real NCCL (tests/mpi/test_nccl_mapping.py,
-   tests/mpi/test_communicator.py -k nccl) and DALI's batches copied into device arrays
-   (tests/examples/test_data_device.py -k on_a_gpu);
-2. ``allreduce_bench``: torus2d on every grid the GPU count allows against NCCL's own
+1. the GPU tests, ``pytest -m gpu tests``: the tests marked ``gpu`` (pyproject.toml), which
+   ``make test`` on a GPU node runs with the rest and which skip without GPUs: overlap on vs
+   off equal, fp16 through nnabla's callback, the noise-scale norms on the device and SyncBN
+   against the CPU reference (tests/mpi/test_gpu.py), the communicator's exact sums on every
+   grid and algorithm, the NCCL mapping, DALI's batches and labels into device memory;
+2. the property suite (``tests/mpi/test_property*.py``, where present) on ``nccl``: its
+   real-NCCL cases (``-k "nccl- and not fake"``, ``NNABLA_TORUS_BACKEND=nccl``), in a run and
+   verdict of their own;
+3. ``allreduce_bench``: torus2d on every grid the GPU count allows against NCCL's own
    all-reduce (``native``), device-synchronised times, busbw, exactness, at 1 MiB and at
    ResNet-50's 102,228,128 bytes of float32 gradients;
-3. a short ResNet-50 ``train_bench`` (224 px, batch 32 per GPU) with and without overlap, in
+4. a short ResNet-50 ``train_bench`` (224 px, batch 32 per GPU) with and without overlap, in
    fp32 and fp16;
 
-writes one JSON (``--json``) and a verdict table; exit 1 if a check failed. Without a GPU: one
-line after a dry check of the pieces (nothing installed), exit 0. Steps: docs/gpu.md.
+writes one JSON (``--json``) and a verdict table; exit 1 if a check failed. Without a GPU: a
+dry check of the pieces (nothing installed), the list of runs it would make, exit 0. Steps:
+docs/gpu.md.
 """
 import argparse
 import ctypes
@@ -26,20 +33,21 @@ import importlib.util
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.comm.topology import factor_pairs
-from nnabla_torus.knobs import add_knob, writable_file
+from nnabla_torus.knobs import add_knob, number, writable_file
 
 RESNET50_BYTES = 25557032 * 4
-# The tests that need GPUs: real NCCL (the nccl-2/4/8 cases of test_communicator, not the
-# fake-nccl-3/4 ones the CPU suite runs already) and DALI's batches in device arrays.
-DEVICE_TESTS = ["tests/mpi/test_nccl_mapping.py", "tests/mpi/test_communicator.py",
-                "tests/examples/test_data_device.py"]
-DEVICE_TESTS_K = "real_nccl or (nccl- and not fake) or on_a_gpu"
+# The tests that need GPUs carry the marker `gpu` (pyproject.toml); the property suite runs
+# on every backend the environment names, here real NCCL.
+PROPERTY_TESTS = "tests/mpi/test_property*.py"
+GPU_TESTS = ["-m", "gpu", "tests", f"--ignore-glob={PROPERTY_TESTS}"]   # that suite: its own run
+PROPERTY_K = "nccl- and not fake"     # the suite's real-NCCL cases (ids nccl-2, nccl-4)
 NCCL_MIN = 21003  # nnabla-ext-cuda 1.39 refuses older NCCL
 
 
@@ -182,45 +190,84 @@ def records_of(done, prefix):
     return []
 
 
-def device_checks(gpus, env, json_path):
-    """(results dict, [(check, verdict, detail)]) of the checks on ``gpus`` GPUs; the
-    benchmark's own records go beside ``json_path``."""
-    verdicts, results = [], {}
-    tests = run([sys.executable, "-m", "pytest", "-q", *DEVICE_TESTS, "-k", DEVICE_TESTS_K],
-                env, 3600)
-    tail = (tests.stdout.strip().splitlines() or ["no output"])[-1]
-    verdicts.append(("NCCL mapping, communicator, DALI device feed tests",
-                     "PASS" if tests.returncode == 0 else "FAIL", tail))
+def planned_runs(gpus, json_path):
+    """[(check, argv, extra environment)] that the device checks run on ``gpus`` GPUs, in
+    order; the benchmark's records go beside ``json_path``."""
+    python = sys.executable
+    runs = [("GPU tests (pytest -m gpu)", [python, "-m", "pytest", "-q", "-rs", *GPU_TESTS], {})]
+    properties = sorted(os.path.relpath(p, REPO)
+                        for p in glob.glob(os.path.join(REPO, PROPERTY_TESTS)))
+    if properties:
+        runs.append(("property suite on nccl", [python, "-m", "pytest", "-q", "-rs", *properties,
+                                                 "-k", PROPERTY_K],
+                     {"NNABLA_TORUS_BACKEND": "nccl"}))
     grids = [str(g) for g in factor_pairs(gpus)]
-    bench_json = os.path.abspath(os.path.splitext(json_path)[0] + "_allreduce.json")
+    runs.append(("allreduce_bench", mpirun_command(gpus, [
+        "tools/allreduce_bench.py", "--algorithms", "torus2d,native", "--grids", ",".join(grids),
+        "--sizes", f"1M,{RESNET50_BYTES}", "--rounds", "3", "--json", bench_path(json_path)]),
+        {}))
+    for type_config in ("float", "half"):
+        runs.append((f"ResNet-50 train_bench {type_config}", mpirun_command(gpus, [
+            "tools/train_bench.py", "--arch", "resnet50", "--width", "1", "--image-size",
+            "224", "--batch", "32", "--iters", "10", "--overlap", "both", "--context",
+            "cudnn", "--type-config", type_config]), {}))
+    return runs
+
+
+def bench_path(json_path):
+    return os.path.abspath(os.path.splitext(json_path)[0] + "_allreduce.json")
+
+
+def print_plan(gpus, json_path):
+    """Print the runs of ``planned_runs`` (what a GPU node would run), one per line, and the
+    tests ``pytest -m gpu`` selects in this tree (collected, not run)."""
+    print(f"gpu-check: on a node with {gpus} GPUs it runs, in this order (children see "
+          f"NNABLA_TORUS_BACKEND=nccl and the repository on PYTHONPATH):")
+    runs = planned_runs(gpus, json_path)
+    for check, argv, extra in runs:
+        env = "".join(f"{k}={v} " for k, v in extra.items())
+        print(f"  {check}: {env}{shlex.join(argv)}")
+    if not any(check.startswith("property suite") for check, _, _ in runs):
+        print(f"  (no {PROPERTY_TESTS} in this tree: no property suite to run)")
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *GPU_TESTS],
+                          cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
+    tests = [line for line in done.stdout.splitlines() if "::" in line]
+    print(f"gpu-check: pytest -m gpu selects {len(tests)} test(s) here (each skips without the "
+          f"GPUs it needs):")
+    for test in tests:
+        print(f"  {test}")
+
+
+def device_checks(gpus, env, json_path):
+    """(results dict, [(check, verdict, detail)]) of the checks on ``gpus`` GPUs."""
+    verdicts, results = [], {"train": []}
+    bench_json = bench_path(json_path)
     if os.path.exists(bench_json):   # a failed run must not report the last run's records
         os.remove(bench_json)
-    bench = run(mpirun_command(gpus, ["tools/allreduce_bench.py", "--algorithms",
-                                      "torus2d,native", "--grids", ",".join(grids), "--sizes",
-                                      f"1M,{RESNET50_BYTES}", "--rounds", "3", "--json",
-                                      bench_json]), env, 3600)
-    results["allreduce"] = json.load(open(bench_json)) if os.path.exists(bench_json) else []
-    exact = bench.returncode == 0 and all(r["correct"] for r in results["allreduce"])
-    verdicts.append(("all-reduce results exact (torus2d, NCCL)", "PASS" if exact else "FAIL",
-                     f"{len(results['allreduce'])} records"))
-    for r in results["allreduce"]:
-        if r["bytes"] == RESNET50_BYTES:
-            verdicts.append((f"{r['algorithm']} {r['grid']} at {r['bytes']} B", "INFO",
-                             f"{r['time_us'] / 1e3:.2f} ms, busbw {r['busbw_GBps']:.1f} GB/s, "
-                             f"x{r['ratio_to_native']:.2f} of NCCL's all-reduce"))
-    results["train"] = []
-    for type_config in ("float", "half"):
-        train = run(mpirun_command(gpus, ["tools/train_bench.py", "--arch", "resnet50",
-                                          "--width", "1", "--image-size", "224", "--batch",
-                                          "32", "--iters", "10", "--overlap", "both",
-                                          "--context", "cudnn", "--type-config", type_config]),
-                    env, 3600)
-        records = records_of(train, "RECORDS ")
-        results["train"] += [dict(r, type_config=type_config) for r in records]
-        verdicts.append((f"ResNet-50 train_bench {type_config}", "PASS" if train.returncode == 0
-                         and records else "FAIL", "; ".join(
-                             f"overlap {r['overlap']}: {r['images_per_sec']:.0f} img/s, "
-                             f"all-reduce {r['allreduce_share']:.0%}" for r in records)))
+    for check, argv, extra in planned_runs(gpus, json_path):
+        done = run(argv, dict(env, **extra), 3600)
+        if check == "allreduce_bench":
+            results["allreduce"] = (json.load(open(bench_json)) if os.path.exists(bench_json)
+                                    else [])
+            exact = done.returncode == 0 and all(r["correct"] for r in results["allreduce"])
+            verdicts.append(("all-reduce results exact (torus2d, NCCL)",
+                             "PASS" if exact else "FAIL", f"{len(results['allreduce'])} records"))
+            for r in results["allreduce"]:
+                if r["bytes"] == RESNET50_BYTES:
+                    verdicts.append((f"{r['algorithm']} {r['grid']} at {r['bytes']} B", "INFO",
+                                     f"{r['time_us'] / 1e3:.2f} ms, busbw {r['busbw_GBps']:.1f} "
+                                     f"GB/s, x{r['ratio_to_native']:.2f} of NCCL's all-reduce"))
+        elif check.startswith("ResNet-50 train_bench"):
+            type_config = check.split()[-1]
+            records = records_of(done, "RECORDS ")
+            results["train"] += [dict(r, type_config=type_config) for r in records]
+            verdicts.append((check, "PASS" if done.returncode == 0 and records else "FAIL",
+                             "; ".join(f"overlap {r['overlap']}: {r['images_per_sec']:.0f} "
+                                       f"img/s, all-reduce {r['allreduce_share']:.0%}"
+                                       for r in records)))
+        else:
+            tail = (done.stdout.strip().splitlines() or ["no output"])[-1]
+            verdicts.append((check, "PASS" if done.returncode == 0 else "FAIL", tail))
     return results, verdicts
 
 
@@ -230,11 +277,18 @@ def build_parser():
              "write the results here (checked before the checks run)", type=writable_file)
     parser.add_argument("--no-install", action="store_true",
                         help="do not pip install the [gpu] extra first")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the runs a GPU node would make and exit 0 (runs nothing)")
+    add_knob(parser, "--gpus", "NNABLA_TORUS_GPU_CHECK_GPUS", 8,
+             "GPUs of the node --dry-run (and the no-GPU run) describes", type=number(int, low=1))
     return parser
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.dry_run:
+        print_plan(args.gpus, args.json)
+        return 0
     gpus, _ = gpu_count()
     if gpus and not args.no_install:
         command = [sys.executable, "-m", "pip", "install", "-q", "-e", f"{REPO}[gpu]"]
@@ -255,6 +309,7 @@ def main(argv=None):
     if gpus == 0:
         print(f"gpu-check: no GPU here ({pieces[0][2]}); dry check of the pieces above done, "
               f"device checks skipped")
+        print_plan(args.gpus, args.json)
         report["verdict"] = "no GPU: dry check only"
     elif missing or gpus < 2:
         print(f"gpu-check: cannot run the device checks: {', '.join(missing) or f'{gpus} GPU'} "

@@ -22,7 +22,7 @@ import numpy as np
 
 from nnabla_torus.planning import costmodel
 from nnabla_torus.knobs import TIMEOUT_MAX_S, add_knob, number
-from nnabla_torus.planning.machine_profile import add_profile_knob, load_profile
+from nnabla_torus.planning.machine_profile import add_profile_knob, load_profile, resolve_profile
 from nnabla_torus.sim.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce
 
 from emucluster_model_check import emulated_network
@@ -84,7 +84,7 @@ def case_network(net, case, ranks):
 
 
 def paper(args, out):
-    prof = load_profile(args.profile)
+    prof = load_profile(resolve_profile(args.profile, gpus=True)[0])
     net = prof.network
     if not getattr(net, "hosts_per_rack", 0) and set(args.cases) & {"base", "full-bisection"}:
         raise SystemExit(f"profile {prof.name} has no racks level (racks: hosts_per_rack, "
@@ -123,7 +123,7 @@ def build_parser():
         add_knob(command, "--sim-engine", "NNABLA_TORUS_SIM_ENGINE", "auto",
                  "simulation engine: simgrid (SimGrid replay), flow (our flow model) or auto "
                  "(simgrid when libsimgrid-dev and g++ are here)", choices=ENGINES)
-    add_profile_knob(p, gpus=True, help="cluster profile (with racks)")
+    add_profile_knob(p, help="cluster profile (with racks)")
     add_knob(p, "--ranks", "NNABLA_TORUS_SIM_RANKS", 2176, "ranks to simulate",
              type=number(int, low=2))
     add_knob(p, "--grid", "NNABLA_TORUS_SIM_GRID", "64x34", "torus2d grid XxY")

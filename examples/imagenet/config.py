@@ -22,7 +22,7 @@ from nnabla_torus.planning import step_refit
 from nnabla_torus.planning.controller import (ADAPTIVE_LRS, LR_AT_CHANGE, LR_SCALINGS, MAX_RSE,
                                              MIN_SAMPLES, BatchSizeController)
 from nnabla_torus.knobs import add_knob, check_output_path, env_value, number
-from nnabla_torus.planning.machine_profile import load_profile
+from nnabla_torus.planning.machine_profile import GPU_PROFILES, Shape, load_profile
 from nnabla_torus.planning.recipe_files import RECIPE_DIR, read_recipe
 from nnabla_torus.planning.schedules import DECAYS, BatchSchedule, LearningRateSchedule
 from nnabla_torus.comm.topology import parse_grid
@@ -47,6 +47,7 @@ CHOICES = {
     "adaptive_lr": ADAPTIVE_LRS,
     "stride_on": ("3x3", "1x1"),
     "bn_statistics": ("per_gpu",),
+    "gpu_model": ("", *GPU_PROFILES),
 }
 # Old spellings still accepted (flag, variable, recipe), each logged once with its new name:
 # "auto" was the example's name for the planner's choice, which the communicator's own
@@ -74,6 +75,8 @@ RANGES = {
     "bucket_mib": number(float, low=0, strict=True, high=MAX_BUCKET_MIB),
     "checkpoint_every": number(int, low=0), "max_nonfinite_steps": number(int, low=0),
     "max_steps": number(int, low=0), "log_every": number(int, low=0),
+    "hosts": number(int, low=0), "gpus_per_host": number(int, low=0),
+    "inter_bandwidth": number(float, low=0),
 }
 
 
@@ -164,7 +167,14 @@ class TrainConfig:
     plan: str = knob("on", "planner: on (plan algorithm and grid at each global batch, log "
                            "the best rank count) | off (auto: the old name of on)")
     profile: str = knob("", "cluster profile for the planner: shipped name or YAML path "
-                            "(empty = cpu-2core for a CPU context, abci otherwise)")
+                            "(empty = the one rule of every tool: cpu-2core for a CPU "
+                            "context, else this host's GPU's profile, else abci)")
+    hosts: int = knob(0, "hosts of the cluster the planner plans for (0 = the profile's)")
+    gpus_per_host: int = knob(0, "GPUs per host of that cluster (0 = the profile's)")
+    inter_bandwidth: float = knob(0.0, "its inter-host bandwidth per host, GB/s, all NICs "
+                                       "together (0 = the profile's)")
+    gpu_model: str = knob("", "per-GPU compute from this GPU's shipped profile: v100 | a100 | "
+                              "h100 (empty = the profile's)")
     overlap: bool = knob(True, "all-reduce gradient buckets during backward")
     bucket_mib: float = knob(25.0, "bucket size for overlap, MiB")
     # bookkeeping
@@ -336,6 +346,13 @@ def rename(values, name):
             f"{flag_of(name)} {values[name]} (the old one still works)")
 
 
+def profile_shape(cfg):
+    """The machine_profile.Shape of the --hosts, --gpus-per-host, --inter-bandwidth and
+    --gpu-model knobs (0 / empty: the profile's value)."""
+    return Shape(cfg.hosts or None, cfg.gpus_per_host or None, cfg.inter_bandwidth or None,
+                 cfg.gpu_model or None)
+
+
 def validate(cfg):
     """Raise ValueError naming the knob, its value, the allowed range and the fix."""
     for name, allowed in CHOICES.items():
@@ -368,7 +385,8 @@ def validate(cfg):
         for split in ("train", "val"):
             split_source(os.path.expanduser(cfg.data_dir), split)
     if cfg.profile:
-        load_profile(cfg.profile)            # names the shipped profiles when unknown
+        load_profile(cfg.profile, profile_shape(cfg))   # names the shipped profiles when
+        # unknown
     check_output_path(flag_of("output_dir"), cfg.output_dir, folder=True)
     if cfg.init_params and not os.path.isfile(os.path.expanduser(cfg.init_params)):
         raise ValueError(f"init_params = {cfg.init_params!r} is not a file; pass parameters "

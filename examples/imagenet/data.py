@@ -251,7 +251,8 @@ def _build_pipeline(files, labels, batch_size, train, image_size, seed, device_i
     device = "cpu" if device_id is None else "gpu"
     labels_to_gpu = train and device_id is not None           # Loader.labels_on_device
     pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
-                    seed=seed, prefetch_queue_depth=prefetch)
+                    seed=seed, prefetch_queue_depth=prefetch,
+                    set_affinity=device_id is not None)     # threads_per_rank
     with pipe:
         # The files are already this rank's shard in this epoch's order: sharding and shuffling
         # are done in shard_plan so that every rank runs the same number of steps and an epoch
@@ -301,11 +302,16 @@ def feed(variable, images, ctx=None):
         copy_to_array(images, variable.data, ctx or nn.get_current_context())
 
 
-def threads_per_rank(local_ranks, cpus=None):
-    """DALI worker threads for one of ``local_ranks`` ranks on this host: its share of the CPUs
-    this process may use (at least 1). The mixed (GPU) JPEG decoder still parses and does its
-    Huffman stage on these host threads, so one thread starves a GPU."""
-    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+def threads_per_rank(local_ranks, cpus=None, on_gpu=False):
+    """DALI worker threads for one of ``local_ranks`` ranks on this host (at least 1): its share
+    of the host's CPUs for a GPU pipeline, else of the CPUs this process may use. The mixed (GPU)
+    JPEG decoder still parses and does its Huffman stage on these host threads, so one thread
+    starves a GPU. A GPU pipeline pins its workers to the CPUs near its GPU itself
+    (``set_affinity``, nvmlDeviceGetCpuAffinity: DALI docs, "Performance Tuning", Thread
+    Affinity), so a rank bound to one core (``mpirun --bind-to core``: sched_getaffinity = 1 CPU)
+    no longer gets 1 thread that shares that core with training."""
+    if cpus is None:
+        cpus = os.cpu_count() if on_gpu else len(os.sched_getaffinity(0))
     return max(1, cpus // max(1, local_ranks))
 
 
@@ -317,10 +323,16 @@ def copy_to_array(batch, array, ctx):
     write_only=True)`` (write-only: no zero-fill racing the copy) and DALI's ``copy_to_external``.
     A GPU batch goes device to device on CUDA's legacy default stream, where nnabla-ext-cuda runs
     its kernels: the copy waits for the previous step's kernels that still read the input, the
-    next forward waits for the copy, and the call returns when the copy is done (blocking: DALI
-    reuses the buffer after the next ``run()``, so nnabla-ext-cuda's own iterator refuses
-    ``non_blocking``, ``_dali_iterator.py`` ~60-75, v1.39.0). A CPU batch (CPU context) is a
-    host memcpy.
+    next forward waits for the copy. Non-blocking (the host does not wait, 0 syncs per
+    micro-batch instead of 1): DALI enqueues the copy on the given stream after making the
+    batch's own stream wait for it, and with ``non_blocking`` makes the batch's stream (not the
+    host) wait for the copy, so DALI's next write into that buffer comes after it (NVIDIA/DALI
+    ``dali/python/backend_impl.cc`` ``CopyToExternalImplGPU``: ``wait_order = non_blocking ?
+    src.order() : AccessOrder::host()``; ``dali/pipeline/data/copy_to_external.h``
+    ``CopyToExternalImpl``; read at commit 66e46c0, the installed 2.4.0 has the same
+    ``non_blocking`` argument). nnabla-ext-cuda's own iterator refuses ``non_blocking``
+    (``_dali_iterator.py`` ~60-75, v1.39.0), written for DALI versions where the host was the
+    only order. A CPU batch (CPU context) is a host memcpy.
     """
     on_gpu = hasattr(batch, "device_id")          # TensorListGPU; a TensorListCPU has no device
     if on_gpu != (ctx.backend[0].split(":")[0] in ("cuda", "cudnn")):
@@ -338,6 +350,6 @@ def copy_to_array(batch, array, ctx):
     from nvidia.dali.types import to_numpy_type
     pointer = ctypes.c_void_p(array.data_ptr(to_numpy_type(tensor.dtype), ctx, True))
     if on_gpu:
-        tensor.copy_to_external(pointer, cuda_stream=LEGACY_DEFAULT_STREAM)
+        tensor.copy_to_external(pointer, cuda_stream=LEGACY_DEFAULT_STREAM, non_blocking=True)
     else:
         tensor.copy_to_external(pointer)

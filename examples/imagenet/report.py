@@ -198,7 +198,7 @@ def summary_json(run, wall):
         "wall_s": round(wall, 1), "ranks": comm.size, "algorithm": comm.algorithm,
         "grid": str(comm.grid),
         "batch_schedule": ",".join(f"{e:g}:{b}" for e, b in progress.history),
-        "plan": planner and planner.summary,
+        "plan": planner and planner.run_summary(),
         "bad_images": len(run.data.reported_bad),
         "diverged_since_step": progress.first_nonfinite if progress.nonfinite_steps else None})
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:      # for the annotations only: the communicator's module sta
     from nnabla_torus.planning.step_refit import StepTimeRefit
     from config import TrainConfig
     from image_lists import Dataset
+    from overlap_trial import OverlapTrial
     from report import EpochMeter, RankZeroLog
     from resize import ResizeAdvisor
     from solvers import SolverGroup
@@ -91,8 +92,9 @@ class Planning:
     --plan off; plan_step replans at each new global batch), the noise-scale estimator and the
     step-time refit (adaptive batch only, else None; take_step feeds them), the batch-size
     controller and the learning-rate schedule (set_up); the elastic ``advisor``
-    (resume_or_start, None with --plan off); whether choose_overlap has logged its choice; the
-    key of the batch prior this run reads and leaves (priors.prior_key; adaptive only)."""
+    (resume_or_start, None with --plan off); whether choose_overlap has logged its choice, and
+    its trial of both configurations (OverlapTrial: NCCL across hosts, --algorithm planned);
+    the key of the batch prior this run reads and leaves (priors.prior_key; adaptive only)."""
     planner: Optional[TrainingPlanner]
     noise: Optional[NoiseScaleEstimator]
     refit: Optional[StepTimeRefit]
@@ -100,6 +102,7 @@ class Planning:
     lr_schedule: LearningRateSchedule
     advisor: Optional[ResizeAdvisor] = None
     overlap_choice_logged: bool = False
+    overlap_trial: Optional[OverlapTrial] = None
     prior_key: Optional[dict] = None
 
 

@@ -35,6 +35,7 @@ from nnabla_torus.planning import priors
 from nnabla_torus.planning.controller import momentum_scale
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.overlap_choice import describe as describe_overlap_choice
+from nnabla_torus.planning.model_cost import count_cost
 from nnabla_torus.planning.step_refit import EXCHANGE_STEPS, StepTimeRefit
 from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
 from nnabla_torus.planning.schedules import BatchSchedule
@@ -46,6 +47,7 @@ import resize
 from checkpoint import CheckpointError, remove_stale_temporaries
 from config import build_schedules, parse_config
 from models import export_model, get_model, load_initial_parameters
+from overlap_trial import OverlapTrial
 from training_planner import TrainingPlanner, replan_and_switch
 from epoch_end import average_running_stats, share_bad_images, validate
 from run_checkpoint import restore_checkpoint, write_checkpoint
@@ -151,7 +153,9 @@ def set_up(cfg, log):
     planner = None if cfg.plan == "off" else TrainingPlanner.from_config(
         cfg, n_params, comm.size, len(train_set),
         applies=cfg.algorithm == "planned" and not cfg.grid,
-        ranks_per_host=comm.hosts.ranks_per_host)
+        ranks_per_host=comm.hosts.ranks_per_host,     # FLOPs of one image, from the graph:
+        gflops_per_image=count_cost(model(nn.Variable((1, 3, cfg.image_size,
+                                                       cfg.image_size)), False)).gflops_per_image)
     # What runs: the planner's choice, logged at each global batch, or the one set here.
     planned = planner is not None and planner.applies
     all_reduce = (f"all-reduce: the planner's choice for profile {planner.prof.name} at "
@@ -160,20 +164,23 @@ def set_up(cfg, log):
     log(f"{cfg.arch} x{cfg.width}: {n_params:,} parameters, {len(train_set)} training / "
         f"{len(val_set)} validation images, {train_set.num_classes} classes; "
         f"{comm.size} ranks, {all_reduce}")
-    # Adaptive batch: goodput with this run's predicted throughput (flat with --plan off),
-    # then with the throughput refit from its own step times (on several ranks); decided at
-    # step 0 on a prior (an earlier run's, or published) when there is one.
+    # The run's own step times, measured once (step_refit): the planner plans with them once
+    # fitted (observe_step_times), and so does the adaptive batch's goodput (on several ranks:
+    # before, with this run's predicted throughput; flat with --plan off); an adaptive run
+    # decides at step 0 on a prior (an earlier run's, or published) when there is one.
+    adaptive_refit = noise is not None and comm.size > 1
     refit = prior = key = None
-    if noise is not None and cfg.adaptive_refit_steps and comm.size > 1:
+    if cfg.adaptive_refit_steps and (planner is not None or adaptive_refit):
         refit = StepTimeRefit(comm.size, planner and planner.compute_line(),
                               min_steps=cfg.adaptive_refit_steps,
                               warmup_steps=cfg.adaptive_refit_warmup)
     if noise is not None:
-        key, prior = batch_prior(cfg, comm, planner, n_params, train_set, refit, log)
+        key, prior = batch_prior(cfg, comm, planner, n_params, train_set,
+                                 refit if adaptive_refit else None, log)
     ctrl, lr_schedule = build_schedules(
         cfg, comm.size, noise, throughput=planner and planner.throughput,
-        model_error=planner and planner.model_error, refit=refit, prior=prior,
-        epoch_images=len(train_set))
+        model_error=planner and planner.model_error, refit=refit if adaptive_refit else None,
+        prior=prior, epoch_images=len(train_set))
     if noise is not None:
         noise.reference_batch = ctrl.min_batch     # the EMA's memory: 0.95 per B0 samples,
         #                                            whatever batch the prior starts at
@@ -317,16 +324,35 @@ def choose_overlap(run, plan):
     planning, comm, cfg = run.planning, run.parallel.comm, run.settings.cfg
     if planning.planner is None:
         return False
-    choice = planning.planner.overlap_choice(plan.local_batch, comm.grid.x)
-    if not planning.overlap_choice_logged:
-        planning.overlap_choice_logged = True
-        run.settings.log(describe_overlap_choice(choice, planning.planner.prof.name) + (
-            "" if cfg.algorithm == "planned" else
-            f" (kept {comm.algorithm}: --algorithm {cfg.algorithm} was asked for)"))
-    if choice.algorithm != "native" or cfg.algorithm != "planned":
+    if planning.overlap_trial is None:
+        choice = planning.planner.overlap_choice(plan.local_batch, comm.grid.x)
+        if not planning.overlap_choice_logged:
+            planning.overlap_choice_logged = True
+            run.settings.log(describe_overlap_choice(choice, planning.planner.prof.name) + (
+                "; timing both on this run next" if cfg.algorithm == "planned" else
+                f" (kept {comm.algorithm}: --algorithm {cfg.algorithm} was asked for)"))
+        if cfg.algorithm != "planned":
+            return False
+        planning.overlap_trial = OverlapTrial(choice, comm.grid)
+    if planning.overlap_trial.running != "native":
         return False
     comm.set_algorithm("native")
     return True
+
+
+def retime_overlap(run, step_time):
+    """Feed the overlap trial (choose_overlap) one step; switch when it says so, rebuilding
+    the graph's reducer for the new algorithm; log the measured choice once it is made."""
+    planning, comm = run.planning, run.parallel.comm
+    trial = planning.overlap_trial
+    if trial is None or trial.done:
+        return
+    switch = trial.observe(comm, step_time)
+    if trial.done:
+        run.settings.log(describe_overlap_choice(trial.choice, planning.planner.prof.name))
+    if switch is not None:
+        comm.set_algorithm(switch, trial.grid if switch == "torus2d" else None)
+        run.net.graph_key = None      # graph_for builds the reducer of the new algorithm
 
 
 def take_step(run, plan, epoch):
@@ -364,6 +390,7 @@ def take_step(run, plan, epoch):
     progress.step += 1
     loss = mean_loss(run, loss, grad_finite)
     step_time = time.time() - tic
+    retime_overlap(run, step_time)
     if planning.refit is not None:
         observe_step_times(run, plan, step_time, sync_s)
     progress.train_time += step_time
@@ -434,6 +461,12 @@ def observe_step_times(run, plan, step_time, sync_s):
     for (local, accum, _, _), (step_s, wait_s) in zip(progress.step_times, times.tolist()):
         run.planning.refit.observe(local, accum, step_s, wait_s)
     progress.step_times = []
+    planner = run.planning.planner
+    if planner is not None:      # from the first fit on, every decision uses the measured time
+        line = planner.use_measured(run.planning.refit.fit())
+        if line:                 # same rank-mean times on every rank: all replan alike
+            run.settings.log(line)
+            replan_and_switch(planner, plan, comm, run.settings.log)
 
 
 def end_of_epoch(run):

@@ -5,7 +5,10 @@ scores the plans of :mod:`nnabla_torus.planning.planner` for its world size and 
 picks the fastest algorithm and grid, switching later only for a gain above the planner's
 hysteresis (``planner.should_switch``). It also logs, as advice, the rank count the profile's
 whole machine would be fastest with (the run keeps its ranks), and gives the controller's
-adaptive mode its predicted throughput (:meth:`TrainingPlanner.throughput`). A plan is a pure
+adaptive mode its predicted throughput (:meth:`TrainingPlanner.throughput`). A network the
+profile does not know is priced from its own FLOPs (``nnabla_torus.planning.model_cost``); once
+the run has measured its steps (``step_refit``), every decision plans with the measured step
+time (:meth:`TrainingPlanner.use_measured`). A plan is a pure
 function of its inputs, so every rank computes the same one; rank 0's choice is still
 broadcast (``replan_and_switch``). The rules in full: docs/planner.md#the-examples-planner.
 Example::
@@ -20,9 +23,10 @@ import math
 import nnabla as nn
 import numpy as np
 
-from nnabla_torus.planning import costmodel, goodput, overlap_choice, planner
+from nnabla_torus.planning import (costmodel, goodput, model_cost, overlap_choice, planner,
+                                   step_refit)
 from nnabla_torus.planning.costmodel import ALGORITHMS
-from nnabla_torus.planning.machine_profile import default_profile, load_profile
+from nnabla_torus.planning.machine_profile import Shape, load_profile, resolve_profile
 from nnabla_torus.comm.topology import Grid, parse_grid
 
 
@@ -31,22 +35,28 @@ def model_key(arch, width, image_size):
     return f"{arch}-w{width:g}-{image_size}px"
 
 
-def find_compute(prof, arch, width, image_size):
-    """(model name in ``prof``, note) of the compute coefficients to plan with.
+def find_compute(prof, arch, width, image_size, gflops_per_image=None):
+    """(model name, Compute, note) of the compute to plan with, before any measured step.
 
     The exact ``arch-wW-Spx`` entry, else ``arch`` itself for the full-width network (ABCI's
-    ``resnet50``), else the profile's entry of the same architecture (or its first one): its
-    step times are those of another network, which the note says.
+    ``resnet50``), else the network priced from its own cost (``gflops_per_image``, scaled from
+    the profile's calibrated model nearest in FLOPs: model_cost.priced_compute), else (a
+    profile without FLOPs, or no count) the profile's entry of the same architecture or its
+    first one, whose step times are another network's; the note says which.
     """
     key = model_key(arch, width, image_size)
     if key in prof.models:
-        return key, ""
+        return key, prof.models[key], ""
     if width == 1 and arch in prof.models:
-        return arch, ""
+        return arch, prof.models[arch], ""
+    if gflops_per_image and model_cost.reference_model(prof, gflops_per_image):
+        comp, note = model_cost.priced_compute(prof, gflops_per_image, 1, 1)
+        return key, comp, f"profile {prof.name} has no {key}: {note}"
     same_arch = sorted(m for m in prof.models if m.split("-")[0] == arch)
     borrowed = (same_arch or sorted(prof.models))[0]
-    return borrowed, (f"profile {prof.name} has no {key}: compute time from {borrowed} "
-                      f"(calibrate this model with tools/calibrate.py for better advice)")
+    return key, prof.models[borrowed], (
+        f"profile {prof.name} has no {key} and no FLOPs to scale from: compute time from "
+        f"{borrowed} (calibrate this model with tools/calibrate.py --add-model-to)")
 
 
 def local_batch_choices(limit):
@@ -67,7 +77,7 @@ class TrainingPlanner:
 
     def __init__(self, prof, model, note, world_size, applies, dataset_size, epochs,
                  ranks_per_host):
-        self.prof, self.model, self.note = prof, model, note
+        self.prof, self.model, self.note = prof, model, note     # note: lines for the log
         self.world_size, self.applies = world_size, applies
         # The launched world: its real hosts (uneven ones: the profile's g, no hierarchical).
         self.here = prof._replace(network=prof.network._replace(
@@ -81,24 +91,35 @@ class TrainingPlanner:
         self.advised = world_size  # GPU count advised (starts at the launched one; moves only
         #                            by more than the model error)
         self.model_error = goodput.model_error_of(prof)
+        self.estimate = prof.models[model]   # Compute before any measured step
+        self.measured = None                 # step_refit.StepFit in use (None: the estimate)
+        self.first_estimate = None           # plan_dict of the first plan in use (estimated)
+        self.in_force = None                 # (BatchPlan, algorithm, grid) of the plan in use
 
     @classmethod
-    def from_config(cls, cfg, n_params, world_size, dataset_size, applies, ranks_per_host):
-        """Load cfg.profile and plan for this model: its gradient bytes, cfg.local_batch limit.
+    def from_config(cls, cfg, n_params, world_size, dataset_size, applies, ranks_per_host,
+                    gflops_per_image=None):
+        """Load the profile (the one rule: machine_profile.resolve_profile), reshaped by
+        --hosts/--gpus-per-host/--inter-bandwidth/--gpu-model, and plan for this model: its
+        gradient bytes, cfg.local_batch limit, its compute (find_compute; ``gflops_per_image``
+        from model_cost.count_cost prices a network the profile does not know).
 
         ``applies``: whether the run follows the plan (``--algorithm planned``, no ``--grid``) or
         only logs it. ``ranks_per_host``: of the launched world (``comm.hosts.ranks_per_host``,
         0 when hosts hold unequal numbers). Raises ValueError for an unknown profile.
         """
-        prof = load_profile(cfg.profile or default_profile(gpus=cfg.context != "cpu"))
-        name, note = find_compute(prof, cfg.arch, cfg.width, cfg.image_size)
+        name, why = resolve_profile(cfg.profile, gpus=cfg.context != "cpu")
+        prof = load_profile(name, Shape(cfg.hosts or None, cfg.gpus_per_host or None,
+                                        cfg.inter_bandwidth or None, cfg.gpu_model or None))
+        model, comp, note = find_compute(prof, cfg.arch, cfg.width, cfg.image_size,
+                                         gflops_per_image)
         # Gradients are all-reduced in the training precision; the recipe bounds the batch.
-        comp = prof.models[name]._replace(
-            grad_bytes=n_params * (2 if cfg.type_config == "half" else 4),
-            max_local_batch=cfg.local_batch)
-        model = model_key(cfg.arch, cfg.width, cfg.image_size) if note else name
+        comp = comp._replace(grad_bytes=n_params * (2 if cfg.type_config == "half" else 4),
+                             max_local_batch=cfg.local_batch)
+        lines = ([f"profile {prof.name} ({why})"] +
+                 [f"profile reshaped: {n}" for n in prof.extra["shape"]] + [note] * bool(note))
         prof = prof._replace(models={model: comp})
-        return cls(prof, model, note, world_size, applies, dataset_size, cfg.epochs,
+        return cls(prof, model, lines, world_size, applies, dataset_size, cfg.epochs,
                    ranks_per_host)
 
     def overlap_choice(self, local_batch, grid_x):
@@ -147,13 +168,47 @@ class TrainingPlanner:
             return best, None
         return before, best
 
-    def compute_line(self):
+    def compute_line(self, comp=None):
         """(a_s, b_s): the cost model's seconds per micro-batch of the launched ranks as
-        a_s + b_s x local_batch (the shape the step-time refit scales to its measurements)."""
-        net, comp = self.here.network, self.prof.models[self.model]
+        a_s + b_s x local_batch (the shape the step-time refit scales to its measurements), of
+        ``comp`` (None: the compute planned with now)."""
+        net, comp = self.here.network, comp or self.prof.models[self.model]
         a, a_plus_b = (float(costmodel.compute_time(comp, self.world_size, m, net.gpus_per_host))
                        for m in (0, 1))
         return a, a_plus_b - a
+
+    def use_measured(self, fit):
+        """Plan every later decision (algorithm and grid, rank-count advice, elastic resizes,
+        the adaptive controller's prediction) with the run's measured step time: the estimate
+        rescaled to ``fit`` (step_refit.measured_compute; None: nothing measured yet). Returns
+        the log line when it first takes effect, else None."""
+        if fit is None:
+            return None
+        first = self.measured is None
+        self.measured = fit
+        self.prof.models[self.model] = step_refit.measured_compute(
+            self.estimate, fit, self.compute_line(self.estimate))
+        if not first or self.in_force is None:
+            return None
+        batch_plan, algorithm, grid = self.in_force
+        now = self.score(batch_plan, algorithm, grid)
+        before = self.first_estimate["images_per_s"] if self.first_estimate else float("nan")
+        return (f"planner: the run's measured step time replaces the estimate from now on: "
+                f"{algorithm} on {grid} at {batch_plan.local_batch} x {batch_plan.accum_steps} "
+                f"per rank, estimated {rate(before)} -> measured {rate(now.images_per_s)} images/s "
+                f"({step_refit.describe(fit)})")
+
+    def run_summary(self):
+        """The plan for the run's summary JSON: the plan in force at the end priced with the
+        measured step time (``in_use``) beside the first estimate (``first_estimate``) and
+        ``step_time_source`` ("measured" or "estimate"); None before any plan."""
+        if self.summary is None:
+            return None
+        out = dict(self.summary, first_estimate=self.first_estimate,
+                   step_time_source="measured" if self.measured is not None else "estimate")
+        if self.in_force is not None:
+            out["in_use"] = plan_dict(self.score(*self.in_force))
+        return out
 
     def throughput(self, local_batch, accum_steps):
         """Predicted samples/s of the launched ranks at per-rank ``local_batch`` x
@@ -179,7 +234,7 @@ class TrainingPlanner:
         head = (f"planner ({self.prof.name}): global batch {self.batch} on "
                 f"{ranks(self.world_size)} ({batch_plan.local_batch} x "
                 f"{batch_plan.accum_steps} each): ")
-        lines = [f"planner: {self.note}"] if first and self.note else []
+        lines = [f"planner: {line}" for line in self.note] if first else []
         choice, kept = None, current
         if not self.applies:
             lines.append(head + f"{best.algorithm} on {best.grid} predicted "
@@ -187,12 +242,12 @@ class TrainingPlanner:
                          f"{in_use[0]} as set (--algorithm planned and no --grid let it choose)")
         elif (best.algorithm, best.grid) == tuple(in_use):
             lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
-                         f"{best.step_time_s:.3g} s/step, {best.images_per_s:.0f} images/s")
+                         f"{best.step_time_s:.3g} s/step, {rate(best.images_per_s)} images/s")
         elif not self.settled or current is None or planner.should_switch(current, best):
             grid = best.grid if best.algorithm == "torus2d" else None
             choice, kept = (best.algorithm, grid), best
             lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
-                         f"{best.step_time_s:.3g} s/step, {best.images_per_s:.0f} images/s"
+                         f"{best.step_time_s:.3g} s/step, {rate(best.images_per_s)} images/s"
                          + ("" if not self.settled or current is None else
                             f" (switching from {in_use[0]} on {in_use[1]}: "
                             f"{ratio(best, current)})"))
@@ -201,6 +256,9 @@ class TrainingPlanner:
                          f"{best.grid} would be {ratio(best, current)}, below the "
                          f"switching threshold)")
         self.settled = self.settled or self.applies
+        running = kept or best
+        self.in_force = (batch_plan, running.algorithm, running.grid)
+        self.first_estimate = self.first_estimate or plan_dict(running)
         try:
             anywhere, held = self.advise(self.batch)
         except planner.UnsplittableBatch as e:   # advice only for the batch being trained
@@ -233,6 +291,11 @@ class TrainingPlanner:
         return (f"planner: at global batch {self.batch} {self.prof.name} would be fastest with "
                 f"{ranks(anywhere.gpus)} x {split} ({anywhere.algorithm} on {anywhere.grid}, "
                 f"{verdict}); running {ranks(self.world_size)} as launched{within}")
+
+
+def rate(images_per_s):
+    """images/s as "1,894,706", "97", "0.282" (three significant digits below 100)."""
+    return f"{images_per_s:,.0f}" if images_per_s >= 100 else f"{images_per_s:.3g}"
 
 
 def ranks(count):

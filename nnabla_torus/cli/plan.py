@@ -23,18 +23,23 @@ import numpy as np
 from ..planning import costmodel, planner
 from ..planning.costmodel import ALGORITHMS
 from ..knobs import TIMEOUT_MAX_S, BadValue, add_knob, number, writable_file
-from ..planning.machine_profile import add_profile_knob, list_profiles, load_profile, model_of
+from ..planning import large_batch, model_cost
+from ..planning.machine_profile import (add_profile_knob, add_shape_knobs, list_profiles,
+                                        load_profile, model_of, resolve_profile, shape_of)
 from ..planning.schedules import BatchSchedule
 from ..comm.topology import parse_grid
 from .plan_recipe import run_recipe
 
-COLUMNS = [("gpus", "{:>6d}"), ("grid", "{:>8s}"), ("algorithm", "{:>12s}"),
-           ("local_batch", "{:>5d}"), ("accum_steps", "{:>3d}"), ("global_batch", "{:>7d}"),
-           ("step_time_s", "{:>9.4f}"), ("images_per_s", "{:>11.0f}"),
-           ("scaling_efficiency", "{:>6.1%}"), ("statistical_efficiency", "{:>6.1%}"),
-           ("time_to_train_s", "{:>10.1f}")]
-HEADER = ("  gpus     grid    algorithm local acc  global    step_s    images/s  scale"
-          "   stat  train_s")
+# (Plan field, column title, value format); every title is the full name, no legend needed.
+COLUMNS = [("gpus", "GPUs", "{:d}"), ("grid", "grid", "{}"), ("algorithm", "algorithm", "{}"),
+           ("local_batch", "per-GPU batch", "{:d}"), ("accum_steps", "accumulation", "{:d}"),
+           ("global_batch", "global batch", "{:,d}"), ("step_time_s", "step time (s)", "{:.4f}"),
+           ("images_per_s", "images/s", "{:,.0f}"),
+           ("scaling_efficiency", "scaling efficiency", "{:.1%}"),
+           ("statistical_efficiency", "statistical efficiency", "{:.1%}"),
+           ("time_to_train_s", "time to train (s)", "{:,.1f}")]
+WIDTHS = [max(len(title), 10) for _, title, _ in COLUMNS]
+HEADER = "  ".join(title.rjust(w) for (_, title, _), w in zip(COLUMNS, WIDTHS))
 
 
 def gpu_list(text):
@@ -52,9 +57,19 @@ def schedule(text):
 
 def _add_search_knobs(parser):
     """What to plan on: the profile, model, GPU counts, algorithms and batches."""
-    add_profile_knob(parser, gpus=True, help=f"cluster profile: shipped name "
+    add_profile_knob(parser, help=f"cluster profile: shipped name "
                      f"({', '.join(list_profiles())}) or a file path")
-    add_knob(parser, "--model", "NNABLA_TORUS_PLAN_MODEL", "resnet50", "model in the profile")
+    add_shape_knobs(parser)
+    add_knob(parser, "--model", "NNABLA_TORUS_PLAN_MODEL", "resnet50",
+             "model: one of the profile's, or any name with --gflops-per-image and --params")
+    add_knob(parser, "--gflops-per-image", "NNABLA_TORUS_PLAN_GFLOPS_PER_IMAGE", None,
+             "training GFLOPs per image of a model the profile does not know (6 x its forward "
+             "multiply-adds; model_cost.count_cost counts them from an nnabla graph): its step "
+             "time is scaled from the profile's calibrated model", 
+             type=number(float, low=0, strict=True))
+    add_knob(parser, "--params", "NNABLA_TORUS_PLAN_PARAMS", None,
+             "parameters of that model (all-reduced as FP16: 2 bytes each)",
+             type=number(int, low=1))
     add_knob(parser, "--max-gpus", "NNABLA_TORUS_PLAN_MAX_GPUS", None,
              "largest GPU count to consider (None: every GPU of the profile)",
              type=number(int, low=1))
@@ -194,7 +209,8 @@ def simulated(prof, model, plans, max_wall, engine=None):
 
 def format_row(plan):
     values = plan._asdict()
-    return " ".join(fmt.format(values[name]) for name, fmt in COLUMNS)
+    return "  ".join(fmt.format(values[name]).rjust(w)
+                     for (name, _, fmt), w in zip(COLUMNS, WIDTHS))
 
 
 def shown(per_gpus, best, rows):
@@ -265,8 +281,8 @@ def run_schedule(args, prof, common, report, out):
     if args.local_batch is None:
         raise SystemExit("--schedule needs --local-batch (images per GPU in every phase)")
     phases = planner.plan_schedule(prof, args.model, args.schedule, args.local_batch, **common)
-    print(f"# profile {prof.name}, model {args.model}: schedule {args.schedule} at "
-          f"{args.local_batch} per GPU", file=out)
+    print(f"# model {args.model}: schedule {args.schedule} at {args.local_batch} per GPU",
+          file=out)
     print(" epoch " + HEADER, file=out)
     for start, best in phases:
         print(f"{start:6g} " + format_row(best), file=out)
@@ -295,17 +311,18 @@ def run_table(args, prof, common, report, out):
               f"feasible global batch {e.nearest} instead (--nearest-batch)", file=out)
         report.update(batch_asked=e.batch, batch_planned=e.nearest)
     best = result.best
-    print(f"# profile {prof.name}, model {args.model}, {len(result.candidates['gpus'])} "
-          f"candidates planned in {result.seconds:.3f} s", file=out)
+    print(f"# model {args.model}: {len(result.candidates['gpus'])} candidates planned in "
+          f"{result.seconds:.3f} s", file=out)
     print(HEADER, file=out)
     for plan in shown(result.per_gpus, best, args.rows):
         print(format_row(plan) + ("  <- recommended" if plan.gpus == best.gpus else ""),
               file=out)
     print(f"recommendation: {best.gpus} GPUs, {best.algorithm} on grid {best.grid}, "
           f"{best.local_batch} per GPU x {best.accum_steps} accumulation = global batch "
-          f"{best.global_batch}; {best.images_per_s:.0f} images/s, scaling efficiency "
-          f"{best.scaling_efficiency:.1%}, predicted time to train {best.time_to_train_s:.1f} s",
-          file=out)
+          f"{best.global_batch:,}; {best.images_per_s:,.0f} images/s, scaling efficiency "
+          f"{best.scaling_efficiency:.1%}, predicted time to train {best.time_to_train_s:,.1f} s "
+          f"(statistical efficiency {best.statistical_efficiency:.0%}: "
+          f"{report['statistical_efficiency_source']})", file=out)
     if args.explain:
         print("\n".join(explain(prof, args.model, best)), file=out)
     if args.plot:
@@ -319,20 +336,59 @@ def run_table(args, prof, common, report, out):
     return report
 
 
+def priced_model(args, prof):
+    """(profile, note): ``prof`` with ``args.model`` priced from --gflops-per-image and
+    --params when the profile does not know it (note: how; '' when it does)."""
+    given = args.gflops_per_image is not None or args.params is not None
+    if args.model in prof.models:
+        if given:
+            raise ValueError(f"profile {prof.name!r} has model {args.model!r} calibrated: "
+                             f"leave out --gflops-per-image and --params, or use another name")
+        return prof, ""
+    if args.gflops_per_image is None or args.params is None:
+        raise ValueError(f"profile {prof.name!r} has no model {args.model!r}; it has "
+                         f"{sorted(prof.models)}: give --gflops-per-image and --params to price "
+                         f"it from its own cost, or calibrate it with tools/calibrate.py")
+    ref = prof.models[model_cost.reference_model(prof, args.gflops_per_image) or
+                      sorted(prof.models)[0]]
+    comp, note = model_cost.priced_compute(prof, args.gflops_per_image, 2 * args.params,
+                                           ref.max_local_batch)
+    return prof._replace(models={**prof.models, args.model: comp}), f"model {args.model}: {note}"
+
+
+def describe(prof, why, model_note):
+    """The plan's first lines: the profile and why it was used, its reshaping, the model."""
+    lines = [f"# profile {prof.name} ({why}): {prof.hosts} hosts x "
+             f"{prof.network.gpus_per_host} GPUs, inter-host {prof.network.inter.bandwidth_Bps / 1e9:g} "
+             f"GB/s per host"]
+    lines += [f"# reshaped: {n}" for n in prof.extra.get("shape", [])]
+    lines += [f"# {model_note}"] if model_note else []
+    return lines
+
+
 def run(args, out=sys.stdout):
-    prof = load_profile(args.profile)
+    name, why = resolve_profile(args.profile, gpus=True)
+    prof = load_profile(name, shape_of(args))
+    prof, model_note = priced_model(args, prof)
+    head = describe(prof, why, model_note)
     if args.recipe:
+        print("\n".join(head), file=out)
         return {"profile": prof.name, "model": args.model, **run_recipe(args, prof, out)}
     if args.fit_recipe:
         raise ValueError("--fit-recipe needs --recipe (the recipe to predict after the fit)")
+    stat = large_batch.efficiency_source(args.model, args.noise_scale,
+                                         batch_fixed=args.batch is not None or bool(args.schedule))
     common = dict(algorithms=args.algorithms.split(","), b_noise=args.noise_scale,
                   base_batch=args.base_batch, dataset_size=args.dataset_size,
                   epochs=args.epochs, min_efficiency=args.min_efficiency,
                   beyond_profile=args.allow_beyond_profile)
-    report = {"profile": prof.name, "model": args.model}
+    print("\n".join(head + [f"# {stat.line}"]), file=out)
+    report = {"profile": prof.name, "profile_reason": why, "model": args.model,
+              "reshaped": prof.extra.get("shape", []), "model_note": model_note,
+              "statistical_efficiency_source": stat.kind, "statistical_efficiency": stat.line}
     if args.schedule:
         return run_schedule(args, prof, common, report, out)
-    return run_table(args, prof, common, report, out)
+    return run_table(args, prof, dict(common, max_global_batch=stat.max_batch), report, out)
 
 
 def main(argv=None):

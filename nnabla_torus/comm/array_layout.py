@@ -16,7 +16,10 @@ change) the host pack checks on every call: it asks nnabla for each array's poin
 ``data_ptr(dtype, cpu context)`` (~1.1 us, the floor), which also gives the write access of
 ``get_data("rw")`` (the CPU copy becomes the head, other copies are dropped, ``zeroing``
 ends), and reuses a view only when the pointer is the view's. A view holds its buffer alive,
-so a freed buffer's address cannot come back under a stale view.
+so a freed buffer's address cannot come back under a stale view. Nor can the entry see an
+array given new storage of the same shape (``Variable.reset_shape`` to another size and back,
+with ``force=True``): host views are caught by the pointer check, and a device backend makes
+its NdArray views again on every call (``nccl_device.DeviceBuffers._concatenate``, issue 33).
 """
 from itertools import accumulate, repeat
 

@@ -14,11 +14,10 @@ unchanged script then runs::
     cb = comm.all_reduce_callback([v.grad for v in nn.get_parameters().values()], 2 << 20)
     loss.backward(clear_buffer=True, communicator_callbacks=cb)   # gradients summed on return
 """
-import ctypes
-import gc
-
 import nnabla as nn
 import numpy as np
+
+from . import cython_patch
 
 _original = []  # nnabla's own Variable.backward, once install() replaced it
 _running = [0]   # backward calls in progress on this process
@@ -94,11 +93,8 @@ def install():
         return True
     from nnabla._variable import Variable
     try:
-        namespace = gc.get_referents(Variable.__dict__)[0]
-        original = namespace["backward"]
-        _backward.__doc__ = original.__doc__
-        namespace["backward"] = _backward
-        ctypes.pythonapi.PyType_Modified(ctypes.py_object(Variable))
+        _backward.__doc__ = Variable.backward.__doc__
+        original = cython_patch.replace(Variable, "backward", _backward)
     except Exception:  # noqa: BLE001  (another interpreter or nnabla: reported at the call)
         return False
     _original.append(original)

@@ -30,7 +30,7 @@ from .collectives import AUTO, Plan, get_algorithm  # noqa: E402
 from .array_layout import Layouts  # noqa: E402
 from .fused import Workspace, as_list  # noqa: E402
 from .guarded_calls import collective, exchange, guarded  # noqa: E402
-from .job_log import log_once_per_job  # noqa: E402,F401  (scripts import it from here)
+from .job_log import log_once_per_job, note  # noqa: E402,F401  (scripts import it from here)
 from .rendezvous import AllReduceCall, check_group_lists, check_same_call  # noqa: E402
 from .settings import DEFAULTS, CommSettings, differences  # noqa: E402  (train.py: DEFAULTS)
 from .threads import OneCaller  # noqa: E402
@@ -107,6 +107,8 @@ class TorusCommunicator:
         if not s.algorithm_asked:
             self.algorithm = grid_layouts.default_algorithm(s.backend, self.hosts, s.grid)
         self.set_algorithm(self.algorithm, s.grid)
+        if hasattr(self.backend, "resources"):   # NCCL: what device memory its communicators take
+            note(self.backend.resources())
 
     def _agree(self):
         """ValueError on every rank unless all ranks have the same settings (non-blocking, under
@@ -297,8 +299,14 @@ class TorusCommunicator:
 
         local_mean_sqnorm = (1/p) sum_i |x_i|^2 and global_sqnorm = |(1/p) sum_i x_i|^2, where
         x_i is rank i's input, whatever ``division`` was. Feed them to the noise-scale estimator.
+        With norms on the device (nnabla's callback on NCCL) this is a world collective (a
+        4-byte all-reduce), checked and guarded like every other: a rank that never pops is
+        named instead of leaving the others waiting in NCCL.
         """
-        return self.sqnorms.pop()
+        if self.sqnorms.device is None:
+            return self.sqnorms.pop()
+        return collective(self, self._group("world"), ("pop_sqnorms",),
+                          "pop_sqnorms (noise-scale norms, all_reduce)", self.sqnorms.pop)
 
     def allreduce_numpy(self, array):
         """Sum a numpy array over the world in place (metrics, counters); returns it."""
@@ -347,7 +355,8 @@ class TorusCommunicator:
         backends. Its type follows the context's type_config (half or float)."""
         if self._ready() and self.settings.backend != "nccl":
             return None
-        return self.backend.nnabla_communicator(self._half()), self._group(group).name
+        grp = self._group(group)
+        return self.backend.nnabla_communicator(self._half(), grp), grp.name
 
     def _half(self):
         """Whether the user's context asks for half precision (nnabla's communicator type T)."""

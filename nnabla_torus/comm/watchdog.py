@@ -1,5 +1,6 @@
 """A watchdog thread for blocking library calls, which cannot be polled."""
 import contextlib
+import faulthandler
 import sys
 import threading
 import time
@@ -71,3 +72,23 @@ class Watchdog:
                 print(f"nnabla_torus: {why}; aborting the job", file=sys.stderr, flush=True)
                 self.abort()
                 return
+
+
+GIL_HELD_GRACE_S = 5.0   # gil_held_deadline fires this long after the call's own timeout
+
+
+@contextlib.contextmanager
+def gil_held_deadline(timeout):
+    """End this process (exit 1, Python's traceback of every thread on stderr) if the block
+    outlives ``timeout`` + GIL_HELD_GRACE_S seconds (a ``Watchdog`` guarding the same call
+    fires first and names it, whenever the GIL lets it run). For library calls that hold the GIL while they wait (nnabla's
+    ``init()`` and ``new_group``: nnabla ``python/src/nnabla/communicator.pyx`` ~113-140 call
+    C++ without ``nogil``), where no Python thread, ``Watchdog``'s included, can run:
+    faulthandler's timer is a C thread that needs no GIL. mpirun then ends the job and names
+    the rank that exited. Callers first check that every peer has arrived (that failure names
+    the missing rank), so what is left to catch is a hang inside the library itself."""
+    faulthandler.dump_traceback_later(timeout + GIL_HELD_GRACE_S, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()

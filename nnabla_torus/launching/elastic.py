@@ -26,7 +26,9 @@ from ..planning import planner
 from ..knobs import add_knob, number
 from .hostlists import allocation, read_hostfile
 from .mpirun_cmd import env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path
-from ..planning.machine_profile import RUN_KEYS, add_profile_knob, load_profile
+from ..planning.machine_profile import (PROFILE_ENV, RUN_KEYS, SHAPE_ENVS, add_profile_knob,
+                                        add_shape_knobs, load_profile, local_gpu_name,
+                                        resolve_profile, shape_of)
 from ..planning.run_forecast import run_costs
 from ..planning.schedules import BatchSchedule
 
@@ -237,8 +239,9 @@ def run(args, prof):
     log("decision: " + (first.reason if first else
                         f"launch {ranks} ranks: fixed GPU-count schedule (--ranks-schedule)")
         + (f" ({note})" if note else ""))
-    env = dict(os.environ, **{ENV_ELASTIC: "1", ENV_SLOTS: str(args.total_slots),
-                              ENV_COST: str(restart_cost(prof, args.restart_cost))})
+    env = dict(os.environ, **getattr(args, "job_env", {}),
+               **{ENV_ELASTIC: "1", ENV_SLOTS: str(args.total_slots),
+                  ENV_COST: str(restart_cost(prof, args.restart_cost))})
     if args.ranks_schedule:
         env[ENV_RANKS] = args.ranks_schedule
     library = mpi_library(mpirun_path())
@@ -246,7 +249,8 @@ def run(args, prof):
         mpirun_args = list(args.mpirun_args.split()) if args.mpirun_args else []
         if args.hosts:
             mpirun_args += hostfile_args(library, args.hosts, folder)
-        told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS) if name in env]
+        told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS,
+                                  *getattr(args, "job_env", {})) if name in env]
         mpirun_args += env_args(library, env, told)
         return relaunch(args, argv, ranks, mpirun_args, env)
 
@@ -297,8 +301,9 @@ def build_parser():
              "slots inside a Slurm or PBS job, else CPU cores)",
              type=number(int, low=1))
     # The launcher's defaults describe the digits example on a CPU machine (--model below).
-    add_profile_knob(parser, gpus=False,
-                     help="cluster profile the planner plans with (shipped name or YAML path)")
+    add_profile_knob(parser, help="cluster profile the planner plans with (shipped name or "
+                     "YAML path), passed on to the training command as NNABLA_TORUS_PROFILE")
+    add_shape_knobs(parser)
     add_knob(parser, "--model", "NNABLA_TORUS_RUN_MODEL", "resnet18-w0.125-16px",
              "model in the profile (the digits example's network by default)")
     add_knob(parser, "--schedule", "NNABLA_TORUS_RUN_SCHEDULE", None,
@@ -359,10 +364,26 @@ def parse_args(argv=None):
     return args
 
 
+def load_launcher_profile(args):
+    """The profile the launcher plans with (the one default-profile rule: a GPU job when this
+    host has a GPU), reshaped by the shape flags; logs which and why. Sets ``args.job_env``:
+    the profile and shape for the training command (the same environment twins)."""
+    gpu = local_gpu_name()
+    name, why = resolve_profile(args.profile, gpus=bool(gpu), gpu_name=gpu)
+    prof = load_profile(name, shape_of(args))
+    log(f"profile {prof.name} ({why}): {prof.hosts} hosts x {prof.network.gpus_per_host} "
+        f"GPUs" + "".join(f"; reshaped: {n}" for n in prof.extra["shape"]))
+    args.job_env = {PROFILE_ENV: name}
+    args.job_env.update({env: str(getattr(args, "shape_" + field))
+                         for field, env in SHAPE_ENVS.items()
+                         if getattr(args, "shape_" + field) is not None})
+    return prof
+
+
 def main(argv=None):
     try:
         args = parse_args(argv)
-        prof = load_profile(args.profile)
+        prof = load_launcher_profile(args)
         if args.dry_run:
             for epoch, ranks, d in launch_sequence(args, prof):
                 grid = d.plan.grid if d.gpus == ranks else "(planner re-plans)"

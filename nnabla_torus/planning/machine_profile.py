@@ -11,30 +11,90 @@ docs/costmodel.md#cluster-profiles; unknown keys are rejected by name. Example::
 import json
 import math
 import os
+import subprocess
 from collections import namedtuple
 
 import yaml
 
 from .costmodel import ALGORITHMS, Compute, Link, Network, Software
-from ..knobs import add_knob
+from ..knobs import add_knob, number
 
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
 PROFILE_ENV = "NNABLA_TORUS_PROFILE"   # the --profile twin of every tool and of train.py
 
 
-def default_profile(gpus):
-    """The profile planned with when none is named: ``abci`` (the paper's V100 cluster) for
-    GPU jobs, ``cpu-2core`` (calibrated on a 2-core CPU machine) for CPU jobs.
+# GPU model (a substring of the name nvidia-smi prints) -> the shipped profile whose per-GPU
+# compute and device memory speed describe it; also the choices of --gpu-model.
+GPU_PROFILES = {"v100": "abci", "a100": "dgx-a100", "h100": "dgx-h100"}
+CPU_PROFILE = "cpu-2core"
+GPU_FALLBACK = "abci"
 
-    >>> default_profile(gpus=True), default_profile(gpus=False)
-    ('abci', 'cpu-2core')
+
+def local_gpu_name():
+    """The first GPU's name from ``nvidia-smi`` ('' when there is none or no driver)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip().splitlines()[0].strip() if out.returncode == 0 and \
+        out.stdout.strip() else ""
+
+
+def default_profile(gpus, gpu_name=None):
+    """The name :func:`profile_rule` picks.
+
+    >>> default_profile(gpus=False)
+    'cpu-2core'
     """
-    return "abci" if gpus else "cpu-2core"
+    return profile_rule(gpus, gpu_name)[0]
 
 
-def add_profile_knob(parser, gpus, help):
-    """Add ``--profile`` (env NNABLA_TORUS_PROFILE, default ``default_profile(gpus)``)."""
-    return add_knob(parser, "--profile", PROFILE_ENV, default_profile(gpus), help)
+def profile_rule(gpus, gpu_name=None):
+    """The one default-profile rule of nnabla-torus-plan, nnabla-torus-run and train.py, when
+    neither --profile nor NNABLA_TORUS_PROFILE names one: (profile name, why).
+
+    1. a CPU job: ``cpu-2core`` (calibrated on a 2-core machine);
+    2. a GPU job on a GPU of :data:`GPU_PROFILES` (``gpu_name``, else nvidia-smi's first GPU):
+       that GPU's profile (V100: ``abci``, A100: ``dgx-a100``, H100/H200: ``dgx-h100``);
+    3. any other GPU job (no GPU seen here, e.g. planning from a laptop, or another model):
+       ``abci``, the paper's V100 cluster; the reason says how to describe yours.
+
+    nnabla-torus-plan plans GPU jobs; nnabla-torus-run's job is a GPU job when this host has
+    a GPU; train.py's when its context is not cpu.
+
+    >>> profile_rule(gpus=False)[0], profile_rule(True, "NVIDIA A100-SXM4-80GB")[0]
+    ('cpu-2core', 'dgx-a100')
+    """
+    describe = ("describe your cluster with --profile FILE (tools/calibrate.py writes one), or "
+                "reshape a shipped profile with --hosts N --gpus-per-host G "
+                "[--inter-bandwidth GBps] [--gpu-model " + "|".join(GPU_PROFILES) + "]")
+    if not gpus:
+        return CPU_PROFILE, "the default for CPU jobs"
+    name = local_gpu_name() if gpu_name is None else gpu_name
+    for model, profile in GPU_PROFILES.items():
+        if model in name.lower() or (model == "h100" and "h200" in name.lower()):
+            return profile, (f"the default for a GPU job on {name} ({model.upper()} class); "
+                            f"{describe}")
+    seen = f"an unknown GPU ({name})" if name else "no GPU seen on this host"
+    return GPU_FALLBACK, (f"the default for GPU jobs ({seen}: ABCI's V100 nodes as in the "
+                          f"paper); {describe}")
+
+
+def add_profile_knob(parser, help):
+    """Add ``--profile`` (env NNABLA_TORUS_PROFILE; default: :func:`profile_rule`,
+    resolved by :func:`resolve_profile`)."""
+    return add_knob(parser, "--profile", PROFILE_ENV, None,
+                    help + "; None: cpu-2core for CPU jobs, the profile of this host's GPU "
+                    "for GPU jobs (V100: abci, A100: dgx-a100, H100/H200: dgx-h100), else abci")
+
+
+def resolve_profile(given, gpus, gpu_name=None):
+    """(profile name or path, why): ``given`` (--profile or NNABLA_TORUS_PROFILE) or the rule."""
+    if given:
+        return given, "named by --profile / NNABLA_TORUS_PROFILE"
+    return profile_rule(gpus, gpu_name)
+
 
 Profile = namedtuple("Profile", ["name", "description", "hosts", "network", "models", "extra"])
 
@@ -45,7 +105,9 @@ _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", 
              "auto_tables"}
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
-_MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host"}
+_MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host",
+               "gflops_per_image",   # optional: training GFLOPs per image (model_cost)
+               "grad_arrays"}        # optional: gradient arrays per backward (overlap_choice)
 _RACK_KEYS = {"hosts_per_rack", "spine", "oversubscription"}
 _AUTO_KEYS = {"ranks", "ranks_per_host", "bounds", "algorithms"}
 # The run: block's keys and defaults. restart_s: seconds one checkpoint-restart costs (the
@@ -100,14 +162,16 @@ def _flag(where, value):
 
 
 def _compute(name, raw):
-    _check_keys(f"models.{name}", raw, _MODEL_KEYS, _MODEL_KEYS - {"slots_per_host"})
+    _check_keys(f"models.{name}", raw, _MODEL_KEYS,
+                _MODEL_KEYS - {"slots_per_host", "gflops_per_image", "grad_arrays"})
     where = f"models.{name}"
     return Compute(_number(where, raw, "a_ms") * 1e-3,
                    _number(where, raw, "b_ms", strict=True) * 1e-3,
                    _number(where, raw, "gamma", low=1),   # 1: no overlap of compute, all-reduce
                    _number(where, raw, "max_local_batch", 1, kind=int),
                    _number(where, raw, "grad_bytes", 1, kind=int),
-                   _number(where, raw, "slots_per_host", kind=int, default=0))
+                   _number(where, raw, "slots_per_host", kind=int, default=0),
+                   _number(where, raw, "grad_arrays", kind=int, default=0))
 
 
 def _racks(raw, hosts):
@@ -189,10 +253,13 @@ def profile_from_dict(raw):
     if not raw["models"]:
         raise ValueError("profile models: needs at least one model, e.g. resnet50: {a_ms: ..}")
     models = {name: _compute(name, m) for name, m in raw["models"].items()}
+    gflops = {name: _number(f"models.{name}", m, "gflops_per_image", strict=True)
+              for name, m in raw["models"].items() if "gflops_per_image" in m}
     return Profile(raw["name"], raw.get("description", ""), _number(top, raw, "hosts", 1, kind=int),
                    network, models,
                    {"calibration": raw.get("calibration"), "run": _run(raw.get("run")),
-                    "auto_tables": _auto_tables(raw.get("auto_tables"))})
+                    "auto_tables": _auto_tables(raw.get("auto_tables")),
+                    "gflops_per_image": gflops})
 
 
 def profile_to_dict(prof):
@@ -221,6 +288,8 @@ def profile_to_dict(prof):
                              "max_local_batch": m.max_local_batch, "grad_bytes": m.grad_bytes,
                              "slots_per_host": m.slots_per_host}
                       for name, m in prof.models.items()}}
+    for name, gflops in ((prof.extra or {}).get("gflops_per_image") or {}).items():
+        out["models"][name]["gflops_per_image"] = float(gflops)
     if net.hosts_per_rack:
         out["racks"] = {"hosts_per_rack": net.hosts_per_rack, "spine": link(net.spine),
                         "oversubscription": net.oversubscription}
@@ -235,8 +304,8 @@ def profile_to_dict(prof):
     return out
 
 
-def load_profile(name_or_path):
-    """Load a shipped profile by name (``abci``) or any profile file by path."""
+def _read(name_or_path):
+    """(path, parsed file) of a shipped profile name (``abci``) or a profile file path."""
     path = name_or_path
     if not os.path.exists(path):
         candidates = [os.path.join(PROFILE_DIR, name_or_path + ext)
@@ -254,12 +323,123 @@ def load_profile(name_or_path):
             " ".join(str(e).split())
         raise ValueError(f"profile {name_or_path!r}: cannot read {path}: {why}; give a profile "
                          f"file (YAML or JSON) or a shipped name: {list_profiles()}") from None
+    if raw is None:
+        raise ValueError(f"{path}: the file is empty")
+    return path, raw
+
+
+def load_profile(name_or_path, shape=None):
+    """Load a shipped profile by name (``abci``) or any profile file by path, reshaped by
+    ``shape`` (a :data:`Shape`, e.g. from the --hosts/--gpus-per-host flags; None: as written).
+    What the reshape changed is in ``extra["shape"]`` (lines for the plan)."""
+    path, raw = _read(name_or_path)
+    notes = []
+    if shape is not None and any(v is not None for v in shape):
+        raw, notes = reshape(raw, shape)
     try:
-        if raw is None:
-            raise ValueError("the file is empty")
-        return profile_from_dict(raw)
+        prof = profile_from_dict(raw)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: {e}") from None
+    prof.extra["shape"] = notes
+    return prof
+
+
+# A profile reshaped without editing its file: None keeps the profile's value.
+Shape = namedtuple("Shape", [
+    "hosts",            # hosts of the cluster
+    "gpus_per_host",    # GPUs (ranks) per host
+    "inter_GBps",       # inter-host bandwidth of one host, GB/s (all its NICs together)
+    "gpu_model",        # a key of GPU_PROFILES: per-GPU compute from that GPU's profile
+], defaults=[None, None, None, None])
+SHAPE_ENVS = {"hosts": "NNABLA_TORUS_HOSTS", "gpus_per_host": "NNABLA_TORUS_GPUS_PER_HOST",
+              "inter_GBps": "NNABLA_TORUS_INTER_BANDWIDTH", "gpu_model": "NNABLA_TORUS_GPU_MODEL"}
+
+
+def add_shape_knobs(parser):
+    """Add --hosts, --gpus-per-host, --inter-bandwidth and --gpu-model (env twins in
+    :data:`SHAPE_ENVS`, shared by every tool; default None: the profile's value). Their
+    values land in ``args.shape_<field>``; :func:`shape_of` collects them."""
+    add_knob(parser, "--hosts", SHAPE_ENVS["hosts"], None,
+             "hosts of the cluster planned for (None: the profile's)", type=number(int, low=1),
+             dest="shape_hosts")
+    add_knob(parser, "--gpus-per-host", SHAPE_ENVS["gpus_per_host"], None,
+             "GPUs per host (None: the profile's)", type=number(int, low=1),
+             dest="shape_gpus_per_host")
+    add_knob(parser, "--inter-bandwidth", SHAPE_ENVS["inter_GBps"], None,
+             "inter-host bandwidth per host in GB/s, all its NICs together (8 x 400 Gb/s "
+             "NDR: 400; None: the profile's)", type=number(float, low=0, strict=True),
+             dest="shape_inter_GBps")
+    add_knob(parser, "--gpu-model", SHAPE_ENVS["gpu_model"], None,
+             "per-GPU compute of this GPU model's shipped profile (" +
+             ", ".join(f"{k}: {v}" for k, v in GPU_PROFILES.items()) + "; None: the profile's)",
+             choices=tuple(GPU_PROFILES), dest="shape_gpu_model")
+
+
+def shape_of(args):
+    """The :data:`Shape` of parsed ``args`` (from :func:`add_shape_knobs`)."""
+    return Shape(*(getattr(args, "shape_" + f) for f in Shape._fields))
+
+
+def _fitted_racks(racks, hosts):
+    """(racks block or None, note) for ``hosts``: kept when its rack size divides them,
+    dropped when they fit in one rack, else racks of the largest size that divides them (at
+    least half the profile's), else dropped; the note says which and why."""
+    per_rack = racks.get("hosts_per_rack")
+    if not isinstance(per_rack, int) or per_rack < 1 or hosts % per_rack == 0:
+        return racks, ""
+    if hosts < per_rack:
+        return None, (f"racks: dropped: {hosts} hosts fit in one rack of {per_rack} (full "
+                      f"bisection inside a rack: links.inter between every pair of hosts)")
+    size = max(d for d in range(1, per_rack + 1) if hosts % d == 0)
+    if 2 * size >= per_rack:
+        return dict(racks, hosts_per_rack=size), (
+            f"racks: {hosts // size} racks of {size} hosts ({per_rack} per rack in the "
+            f"profile does not divide {hosts}; spine and oversubscription as written)")
+    return None, (f"racks: dropped: no rack size from {(per_rack + 1) // 2} to {per_rack} "
+                  f"divides {hosts} hosts, so the rack level is left out (links.inter "
+                  f"everywhere: optimistic beyond one rack)")
+
+
+def reshape(raw, shape):
+    """(raw profile, notes): the parsed file ``raw`` with ``shape``'s values put in, one note
+    per change. Slots follow the GPU count where the profile has one rank per GPU; the spine
+    follows the inter-host bandwidth where the profile's spine equals it."""
+    raw = json.loads(json.dumps(raw))            # a deep copy of plain data
+    notes = []
+    old_gpus = raw.get("gpus_per_host")
+    if shape.gpus_per_host is not None:
+        raw["gpus_per_host"] = shape.gpus_per_host
+        if raw.get("slots_per_host") == old_gpus:
+            raw["slots_per_host"] = shape.gpus_per_host
+        notes.append(f"gpus_per_host: {shape.gpus_per_host} (--gpus-per-host; profile: "
+                     f"{old_gpus})")
+    if shape.hosts is not None:
+        notes.append(f"hosts: {shape.hosts} (--hosts; profile: {raw.get('hosts')})")
+        raw["hosts"] = shape.hosts
+    if shape.hosts is not None and isinstance(raw.get("racks"), dict):
+        raw["racks"], note = _fitted_racks(raw["racks"], shape.hosts)
+        if raw["racks"] is None:
+            del raw["racks"]
+        notes += [note] if note else []
+    inter = (raw.get("links") or {}).get("inter")
+    if shape.inter_GBps is not None and isinstance(inter, dict):
+        old = inter.get("bandwidth_GBps")
+        inter["bandwidth_GBps"] = float(shape.inter_GBps)
+        spine = (raw.get("racks") or {}).get("spine")
+        if isinstance(spine, dict) and spine.get("bandwidth_GBps") == old:
+            spine["bandwidth_GBps"] = float(shape.inter_GBps)
+        notes.append(f"links.inter.bandwidth_GBps: {shape.inter_GBps:g} (--inter-bandwidth; "
+                     f"profile: {old})")
+    if shape.gpu_model is not None:
+        if shape.gpu_model not in GPU_PROFILES:
+            raise ValueError(f"--gpu-model {shape.gpu_model!r}: choose one of "
+                             f"{sorted(GPU_PROFILES)}")
+        source = _read(GPU_PROFILES[shape.gpu_model])[1]
+        raw["models"] = source["models"]
+        raw["reduce_ns_per_byte"] = source["reduce_ns_per_byte"]
+        notes.append(f"models and reduce_ns_per_byte: {shape.gpu_model.upper()}'s, from "
+                     f"profile {source['name']} (--gpu-model)")
+    return raw, notes
 
 
 def save_profile(prof, path, header=""):

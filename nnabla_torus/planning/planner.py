@@ -190,7 +190,8 @@ def gpu_limit(prof, max_gpus=None, counts=None, beyond_profile=True):
 
 def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_batch=None,
          local_batches=None, accum_steps=None, b_noise=None, base_batch=256,
-         dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90, min_efficiency=0.0, beyond_profile=True):
+         dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90, min_efficiency=0.0, beyond_profile=True,
+         max_global_batch=None):
     """Best plan for ``model`` on profile ``prof``; returns a PlanResult.
 
     ``target_batch``: keep the global batch fixed (a schedule phase); else every per-GPU batch
@@ -198,7 +199,9 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
     is tried and B_noise (``b_noise``, samples) trades throughput against statistical
     efficiency. ``accum_steps`` defaults to (1, 2, 4, 8), or (1,) when neither a target nor
     B_noise is given (a larger batch would then look free). ``beyond_profile=False`` keeps
-    GPU counts within the profile (:func:`gpu_limit`; the CLI's default). Raises ValueError
+    GPU counts within the profile (:func:`gpu_limit`; the CLI's default).
+    ``max_global_batch``: leave out larger global batches (statistical efficiency 0 beyond
+    the largest batch known to train, :mod:`nnabla_torus.planning.large_batch`). Raises ValueError
     when no candidate meets ``min_efficiency``, and UnsplittableBatch (a ValueError naming
     the nearest feasible batches) when no candidate gives ``target_batch`` exactly.
     """
@@ -218,6 +221,8 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
                              np.asarray(accum_steps), comp.max_local_batch)
     cols = score(net, comp, p[i], algo[i], x[i], b, s, b_noise, base_batch, dataset_size, epochs)
     ok = cols["scaling_efficiency"] >= min_efficiency
+    if max_global_batch is not None:
+        ok &= cols["global_batch"] <= max_global_batch
     best = best_index(cols, ok)
     if best is None:
         top = float(cols["scaling_efficiency"].max())

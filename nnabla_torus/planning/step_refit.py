@@ -171,6 +171,29 @@ def throughput(fit, local_batch, accum_steps):
     return fit.ranks * local * accum / step_time(fit, local, accum)
 
 
+def measured_compute(comp, fit, model_line):
+    """The profile's Compute ``comp`` rescaled to the run's measured steps: the one place a
+    run's own step time enters the planner (advice, algorithm, elastic resizes, the adaptive
+    controller all plan with it once the fit exists).
+
+    ``model_line`` = (a_s, b_s): the cost model's compute per micro-batch of ``comp`` at the
+    fit's ranks (TrainingPlanner.compute_line). Its fixed and per-sample parts are scaled by the
+    measured ones, so the cost model then predicts the measured step at these ranks and keeps
+    its own shape (slot sharing) at other rank counts::
+
+        >>> from nnabla_torus.planning.costmodel import Compute
+        >>> comp = Compute(0.01, 0.002, 1.0, 256, 1000, 0)
+        >>> fit = StepFit(0.02, 0.001, np.array([8.]), np.array([0.]), 0.0, 4, {}, "line")
+        >>> new = measured_compute(comp, fit, (0.01, 0.002))
+        >>> round(new.a_s, 6), round(new.b_s, 6)
+        (0.02, 0.001)
+    """
+    a_model, b_model = model_line
+    scale_b = fit.b_s / b_model if b_model > 0 else 1.0
+    scale_a = fit.a_s / a_model if a_model > 0 else scale_b
+    return comp._replace(a_s=comp.a_s * scale_a, b_s=comp.b_s * scale_b)
+
+
 def describe(fit):
     """One line of the fit's numbers, for the decision log."""
     batches = ", ".join(f"{m}x{s}: {n}" for (m, s), n in sorted(fit.counted.items()))

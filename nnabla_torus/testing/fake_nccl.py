@@ -46,6 +46,9 @@ class FakeMultiProcessDataParallelCommunicator:
     """nnabla-ext-cuda's ``MultiProcessDataParallelCommunicatorNccl`` on CPU (see module doc)."""
     name = "MultiProcessDataParallelCommunicatorNccl"
     live = 0  # communicators alive in this process (each would hold NCCL communicators)
+    # NCCL communicators this process created (ncclCommInitRank: one per init(), one per
+    # new_group this rank is a member of; ext .cu 426, 510): each holds device memory
+    nccl_created = 0
 
     def __init__(self, ctx):
         config = ctx.backend[0].split(":")[-1] if ctx.backend else ""
@@ -94,6 +97,7 @@ class FakeMultiProcessDataParallelCommunicator:
         set_device(self._local_rank)  # and its cuda_set_device(device_id_)
         self._groups["world"] = list(range(self._world.Get_size()))
         self._comms["world"] = self._world
+        FakeMultiProcessDataParallelCommunicator.nccl_created += 1
         self._initialized = True
 
     def add_context_and_parameters(self, ctx_param_dict):
@@ -131,6 +135,7 @@ class FakeMultiProcessDataParallelCommunicator:
                              "MPI_Comm_create_group")
             _host_mpi(comm.Barrier, "MPI_Barrier(group)")  # ncclCommInitRank
             self._comms[name] = comm
+            FakeMultiProcessDataParallelCommunicator.nccl_created += 1
         return name
 
     def list_groups(self):
@@ -301,7 +306,25 @@ class FakeAllReduceCallback:
     so a kernel that reads a gradient after its function's callback sees the reduced value
     here, as it may on a GPU. Not a host sync (none is logged)."""
 
+    # nnabla's pack memory: one fixed 40 MiB split into buffers of pack_size elements of T
+    # (ext .hpp 190-191, .cu 962-972; its test compares bytes with elements); 0 buffers is
+    # undefined there (allocate_workspace pops an empty queue, .cu 1153-1158): refused here.
+    MAX_GPU_MEMORY_SIZE = 40 * 1024 * 1024
+    buffers_made = []   # the buffer count of every callback made in this process, in order
+    # nnabla's blocking 1-byte MPI_Allreduce (mpi_check_all over the world) per gradient of the
+    # set found after a function's backward (ext .cu 1025-1030): counted in this process
+    host_checks = 0
+
     def __init__(self, parent, comm, arrays, pack_size, division, scale_grad):
+        itemsize = parent.dtype.itemsize
+        n = (1 if self.MAX_GPU_MEMORY_SIZE < pack_size
+             else self.MAX_GPU_MEMORY_SIZE // itemsize // pack_size)
+        if n == 0:
+            raise ValueError(f"all_reduce_callback: pack_size {pack_size} elements of "
+                             f"{parent.dtype} leaves nnabla's 40 MiB of pack memory with no "
+                             f"buffer (undefined behaviour in nnabla-ext-cuda v1.39.0)")
+        self.buffers = n
+        FakeAllReduceCallback.buffers_made.append(n)
         self.parent, self.comm, self.arrays = parent, comm, arrays
         self.pack_size, self.division, self.scale_grad = pack_size, division, scale_grad
         self._flats, self._parts = [], []
@@ -311,6 +334,7 @@ class FakeAllReduceCallback:
             grad = var.grad
             if not any(grad == a for a in self.arrays):
                 continue
+            FakeAllReduceCallback.host_checks += 1
             if self.parent._all_zeroing([grad], self.parent._world)[0]:
                 continue
             flat = self.parent._typed(grad)

@@ -101,6 +101,10 @@ TRAIN = [
     (["--grid", "2y2"], "grid = '2y2'"),
     (["--plan", "maybe"], "invalid choice: 'maybe'"),
     (["--profile", "nope"], "no profile file or shipped profile 'nope'"),
+    (["--hosts", "-1"], "argument --hosts: must be an integer >= 0, got '-1'"),
+    (["--gpus-per-host", "2.5"], "argument --gpus-per-host: must be an integer >= 0"),
+    (["--inter-bandwidth", "-3"], "argument --inter-bandwidth: must be a finite number >= 0"),
+    (["--gpu-model", "p100"], "invalid choice: 'p100'"),
     # A folder or malformed YAML is a message (before: IsADirectoryError / a YAML traceback).
     (["--profile", "@train"], "profile '@train': cannot read @train: Is a directory; give a "
                               "profile file (YAML or JSON) or a shipped name"),
@@ -183,6 +187,7 @@ RESTART_COST = [          # before: --repeat 0 a statistics traceback, --ranks 0
 GPU_CHECK = [             # before: every check ran, then the results were lost
     (["--json", "/nonexistent/x.json"], "argument --json: cannot write '/nonexistent/x.json': "
                                         "give a file path in an existing writable folder"),
+    (["--dry-run", "--gpus", "0"], "argument --gpus: must be an integer >= 1"),
 ]
 
 LISTS = [

@@ -182,3 +182,12 @@ def test_issue19_dali_threads_come_from_the_cpu_count():
     single-threaded. Each rank now gets its share of the CPUs."""
     assert data.threads_per_rank(8, cpus=96) == 12
     assert data.threads_per_rank(4, cpus=2) == 1 and data.threads_per_rank(0, cpus=4) == 4
+
+
+def test_issue33_a_gpu_pipeline_shares_the_host_s_cpus_whatever_the_rank_s_binding(monkeypatch):
+    """Under ``mpirun --bind-to core`` a rank may use 1 CPU: its DALI got 1 thread. A GPU
+    pipeline counts the host's CPUs and pins its workers near its GPU (set_affinity)."""
+    monkeypatch.setattr(data.os, "sched_getaffinity", lambda pid: {3})   # bound to one core
+    monkeypatch.setattr(data.os, "cpu_count", lambda: 64)
+    assert data.threads_per_rank(8) == 1                     # CPU pipeline: the rank's CPUs
+    assert data.threads_per_rank(8, on_gpu=True) == 8        # GPU pipeline: the host's share

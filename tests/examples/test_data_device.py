@@ -130,8 +130,10 @@ def test_a_gpu_batch_goes_device_to_device_in_fp16(indexed, monkeypatch):  # noq
     assert x.data.calls == [(np.float16, CUDA, True)]         # device array, fp16, write-only
     (pointer, kwargs), = images.copies
     assert isinstance(pointer, ctypes.c_void_p) and pointer.value == 0xD0000
-    # On CUDA's legacy default stream (0), where nnabla-ext-cuda computes; host waits for it.
-    assert set(kwargs) == {"cuda_stream"} and kwargs["cuda_stream"].value in (None, 0)
+    # On CUDA's legacy default stream (0), where nnabla-ext-cuda computes; the host does not
+    # wait (DALI's own stream waits for the copy before it reuses the buffer).
+    assert set(kwargs) == {"cuda_stream", "non_blocking"} and kwargs["non_blocking"] is True
+    assert kwargs["cuda_stream"].value in (None, 0)
 
 
 def test_gpu_training_labels_stay_on_the_device(indexed, monkeypatch):  # noqa: F811
@@ -195,6 +197,7 @@ def cuda_device_count():
         return 0
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(cuda_device_count() < 1, reason="needs nnabla-ext-cuda and a GPU (not run "
                     "on the machines this project is built on)")
 @pytest.mark.parametrize("dtype", ["float", "half"])
@@ -212,6 +215,7 @@ def test_on_a_gpu_the_batch_lands_in_device_memory_unchanged(indexed, dtype):  #
     np.testing.assert_allclose(y.d, expected.astype(np.float32).mean(axis=(2, 3)), rtol=1e-2)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(cuda_device_count() < 1, reason="needs nnabla-ext-cuda and a GPU (not run "
                     "on the machines this project is built on)")
 def test_on_a_gpu_training_labels_land_on_the_device(indexed):  # noqa: F811
@@ -225,3 +229,25 @@ def test_on_a_gpu_training_labels_land_on_the_device(indexed):  # noqa: F811
     with nn.context_scope(ctx):
         data.feed(t, labels)
     np.testing.assert_array_equal(t.d, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_device_count() < 1, reason="needs nnabla-ext-cuda and a GPU (not run "
+                    "on the machines this project is built on)")
+def test_on_a_gpu_non_blocking_copies_survive_the_next_batches(indexed):  # noqa: F811
+    """The copy does not wait on the host: batch k is fed, then DALI runs batches k+1, k+2
+    (which may reuse batch k's buffer) before anything reads the input on the device. The
+    input must still hold batch k (DALI's stream waits for the copy before it rewrites it)."""
+    ctx = get_extension_context("cudnn", device_id="0")
+    loader = data.make_loader(indexed, 5, train=False, image_size=16, device_id=0, prefetch=1)
+    batches = [next(loader)[0] for _ in range(3)]
+    expected = [b.as_cpu().as_array() for b in batches]    # DALI's outputs, read on the host
+    x = nn.Variable((5, 3, 16, 16))
+    with nn.context_scope(ctx):
+        for k in range(len(batches)):
+            data.feed(x, batches[k])
+            for _ in range(2):
+                next(loader)
+            y = F.identity(x)
+            y.forward()
+            np.testing.assert_array_equal(y.d, expected[k], err_msg=f"batch {k}")

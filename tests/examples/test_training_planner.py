@@ -2,12 +2,14 @@
 import time
 
 import numpy as np
+import pytest
 
 from examples.imagenet.config import parse_config
 from examples.imagenet.training_planner import TrainingPlanner, find_compute, local_batch_choices
 from nnabla_torus.planning import planner
 from nnabla_torus.planning.controller import BatchPlan, split_batch
 from nnabla_torus.planning.machine_profile import load_profile
+from nnabla_torus.planning.step_refit import StepTimeRefit
 
 DIGITS_PARAMS = 176402        # resnet18 x0.125 on 10 classes (the default run logs it)
 RESNET50_PARAMS = 25557032
@@ -61,13 +63,57 @@ def test_explicit_algorithm_is_only_advised():
     assert choice is None and "keeping ring as set" in lines[-2]
 
 
-def test_compute_lookup_exact_full_width_or_borrowed():
+def test_compute_lookup_exact_full_width_priced_or_borrowed():
     abci, cpu = load_profile("abci"), load_profile("cpu-2core")
-    assert find_compute(abci, "resnet50", 1.0, 224) == ("resnet50", "")
-    assert find_compute(cpu, "resnet18", 0.125, 16) == ("resnet18-w0.125-16px", "")
-    name, note = find_compute(cpu, "resnet18", 0.25, 32)
-    assert name == "resnet18-w0.125-16px" and "no resnet18-w0.25-32px" in note
+    assert find_compute(abci, "resnet50", 1.0, 224) == ("resnet50", abci.models["resnet50"], "")
+    digits = cpu.models["resnet18-w0.125-16px"]
+    assert find_compute(cpu, "resnet18", 0.125, 16) == ("resnet18-w0.125-16px", digits, "")
+    # another network is priced from its own FLOPs (before: the digits model's step time)
+    name, comp, note = find_compute(cpu, "resnet18", 0.25, 64, gflops_per_image=0.06636)
+    assert name == "resnet18-w0.25-64px" and "priced from its own cost" in note
+    assert comp.b_s == pytest.approx(digits.b_s * 0.06636 / 0.01331)
+    # without a FLOPs count (or a profile without one) it still borrows, and says so
+    name, comp, note = find_compute(cpu, "resnet18", 0.25, 32)
+    assert comp == digits and "no FLOPs to scale from: compute time from resnet18-w0.125" in note
     assert local_batch_choices(24) == [1, 2, 4, 8, 16, 24]
+
+
+def test_resnet50_on_this_machine_is_priced_from_its_flops_not_the_digits_model():
+    """The 444-images/s case: train.py --data-dir with ResNet-50 at 224 px on cpu-2core."""
+    cfg = parse_config(["--arch", "resnet50", "--width", "1", "--image-size", "224",
+                        "--local-batch", "8", "--batch-schedule", "0:8"])
+    run = TrainingPlanner.from_config(cfg, RESNET50_PARAMS, 1, 1438, applies=True,
+                                      ranks_per_host=1, gflops_per_image=24.52)
+    _, lines = run.replan(batch_plan(8, 1, 8), ("ring", "1x1"))
+    assert lines[0].startswith("planner: profile cpu-2core (the default for CPU jobs)")
+    assert "priced from its own cost" in lines[1]
+    assert run.summary["in_use"]["images_per_s"] < 1.0     # before: 314 (borrowed)
+
+
+def test_measured_steps_replace_the_estimate_for_every_decision():
+    run, cfg = digits_planner(world=2, argv=["--arch", "resnet18", "--width", "0.25",
+                                             "--image-size", "64"])
+    bp = batch_plan(32, 2, cfg.local_batch)
+    run.replan(bp, ("ring", "2x1"))
+    estimate = run.summary["in_use"]["images_per_s"]
+    assert run.use_measured(None) is None and run.run_summary()["step_time_source"] == "estimate"
+    refit = StepTimeRefit(2, run.compute_line(), min_steps=2, warmup_steps=0)
+    for m in (8, 16):
+        for _ in range(3):
+            refit.observe(m, 1, 0.1 + 0.02 * m, 0.0)
+    line = run.use_measured(refit.fit())
+    assert line.startswith("planner: the run's measured step time replaces the estimate")
+    # the cost model now gives the measured compute at these ranks ...
+    a, b = run.compute_line()
+    assert (a, b) == (pytest.approx(0.1), pytest.approx(0.02))
+    # ... for the controller's throughput, the advice and the summary alike
+    measured = 2 * 16 / (0.1 + 0.02 * 16)
+    assert run.throughput(16, 1) == pytest.approx(measured, rel=0.05)
+    summary = run.run_summary()
+    assert summary["step_time_source"] == "measured"
+    assert summary["first_estimate"]["images_per_s"] == estimate
+    assert summary["in_use"]["images_per_s"] == pytest.approx(measured, rel=0.05)
+    assert run.use_measured(refit.fit()) is None          # said once
 
 
 def test_sony_recipe_on_abci_plans_both_phases_quickly():
@@ -126,3 +172,15 @@ def test_gpu_count_advice_does_not_flap_inside_the_model_error():
             new = run.best_anywhere(run.batch, counts=[run.advised])
             assert new.goodput > old.goodput * (1 + run.model_error), lines
     assert len(set(advised[5:])) == 1, advised   # the second pass never moves
+
+
+def test_the_shape_knobs_reshape_the_example_profile_and_the_plan_says_so(monkeypatch):
+    monkeypatch.setenv("NNABLA_TORUS_GPUS_PER_HOST", "8")      # the env twin, as for the CLI
+    cfg = parse_config(["--profile", "abci", "--hosts", "100", "--gpu-model", "h100"])
+    run = TrainingPlanner.from_config(cfg, RESNET50_PARAMS, 8, 1281167, applies=True,
+                                      ranks_per_host=8)
+    assert (run.prof.hosts, run.prof.network.gpus_per_host) == (100, 8)
+    assert run.prof.network.hosts_per_rack == 25
+    _, lines = run.replan(batch_plan(256, 8, 32), ("ring", "8x1"))
+    assert "planner: profile reshaped: racks: 4 racks of 25 hosts" in "\n".join(lines)
+    assert "planner: profile reshaped: models and reduce_ns_per_byte: H100's" in "\n".join(lines)

@@ -27,16 +27,20 @@ def cuda_devices():
     return get_device_count()
 
 
+def nccl_cases(rank_counts):
+    """("nccl", ranks) params, marked ``gpu`` and skipped (with the reason) without that many
+    GPUs."""
+    gpus = cuda_devices()
+    return [pytest.param("nccl", r, id=f"nccl-{r}", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        gpus < r, reason=f"nccl backend on {r} ranks needs {r} GPUs and nnabla-ext-cuda; "
+                         f"{gpus} visible")]) for r in rank_counts]
+
+
 def backend_cases():
     """(backend, ranks) pairs: MPI on 1-8 ranks; the fake NCCL on 3 and 4; real NCCL on GPUs."""
     cases = [pytest.param("mpi", r, id=f"mpi-{r}") for r in range(1, 9)]
     cases += [pytest.param("fake-nccl", r, id=f"fake-nccl-{r}") for r in (3, 4)]
-    gpus = cuda_devices()
-    for r in (2, 4, 8):
-        skip = pytest.mark.skipif(gpus < r, reason=f"nccl backend on {r} ranks needs {r} GPUs "
-                                  f"and nnabla-ext-cuda; {gpus} visible")
-        cases.append(pytest.param("nccl", r, id=f"nccl-{r}", marks=skip))
-    return cases
+    return cases + nccl_cases((2, 4, 8))
 
 
 @pytest.mark.slow
@@ -55,9 +59,9 @@ def test_collectives_are_exact_on_every_grid_and_algorithm(backend, ranks):
     for algorithm in ("ring", "native", "hierarchical", "torus2d wire_fp16", "auto"):
         assert f"{algorithm}: fused and in-place lists" in ok, algorithm
     assert "auto: routes by size" in ok
+    for name in ("torus2d", "native", "hierarchical"):   # NCCL: through MPI on the host
+        assert f"{name}: integers" in ok, name
     if backend == "mpi":
-        for name in ("torus2d", "native", "hierarchical"):
-            assert f"{name}: integers" in ok, name
         assert "auto: same choice on every rank" in ok
         assert out.count("has no software term for") == 1, out   # said once, on rank 0
         if ranks > 1:

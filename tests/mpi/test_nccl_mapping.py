@@ -86,6 +86,7 @@ def cuda_gpus():
     return int(done.stdout.split()[-1]), "nnabla-ext-cuda sees fewer than 2 GPUs"
 
 
+@pytest.mark.gpu
 def test_mapping_on_real_nccl():
     gpus, why = cuda_gpus()
     if gpus < 2:

@@ -137,6 +137,18 @@ PLAN = [
     ("--profile /tmp", "profile '/tmp': cannot read /tmp: Is a directory; give a profile file "
                        "(YAML or JSON) or a shipped name"),     # before: IsADirectoryError
     ("--model vgg", "profile 'abci' has no model 'vgg'"),
+    ("--model vgg --gflops-per-image 15", "give --gflops-per-image and --params to price it"),
+    ("--model vgg --gflops-per-image 0", "argument --gflops-per-image: must be a finite number "
+                                         "> 0, got '0'"),
+    ("--model vgg --params 0", "argument --params: must be an integer >= 1, got '0'"),
+    ("--gflops-per-image 15 --params 100", "profile 'abci' has model 'resnet50' calibrated"),
+    # the cluster's shape from flags (before: copy abci.yaml and edit it)
+    ("--hosts 0", "argument --hosts: must be an integer >= 1, got '0'"),
+    ("--gpus-per-host x", "argument --gpus-per-host: must be an integer >= 1, got 'x'"),
+    ("--inter-bandwidth 0", "argument --inter-bandwidth: must be a finite number > 0"),
+    ("--gpu-model p100", "argument --gpu-model: invalid choice: 'p100'"),
+    ("--hosts 2 --max-gpus 100", "100 GPUs is more than the 8 GPUs of profile 'abci' (2 hosts "
+                                 "x 4)"),
     ("--json /nonexistent/plan.json", "argument --json: cannot write '/nonexistent/plan.json': "
                                       "give a file path in an existing writable folder"),
     ("--plot /tmp", "argument --plot: cannot write '/tmp'"),

@@ -115,7 +115,7 @@ class FakeBackend:
     world_group = FakeGroup()
     nnabla_comm = object()
 
-    def nnabla_communicator(self, half=False):
+    def nnabla_communicator(self, half=False, group=None):
         return self.nnabla_comm
 
     def group(self, ranks):

@@ -68,15 +68,42 @@ def test_with_gpus_the_verdicts_come_from_the_runs(tmp_path, monkeypatch, capsys
     assert json.loads(out.read_text())["verdict"] == "FAIL"
 
 
-def test_issue19_the_device_tests_select_no_fake_case():
-    """gpu-check's -k once read "nccl-", which the fake-nccl-3/4 cases match too: minutes of
-    CPU-only cases inside the GPU check, reported as real-NCCL passes."""
+def test_issue33_the_gpu_tests_are_one_marker_and_no_fake_case():
+    """``pytest -m gpu`` (what gpu-check runs, and what ``make test`` runs with the rest on a
+    GPU node) selects the real-NCCL and device tests: overlap on vs off, fp16 callback, norms
+    and SyncBN (test_gpu.py), the communicator on nccl, the mapping, DALI to device; no fake
+    case (the old -k "... nccl- ..." matched fake-nccl-3/4)."""
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                           *gpu_check.DEVICE_TESTS, "-k", gpu_check.DEVICE_TESTS_K], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+                           *gpu_check.GPU_TESTS], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
     chosen = [line for line in done.stdout.splitlines() if "::" in line]
     assert chosen and not [c for c in chosen if "fake" in c], chosen
-    assert any("nccl-2" in c for c in chosen), chosen
+    for wanted in ("test_gpu.py::test_gpu_cases_on_nccl[2]", "[nccl-2]",
+                   "test_mapping_on_real_nccl", "test_on_a_gpu_training_labels_land"):
+        assert any(wanted in c for c in chosen), (wanted, chosen)
+
+
+def test_issue33_the_dry_run_prints_every_run_and_the_property_suite_on_nccl(tmp_path,
+                                                                             monkeypatch,
+                                                                             capsys):
+    """--dry-run prints what a GPU node runs, in order, and exits 0; a property suite in the
+    tree (tests/mpi/test_property*.py) runs on NNABLA_TORUS_BACKEND=nccl."""
+    (tmp_path / "tests" / "mpi").mkdir(parents=True)
+    (tmp_path / "tests" / "mpi" / "test_property_suite.py").write_text("")
+    monkeypatch.setattr(gpu_check, "REPO", str(tmp_path))
+    runs = gpu_check.planned_runs(4, "gpu_check.json")
+    assert [r[0] for r in runs] == ["GPU tests (pytest -m gpu)", "property suite on nccl",
+                                    "allreduce_bench", "ResNet-50 train_bench float",
+                                    "ResNet-50 train_bench half"]
+    assert runs[1][1][-3:] == ["tests/mpi/test_property_suite.py", "-k", "nccl- and not fake"]
+    assert runs[1][2] == {"NNABLA_TORUS_BACKEND": "nccl"}
+    monkeypatch.setattr(gpu_check, "REPO", REPO)
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a, 0, "tests/mpi/test_gpu.py::test_gpu_cases_on_nccl[2]\n", ""))
+    assert gpu_check.main(["--dry-run", "--gpus", "4", "--json", os.devnull]) == 0
+    text = capsys.readouterr().out
+    assert "GPU tests (pytest -m gpu): " in text and "-np 4" in text
+    assert "pytest -m gpu selects 1 test(s)" in text
 
 
 def test_issue19_a_child_is_echoed_as_it_runs_and_a_timeout_is_a_verdict(capsys):

@@ -310,6 +310,73 @@ def test_issue19_finding3_no_bucketing_during_backward_on_the_nccl_backend():
     assert overlaps_backward(object())
 
 
+def test_issue33_nnabla_s_watchdog_is_left_warning_only(monkeypatch, caplog):
+    """Enabled, nnabla's watchdog std::terminates the rank (SIGABRT, no peer named) when any
+    host-side call of its communicator outlives its timeout (ext watch_dog.cpp 40-51): the
+    backend no longer enables it, times its warning like our watchdog, and says what a user's
+    NNABLA_MPI_WATCH_DOG_ENABLE=1 does."""
+    monkeypatch.delenv("NNABLA_MPI_WATCH_DOG_ENABLE", raising=False)
+    monkeypatch.delenv("NNABLA_MPI_WATCH_DOG_TIMEOUT", raising=False)
+    nccl.nnabla_watchdog(12.5)
+    assert "NNABLA_MPI_WATCH_DOG_ENABLE" not in os.environ
+    assert os.environ["NNABLA_MPI_WATCH_DOG_TIMEOUT"] == "13"
+    monkeypatch.setenv("NNABLA_MPI_WATCH_DOG_ENABLE", "1")
+    with caplog.at_level("WARNING", logger="nnabla_torus"):
+        nccl.nnabla_watchdog(12.5)
+    assert "SIGABRT" in caplog.text and "unset it" in caplog.text, caplog.text
+
+
+def test_issue33_a_hang_inside_a_call_that_holds_the_gil_ends_the_process():
+    """nnabla's init() and new_group hold the GIL (no Python watchdog runs): the deadline is
+    faulthandler's C thread, which ends the process with exit 1 and the traceback."""
+    import subprocess
+    import sys
+    prog = ("import time; from nnabla_torus.comm.watchdog import gil_held_deadline\n"
+            "with gil_held_deadline(1):\n    time.sleep(30)\n")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and time.monotonic() - start < 25
+    assert "Timeout (0:00:06)!" in done.stderr and "line 3 in <module>" in done.stderr, done.stderr
+
+
+def test_issue33_pop_sqnorms_on_the_device_is_a_checked_collective(monkeypatch):
+    """DeviceSquaredNorms.pop all-reduces over the world: it goes through the same arrival
+    check and failure handling as every collective (guarded_calls.collective)."""
+    from nnabla_torus.comm import communicator as communicator_module
+    from nnabla_torus.comm.communicator import TorusCommunicator
+    comm = TorusCommunicator(backend="mpi")
+    calls = []
+    monkeypatch.setattr(comm, "_group", lambda name: f"group {name}")
+    monkeypatch.setattr(communicator_module, "collective",
+                        lambda c, grp, sig, what, body: calls.append((grp, sig, what)) or body())
+    assert comm.pop_sqnorms() == (0.0, 0.0) and calls == []        # host sums: no collective
+    comm.sqnorms.device = type("Device", (), {"pop": lambda self: (2.0, 3.0)})()
+    assert comm.pop_sqnorms() == (2.0, 3.0)
+    assert calls == [("group world", ("pop_sqnorms",), "pop_sqnorms (noise-scale norms, "
+                      "all_reduce)")]
+
+
+@pytest.mark.parametrize("bucket_mib, grad_bytes, buffers", [
+    (25, 4, 3), (25, 2, 3), (13, 4, 3), (1, 4, 40), (100, 4, 3), (1e-6, 4, 10485760)])
+def test_issue33_device_packs_get_at_least_three_of_nnabla_s_buffers(bucket_mib, grad_bytes,
+                                                                     buffers):
+    """nnabla splits a fixed 40 MiB into pack buffers (ext .hpp 190-191, .cu 966-968): a 25 MiB
+    pack got one buffer (packs never pipelined), a 100 MiB one none. The fake computes the count
+    as nnabla does; the overlap's packs are capped so that there are 3 or more."""
+    from nnabla_torus.overlap import device_pack_size
+    parent = type("Parent", (), {"dtype": np.dtype(np.float32 if grad_bytes == 4 else
+                                                   np.float16)})()
+    pack = device_pack_size(bucket_mib, grad_bytes)
+    made = fake_nccl.FakeAllReduceCallback(parent, None, [], pack, True, 1.0)
+    assert made.buffers == buffers
+    before = fake_nccl.FakeAllReduceCallback(parent, None, [], int(25 * 2 ** 20) // grad_bytes,
+                                             True, 1.0)
+    assert before.buffers == 1
+    with pytest.raises(ValueError, match="no buffer"):
+        fake_nccl.FakeAllReduceCallback(parent, None, [], 100 * 2 ** 20 // 4, True, 1.0)
+
+
 def test_a_device_squared_norm_beyond_float32_is_finite(backend):
     """Before: the float32 device sum of gradients ~1e20 was inf, and the noise scale skipped
     every observation of a run whose gradients were finite."""

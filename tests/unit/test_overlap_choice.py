@@ -50,3 +50,38 @@ def test_partly_hidden_all_reduce_counts_what_backward_cannot_hide():
                                                  - choice.backward_s)
     assert choice.algorithm == ("native" if choice.native_step_s < choice.torus_step_s
                                 else "torus2d")
+
+
+def test_issue33_nnabla_s_per_gradient_mpi_check_is_counted_for_native():
+    """nnabla's callback makes one blocking 1-byte MPI_Allreduce per gradient array per
+    backward (ext .cu 1025-1030): A x T_k on the native-overlapped step (the old model: 0).
+    Enough of them flip a choice the model used to give native."""
+    net = Network(NVLINK, Link(50e-6, 12.5e9), 0.0, 4, 4, 0, {})
+    without = choose(net, RESNET50, 256, 32)
+    with_checks = choose(net, RESNET50._replace(grad_arrays=161), 256, 32)
+    t_k = float(allreduce_time(net, "native", 256, 1))
+    assert without.checks_s == 0 and with_checks.checks_s == pytest.approx(161 * t_k)
+    assert with_checks.native_step_s == pytest.approx(without.native_step_s + 161 * t_k)
+    assert with_checks.torus_step_s == without.torus_step_s
+    assert "per-gradient MPI checks" in describe(with_checks, "x")
+
+
+def test_issue33_the_choice_is_re_made_from_measured_step_times():
+    """The run's median step times replace the predictions; with one configuration measured,
+    the other's prediction carries the model's error on the one that ran."""
+    from nnabla_torus.planning.overlap_choice import with_measured
+    net = Network(NVLINK, EDR, 0.0, 4, 4, 0, {})
+    predicted = choose(net, RESNET50, 16, 32)
+    assert predicted.algorithm == "native" and predicted.measured == ()
+    # native ran 2x slower than predicted: torus2d is assumed 2x slower too
+    ran = with_measured(predicted, {"native": 2 * predicted.native_step_s})
+    assert ran.torus_step_s == pytest.approx(2 * predicted.torus_step_s)
+    assert ran.algorithm == predicted.algorithm and ran.measured == ("native",)
+    # both measured: the measurements decide, whatever the model said
+    both = with_measured(predicted, {"native": 0.120, "torus2d": 0.100})
+    assert both.algorithm == "torus2d" and both.measured == ("native", "torus2d")
+    assert "from the run's measured step times" in describe(both, "abci")
+    with pytest.raises(ValueError, match="must be > 0 seconds"):
+        with_measured(predicted, {"native": 0.0})
+    with pytest.raises(ValueError, match="'torus2d' and/or 'native'"):
+        with_measured(predicted, {"ring": 0.1})

@@ -104,7 +104,8 @@ def test_cli_table_json_plot_and_env_twin(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("module", [
     "planning.costmodel", "planning.costmodel.links", "planning.costmodel.phases",
     "planning.costmodel.han", "planning.costmodel.allreduce", "planning.machine_profile",
-    "planning.planner", "planning.schedules", "planning.controller", "planning.goodput"])
+    "planning.planner", "planning.schedules", "planning.controller", "planning.goodput",
+    "planning.overlap_choice", "overlap"])
 def test_docstring_examples(module):
     import doctest
     import importlib

@@ -16,6 +16,7 @@ Example (under ``mpirun -np 4``, one rank per GPU; the communicator normally dri
     be.all_gather(row, buf)                  # buf: the row's sum everywhere
 """
 import contextlib
+import logging
 import math
 import os
 import socket
@@ -26,7 +27,8 @@ from mpi4py import MPI
 from ..errors import CollectiveTimeout, RankLost
 from ..rendezvous import check_same_call
 from ..waits import lost_ranks, wait_requests
-from ..watchdog import Watchdog
+from ..job_log import note
+from ..watchdog import Watchdog, gil_held_deadline
 from ..settings import DEFAULTS
 from .nccl_device import WIRE_TYPES, DeviceBuffers, nnabla_device, short_host, type_contexts
 
@@ -44,6 +46,28 @@ def agree(world, step, what):
     if bad:
         r, message = bad[0]
         raise RuntimeError(f"{what} failed on rank {r} ({len(bad)} rank(s) failed): {message}")
+
+
+def nnabla_watchdog(timeout):
+    """Leave nnabla's own watchdog warning-only, timed like ours. Enabled
+    (``NNABLA_MPI_WATCH_DOG_ENABLE`` not 0), it raises in its own std::thread when a guarded
+    host-side call (``init()``, every ``all_reduce``'s enqueue, which includes a blocking 1-byte
+    MPI_Allreduce that waits for the slowest rank) outlives its timeout: std::terminate, the
+    rank dies by SIGABRT and no peer is named (nnabla-ext-cuda v1.39.0
+    ``src/nbla/cuda/communicator/watch_dog.cpp`` 40-51; armed in ext .cu 381-382, 720, 764).
+    Disabled, it prints one warning and stops watching (watch_dog.cpp 42-46). This library's
+    failure handling covers the same calls: the arrival check before ``init()`` and
+    ``new_group``, ``gil_held_deadline`` inside them, its watchdog around every NCCL phase."""
+    os.environ.setdefault("NNABLA_MPI_WATCH_DOG_TIMEOUT", str(math.ceil(timeout)))
+    enabled = os.environ.get("NNABLA_MPI_WATCH_DOG_ENABLE", "0")
+    if enabled and enabled != "0":
+        note(f"NNABLA_MPI_WATCH_DOG_ENABLE={enabled}: nnabla's watchdog will end a rank by "
+             f"SIGABRT (std::terminate, no peer named) when a call of its communicator takes "
+             f"longer than NNABLA_MPI_WATCH_DOG_TIMEOUT="
+             f"{os.environ['NNABLA_MPI_WATCH_DOG_TIMEOUT']} s, e.g. an all-reduce waiting for a "
+             f"rank that saves a checkpoint. nnabla_torus ends a hung job itself, naming the "
+             f"rank and host (NNABLA_TORUS_TIMEOUT); unset it to leave that to nnabla_torus",
+             logging.WARNING)
 
 
 def mpi_error_in(error):
@@ -114,32 +138,42 @@ class NCCLBackend(DeviceBuffers):
         self.ctx = self._ctx[np.dtype(np.float32)]
         self._dog = Watchdog(self.rank, self.timeout, self._abort_hung)
         self._comms = {}
-        self._group_names = []  # (name, ranks) in creation order, replayed on a late communicator
+        self._made = set()     # (dtype, group name) made on nnabla's communicator of dtype
+        self.nccl_made = []    # (dtype name, ranks) of every NCCL communicator made, in order
         self._groups = {}
         self._pad = {}
         self._communicator(np.dtype(np.float32))
         self.world_group = NCCLGroup("world", range(self.size), self.rank, self.world.Dup())
 
     # -- nnabla communicators and groups -----------------------------------------------------
+    # Every NCCL communicator holds device memory of its own (NCCL's buffers per channel and
+    # peer: ~0.5-0.7 GB per group on 4 A100s, NVIDIA/nccl#964; ~1.6 GB for one and ~6 GB for
+    # three or more, #864; 512 MiB even for a 1-rank one, #2363), and nnabla makes one per
+    # init() and per new_group of a member (ncclCommInitRank, ext .cu 426, 510). So only the
+    # float32 world one is made at start-up; the float16 one, and each group's NCCL
+    # communicator per dtype, at the first call that needs it; a 1-rank group never (every
+    # primitive returns before calling NCCL on it).
     def _communicator(self, dtype):
         """nnabla's communicator for ``dtype``, created on first use (collective over the world)."""
         comm = self._comms.get(dtype)
         if comm is not None:
             return comm
         what = f"creating the {dtype.name} NCCL communicator on rank {self.rank} ({self.host})"
-        if self._comms:  # a late one: every rank must be here, or we would hang in nnabla
-            check_same_call(self.world, list(range(self.size)), ("communicator", dtype.name),
-                            self.timeout, what + " (collective over all ranks: the first "
-                            f"{dtype.name} call must involve every rank, e.g. a world all-reduce)")
-        with self._phase(what, sync=False):
+        late = bool(self._comms)
+        # nnabla's init() holds the GIL (nnabla python/src/nnabla/communicator.pyx ~113-121):
+        # our watchdog cannot run inside it, so every rank is first checked to be here, with
+        # our timeout, naming a missing rank (at start-up too: a rank that died before init()
+        # would otherwise leave the others in nnabla's MPI_Allgather, ext .cu 397).
+        check_same_call(self.world, list(range(self.size)), ("communicator", dtype.name),
+                        self.timeout, what + (" (collective over all ranks: the first "
+                                              f"{dtype.name} call must involve every rank, "
+                                              "e.g. a world all-reduce)" if late else ""))
+        with self._phase(what, sync=False), gil_held_deadline(self.timeout):
             if self.on_host:
                 comm = self._ext.FakeMultiProcessDataParallelCommunicator(self._ctx[dtype])
             else:
                 from . import cuda_env
-                # init() holds the GIL (our watchdog cannot run); nnabla's own watchdog, read
-                # at construction, covers it: enabled with our timeout unless set already.
-                os.environ.setdefault("NNABLA_MPI_WATCH_DOG_ENABLE", "1")
-                os.environ.setdefault("NNABLA_MPI_WATCH_DOG_TIMEOUT", str(math.ceil(self.timeout)))
+                nnabla_watchdog(self.timeout)
                 comm = cuda_env.create_communicator(self._ctx[dtype])
             comm.init()
         if comm.local_rank != self.device_id:
@@ -147,14 +181,13 @@ class NCCLBackend(DeviceBuffers):
                                f"on GPU {comm.local_rank}, nnabla_torus on GPU {self.device_id} "
                                f"(earlier ranks on host {short_host()!r}); buffers would cross "
                                f"devices. Fix: give every host one distinct name")
-        for name, ranks in self._group_names:
-            with self._phase(f"new_group {name} ({dtype.name})", sync=False):
-                comm.new_group((name, list(ranks)))
         self._comms[dtype] = comm
+        self.nccl_made.append((dtype.name, tuple(range(self.size))))
         return comm
 
     def group(self, ranks):
-        """The group over ``ranks`` (created once by its members, in the order asked for)."""
+        """The group over ``ranks`` (its MPI control communicator made now by its members, in
+        the order asked for; its NCCL communicators at their first call, ``_comm``)."""
         key = tuple(int(r) for r in ranks)
         if key == tuple(range(self.size)):
             return self.world_group
@@ -162,25 +195,56 @@ class NCCLBackend(DeviceBuffers):
             if self.rank not in key:
                 raise ValueError(f"rank {self.rank} is not a member of group {list(key)}")
             name = "nnabla_torus:" + ",".join(map(str, key))
-            # nnabla's new_group holds the GIL while it waits for the members (no watchdog of
-            # ours could run): first make sure, with a timeout, that every member is here.
             what = f"creating group {list(key)} on rank {self.rank} ({self.host})"
             with self._dog.guard(what):  # mpi4py releases the GIL while it waits
                 control = self.world.Create_group(self.world.Get_group().Incl(list(key)))
-            check_same_call(control, list(key), ("new_group", name), self.timeout, what)
-            for dtype, comm in self._comms.items():
-                with self._phase(f"new_group {name} ({dtype.name})", sync=False):
-                    comm.new_group((name, list(key)))
-            self._group_names.append((name, key))
             self._groups[key] = NCCLGroup(name, key, key.index(self.rank), control)
         return self._groups[key]
 
-    def _comm(self, buf):
-        dtype = buf.dtype
-        if dtype not in WIRE_TYPES:
-            raise ValueError(f"the nccl backend moves float32 or float16, not {dtype}; "
-                             f"cast the arrays or use NNABLA_TORUS_BACKEND=mpi")
-        return self._communicator(dtype)
+    def _nnabla_group(self, comm, dtype, group):
+        """Make ``group`` on nnabla's ``dtype`` communicator ``comm`` if not yet (collective over
+        its members, at their first call on it: the same order on every member, since every
+        member makes the same calls in the same order)."""
+        if group.name == "world" or (dtype, group.name) in self._made:
+            return
+        # nnabla's new_group holds the GIL while it waits for the members (no watchdog of
+        # ours could run): first make sure, with a timeout, that every member is here.
+        what = (f"creating group {list(group.ranks)} ({dtype.name}) on rank {self.rank} "
+                f"({self.host})")
+        check_same_call(group.control, list(group.ranks), ("new_group", group.name, dtype.name),
+                        self.timeout, what)
+        with self._phase(f"new_group {group.name} ({dtype.name})", sync=False), \
+                gil_held_deadline(self.timeout):
+            comm.new_group((group.name, list(group.ranks)))
+        self._made.add((dtype, group.name))
+        self.nccl_made.append((dtype.name, tuple(group.ranks)))
+
+    def _comm(self, buf, group):
+        """nnabla's communicator for ``buf``'s dtype, with ``group`` made on it."""
+        dtype = buf.dtype      # float32 or float16: other dtypes go through _on_host first
+        comm = self._communicator(dtype)
+        self._nnabla_group(comm, dtype, group)
+        return comm
+
+    def resources(self):
+        """One line: the NCCL communicators this rank holds now and when more are made."""
+        made = ", ".join(f"{'world' if len(r) == self.size else list(r)} {d}"
+                         for d, r in self.nccl_made)
+        return (f"nccl: {len(self.nccl_made)} NCCL communicator(s) on rank {self.rank} ({made}); "
+                f"a group's, and the float16 world's, are made at their first call, a 1-rank "
+                f"group's never. Each holds its own GPU memory (NCCL buffers per channel and "
+                f"peer; reported ~0.5-1.6 GB each: NVIDIA/nccl#964, #864)")
+
+    def _on_host(self, group, buf, what, start):
+        """Whether ``buf`` holds a dtype NCCL does not move (nccl_device.py); then run the
+        collective on the host now: ``start(control, numpy view of buf)`` posts it on the
+        group's mpi4py communicator and returns its request, waited for under the timeout."""
+        if buf.dtype in WIRE_TYPES:
+            return False
+        view = buf.narrow()
+        wait_requests([start(group.control, view.data)], self.timeout, self._what(what, group),
+                      group.ranks, self.rank)
+        return True
 
     def close(self):
         """Free the nnabla communicators (NCCL communicators, streams), groups and workspaces."""
@@ -260,7 +324,10 @@ class NCCLBackend(DeviceBuffers):
         return self.sub(buf, lo, hi)
 
     def _reduce_scatter_even(self, group, buf, chunk, what):
-        comm = self._comm(buf)
+        # host dtypes: the whole sum (our chunk is what the caller reads)
+        if self._on_host(group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a)):
+            return
+        comm = self._comm(buf, group)
         chunks = [buf.narrow(i * chunk, chunk) for i in range(group.size)]
         with self._phase(self._what(what, group)):
             comm.reduce_scatter(chunks, chunks[group.rank], division=False, group=group.name)
@@ -282,15 +349,18 @@ class NCCLBackend(DeviceBuffers):
         self.copy(buf, self.sub(work, 0, n))
 
     def _all_gather_even(self, group, buf, chunk, what):
-        comm = self._comm(buf)
+        if self._on_host(group, buf, what, lambda c, a: c.Iallgather(MPI.IN_PLACE, a)):
+            return
+        comm = self._comm(buf, group)
         chunks = [buf.narrow(i * chunk, chunk) for i in range(group.size)]
         with self._phase(self._what(what, group)):
             comm.all_gather(chunks[group.rank], chunks, group=group.name)
 
     def all_reduce(self, group, buf, what="all_reduce"):
         """NCCL's all-reduce (ring or tree, NCCL's choice) of ``buf`` over ``group``."""
-        if group.size > 1 and buf.size:
-            comm = self._comm(buf)
+        if group.size > 1 and buf.size and not self._on_host(
+                group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a)):
+            comm = self._comm(buf, group)
             with self._phase(self._what(what, group)):
                 comm.all_reduce(buf.narrow(), division=False, inplace=True, group=group.name)
 
@@ -298,8 +368,9 @@ class NCCLBackend(DeviceBuffers):
 
     def bcast(self, group, buf, root, what="bcast"):
         """Copy ``buf`` of group position ``root`` to every member."""
-        if group.size > 1 and buf.size:
-            comm = self._comm(buf)
+        if group.size > 1 and buf.size and not self._on_host(
+                group, buf, what, lambda c, a: c.Ibcast(a, root=root)):
+            comm = self._comm(buf, group)
             with self._phase(self._what(what, group)):
                 comm.bcast(buf.narrow(), root, inplace=True, group=group.name)
 
@@ -308,8 +379,9 @@ class NCCLBackend(DeviceBuffers):
         size = shard.size
         if group.size == 1:
             self.copy(out, shard)
-        elif size:
-            comm = self._comm(out)
+        elif size and not self._on_host(group, out, what, lambda c, a: c.Iallgather(
+                shard.narrow().data.copy(), a)):
+            comm = self._comm(out, group)
             chunks = [out.narrow(i * size, size) for i in range(group.size)]
             with self._phase(self._what(what, group)):
                 comm.all_gather(shard.narrow(), chunks, group=group.name)
@@ -319,14 +391,19 @@ class NCCLBackend(DeviceBuffers):
         """nnabla's own backward callback (a C++ ``CommunicatorBackwardCallback`` that nnabla's
         ``backward(communicator_callbacks=...)`` accepts) from the communicator of the user's
         type (``half``: float16), on ``group``'s nnabla group (ext .cu:953-979)."""
-        comm = self.nnabla_communicator(half)
+        comm = self.nnabla_communicator(half, group)
         return comm.all_reduce_callback(arrays, pack_size, division, group.name, scale_grad,
                                         keep_dtype)
 
-    def nnabla_communicator(self, half=False):
+    def nnabla_communicator(self, half=False, group=None):
         """The nnabla communicator of the user's type (``half``: float16), e.g. for nnabla's own
-        sync_batch_normalization kernel; group names are ``group(ranks).name``."""
-        return self._communicator(np.dtype(np.float16 if half else np.float32))
+        sync_batch_normalization kernel, with ``group`` (if given) made on it; group names are
+        ``group(ranks).name``."""
+        dtype = np.dtype(np.float16 if half else np.float32)
+        comm = self._communicator(dtype)
+        if group is not None:
+            self._nnabla_group(comm, dtype, group)
+        return comm
 
     # -- control ----------------------------------------------------------------------------
     def barrier(self, what="barrier"):

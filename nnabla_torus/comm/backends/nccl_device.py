@@ -1,6 +1,12 @@
 """Where the NCCL backend's data lives: the rank's GPU (nnabla's rule), the wire dtypes and
 their contexts, and ``DeviceSlice``, a range of a device NdArray narrowed only while used.
 
+nnabla's NCCL communicator reduces only float32 and float16 (``get_nccl_dtype`` has those two,
+ext ``include/nbla/cuda/communicator/nccl_utils.hpp`` ~47-51; the communicator is instantiated
+for ``float`` and ``Half`` only, ext ``multi_process_data_parallel_communicator.cu`` ~1215-1216,
+and casts every array to its type, ~782); every other dtype (int32, int64, uint8, float64, ...)
+lives in host memory here (``HOST``) and travels through MPI (``NCCLBackend``), summed exactly.
+
 nnabla forbids two live narrowed views of one array that overlap, and casting a narrowed view
 to another dtype or device (nnabla ``src/nbla/synced_array.cpp``), hence slices that hold no
 view open (docs/gpu.md, "The NCCL mapping").
@@ -12,7 +18,8 @@ import numpy as np
 
 from ..collectives import scale_numpy
 
-WIRE_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half"}
+WIRE_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float16): "half"}  # NCCL's dtypes
+HOST = "host"   # the context key of every other dtype (host memory, moved by MPI)
 ALIGN_BYTES = 16  # chunk alignment of fused buffers (padded_length)
 
 
@@ -31,11 +38,13 @@ def nnabla_device(world):
 
 def type_contexts(ctx, fake, device_id):
     """nnabla contexts for float32 and float16 work on GPU ``device_id`` (fake: CPU; no
-    ``ctx``: cudnn)."""
+    ``ctx``: cudnn), and under ``HOST`` the CPU context of the other dtypes."""
     from nnabla.ext_utils import get_extension_context
     ext = "cpu" if fake else "cudnn" if ctx is None else ctx.backend[0].split(":")[0]
-    return {dtype: get_extension_context(ext, device_id=str(device_id), type_config=config)
-            for dtype, config in WIRE_TYPES.items()}
+    contexts = {dtype: get_extension_context(ext, device_id=str(device_id), type_config=config)
+                for dtype, config in WIRE_TYPES.items()}
+    contexts[HOST] = get_extension_context("cpu")
+    return contexts
 
 
 class DeviceSlice:
@@ -80,9 +89,14 @@ class DeviceBuffers:
     """The buffer half of the backend contract (flat, empty, sub, read, copy, scale, sqnorm,
     pack, unpack) on DeviceSlices, in explicit contexts of the buffer's device and dtype.
 
-    The class using it sets ``ctx`` (float32 context), ``_ctx`` ({dtype: context}), ``size``
-    (world size), ``on_host`` (the fake: numpy on CPU), ``_ext`` and ``device_id``.
+    The class using it sets ``ctx`` (float32 context), ``_ctx`` ({dtype: context} and
+    ``HOST``, ``type_contexts``), ``size`` (world size), ``on_host`` (the fake: numpy on CPU),
+    ``_ext`` and ``device_id``.
     """
+
+    def context(self, dtype):
+        """The nnabla context ``dtype`` lives in: the GPU for NCCL's dtypes, else the host."""
+        return self._ctx.get(np.dtype(dtype)) or self._ctx[HOST]
 
     def flat(self, ndarray, write=True):
         """A DeviceSlice over all of ``ndarray``, moved to our device in its dtype (no copy)."""
@@ -91,9 +105,9 @@ class DeviceBuffers:
         except RuntimeError:  # new or zero()ed: no array yet; float32 is nnabla's default
             dtype = np.float32
         dtype = np.dtype(dtype)
-        ctx = self._ctx.get(dtype, self.ctx)
+        ctx = self.context(dtype)
         ndarray.cast(dtype, ctx)
-        if self.on_host:
+        if self.on_host and dtype in WIRE_TYPES:
             self._ext.place(ndarray, self.device_id)
         base = ndarray if ndarray.ndim == 1 else ndarray.view((ndarray.size,))
         return DeviceSlice(base, 0, ndarray.size, ctx)
@@ -101,10 +115,10 @@ class DeviceBuffers:
     def empty(self, dtype, count):
         import nnabla as nn
         dtype = np.dtype(dtype)
-        ctx = self._ctx.get(dtype, self.ctx)
+        ctx = self.context(dtype)
         base = nn.NdArray((count,))
         base.cast(dtype, ctx)
-        if self.on_host:
+        if self.on_host and dtype in WIRE_TYPES:
             self._ext.place(base, self.device_id)
         return DeviceSlice(base, 0, count, ctx)
 
@@ -126,7 +140,7 @@ class DeviceBuffers:
             for a, start, stop in zip(part.arrays, part.offsets, part.offsets[1:]):
                 self.copy(self.sub(buf, start, stop), self.flat(a, write=False))
             return
-        fn, xs, _ = concat
+        fn, xs, _, _ = concat
         fn.forward(xs, [_output(buf, part.n)])
 
     def unpack(self, buf, part):
@@ -138,17 +152,29 @@ class DeviceBuffers:
             for a, start, stop in zip(part.arrays, part.offsets, part.offsets[1:]):
                 self.copy(self.flat(a, write=True), self.sub(buf, start, stop))
             return
-        fn, xs, overwrite = concat
+        fn, xs, overwrite, _ = concat
         fn.backward(xs, [_output(buf, part.n)], overwrite)
 
     def _concatenate(self, part):
-        """(Concatenate function, its inputs, accum flags) for ``part``, made once per part;
-        None for fewer than two arrays, or unless every array has the wire dtype and nnabla's
-        functions run in it here.
+        """(Concatenate function, its inputs, accum flags) for ``part``, the function made once
+        per part, its inputs bound to the arrays' storage of now; None for fewer than two
+        arrays, or unless every array has the wire dtype and nnabla's functions run in it here.
 
         Each input Variable's data and grad are a flat view of the user's array (``view``
         shares its storage, nnabla ``src/nbla/nd_array.cpp`` ``NdArray::view``), so zero(),
-        casts and writes of the array are what the function reads and writes."""
+        casts and writes of the array are what the function reads and writes. A view shares
+        the storage the array had when it was made, and an array can get new storage under
+        the same shape (``Variable.reset_shape(shape, force=True)`` to another size and back
+        gives it a new ``SyncedArray``): so the views are made again on every call (~0.4 us
+        per array), never kept from one call to the next (issue 33)."""
+        concat = self._make_concatenate(part)
+        if concat is not None:
+            for a, x in zip(concat[3], concat[1]):
+                x.data = x.grad = a.view((a.size,))
+        return concat
+
+    def _make_concatenate(self, part):
+        """(function, input Variables, accum flags, arrays) of ``part`` (``_concatenate``)."""
         if part.device is None:
             # Empty arrays hold no element of the buffer; nnabla's Concatenate divides by
             # each input's size in setup (it crashes on one of size 0).
@@ -159,15 +185,10 @@ class DeviceBuffers:
             else:
                 import nnabla as nn
                 import nnabla.function as nnabla_function
-                xs = []
-                for a in inputs:
-                    view = a.view((a.size,))
-                    x = nn.Variable((a.size,), need_grad=True)
-                    x.data, x.grad = view, view
-                    xs.append(x)
-                fn = nnabla_function.Concatenate(self._ctx[part.wire], 0)
+                xs = [nn.Variable((a.size,), need_grad=True) for a in inputs]
+                fn = nnabla_function.Concatenate(self.context(part.wire), 0)
                 fn.setup(xs, [nn.Variable((part.n,))])
-                part.device = (fn, xs, [False] * len(xs))
+                part.device = (fn, xs, [False] * len(xs), inputs)
         return part.device or None
 
     @staticmethod
@@ -175,10 +196,13 @@ class DeviceBuffers:
         return DeviceSlice(buf.base, buf.start + start, stop - start, buf.ctx)
 
     def _native(self, dtype):
-        """Whether nnabla functions can write ``dtype`` here (CPU functions are float32 only)."""
-        return not self.on_host or dtype == np.float32
+        """Whether nnabla functions can write ``dtype`` here (NCCL's dtypes on the GPU; CPU
+        functions are float32 only; host dtypes are written with numpy)."""
+        return dtype in WIRE_TYPES and (not self.on_host or dtype == np.float32)
 
     def read(self, buf, index):
+        if buf.dtype not in WIRE_TYPES:   # host memory: numpy (a function would cast it)
+            return float(buf.narrow(index, 1).data[0])
         import nnabla as nn
         import nnabla.functions as F
         with nn.context_scope(self.ctx):  # reads the element on our device, into a new array
@@ -189,7 +213,7 @@ class DeviceBuffers:
             return
         import nnabla as nn
         d, s = dst.narrow(), src.narrow()
-        with nn.context_scope(self._ctx[dst.dtype]):
+        with nn.context_scope(self.context(dst.dtype)):
             if dst.dtype == src.dtype:  # a device-to-device copy in the source's dtype and place
                 d.copy_from(s, use_current_context=False)
             elif self._native(dst.dtype):
@@ -206,7 +230,7 @@ class DeviceBuffers:
         if self._native(buf.dtype):
             import nnabla as nn
             import nnabla.functions as F
-            with nn.context_scope(self._ctx[buf.dtype]):
+            with nn.context_scope(self.context(buf.dtype)):
                 F.mul_scalar(view, float(factor), outputs=[view])
         else:
             scale_numpy(view.data, factor)
@@ -217,6 +241,8 @@ class DeviceBuffers:
         norm (as the MPI backend's float64 sum)."""
         if not buf.size:
             return 0.0
+        if buf.dtype not in WIRE_TYPES:   # host memory: numpy
+            return float(np.sum(np.square(buf.narrow().data, dtype=np.float64)))
         import nnabla as nn
         import nnabla.functions as F
         with nn.context_scope(self.ctx):

@@ -95,7 +95,11 @@ def device_streams(comm):
     reducer = BucketedAllReduce(comm, loss, params, bucket_mib=1e-4)   # ~26 elements a pack
     fake_nccl.synchronize()
     fake_nccl.stream_log.clear()
+    checks = fake_nccl.FakeAllReduceCallback.host_checks
     reducer.backward(loss)
+    # nnabla's callback: one blocking 1-byte MPI_Allreduce per gradient use (ext .cu 1025-1030)
+    checks = fake_nccl.FakeAllReduceCallback.host_checks - checks
+    assert checks == sum(reducer.uses.values()) == len(params), (checks, reducer.uses)
     log = list(fake_nccl.stream_log)
     packs = [e for e in log if e[0] != "host-sync"]
     syncs = [e for e in log if e[0] == "host-sync"]
@@ -129,7 +133,8 @@ def device_streams(comm):
                                    err_msg=f"{name} torus2d")
     reducer.close()
     if comm.rank == 0:
-        print(f"device streams: {len(packs)} packs on non-blocking streams, no host sync")
+        print(f"device streams: {len(packs)} packs on non-blocking streams, no host sync; "
+              f"{checks} blocking 1-byte MPI checks ({len(params)} gradients)")
         print(passed_line("check_overlap"))
 
 
@@ -149,6 +154,22 @@ def build_unshared(rank):
     return F.mean((y - 0.3) ** 2), nn.get_parameters()
 
 
+def norms_reference(loss, params):
+    """((1/p) sum_i |g_i|^2, |(1/p) sum_i g_i|^2) of the ranks' local gradients of ``loss``
+    (numpy, float64), and {name: mean gradient}."""
+    from mpi4py import MPI
+    for v in params.values():
+        v.grad.zero()
+    loss.forward()
+    loss.backward()
+    local = {k: v.g.astype(np.float64) for k, v in params.items()}
+    every = MPI.COMM_WORLD.allgather(local)
+    p = len(every)
+    mean = {k: sum(r[k] for r in every) / p for k in local}
+    return (sum(float((r[k] ** 2).sum()) for r in every for k in r) / p,
+            sum(float((m ** 2).sum()) for m in mean.values())), mean
+
+
 def device_norms(comm):
     """fake-nccl, algorithm native, noise scale tracked: BucketedAllReduce.backward still runs
     nnabla's all_reduce_callback during backward (non-blocking packs, no host sync during
@@ -157,20 +178,11 @@ def device_norms(comm):
     value), and pop_sqnorms() equals numpy's (1/p) sum_i |g_i|^2 and |(1/p) sum_i g_i|^2 of the
     ranks' local gradients. The old code took the host path instead: one legacy-default
     all_reduce after backward and a host sync."""
-    from mpi4py import MPI
     from nnabla_torus.testing import fake_nccl
     assert comm.algorithm == "native", comm.algorithm
     p = comm.size
     loss, params = build_unshared(comm.rank)
-    for v in params.values():
-        v.grad.zero()
-    loss.forward()
-    loss.backward()
-    local = {k: v.g.astype(np.float64) for k, v in params.items()}
-    every = MPI.COMM_WORLD.allgather(local)
-    mean = {k: sum(r[k] for r in every) / p for k in local}
-    want_local = sum(float((r[k] ** 2).sum()) for r in every for k in r) / p
-    want_global = sum(float((m ** 2).sum()) for m in mean.values())
+    (want_local, want_global), mean = norms_reference(loss, params)
 
     reducer = BucketedAllReduce(comm, loss, params, bucket_mib=1e-4)   # ~26 elements a pack
     comm.track_sqnorms = True

@@ -386,6 +386,34 @@ def case_same_list_changed(comm, config):
             check_reduced(listed[:1], [shape], range(P), False, f"inplace={inplace} {shape}")
 
 
+def case_storage_replaced(comm, config):
+    """Issue 33 (1): an array of a list that was already reduced gets new storage of the same
+    shape (``reset_shape`` to another size and back, with force) and is written: the next
+    all_reduce and bcast of the same list must reach it, not its old storage (a cached view)."""
+    shapes = [(17,), (3, 5), (4,)]
+    for inplace in (False, True):
+        variables = [nn.Variable(s) for s in shapes]
+        for k, (v, s) in enumerate(zip(variables, shapes)):
+            v.d = values(s, k, RANK)
+        arrays = [v.data for v in variables]
+        comm.all_reduce(arrays, inplace=inplace)
+        comm.bcast(arrays, src=0, inplace=inplace)
+        for v, s in zip(variables[1:], shapes[1:]):
+            v.reset_shape((7,), force=True)          # another size: new storage
+            v.reset_shape(s, force=True)             # back: the same shape, new storage again
+        for k, (v, s) in enumerate(zip(variables, shapes)):
+            v.d = values(s, k, RANK)
+        comm.all_reduce(arrays, inplace=inplace)
+        check_reduced(arrays, shapes, range(P), False, f"inplace={inplace} new storage")
+        for v, s in zip(variables, shapes):
+            v.reset_shape((7,), force=True)
+            v.reset_shape(s, force=True)
+            v.d = np.full(s, 100.0 + RANK, np.float32)
+        comm.bcast(arrays, src=0, inplace=inplace)
+        for a in arrays:
+            check_close(a.data, np.full(a.shape, 100), 0, f"bcast inplace={inplace} new storage")
+
+
 def case_integers(comm, config):
     """int32 and int64 sums are exact; averages are floor(sum / p), fused and in place."""
     shapes = [(17,), (17, 17), (100003,), (0,)]
@@ -676,8 +704,7 @@ def correctness_cases():
             cases.append((f"{name}: fused and in-place lists", on(config, case_fused_subset)))
             cases.append((f"{name}: float16", on(config, case_float16, [(True, False)])))
         cases.append((f"{name}: sqnorms", on(config, case_sqnorms)))
-        if (BACKEND == "mpi" and config.algorithm in ("torus2d", "hierarchical", "native")
-                and not config.wire_fp16):
+        if config.algorithm in ("torus2d", "hierarchical", "native") and not config.wire_fp16:
             cases.append((f"{name}: integers", on(config, case_integers)))
         if config.algorithm == "auto":
             cases.append((f"{name}: routes by size", on(config, case_auto_routes)))
@@ -689,7 +716,7 @@ def correctness_cases():
                           on(config, case_sqnorms, np.float16)))
     first = configs_[0]
     cases += [(f"{config_name(first)}: {fn.__name__[5:]}", on(first, fn)) for fn in (
-        case_lazily_zeroed, case_same_list_changed, case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
+        case_lazily_zeroed, case_same_list_changed, case_storage_replaced, case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
         case_loss_scaling, case_groups)]
     if BACKEND == "mpi":
         cases.append(("auto: same choice on every rank", on(first, case_auto_same_choice)))

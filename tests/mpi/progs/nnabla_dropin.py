@@ -395,6 +395,65 @@ def case_sync_bn_recompute(comm):
     nn.clear_parameters()
 
 
+def case_sync_bn_first_class(comm):
+    """The CPU function as nnabla's own (issue 33): ``parent.name`` and ``info.args`` of
+    nnabla's SyncBatchNormalization; a direct ``Function.recompute`` gives the same outputs
+    and leaves the running statistics as forward left them (nnabla's test helper
+    ``recomputation_test``, ``nbla_test_utils.py`` ~355-395)."""
+    x = nn.Variable.from_numpy_array(values((4, 3, 5), 0, RANK))
+    v = [nn.Variable.from_numpy_array(a) for a in
+         (np.zeros((1, 3, 1)), np.ones((1, 3, 1)), np.zeros((1, 3, 1)), np.ones((1, 3, 1)))]
+    y = F.sync_batch_normalization(x, *v, comm, "world", [1], 0.5, 1e-5, True)
+    f = y.parent
+    assert f.name == "SyncBatchNormalization", f.name
+    assert f.info.type_name == "SyncBatchNormalization", f.info.type_name
+    assert f.info.args == {"comm": "<Communicator>", "group": "world", "axes": [1],
+                           "decay_rate": 0.5, "eps": 1e-5, "batch_stat": True}, f.info.args
+    f.forward([x, *v], [y])
+    after_forward = [a.d.copy() for a in v[2:]], y.d.copy()
+    y.data.clear()
+    f.recompute([x, *v], [y])
+    for got, want in zip([a.d for a in v[2:]], after_forward[0]):
+        assert np.array_equal(got, want), "recompute updated the running statistics"
+    assert np.array_equal(y.d, after_forward[1]), "recompute changed the output"
+    y2 = F.relu(x)   # nnabla's own functions keep their names
+    assert y2.parent.name == "ReLU", y2.parent.name
+
+
+def case_sync_bn_saved():
+    """With ``SYNC_BN_NNP_DIR``: rank 0 saves a conv -> SyncBN (batch_stat=True) -> ReLU graph
+    to sync_bn.nnp (as BatchNormalization), its input x.bin and the output a one-process
+    batch normalization of that batch gives (want.npy), for nnabla_cli infer to run."""
+    folder = os.environ.get("SYNC_BN_NNP_DIR")
+    if not folder:
+        return
+    comm = C.MultiProcessCommunicator()
+    comm.init()
+    rng = np.random.RandomState(7)
+    x_data = rng.randn(3, 2, 5, 5).astype(np.float32)
+    nn.clear_parameters()
+    x = nn.Variable.from_numpy_array(x_data)
+    h = PF.convolution(x, 4, (3, 3), pad=(1, 1), name="conv")
+    y = F.relu(PF.sync_batch_normalization(h, comm, eps=1e-3, name="bn"))
+    y.forward()
+    if RANK == 0:
+        from nnabla.utils import save
+        save.save(os.path.join(folder, "sync_bn.nnp"), {
+            "networks": [{"name": "net", "batch_size": 3, "outputs": {"y": y},
+                          "names": {"x": x}}],
+            "executors": [{"name": "runtime", "network": "net", "data": ["x"],
+                           "output": ["y"]}]})
+        x_data.tofile(os.path.join(folder, "x.bin"))
+        params = {k.split("/")[-1]: v for k, v in nn.get_parameters(grad_only=False).items()
+                  if k.startswith("bn")}
+        conv = h.d   # the convolution of x alone (no statistics involved)
+        mean, var = conv.mean(axis=(0, 2, 3), keepdims=True), conv.var(axis=(0, 2, 3),
+                                                                      keepdims=True)
+        want = (conv - mean) / np.sqrt(var + 1e-3) * params["gamma"].d + params["beta"].d
+        np.save(os.path.join(folder, "want.npy"), np.maximum(want, 0))
+    nn.clear_parameters()
+
+
 def case_sync_bn_foreign_comm():
     """Anything but our communicator still goes to nnabla's own function (and its check)."""
     x = nn.Variable((2, 3, 4, 4))
@@ -448,6 +507,8 @@ def cases():
             ("sync_batch_normalization group and output_stat",
              with_comm(case_sync_bn_group_and_stats)),
             ("sync_batch_normalization recompute", with_comm(case_sync_bn_recompute)),
+            ("sync_batch_normalization first-class", with_comm(case_sync_bn_first_class)),
+            ("sync_batch_normalization saved", case_sync_bn_saved),
             ("sync_batch_normalization foreign comm", case_sync_bn_foreign_comm)]
     return out
 

@@ -1,0 +1,57 @@
+"""The torus2d vs native-overlapped choice (NCCL across hosts, ``--algorithm planned``) re-made
+from this run's own step times, once per run.
+
+The cost model's choice (``nnabla_torus.planning.overlap_choice.choose``) runs first. After
+``WARMUP_STEPS`` + ``TIMED_STEPS`` steps the other configuration runs as many; then
+``overlap_choice.with_measured`` decides from both medians (means over ranks, so every rank
+decides alike) and the run keeps the faster. Example (``train.take_step`` does this)::
+
+    trial = OverlapTrial(choice, comm.grid)      # choice.algorithm runs first
+    switch = trial.observe(comm, step_seconds)   # per step: None, or the algorithm to run now
+"""
+import dataclasses
+
+import numpy as np
+
+from nnabla_torus.planning.overlap_choice import OverlapChoice, with_measured
+
+WARMUP_STEPS = 2   # steps after a switch not timed (graph rebuilt, NCCL groups made, caches)
+TIMED_STEPS = 5    # steps timed per configuration; their median is its step time
+
+
+@dataclasses.dataclass(slots=True)
+class OverlapTrial:
+    """The choice so far (``choice.measured`` lists the configurations timed), torus2d's grid
+    (to switch back to it), the algorithm running and the step seconds seen under it."""
+    choice: OverlapChoice
+    grid: object
+    running: str = ""
+    seen: list = dataclasses.field(default_factory=list)
+    medians: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        self.running = self.running or self.choice.algorithm
+
+    @property
+    def done(self):
+        return len(self.medians) == 2
+
+    def observe(self, comm, step_s):
+        """Record one step of ``step_s`` seconds (collective every WARMUP + TIMED steps); the
+        algorithm to switch to now, or None."""
+        if self.done:
+            return None
+        self.seen.append(step_s)
+        if len(self.seen) < WARMUP_STEPS + TIMED_STEPS:
+            return None
+        local = np.array([np.median(self.seen[WARMUP_STEPS:])], np.float32)
+        self.medians[self.running] = float(comm.allreduce_numpy(local)[0]) / comm.size
+        self.seen = []
+        if not self.done:
+            self.running = "native" if self.running == "torus2d" else "torus2d"
+            return self.running
+        self.choice = with_measured(self.choice, self.medians)
+        if self.choice.algorithm == self.running:
+            return None
+        self.running = self.choice.algorithm
+        return self.running

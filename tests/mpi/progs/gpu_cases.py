@@ -1,0 +1,151 @@
+"""What only a GPU run proves, as one program (under mpirun): the CPU suite runs it on the fake
+NCCL (``NNABLA_TORUS_BACKEND=fake-nccl``), ``pytest -m gpu`` / ``make gpu-check`` on real NCCL
+(``nccl``, cudnn context, one GPU per rank). Each case checks against a reference computed
+without the path under test:
+
+- ``overlap``: gradients averaged through nnabla's ``all_reduce_callback`` during backward
+  (``BucketedAllReduce.backward``, native) equal one all-reduce after backward, fp32, at the
+  default (pipelined) pack size and at packs of a few elements;
+- ``fp16``: the same in half precision (``type_config='half'``, float16 packs), against the
+  float32 reference of the same inputs within float16's precision;
+- ``norms``: the noise scale's squared norms taken on the device (``comm.track_sqnorms``)
+  equal numpy's (1/p) sum_i |g_i|^2 and |(1/p) sum_i g_i|^2;
+- ``sync-bn``: ``PF.sync_batch_normalization`` with the communicator (nnabla's kernel on
+  NCCL) equals ``F.batch_normalization`` of the whole global batch on the CPU: outputs, input
+  gradients, running statistics.
+
+    mpirun -np 2 python tests/mpi/progs/gpu_cases.py overlap fp16 norms sync-bn
+
+Prints "PASSED gpu_cases <case> rank r" per case and rank.
+"""
+import os
+import sys
+
+import numpy as np
+import nnabla as nn
+import nnabla.functions as F
+import nnabla.parametric_functions as PF
+from nnabla.ext_utils import get_extension_context
+
+import nnabla_torus as C
+from nnabla_torus.overlap import BucketedAllReduce, on_device
+from tests.mpi.progs.check_overlap import build_unshared, norms_reference
+from tests.mpirun import passed_line
+
+ON_GPU = os.environ.get("NNABLA_TORUS_BACKEND") == "nccl"
+
+
+def context(type_config, device_id="0"):
+    return get_extension_context("cudnn" if ON_GPU else "cpu", device_id=device_id,
+                                 type_config=type_config)
+
+
+def reduced_grads(comm, ctx, bucket_mib=None, grad_bytes=4):
+    """{name: float64 gradient} averaged over ranks: after backward (``bucket_mib`` None) or
+    by ``BucketedAllReduce.backward`` with packs of ``bucket_mib`` MiB (default: its own)."""
+    with nn.context_scope(ctx):
+        loss, params = build_unshared(comm.rank)
+        for v in params.values():
+            v.grad.zero()
+        loss.forward()
+        if bucket_mib is None:
+            loss.backward()
+            comm.all_reduce([v.grad for v in params.values()], division=True)
+        else:
+            kwargs = {} if bucket_mib == "default" else {"bucket_mib": bucket_mib}
+            reducer = BucketedAllReduce(comm, loss, params, grad_bytes=grad_bytes, **kwargs)
+            assert on_device(comm) == (comm.backend.name in ("nccl", "fake-nccl")), comm.algorithm
+            reducer.backward(loss)
+            reducer.close()
+    return {k: v.g.astype(np.float64) for k, v in params.items()}
+
+
+def case_overlap(comm):
+    want = reduced_grads(comm, context("float"))
+    for bucket_mib in ("default", 1e-4):
+        got = reduced_grads(comm, context("float"), bucket_mib)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-7,
+                                       err_msg=f"{k}, bucket_mib={bucket_mib}")
+
+
+def case_fp16(comm):
+    want = reduced_grads(comm, context("float"))
+    got = reduced_grads(comm, context("half"), 1e-4, grad_bytes=2)
+    for k in want:   # float16 keeps ~3 decimal digits; these gradients are O(0.1)-O(1)
+        scale = max(1.0, float(np.abs(want[k]).max()))
+        np.testing.assert_allclose(got[k], want[k], rtol=0, atol=2e-2 * scale, err_msg=k)
+
+
+def case_norms(comm):
+    ctx = context("float")
+    with nn.context_scope(ctx):
+        loss, params = build_unshared(comm.rank)
+        want, _ = norms_reference(loss, params)
+    reducer = BucketedAllReduce(comm, loss, params, bucket_mib=1e-4)
+    comm.track_sqnorms = True
+    comm.pop_sqnorms()
+    with nn.context_scope(ctx):
+        for v in params.values():
+            v.grad.zero()
+        loss.forward()
+        reducer.backward(loss)
+    got = comm.pop_sqnorms()
+    comm.track_sqnorms = False
+    reducer.close()
+    np.testing.assert_allclose(got, want, rtol=2e-5)
+
+
+def case_sync_bn(comm):
+    """SyncBN over the world against nnabla's own BN of the concatenated batch on the CPU."""
+    p, r = comm.size, comm.rank
+    rng = np.random.RandomState(7)
+    xs = rng.randn(p, 4, 3, 5, 6).astype(np.float32) * 2 + 1
+    ws = rng.randn(p, 4, 3, 5, 6).astype(np.float32)
+    cpu = get_extension_context("cpu")
+    with nn.context_scope(cpu), nn.parameter_scope("reference"):
+        x = nn.Variable.from_numpy_array(xs.reshape(p * 4, 3, 5, 6), need_grad=True)
+        y = PF.batch_normalization(x, batch_stat=True)
+        loss = F.sum(y * nn.Variable.from_numpy_array(ws.reshape(p * 4, 3, 5, 6)))
+        loss.forward()
+        x.grad.zero()
+        loss.backward()
+        ref = nn.get_parameters(grad_only=False)
+        want = (y.d[r * 4:(r + 1) * 4].copy(), x.g[r * 4:(r + 1) * 4].copy(),
+                ref["bn/mean"].d.copy(), ref["bn/var"].d.copy())
+    ctx = context("float", str(comm.local_rank))
+    with nn.context_scope(ctx), nn.parameter_scope("sync"):
+        x = nn.Variable.from_numpy_array(xs[r], need_grad=True)
+        y = PF.sync_batch_normalization(x, comm, group="world", batch_stat=True)
+        loss = F.sum(y * nn.Variable.from_numpy_array(ws[r]))
+        loss.forward()
+        x.grad.zero()
+        loss.backward()
+        got = nn.get_parameters(grad_only=False)
+        np.testing.assert_allclose(y.d, want[0], rtol=1e-4, atol=1e-5, err_msg="output")
+        np.testing.assert_allclose(x.g, want[1], rtol=1e-4, atol=1e-5, err_msg="input gradient")
+        np.testing.assert_allclose(got["bn/mean"].d, want[2], rtol=1e-5, atol=1e-6,
+                                   err_msg="running mean")
+        np.testing.assert_allclose(got["bn/var"].d, want[3], rtol=1e-4, atol=1e-6,
+                                   err_msg="running variance")
+
+
+CASES = {"overlap": case_overlap, "fp16": case_fp16, "norms": case_norms,
+         "sync-bn": case_sync_bn}
+
+
+def main():
+    ctx = context("float")
+    comm = C.MultiProcessDataParallelCommunicator(ctx)
+    comm.init()
+    ctx.device_id = str(comm.local_rank)     # the GPU the communicator's buffers live on
+    nn.set_default_context(ctx)
+    assert comm.algorithm == "native", comm.algorithm     # one host: the callback path
+    for name in sys.argv[1:] or list(CASES):
+        CASES[name](comm)
+        print(passed_line(f"gpu_cases {name} rank {comm.rank}"), flush=True)
+    comm.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""A model the profile does not know is priced from its own cost (FLOPs counted from the nnabla
+graph, scaled from a calibrated model on the same device), never another model's step time."""
+import json
+
+import nnabla as nn
+import nnabla.functions as F
+import nnabla.parametric_functions as PF
+import pytest
+
+from nnabla_torus.cli import plan as plan_cli
+from nnabla_torus.planning import model_cost
+from nnabla_torus.planning.machine_profile import load_profile
+
+
+def test_count_cost_counts_convolution_and_affine_multiply_adds():
+    nn.clear_parameters()
+    x = nn.Variable((3, 5, 17, 17))
+    h = PF.convolution(x, 7, (3, 3), pad=(1, 1), stride=(2, 2), name="c")    # 7 x 9 x 9 out
+    h = F.relu(PF.batch_normalization(h, name="bn"))
+    y = PF.affine(h, 11, name="fc")
+    cost = model_cost.count_cost(y)
+    conv = 7 * 9 * 9 * (5 * 3 * 3)
+    fc = (7 * 9 * 9) * 11
+    assert cost.forward_macs == conv + fc
+    # trained parameters only: the batch-norm statistics are not all-reduced gradients
+    assert cost.params == 7 * 5 * 9 + 7 + 2 * 7 + (7 * 9 * 9) * 11 + 11
+    assert cost.gflops_per_image == pytest.approx((conv + fc) * 6 / 1e9)
+
+
+def test_grouped_convolution_counts_only_its_group():
+    nn.clear_parameters()
+    y = PF.convolution(nn.Variable((1, 8, 6, 6)), 8, (3, 3), group=4, name="g")
+    assert model_cost.count_cost(y).forward_macs == 8 * 4 * 4 * (2 * 3 * 3)
+
+
+def test_a_model_is_priced_from_the_nearest_calibrated_model():
+    prof = load_profile("abci")
+    comp, note = model_cost.priced_compute(prof, 24.54 / 2, 2 * 11_699_112, 256)
+    assert comp.b_s == pytest.approx(prof.models["resnet50"].b_s / 2)
+    assert comp.a_s == prof.models["resnet50"].a_s and comp.grad_bytes == 2 * 11_699_112
+    assert "priced from its own cost" in note and "resnet50" in note
+
+
+def test_the_cli_prices_an_unknown_model_and_says_so(tmp_path, capsys):
+    plan_cli.main(["--profile", "dgx-h100", "--hosts", "4", "--model", "resnet18",
+                   "--gflops-per-image", "10.88", "--params", "11699112",
+                   "--json", str(tmp_path / "p.json")])
+    out = capsys.readouterr().out
+    assert "# model resnet18: priced from its own cost: 10.9 training GFLOPs" in out
+    assert "no statistical limit known" in out
+    report = json.loads((tmp_path / "p.json").read_text())
+    assert report["model_note"].startswith("model resnet18: priced")
+
+
+def test_calibrate_adds_a_model_to_a_profile_in_one_command(tmp_path):
+    """tools/calibrate.py --add-model-to: one-rank step times (here saved records) fitted as
+    a + b x batch, FLOPs counted, the profile written with the model beside the others."""
+    import subprocess
+    import sys
+    records = [{"ranks": 1, "local_batch": m, "step_time_s": 0.1 + 0.02 * m, "overlap": False}
+               for m in (8, 16, 32)]
+    (tmp_path / "train.json").write_text(json.dumps(records))
+    out = tmp_path / "mine.yaml"
+    done = subprocess.run([sys.executable, "tools/calibrate.py", "--add-model-to", "cpu-2core",
+                           "--arch", "resnet18", "--width", "0.25", "--image-size", "64",
+                           "--classes", "10", "--train-json", str(tmp_path / "train.json"),
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    prof = load_profile(str(out))
+    comp = prof.models["resnet18-w0.25-64px"]
+    assert comp.a_s == pytest.approx(0.1) and comp.b_s == pytest.approx(0.02)
+    assert comp.slots_per_host == prof.models["resnet18-w0.125-16px"].slots_per_host == 1
+    assert prof.extra["gflops_per_image"]["resnet18-w0.25-64px"] == pytest.approx(0.06636, 1e-3)
+    assert set(prof.models) == {"resnet18-w0.125-16px", "resnet18-w0.25-64px"}
