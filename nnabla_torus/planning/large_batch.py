@@ -8,12 +8,10 @@ global batch at or below the largest batch published runs trained to their usual
 (statistical efficiency 1 up to it, 0 beyond) and says so; for other models it says that no
 statistical limit is known. A noise scale (given, or measured by the run) replaces both.
 
-ResNet-50 on ImageNet, batch -> top-1 (the records table of Mikami et al., arXiv 1811.05233,
-and the later runs): Goyal et al. 2017 8K 76.3 %; Akiba et al. 2017 32K 74.9 %; Jia et al.
-2018 64K 75.8 %; Mikami et al. 2018 34K -> 68K 75.03 %; Ying et al. 2018 (TPU v3) 65,536
-76.3 %; Yamazaki et al. 2019 (Fujitsu) 81,920 75.08 %. The default limit is 65,536: the
-largest batch two groups trained to >= 75.8 % (Jia, Ying); up to 81,920 has reached ~75 %
-with LARS and careful tuning.
+The published runs, their batches, top-1 and sources are one table,
+:data:`nnabla_torus.planning.published.PUBLISHED` (shared with the batch-size controller's
+prior): the default cap is the largest batch published at the usual top-1 (Jia et al.'s
+65,536 at 75.8 %); up to 81,920 has reached ~75 % with LARS and careful tuning.
 
     >>> limit = published_limit("resnet50")
     >>> limit.max_batch
@@ -21,17 +19,13 @@ with LARS and careful tuning.
 """
 from collections import namedtuple
 
+from . import published
+
 Limit = namedtuple("Limit", [
     "max_batch",   # the default cap: largest global batch planned without a noise scale
     "largest",     # the largest published batch that trained to about the usual accuracy
     "source",      # the runs, for the plan's line
 ])
-
-PUBLISHED = {
-    "resnet50": Limit(65536, 81920, "ResNet-50/ImageNet keeps ~75-76 % top-1 up to ~64-82K: Goyal 8K, "
-                             "Akiba 32K, Jia 64K, Sony 34K->68K, Ying (Google) 65,536, "
-                             "Yamazaki (Fujitsu) 81,920; default 65,536"),
-}
 
 
 def published_limit(model):
@@ -40,7 +34,15 @@ def published_limit(model):
     arch, _, variant = model.partition("-")
     if variant and not variant.startswith("w1-"):
         return None
-    return PUBLISHED.get(arch)
+    default = published.largest_trained_batch(arch)
+    if default is None:
+        return None
+    largest = published.largest_trained_batch(arch, min_top1=0.0)
+    runs = ", ".join(f"{published.AUTHORS[p.source]} {p.batch:,} ({p.top1:.2%})"
+                     for p in sorted(published.published_batches(arch), key=lambda p: p.batch))
+    return Limit(default.batch, largest.batch,
+                 f"{arch}/ImageNet published runs: {runs}; default {default.batch:,}, the "
+                 f"largest at >= {published.USUAL_TOP1:.1%} top-1")
 
 
 StatSource = namedtuple("StatSource", [
@@ -52,7 +54,7 @@ StatSource = namedtuple("StatSource", [
 
 def efficiency_source(model, noise_scale=None, measured=False, batch_fixed=False):
     """The StatSource of a plan of ``model``: the noise scale when there is one (``measured``
-    by the run, else given), else the published limit of :data:`PUBLISHED` (not when
+    by the run, else given), else the published limit (:func:`published_limit`) (not when
     ``batch_fixed``: the user set the global batch), else none."""
     if noise_scale is not None:
         kind = "measured noise scale" if measured else "given noise scale"

@@ -34,6 +34,9 @@ SOURCES = {
                     "LARS, 75.08 % top-1",
 }
 
+AUTHORS = {"goyal2017": "Goyal", "mikami2018": "Mikami (Sony)", "akiba2017": "Akiba",
+           "jia2018": "Jia", "yamazaki2019": "Yamazaki (Fujitsu)"}   # for one-line citations
+
 PublishedBatch = namedtuple("PublishedBatch", [
     "model",    # the network, as the example's --arch (resnet50)
     "data",     # the dataset (imagenet)

@@ -22,7 +22,7 @@ def test_abci_resnet50_without_a_noise_scale_is_a_batch_people_trained(tmp_path,
     assert report["statistical_efficiency_source"] == "published default"
     out = capsys.readouterr().out
     assert "published default, global batch at most 65,536" in out
-    assert "Yamazaki (Fujitsu) 81,920" in out and "Ying (Google) 65,536" in out
+    assert "Yamazaki (Fujitsu) 81,920" in out and "Jia 65,536" in out
 
 
 def test_a_given_noise_scale_replaces_the_published_default(tmp_path):
