@@ -180,9 +180,10 @@ class TrainConfig:
     # bookkeeping
     checkpoint_every: int = knob(0, "optimizer steps between checkpoints (0 = only at the end)")
     max_nonfinite_steps: int = knob(3, "stop the run on every rank after this many steps in a "
-                                       "row whose loss or gradient norm is not finite (a "
+                                       "row whose all-reduced gradients are not finite (a "
                                        "diverged run; checkpoints stop before it, fp16's "
-                                       "skipped overflow steps do not count; 0 = never)")
+                                       "skipped overflow steps count only at a loss scale "
+                                       "<= 1; 0 = never)")
     resume: bool = knob(False, "continue from the newest good checkpoint in output_dir")
     init_params: str = knob("", "start from the parameters in this file: nn.save_parameters' "
                                 ".h5/.protobuf or a .nnp, e.g. a run's model.h5 (empty = random "

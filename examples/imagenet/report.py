@@ -46,9 +46,10 @@ def duration(seconds):
 
 
 class EpochMeter:
-    """One epoch's training: mean loss over its steps (each the mean over the ranks), its own
-    images per second and seconds (the step times: validation and checkpoints not counted),
-    and its wall time since the meter was made (all included: the ETA's pace)."""
+    """One epoch's training: mean loss over its steps and ranks (``share_loss``: one
+    all-reduce an epoch), its own images per second and seconds (the step times: validation
+    and checkpoints not counted), and its wall time since the meter was made (all included:
+    the ETA's pace)."""
 
     def __init__(self):
         self.loss_sum, self.steps, self.images, self.seconds = 0.0, 0, 0, 0.0
@@ -57,6 +58,10 @@ class EpochMeter:
     def add(self, loss, images, seconds):
         self.loss_sum, self.steps = self.loss_sum + loss, self.steps + 1
         self.images, self.seconds = self.images + images, self.seconds + seconds
+
+    def share_loss(self, comm):
+        """Make the loss sum the mean over the ranks (collective: every rank calls it)."""
+        self.loss_sum = float(comm.allreduce_numpy(np.array([self.loss_sum]))[0]) / comm.size
 
     @property
     def mean_loss(self):

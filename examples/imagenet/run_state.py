@@ -115,8 +115,8 @@ class Progress:
     (end_of_epoch; None before) and the best top-1 so far, the signals that ask for a stop
     (the SIGUSR1 handler resume_or_start installs with --elastic), the monitors by name (rank
     0, else None); this epoch's meter (take_step adds, end_of_epoch logs and replaces it);
-    steps in a row whose loss or gradient norm was not finite on some rank, and the first of
-    them (take_step; 0 and None while finite); the last checkpoint written (save); (fraction
+    steps in a row whose all-reduced gradients were not finite, and the first of them
+    (take_step; 0 and None while finite); the last checkpoint written (save); (fraction
     of the run, noise scale, its relative error) of each adaptive step (take_step; the batch
     prior the run leaves, summary)."""
     step: int = 0

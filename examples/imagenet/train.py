@@ -356,9 +356,9 @@ def retime_overlap(run, step_time):
 
 
 def take_step(run, plan, epoch):
-    """One optimizer step at ``plan``: gradients, noise scale, update, monitors, progress;
-    returns the step's training loss, the mean over the ranks (NaN when not finite on some
-    rank: then ``progress.nonfinite_steps`` counts the step)."""
+    """One optimizer step at ``plan``: gradients, noise scale, update, monitors, progress
+    (``progress.nonfinite_steps`` counts a step whose gradients are not finite); returns this
+    rank's training loss of the step."""
     graph_for(run, plan)
     net, planning, progress, log = run.net, run.planning, run.progress, run.settings.log
     lr = planning.lr_schedule.lr(epoch) * plan.lr_factor
@@ -372,23 +372,25 @@ def take_step(run, plan, epoch):
     tic = time.time()
     loss, error, sync_s = train_step(run.data.stream, net.graph, plan, net.solvers, comm,
                                      net.grads, run.parallel.reducer, scaler)
-    grad_finite = True
+    global_sqnorm = None
     if noise is not None:
         local_sqnorm, global_sqnorm = comm.pop_sqnorms()
-        grad_finite = scaler is not None or math.isfinite(global_sqnorm)  # fp16: its own rule
         if comm.size > 1:
             noise.update(local_sqnorm / grad_scale ** 2, plan.local_batch * plan.accum_steps,
                          global_sqnorm / grad_scale ** 2, plan.global_batch)
         progress.noise_series.append((epoch / run.settings.cfg.epochs, noise.b_simple,
                                       noise.rse))
-    if scaler is None or scaler.unscale(net.solvers):
+    updated = scaler is None or scaler.unscale(net.solvers)
+    finite = (not run.settings.cfg.max_nonfinite_steps or
+              gradients_finite(run, global_sqnorm, updated))
+    if updated:
         net.solvers.weight_decay(run.settings.cfg.weight_decay)
         net.solvers.update()
     else:
         log(f"step {progress.step}: FP16 gradients overflowed, update skipped; loss scale now "
             f"{scaler.scale:g}")
     progress.step += 1
-    loss = mean_loss(run, loss, grad_finite)
+    count_nonfinite(progress, finite)
     step_time = time.time() - tic
     retime_overlap(run, step_time)
     if planning.refit is not None:
@@ -407,23 +409,30 @@ def take_step(run, plan, epoch):
     return loss
 
 
-def mean_loss(run, loss, grad_finite):
-    """The step's loss averaged over the ranks, or NaN when it (or the gradient norm) is not
-    finite on some rank: one 8-byte all-reduce a step, so that every rank counts the same
-    non-finite steps and a diverged run stops on all of them at the same step. With
-    --max-nonfinite-steps 0 (no check) this rank's loss, and no all-reduce."""
-    progress, comm = run.progress, run.parallel.comm
-    if not run.settings.cfg.max_nonfinite_steps:
-        return loss
-    finite = math.isfinite(loss) and grad_finite
-    shared = comm.allreduce_numpy(np.array([loss if finite else 0.0, not finite], np.float32))
-    if shared[1] == 0:
+def gradients_finite(run, global_sqnorm, updated):
+    """Whether this step's all-reduced gradients are finite: the same answer on every rank
+    without a collective of its own (an inf or NaN in one rank's gradients reaches every
+    rank's sum, and a non-finite loss gives non-finite gradients). From the noise scale's
+    squared norm when it has one, else ``check_inf_or_nan_grad`` (one pass over the
+    gradients). FP16: not finite only when the update was skipped at a loss scale of 1 or
+    less (an overflow at a larger scale is the scaler's to handle, not a divergence)."""
+    scaler = run.parallel.scaler
+    if scaler is not None:
+        return updated or scaler.scale * scaler.scaling_factor > 1.0
+    if global_sqnorm is not None:
+        return math.isfinite(global_sqnorm)
+    return not run.net.solvers.check_inf_or_nan_grad()
+
+
+def count_nonfinite(progress, finite):
+    """Count the non-finite steps in a row (``diverged`` stops the run after
+    --max-nonfinite-steps of them)."""
+    if finite:
         progress.nonfinite_steps, progress.first_nonfinite = 0, None
-        return float(shared[0]) / comm.size
+        return
     progress.nonfinite_steps += 1
     if progress.first_nonfinite is None:
         progress.first_nonfinite = progress.step
-    return math.nan
 
 
 def diverged(run):
@@ -435,8 +444,8 @@ def diverged(run):
     kept = (f"the last checkpoint, {progress.checkpoint}, is from before it"
             if progress.checkpoint else "no checkpoint was written")
     run.settings.log(
-        f"{report.clock()} step {progress.step}: the run diverged: the training loss or the "
-        f"gradient norm has not been finite for {progress.nonfinite_steps} steps (since step "
+        f"{report.clock()} step {progress.step}: the run diverged: the all-reduced gradients "
+        f"have not been finite for {progress.nonfinite_steps} steps (since step "
         f"{progress.first_nonfinite}; --max-nonfinite-steps {cfg.max_nonfinite_steps}); "
         f"stopped on every rank, {kept}. Lower --base-lr (now {cfg.base_lr:g}) or lengthen "
         f"--warmup-epochs (now {cfg.warmup_epochs:g})")
@@ -484,6 +493,7 @@ def end_of_epoch(run):
         progress.monitors["val_top5"].add(epoch, progress.top5)
     if progress.top1 is not None and progress.top1 >= (progress.best_top1 or 0.0):
         progress.best_top1 = progress.top1
+    progress.epoch_meter.share_loss(comm)
     settings.log(progress.epoch_meter.line(epoch, progress.step, progress.top1, progress.top5,
                                            settings.cfg.epochs))
     progress.epoch_meter = report.EpochMeter()
@@ -491,12 +501,13 @@ def end_of_epoch(run):
 
 def save(run):
     """A checkpoint of the run now (collective: BN statistics averaged, rank 0 writes); none
-    while the loss is not finite, so that the kept checkpoints are from before a divergence."""
+    while the gradients are not finite, so that the kept checkpoints are from before a
+    divergence."""
     scaler, comm = run.parallel.scaler, run.parallel.comm
     cfg, progress = run.settings.cfg, run.progress
     if progress.nonfinite_steps:
-        run.settings.log(f"step {progress.step}: no checkpoint: the loss has not been finite "
-                         f"since step {progress.first_nonfinite}")
+        run.settings.log(f"step {progress.step}: no checkpoint: the gradients have not been "
+                         f"finite since step {progress.first_nonfinite}")
         return
     average_running_stats(comm)
     extra = dict(epoch=run.data.stream.epoch(), images_seen=progress.images_seen,

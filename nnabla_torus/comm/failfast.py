@@ -39,10 +39,10 @@ GONE_POLL_S = 0.1
 # drops what the rank wrote that its proxy had not yet read when the job is torn down (seen:
 # a traceback cut after its first line, the "aborting the job" line lost).
 ABORT_DRAIN_S = 0.2
-# Seconds a rank other than 0 waits before printing an error it met before MPI started: the
-# ranks of a job parse the same arguments and environment, so rank 0 usually meets the same
-# error, and the launcher ends the job when rank 0 exits first: the message is printed once.
-# An error on that rank only is printed after the wait.
+# Seconds a rank other than 0 waits before printing an expected error (abort_job): the ranks
+# of a job parse the same arguments, environment and files, so rank 0 usually meets the same
+# error, and its exit (before MPI starts) or MPI_Abort ends the job first: the message is
+# printed once. An error on that rank only is printed after the wait.
 SAME_ERROR_WAIT_S = 2.0
 
 _previous = {}       # the hooks install() replaced: "sys", "threading"
@@ -66,9 +66,12 @@ def _world_size():
 
 
 def wait_for_rank_zero():
-    """Before MPI starts, on a rank other than 0: wait ``SAME_ERROR_WAIT_S`` (see there), so
-    that an error every rank meets is printed once per job. Call it just before printing."""
-    if _mpi() is None and launcher_rank() != 0:
+    """On a rank other than 0 (MPI's rank, before MPI starts the launcher's): wait
+    ``SAME_ERROR_WAIT_S`` (see there), so that an error every rank meets is printed once per
+    job. Call it just before printing."""
+    MPI = _mpi()
+    rank = MPI.COMM_WORLD.Get_rank() if MPI is not None else launcher_rank()
+    if rank != 0:
         sys.stderr.flush()
         time.sleep(SAME_ERROR_WAIT_S)
 
@@ -84,8 +87,7 @@ def where():
 
 def abort_job(message, code=ABORT_CODE, place=None):
     """Print ``message`` once, prefixed with ``place`` (default: :func:`where`), and end the
-    whole job (before MPI starts: once per job when every rank meets it,
-    ``wait_for_rank_zero``).
+    whole job (once per job when every rank meets it: ``wait_for_rank_zero``).
 
     ``MPI_Abort(code)`` when MPI is initialised and the job has more than one rank (the other
     ranks may be waiting for this one); else ``sys.exit(code)``.

@@ -396,3 +396,17 @@ def test_init_params_that_nnabla_cannot_read_are_one_line(tmp_path):
     read_parameter_file(str(tmp_path / "good.hdf5"))       # nnabla's HDF5 under .hdf5: read
     assert list(nn.get_parameters(grad_only=False)) == ["w"]
     nn.clear_parameters()
+
+
+def test_an_error_every_rank_meets_after_mpi_starts_is_printed_once(tmp_path):
+    """--init-params is read after MPI starts, by every rank: rank 0 prints the line and its
+    MPI_Abort ends the others during their wait (before: the same line from each of 3 ranks)."""
+    from tests.examples.test_train_plan import TRAIN
+    from tests.mpirun import run_mpi
+    (tmp_path / "garbage.h5").write_bytes(b"not hdf5" * 8)
+    out = run_mpi(3, [TRAIN, "--init-params", str(tmp_path / "garbage.h5"), "--epochs", "1",
+                      "--progress", "0", "--output-dir", str(tmp_path / "run")],
+                  timeout=120, check=False)
+    lines = [line for line in out.splitlines() if "is not a readable .h5 parameter file" in line]
+    assert len(lines) == 1 and lines[0].startswith("rank 0 on host "), out
+    assert "Traceback" not in out, out

@@ -17,7 +17,7 @@ def test_a_diverged_run_stops_on_every_rank_and_keeps_the_finite_checkpoints(tmp
                                              str(tmp_path)], timeout=180, check=False)
     lines = [line for line in out.splitlines() if "the run diverged" in line]
     assert len(lines) == 1, out                                   # rank 0 only, once
-    assert "has not been finite for 2 steps (since step " in lines[0], lines[0]
+    assert "gradients have not been finite for 2 steps (since step " in lines[0], lines[0]
     assert "Lower --base-lr (now 1e+06)" in lines[0] and "Traceback" not in out, out
     since = summary_of(out)["diverged_since_step"]
     stopped = summary_of(out)["steps"]
