@@ -372,10 +372,12 @@ def take_step(run, plan, epoch):
     tic = time.time()
     loss, error, sync_s = train_step(run.data.stream, net.graph, plan, net.solvers, comm,
                                      net.grads, run.parallel.reducer, scaler)
-    global_sqnorm = None
+    global_sqnorm = None            # of the all-reduced gradients (several ranks, adaptive)
     if noise is not None:
         local_sqnorm, global_sqnorm = comm.pop_sqnorms()
-        if comm.size > 1:
+        if comm.size == 1:
+            global_sqnorm = None
+        else:
             noise.update(local_sqnorm / grad_scale ** 2, plan.local_batch * plan.accum_steps,
                          global_sqnorm / grad_scale ** 2, plan.global_batch)
         progress.noise_series.append((epoch / run.settings.cfg.epochs, noise.b_simple,
