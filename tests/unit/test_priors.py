@@ -124,3 +124,28 @@ def test_first_decision_waits_longer_on_a_longer_run():
 
     short, long = samples_before_first_move(12), samples_before_first_move(3600)
     assert short == 5 and long > 20
+
+
+def test_first_decision_of_a_short_run_does_not_wait_for_the_error_bound():
+    """A noisy estimate whose error stays above MAX_RSE: the 12-epoch run decides once waiting
+    costs more than a wrong move risks (before: it waited until the error fell to 0.5, 31 of
+    a 55-step run's steps at B0 on the emulated cluster); a run 300 times as long still waits."""
+    from nnabla_torus.planning.controller import MAX_RSE
+    rng = np.random.default_rng(3)     # its error stays above 0.5 for 20 samples
+    draws = [300.0 * np.exp(rng.standard_normal()) for _ in range(200)]
+
+    def first_move(epochs):
+        est = NoiseScaleEstimator(smoothing=0.95, reference_batch=64)
+        ctrl = BatchSizeController(4, 32, noise_scale=est, base_batch=64, min_batch=64,
+                                   max_batch=1024, throughput=lambda local, accum:
+                                   4 * local * accum / (0.34 + 0.0035 * local * accum),
+                                   epochs=epochs, epoch_images=1440)
+        for n, phi in enumerate(draws):
+            if ctrl.plan(n * 64 / 1440).global_batch != 64:
+                return n, est.rse
+            phi_update(est, phi, b=16, big_b=64)
+        return len(draws), est.rse
+
+    (short, short_rse), (long, _) = first_move(12), first_move(3600)
+    assert short < 20 and short_rse > MAX_RSE, (short, short_rse)
+    assert long > 2 * short, (long, short)
