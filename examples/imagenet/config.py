@@ -109,7 +109,8 @@ class TrainConfig:
     adaptive_min_samples: int = knob(MIN_SAMPLES, "adaptive mode: noise-scale observations "
                                                   "(steps) before the first decision")
     adaptive_max_rse: float = knob(MAX_RSE, "adaptive mode: largest relative standard error of "
-                                            "the noise scale a decision may use")
+                                            "the noise scale a decision may use (the first "
+                                            "decision: up to 1, priced by the run's length)")
     adaptive_refit_steps: int = knob(step_refit.MIN_STEPS, "adaptive mode: measured steps at the "
                                      "batch in use before goodput's throughput comes from the "
                                      "run's own step times instead of the cost model (0 = never)")

@@ -292,13 +292,13 @@ class BatchSizeController:
         return self._refresh_lr(changed=fresh)
 
     def _max_rse(self):
-        """The confidence rule's bound on phi's error: ``max_rse``, but ``PRICED_MAX_RSE`` for
-        the first decision of a run whose length is known: there ``goodput.waiting`` weighs
+        """The confidence rule's bound on phi's error: ``max_rse``, but at least
+        ``PRICED_MAX_RSE`` for the first decision of a run whose length is known: there ``goodput.waiting`` weighs
         phi's error against the run's length (a 55-step run does not wait for the error a
         3,000-step run waits for; measured before this rule: 31 of 55 steps at B0 while the
         error stayed above 0.5)."""
         priced = self.decisions == 0 and self.run_images and self.prior is None
-        return PRICED_MAX_RSE if priced else self.max_rse
+        return max(self.max_rse, PRICED_MAX_RSE) if priced else self.max_rse
 
     def _start_reason(self):
         if self.prior is not None:
