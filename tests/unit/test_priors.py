@@ -104,25 +104,27 @@ def test_prior_decides_at_step_zero_until_measurement_overrides(caplog):
     assert later.global_batch == 32 and "3 samples" in later.reason
 
 
+def first_move(draws, epochs):
+    """(samples, phi's relative error) at the first move off B0 = 64 of a 4-rank run of
+    ``epochs`` x 1,440 images whose estimates are ``draws`` (the emulated cluster's step times)."""
+    est = NoiseScaleEstimator(smoothing=0.95, reference_batch=64)
+    ctrl = BatchSizeController(4, 32, noise_scale=est, base_batch=64, min_batch=64,
+                               max_batch=1024, throughput=lambda local, accum:
+                               4 * local * accum / (0.34 + 0.0035 * local * accum),
+                               epochs=epochs, epoch_images=1440)
+    for n, phi in enumerate(draws):
+        if ctrl.plan(n * 64 / 1440).global_batch != 64:
+            return n, est.rse
+        phi_update(est, phi, b=16, big_b=64)
+    return len(draws), est.rse
+
+
 def test_first_decision_waits_longer_on_a_longer_run():
     """The same estimates, phi = 150 with its error falling as 1/sqrt(samples): the 12-epoch
     digits run decides after 5 samples (the floor), a run 300 times as long after many more."""
     rng = np.random.default_rng(0)
-    draws = [150.0 * (1 + 0.6 * rng.standard_normal()) for _ in range(200)]
-
-    def samples_before_first_move(epochs):
-        est = NoiseScaleEstimator(smoothing=0.95, reference_batch=64)
-        ctrl = BatchSizeController(4, 32, noise_scale=est, base_batch=64, min_batch=64,
-                                   max_batch=1024, throughput=lambda local, accum:
-                                   4 * local * accum / (0.34 + 0.0035 * local * accum),
-                                   epochs=epochs, epoch_images=1440)
-        for n, phi in enumerate(draws):
-            if ctrl.plan(n * 64 / 1440).global_batch != 64:
-                return n
-            phi_update(est, max(phi, 5.0), b=16, big_b=64)
-        return len(draws)
-
-    short, long = samples_before_first_move(12), samples_before_first_move(3600)
+    draws = [max(150.0 * (1 + 0.6 * rng.standard_normal()), 5.0) for _ in range(200)]
+    (short, _), (long, _) = first_move(draws, 12), first_move(draws, 3600)
     assert short == 5 and long > 20
 
 
@@ -133,19 +135,6 @@ def test_first_decision_of_a_short_run_does_not_wait_for_the_error_bound():
     from nnabla_torus.planning.controller import MAX_RSE
     rng = np.random.default_rng(3)     # its error stays above 0.5 for 20 samples
     draws = [300.0 * np.exp(rng.standard_normal()) for _ in range(200)]
-
-    def first_move(epochs):
-        est = NoiseScaleEstimator(smoothing=0.95, reference_batch=64)
-        ctrl = BatchSizeController(4, 32, noise_scale=est, base_batch=64, min_batch=64,
-                                   max_batch=1024, throughput=lambda local, accum:
-                                   4 * local * accum / (0.34 + 0.0035 * local * accum),
-                                   epochs=epochs, epoch_images=1440)
-        for n, phi in enumerate(draws):
-            if ctrl.plan(n * 64 / 1440).global_batch != 64:
-                return n, est.rse
-            phi_update(est, phi, b=16, big_b=64)
-        return len(draws), est.rse
-
-    (short, short_rse), (long, _) = first_move(12), first_move(3600)
+    (short, short_rse), (long, _) = first_move(draws, 12), first_move(draws, 3600)
     assert short < 20 and short_rse > MAX_RSE, (short, short_rse)
     assert long > 2 * short, (long, short)
