@@ -2,8 +2,8 @@
 
 checkpoint.py is the file (atomic, checksummed, the newest intact one); this module is the
 run's side of it: rank 0 saves the parameters (BN statistics included), the solver states, the
-step, the data position, the batch-size controller's plan, the noise-scale estimator and the
-step-time refit; on ``--resume`` rank 0 picks the newest intact file, every rank reads exactly
+step, the data position, the batch-size controller's plan and its decisions so far, the
+noise-scale estimator and the step-time refit; on ``--resume`` rank 0 picks the newest intact file, every rank reads exactly
 that one, and a checkpoint of another world size is resplit and resharded (resize.py)::
 
     write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra)   # every rank
@@ -33,7 +33,8 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
                 plan=list(ctrl.current) if ctrl.current else None,
                 noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
                        for k, v in vars(noise).items()} if noise else None,
-                refit=ctrl.refit.state() if ctrl.refit is not None else None)
+                refit=ctrl.refit.state() if ctrl.refit is not None else None,
+                decisions=ctrl.state() if noise else None)
     return save_checkpoint(cfg.output_dir, step, arrays, meta)
 
 
@@ -113,5 +114,7 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
         note = ctrl.refit.load_state(meta["refit"])
         if note:
             log(f"resume: {note}")
+    if noise and meta.get("decisions") is not None:
+        log(f"resume: {ctrl.load_state(meta['decisions'])}")
     log(f"resumed from {path}: step {meta['step']}, epoch {meta['epoch']:.3f}")
     return meta

@@ -386,6 +386,21 @@ class BatchSizeController:
         return (step_refit.throughput(fit, cand["local_batch"], cand["accum_steps"]),
                 error, "measured step times: " + step_refit.describe(fit), True)
 
+    def state(self):
+        """The adaptive decisions so far, for a checkpoint (JSON-able): a resumed run continues
+        them instead of starting the first-decision rules (confidence, price, prior) again."""
+        return {"decisions": self.decisions, "measured": self.measured,
+                "prior_overridden": self.prior_overridden}
+
+    def load_state(self, state):
+        """Continue from :meth:`state`; returns one line for the log."""
+        self.decisions, self.measured, self.prior_overridden = (
+            int(state["decisions"]), bool(state["measured"]), bool(state["prior_overridden"]))
+        return (f"the batch-size controller continues after {self.decisions} decision(s)"
+                + (", on measured step times" if self.measured else "")
+                + (", on the run's own noise scale (not the prior)" if self.prior_overridden
+                   else ""))
+
     def pop_notes(self):
         """The decisions since the last call that kept the batch (a change is in plan.reason)."""
         notes, self.notes = self.notes, []

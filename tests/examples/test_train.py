@@ -99,6 +99,7 @@ def test_adaptive_resume_keeps_the_measured_step_times(tmp_path):
     out = run_mpi(2, [PROG] + common + ["--max-steps", "16", "--resume", "1"], timeout=180)
     assert "resumed from" in out and "step 11" in out, out
     assert "resume: the checkpoint's step times" not in out, out   # restored, not measured anew
+    assert "resume: the batch-size controller continues after" in out, out
     decisions = [line for line in out.splitlines() if "goodput: keep" in line
                  or "goodput: change" in line]
     assert all("throughput from measured step times" in d for d in decisions), decisions

@@ -104,6 +104,30 @@ def test_prior_decides_at_step_zero_until_measurement_overrides(caplog):
     assert later.global_batch == 32 and "3 samples" in later.reason
 
 
+def test_a_resumed_controller_continues_its_decisions():
+    """The checkpoint keeps the decisions so far: a resumed run whose own estimate has to be
+    measured anew does not go back to the prior (before: it decided on it again)."""
+    def controller(est):
+        fake = priors.Prior("earlier run", "prior.json", lambda f: (
+            np.full(np.shape(f), 2000.0), np.full(np.shape(f), 0.2)), None)
+        return BatchSizeController(4, 64, noise_scale=est, base_batch=32, min_batch=32,
+                                   max_batch=1024, min_samples=3, max_rse=10.0, prior=fake,
+                                   throughput=lambda local, accum: 4 * local / (0.05 + 0.01 * local),
+                                   epochs=10, epoch_images=10000)
+    est = NoiseScaleEstimator(smoothing=0.5)
+    first = controller(est)
+    first.plan(0.0)
+    for _ in range(3):
+        phi_update(est, 5.0)
+    assert first.plan(0.1).global_batch == 32 and first.prior_overridden
+    resumed = controller(NoiseScaleEstimator(smoothing=0.5))
+    resumed.current = first.current
+    line = resumed.load_state(json.loads(json.dumps(first.state())))
+    assert line.endswith("after 2 decision(s), on the run's own noise scale (not the prior)")
+    again = resumed.plan(0.2)
+    assert again.global_batch == 32 and "prior" not in again.reason, again.reason
+
+
 def first_move(draws, epochs):
     """(samples, phi's relative error) at the first move off B0 = 64 of a 4-rank run of
     ``epochs`` x 1,440 images whose estimates are ``draws`` (the emulated cluster's step times)."""
