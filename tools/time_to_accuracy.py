@@ -9,13 +9,16 @@ file and two plots to --out::
     python tools/time_to_accuracy.py measure --cluster emu:2x2 --seeds 1 --out runs/tta-emu
     python tools/time_to_accuracy.py abci --noise-run runs/time_to_accuracy/adaptive-goodput-s1
     python tools/time_to_accuracy.py report              # table and plot again from --out
+    python tools/time_to_accuracy.py optimum --prior runs/x/batch_prior.json   # model's best
 
 ``measure`` times each policy (``POLICIES``) from launch to the first validation line with
 top-1 >= --target, on seeds drawn at random (printed; --seeds to give them). "adaptive (prior)"
 decides on the prior of one earlier run: --prior, else one adaptive run on another random seed
 made first (its batch_prior.json); "adaptive (goodput)" runs with --batch-prior none.
 ``--cluster emu:HxR`` runs them on the emulated cluster (as root) with its profile; ``abci``
-predicts ImageNet/ResNet-50 there (tools/abci_prediction.py). The table, the verdict and how
+predicts ImageNet/ResNet-50 there (tools/abci_prediction.py); ``optimum`` bounds what any
+batch schedule could gain over a fixed batch, under the goodput model, on the noise scale and
+step times of the --prior run (tools/batch_optimum.py). The table, the verdict and how
 to read them: docs/adaptive-batch.md#time-to-accuracy-the-side-by-side-comparison.
 """
 import argparse
@@ -29,11 +32,14 @@ import time
 
 import abci_prediction
 import accuracy_report as rep
+import batch_optimum
 from emucluster.profile import emulated_profile
 from nnabla_torus.knobs import add_knob
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.planning.controller import MIN_SAMPLES
 from nnabla_torus.planning.machine_profile import load_profile, save_profile
+from nnabla_torus.planning.recipe_files import read_recipe
+from nnabla_torus.planning.schedules import BatchSchedule
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -226,14 +232,33 @@ def add_abci_knobs(a):
                         "elastic's for the profile)")
 
 
+def optimum(args, fractions=(0.5, 0.75)):
+    """Print the model's times of fixed batches and of the pointwise best schedule on the
+    --prior run (its noise scale and step times) and the digits recipe (B0, epochs, per-rank
+    batch)."""
+    if not args.prior:
+        sys.exit("time_to_accuracy.py optimum: give --prior (an adaptive run's batch_prior.json)")
+    with open(args.prior) as f:
+        saved = json.load(f)
+    recipe, _ = read_recipe("digits-cpu")
+    base = BatchSchedule.parse(recipe["batch_schedule"]).batch(0)
+    images = recipe["epochs"] * saved["key"]["data"]["images"]
+    times = batch_optimum.schedule_times(saved, base, images, recipe["local_batch"], fractions)
+    print(f"the model's time to B0-progress on {args.prior} ({saved['key']['machine']}; "
+          f"B0 = {base}, {images:,} images in the run):")
+    print("\n".join(batch_optimum.describe(times, fractions)))
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("command", nargs="?", default="all",
-                        choices=("all", "measure", "abci", "report"),
+                        choices=("all", "measure", "abci", "report", "optimum"),
                         help="all (default): measure, then abci from the first adaptive run; "
-                             "report: table and plot again from --out's measured.json")
+                             "report: table and plot again from --out's measured.json; "
+                             "optimum: the model's best schedule on --prior's run")
     add_knob(parser, "--out", "NNABLA_TORUS_TTA_OUT", "runs/time_to_accuracy",
              "folder for the runs, tables and plots")
     add_measure_knobs(parser.add_argument_group("measure"))
@@ -243,6 +268,8 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.command == "optimum":
+        return optimum(args)
     if args.command == "report":
         with open(os.path.join(args.out, "measured.json")) as f:
             saved = json.load(f)

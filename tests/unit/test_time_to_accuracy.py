@@ -1,11 +1,13 @@
 """tools/time_to_accuracy.py: its log parsing (tools/accuracy_report.py), the abci prediction's
-invariants (tools/abci_prediction.py) and the emulated cluster's profile."""
+invariants (tools/abci_prediction.py), the model's optimum (tools/batch_optimum.py) and the
+emulated cluster's profile."""
 import numpy as np
 import pytest
 
 from nnabla_torus.planning import costmodel
 from nnabla_torus.planning.machine_profile import load_profile
-from tools import abci_prediction, accuracy_report as rep
+from nnabla_torus.planning.step_refit import StepTimeRefit
+from tools import abci_prediction, accuracy_report as rep, batch_optimum
 from tools.emucluster.profile import emulated_profile
 
 LOG = """resnet18 x0.125: 176,402 parameters, 1438 training / 359 validation images, 10 classes; 4
@@ -32,6 +34,7 @@ def test_abci_goodput_is_never_much_slower_than_sonys_schedule(phi):
     curve = (np.array([0.0, 1.0]), np.array([phi, phi]))
     r = abci_prediction.predict_abci(curve, 1.0, load_profile("abci"), restart_s=0.0, steps=50)
     assert r["goodput_s"] <= r["fixed_s"] * 1.05
+    assert r["optimum_s"] <= min(r["goodput_s"], r["fixed_s"]) * (1 + 1e-9)   # the bound
     assert min(p[2] for p in r["goodput_path"]) >= 34816          # B0 is the smallest batch
     assert max(p[1] for p in r["goodput_path"]) <= 2176
     if phi == 1e8:          # efficiency ~1 everywhere: progress = 90 epochs of images
@@ -117,3 +120,25 @@ def test_abci_prediction_on_the_published_prior():
     r = abci_prediction.predict_abci((done, phi), 1.0, load_profile("abci"), restart_s=30.0,
                                      steps=50)
     assert r["goodput_s"] <= r["fixed_s"] * 1.05
+
+
+def saved_run(phi, sync_s):
+    """A batch_prior.json of 4 ranks: constant ``phi``; 10 ms + 1 ms/sample compute, ``sync_s``."""
+    refit = StepTimeRefit(4, min_steps=1, warmup_steps=0)
+    for local in (16, 32):
+        refit.observe(local, 1, 0.01 + 0.001 * local + sync_s, sync_s)
+    return {"noise_scale": [[0.0, phi, 0.2], [1.0, phi, 0.2]], "step_times": refit.state()}
+
+
+@pytest.mark.parametrize("phi, sync_s, best", [(50.0, 0.0, 64), (1e6, 1.0, 1024)])
+def test_model_optimum_bounds_every_fixed_batch(phi, sync_s, best):
+    # No sync and a small noise scale: nothing gains on B0, whose efficiency is 1. A huge
+    # noise scale and a 1 s sync: the largest batch is best (efficiency ~1 everywhere).
+    times = batch_optimum.schedule_times(saved_run(phi, sync_s), 64, 10000, 32, (0.5, 1.0))
+    fixed = {k: v for k, v in times.items() if k != "optimum"}
+    assert min(fixed, key=lambda k: fixed[k][0]) == f"fixed {best}"
+    for seconds in fixed.values():
+        assert all(o <= s * (1 + 1e-9) for o, s in zip(times["optimum"], seconds))
+    assert times["optimum"][0] == pytest.approx(fixed[f"fixed {best}"][0])
+    lines = batch_optimum.describe(times, (0.5, 1.0))
+    assert lines[2].startswith("| optimum | ") and "(best fixed)" in lines[3]
