@@ -8,7 +8,7 @@ over progress, so the batch with the highest goodput at every point is the faste
 schedules (changes free and instant); a fixed batch B takes the same integral at B. phi is
 read from the prior at the fraction of progress made (the earlier run's fraction of its
 images: an approximation when that run changed its batch). Throughput is the prior's step-time
-refit (``step_refit.py``) at the best split of each global batch. Run through
+refit (``step_refit.py``) at the split the controller gives each global batch. Run through
 ``python tools/time_to_accuracy.py optimum --prior FILE``. Example::
 
     rows = schedule_times(json.load(open("runs/x/batch_prior.json")), base_batch=64,
@@ -17,26 +17,26 @@ refit (``step_refit.py``) at the best split of each global batch. Run through
 import numpy as np
 
 from nnabla_torus.planning import goodput
+from nnabla_torus.planning.controller import split_batch
 from nnabla_torus.planning.step_refit import StepTimeRefit, throughput
 
-ACCUM_STEPS = (1, 2, 4, 8)      # the controller's accumulation choices (as the planner's)
 POINTS = 2000                   # integration points over progress
 
 
 def candidates(step_times, local_batch, base_batch, max_batch):
-    """(global batches, their best measured-model throughput in samples/s) from an earlier
-    run's ``StepTimeRefit.state()``, every split of up to ``local_batch`` per rank."""
+    """(global batches, their throughput in samples/s) from an earlier run's
+    ``StepTimeRefit.state()``: every batch from ``base_batch`` to ``max_batch`` the ranks
+    realise, split as the controller and a fixed run split it (``split_batch``: the fewest
+    accumulation steps with at most ``local_batch`` per rank)."""
     refit = StepTimeRefit(step_times["ranks"], min_steps=1, warmup_steps=0)
     refit.load_prior(step_times)
     fit = refit.fit()
-    best = {}
-    for accum in ACCUM_STEPS:
-        for local in range(1, local_batch + 1):
-            batch = fit.ranks * local * accum
-            if base_batch <= batch <= max_batch:
-                best[batch] = max(best.get(batch, 0.0), float(throughput(fit, local, accum)))
-    batches = np.array(sorted(best), float)
-    return batches, np.array([best[b] for b in batches])
+    splits = {}
+    for per_rank in range(-(-base_batch // fit.ranks), max_batch // fit.ranks + 1):
+        local, accum = split_batch(per_rank * fit.ranks, fit.ranks, local_batch)
+        splits.setdefault(fit.ranks * local * accum, (local, accum))
+    batches = np.array(sorted(b for b in splits if base_batch <= b <= max_batch), float)
+    return batches, np.array([float(throughput(fit, *splits[int(b)])) for b in batches])
 
 
 def schedule_times(saved, base_batch, run_images, local_batch, fractions, max_batch=1024):

@@ -3,8 +3,9 @@
 checkpoint.py is the file (atomic, checksummed, the newest intact one); this module is the
 run's side of it: rank 0 saves the parameters (BN statistics included), the solver states, the
 step, the data position, the batch-size controller's plan and its decisions so far, the
-noise-scale estimator and the step-time refit; on ``--resume`` rank 0 picks the newest intact file, every rank reads exactly
-that one, and a checkpoint of another world size is resplit and resharded (resize.py)::
+noise-scale estimator and the step-time refit; on ``--resume`` rank 0 picks the newest intact
+file, every rank reads exactly that one, and a checkpoint of another world size is resplit and
+resharded (resize.py)::
 
     write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra)   # every rank
     meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta)
