@@ -89,19 +89,21 @@ def decide(batches, throughput, phi, phi_rse, base_batch, current, model_error):
     """Decision over candidate ``batches`` with predicted ``throughput`` (arrays, one per batch).
 
     ``best`` is the batch with the highest goodput at the low end of phi's one-error band,
-    phi x (1 - rse) (the smallest among equal ones): the batch that is best even if phi is one
-    error lower than estimated, where a larger batch loses the most. ``current``: index of the
+    phi x (1 - rse), and of its throughput's, / (1 + model_error) (the smallest among equal
+    ones): the batch that is best even if phi is one error lower than estimated, where a
+    larger batch loses the most, and its throughput one error lower. ``current``: index of the
     batch in use; a move to ``best`` must gain more than its :func:`prediction_error` at phi
     (hysteresis: inside the error, keep). ``model_error``: one relative error, or one per
     candidate (the throughput of a batch never run is known less well than that of one
-    measured). With rse = 0 this is the highest goodput at phi.
+    measured: of two batches predicted alike, the measured one is best). With rse = 0 and
+    one error this is the highest goodput at phi.
     """
     batches = np.asarray(batches, float)
+    error = np.broadcast_to(np.asarray(model_error, float), batches.shape)
     g = goodput(throughput, batches, phi, base_batch)
-    low = goodput(throughput, batches, phi * max(0.0, 1.0 - phi_rse), base_batch)
+    low = goodput(throughput, batches, phi * max(0.0, 1.0 - phi_rse), base_batch) / (1.0 + error)
     top = low >= low.max() * (1.0 - 1e-12)       # equal up to rounding: take the smallest batch
     best = int(np.flatnonzero(top)[np.argmin(batches[top])])
-    error = np.broadcast_to(np.asarray(model_error, float), batches.shape)
     threshold = float(prediction_error(batches[best], batches[current], phi, phi_rse, error[best]))
     gain = float(g[best] / g[current])
     return Decision(best, gain, threshold, best != current and gain - 1.0 > threshold, g)
