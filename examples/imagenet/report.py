@@ -49,11 +49,12 @@ class EpochMeter:
     """One epoch's training: mean loss over its steps and ranks (``share_loss``: one
     all-reduce an epoch), its own images per second and seconds (the step times: validation
     and checkpoints not counted), and its wall time since the meter was made (all included:
-    the ETA's pace)."""
+    the ETA's pace). ``start_epoch``: the fractional epoch it starts at (the last epoch line's,
+    or a resumed run's)."""
 
-    def __init__(self):
+    def __init__(self, start_epoch=0.0):
         self.loss_sum, self.steps, self.images, self.seconds = 0.0, 0, 0, 0.0
-        self.started = time.time()
+        self.started, self.start_epoch = time.time(), float(start_epoch)
 
     def add(self, loss, images, seconds):
         self.loss_sum, self.steps = self.loss_sum + loss, self.steps + 1
@@ -73,10 +74,10 @@ class EpochMeter:
 
     def line(self, epoch, step, top1, top5, epochs):
         """The epoch line at fractional ``epoch`` of ``epochs``; the ETA at this epoch's pace
-        (its steps, validation and checkpoints; a short first epoch of a resumed run is
-        extrapolated from its part)."""
+        (its steps, validation and checkpoints, over the epochs since ``start_epoch``: a short
+        first epoch of a resumed run, or one that ends a step past the boundary, 1.04 -> 2.09)."""
         wall = time.time() - self.started
-        part = epoch - math.ceil(epoch - 1) if epoch > 0 else 0.0      # of this epoch, <= 1
+        part = epoch - self.start_epoch
         left = (epochs - epoch) * wall / part if part > 0 else math.inf
         return (f"{clock()} epoch {epoch:.2f} step {step}: train loss {self.mean_loss:.4f} "
                 f"(epoch mean), val top-1 {json_value(top1)} top-5 {json_value(top5)}, "

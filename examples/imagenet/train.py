@@ -256,7 +256,7 @@ def resume_or_start(run):
     if cfg.elastic:          # the launcher's Ctrl-C: checkpoint at the end of this step
         signal.signal(signal.SIGUSR1, lambda signum, frame: progress.stop_signal.append(signum))
     progress.monitors = report.make_monitors(cfg, comm.rank, resumed_at)
-    progress.epoch_meter = report.EpochMeter()
+    progress.epoch_meter = report.EpochMeter(data.stream.epoch())
     # FP16: nnabla's dynamic loss scaling rules around the (overlapped) all-reduce.
     run.parallel.scaler = DynamicLossScaling(loss_scale) if cfg.type_config == "half" else None
     if cfg.max_steps and progress.step >= cfg.max_steps:
@@ -498,7 +498,7 @@ def end_of_epoch(run):
     progress.epoch_meter.share_loss(comm)
     settings.log(progress.epoch_meter.line(epoch, progress.step, progress.top1, progress.top5,
                                            settings.cfg.epochs))
-    progress.epoch_meter = report.EpochMeter()
+    progress.epoch_meter = report.EpochMeter(epoch)
 
 
 def save(run):

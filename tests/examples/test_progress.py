@@ -21,12 +21,22 @@ def test_the_epoch_line_is_the_epochs_own(monkeypatch):
     run), no epoch time, no ETA, no time of day."""
     clock = iter([100.0, 130.0])                                   # made at 100 s, line at 130 s
     monkeypatch.setattr(report.time, "time", lambda: next(clock))
-    meter = report.EpochMeter()
+    meter = report.EpochMeter(1.0)
     for loss in (2.0, 1.0, 3.0):
         meter.add(loss, 64, 0.5)                                   # 3 steps of 64 images
     line = meter.line(2.0, 46, 0.91, 0.99, epochs=5)
     assert line[8:] == (" epoch 2.00 step 46: train loss 2.0000 (epoch mean), val top-1 0.91 "
                         "top-5 0.99, 128 images/s, epoch 2 s, ETA 1 min 30 s"), line
+
+
+def test_the_eta_of_an_epoch_that_ends_past_its_boundary(monkeypatch):
+    """Before: 256-image steps over 1,438 images end epochs at 1.04, 2.09, ...; the line at
+    2.09 took its pace from 0.09 of an epoch (ETA 22 min for 40 s of training)."""
+    clock = iter([100.0, 104.0])
+    monkeypatch.setattr(report.time, "time", lambda: next(clock))
+    meter = report.EpochMeter(1.04)
+    meter.add(2.0, 256, 0.6)
+    assert meter.line(2.09, 12, 0.4, 0.8, epochs=12).endswith("ETA 38 s")   # 9.91 x 4 / 1.05
 
 
 def test_a_missing_plotting_library_costs_a_warning(tmp_path, monkeypatch):
