@@ -17,7 +17,7 @@ import statistics
 import numpy as np
 
 import _example  # noqa: F401  (examples/imagenet on sys.path, for its config and training_planner)
-from nnabla_torus.planning.controller import split_batch
+from nnabla_torus.planning.splits import split_batch
 
 ADAPTIVE = "adaptive (goodput)"
 ADAPTIVE_PRIOR = "adaptive (prior)"           # the same, deciding on an earlier run's prior

@@ -8,7 +8,7 @@ over progress, so the batch with the highest goodput at every point is the faste
 schedules (changes free and instant); a fixed batch B takes the same integral at B. phi is
 read from the prior at the fraction of progress made (the earlier run's fraction of its
 images: an approximation when that run changed its batch). Throughput is the prior's step-time
-refit (``step_refit.py``) at the split the controller gives each global batch. Run through
+refit (``step_refit.py``) at the split a fixed run gives each global batch. Run through
 ``python tools/time_to_accuracy.py optimum --prior FILE``. Example::
 
     rows = schedule_times(json.load(open("runs/x/batch_prior.json")), base_batch=64,
@@ -17,7 +17,7 @@ refit (``step_refit.py``) at the split the controller gives each global batch. R
 import numpy as np
 
 from nnabla_torus.planning import goodput
-from nnabla_torus.planning.controller import split_batch
+from nnabla_torus.planning.splits import split_batch
 from nnabla_torus.planning.step_refit import StepTimeRefit, throughput
 
 POINTS = 2000                   # integration points over progress
@@ -26,8 +26,9 @@ POINTS = 2000                   # integration points over progress
 def candidates(step_times, local_batch, base_batch, max_batch):
     """(global batches, their throughput in samples/s) from an earlier run's
     ``StepTimeRefit.state()``: every batch from ``base_batch`` to ``max_batch`` the ranks
-    realise, split as the controller and a fixed run split it (``split_batch``: the fewest
-    accumulation steps with at most ``local_batch`` per rank)."""
+    realise, split as a fixed run splits it (``split_batch``: the fewest accumulation steps
+    with at most ``local_batch`` per rank; under the refit's line, a + b m with a > 0, also the
+    fastest split, so the controller's choice of split gains nothing under the model)."""
     refit = StepTimeRefit(step_times["ranks"], min_steps=1, warmup_steps=0)
     refit.load_prior(step_times)
     fit = refit.fit()

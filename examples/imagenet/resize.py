@@ -2,7 +2,7 @@
 
 Parameters, solver states, the loss scale, the noise-scale estimator and the controller's plan
 come back unchanged; what depends on the world size is redone here: the saved global batch is
-split anew over M ranks (``controller.split_batch``), and the rest of the epoch is resharded so
+split anew over M ranks (``splits.split_batch``), and the rest of the epoch is resharded so
 that every later optimizer step uses exactly the images the N-rank run would have used
 (``epoch_order``; several resizes in one epoch chain through the loader state's ``segments``).
 ``ResizeAdvisor`` asks the planner, at each new global batch, whether another rank count pays
@@ -15,7 +15,8 @@ import numpy as np
 
 from nnabla_torus.launching import elastic
 from nnabla_torus.planning import planner
-from nnabla_torus.planning.controller import BatchPlan, split_batch
+from nnabla_torus.planning.controller import BatchPlan
+from nnabla_torus.planning.splits import split_batch
 from nnabla_torus.knobs import env_value
 from nnabla_torus.planning.schedules import BatchSchedule
 from nnabla_torus.comm.topology import parse_grid

@@ -14,7 +14,8 @@ when the predicted gain exceeds the prediction's error; every decision logged on
 numbers (docs/adaptive-batch.md gives the rules and why).
 
 A batch is realised as ``world_size x local_batch x accum_steps`` (``local_batch <=
-max_local_batch``). The learning rate follows ``lr_scaling`` from ``base_batch`` (linear:
+max_local_batch``): ``split_batch``'s split (the fewest accumulation steps) on a schedule, in
+adaptive mode the split of each batch fastest at the low end of its throughput error. The learning rate follows ``lr_scaling`` from ``base_batch`` (linear:
 Goyal et al.); in adaptive mode the same rule at the batch (``adaptive_lr="scaling"``, the
 default) or B0's rate times the goodput gain (``"gain"``, Pollux/AdaScale); ``lr_at_change="keep"``
 keeps the first batch's rate (Smith et al., arXiv:1711.00489). Example (the paper's 34K -> 68K
@@ -33,6 +34,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import goodput, step_refit
+from .splits import MAX_ACCUM, split_batch, splits_of
 
 LOG = logging.getLogger("nnabla_torus.planning.controller")
 
@@ -59,22 +61,6 @@ PRICED_MAX_RSE = 1.0                 # the same for the first decision of a run 
                                      # reaches 0 and no batch above B0 can be chosen)
 
 
-def split_batch(target, world_size, max_local_batch):
-    """(local_batch, accum_steps) for a global batch near ``target`` on ``world_size`` ranks.
-
-    ``accum_steps`` is the fewest that keeps ``local_batch <= max_local_batch``; with it,
-    ``local_batch`` is the one whose ``world_size * local_batch * accum_steps`` is closest to
-    ``target`` (equal when ``target`` splits exactly).
-
-    >>> split_batch(69632, 1088, 32), split_batch(1000, 3, 64), split_batch(128, 3, 32)
-    ((32, 2), (56, 6), (21, 2))
-    """
-    per_rank = max(1, round(target / world_size))
-    accum = max(1, math.ceil(per_rank / max_local_batch))
-    local = max(1, min(max_local_batch, round(target / (world_size * accum))))
-    return local, accum
-
-
 def momentum_scale(before, after):
     """Factor for the momentum buffer when the plan changes from ``before`` to ``after``
     (BatchPlans; ``before`` None at the start): the ratio of their learning-rate factors.
@@ -96,21 +82,6 @@ def momentum_scale(before, after):
 
 
 MAX_CANDIDATES = 512   # adaptive mode: global batches scored (geometrically spaced beyond)
-MAX_ACCUM = 64         # accumulation steps of the largest default max_batch (ranks x
-                       # max_local_batch x MAX_ACCUM) and of any split an adaptive run scores
-
-
-def splits_of(per_rank, max_local_batch):
-    """Every (local_batch, accum_steps) with ``local_batch x accum_steps == per_rank``,
-    ``local_batch <= max_local_batch`` and ``accum_steps <= MAX_ACCUM``, largest local first.
-
-    >>> splits_of(64, 32)
-    [(32, 2), (16, 4), (8, 8), (4, 16), (2, 32), (1, 64)]
-    """
-    return [(m, per_rank // m) for m in range(min(per_rank, max_local_batch), 0, -1)
-            if per_rank % m == 0 and per_rank // m <= MAX_ACCUM]
-
-
 class BatchSizeController:
     """Choose the global batch and LR factor per step or epoch; see module doc."""
 
@@ -416,9 +387,9 @@ class BatchSizeController:
     def _one_split_per_batch(self, speed, error):
         """Candidate rows, one per global batch: the split in use for the batch in use, for
         every other batch the split fastest at the low end of its throughput error,
-        speed / (1 + error) (a measured micro-batch over an unmeasured one predicted a little
-        faster: on this machine 16 x 4 trained 1.35x the images/s of 32 x 2, which the cost
-        model predicted the other way)."""
+        speed / (1 + error): a measured micro-batch over one never run that is predicted a
+        little faster (the "128 hold", docs/adaptive-batch.md: 256 as 32 x 2, never run, held
+        back by the cost model's 14.5 % on 7 seeds of 10)."""
         cand, plan = self.candidates, self.current
         in_use = ((cand["global_batch"] == plan.global_batch) &
                   (cand["local_batch"] == plan.local_batch) &

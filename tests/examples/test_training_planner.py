@@ -7,7 +7,8 @@ import pytest
 from examples.imagenet.config import parse_config
 from examples.imagenet.training_planner import TrainingPlanner, find_compute, local_batch_choices
 from nnabla_torus.planning import planner
-from nnabla_torus.planning.controller import BatchPlan, split_batch
+from nnabla_torus.planning.controller import BatchPlan
+from nnabla_torus.planning.splits import split_batch
 from nnabla_torus.planning.machine_profile import load_profile
 from nnabla_torus.planning.step_refit import StepTimeRefit
 

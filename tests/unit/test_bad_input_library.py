@@ -224,7 +224,7 @@ def test_nearest_batch_plans_the_nearest_feasible_batch_and_says_so(capsys, tmp_
 
 
 def test_split_batch_gives_the_closest_split():
-    from nnabla_torus.planning.controller import split_batch
+    from nnabla_torus.planning.splits import split_batch
     assert split_batch(128, 3, 32) == (21, 2)      # 126 (before: 22 x 2 = 132)
     assert split_batch(1000, 3, 64) == (56, 6)     # 1,008: 55 x 6 = 990 is farther
 

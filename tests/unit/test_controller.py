@@ -4,7 +4,8 @@ import logging
 import numpy as np
 import pytest
 
-from nnabla_torus.planning.controller import BatchSizeController, split_batch
+from nnabla_torus.planning.controller import BatchSizeController
+from nnabla_torus.planning.splits import split_batch
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.schedules import BatchSchedule
 
