@@ -50,7 +50,8 @@ POLICIES = {                     # name: train.py flags (the digits recipe other
     "fixed 64": ["--batch-schedule", "0:64"],
     "fixed 256": ["--batch-schedule", "0:256"],                     # 32 x 2 on 4 ranks
     "fixed 256 (16 x 4)": ["--batch-schedule", "0:256", "--local-batch", "16"],  # the same
-    #     batch at B0's micro-batch (emulated 2x2: 1.35x 32 x 2's images/s one night, 0.93x the next)
+    #     batch at B0's micro-batch (emulated 2x2: 1.35x the images/s of 32 x 2 one
+    #     night, 0.93x the next)
     rep.ADAPTIVE: ["--adaptive-batch", "1", "--batch-prior", "none"],
     rep.ADAPTIVE_PRIOR: ["--adaptive-batch", "1", "--batch-prior"],   # + the prior's file
 }
