@@ -15,10 +15,10 @@ numbers (docs/adaptive-batch.md gives the rules and why).
 
 A batch is realised as ``world_size x local_batch x accum_steps`` (``local_batch <=
 max_local_batch``): ``split_batch``'s split (the fewest accumulation steps) on a schedule, in
-adaptive mode the split of each batch fastest at the low end of its throughput error. The learning rate follows ``lr_scaling`` from ``base_batch`` (linear:
-Goyal et al.); in adaptive mode the same rule at the batch (``adaptive_lr="scaling"``, the
-default) or B0's rate times the goodput gain (``"gain"``, Pollux/AdaScale); ``lr_at_change="keep"``
-keeps the first batch's rate (Smith et al., arXiv:1711.00489). Example (the paper's 34K -> 68K
+adaptive mode the split of each batch fastest at the low end of its throughput error. The
+learning rate follows ``lr_scaling`` from ``base_batch`` (linear: Goyal et al.); in adaptive
+mode the same rule at the batch (``adaptive_lr="scaling"``, the default) or B0's rate times the
+goodput gain (``"gain"``, Pollux/AdaScale); ``lr_at_change="keep"`` keeps the first batch's rate (Smith et al., arXiv:1711.00489). Example (the paper's 34K -> 68K
 at epoch 5 on a fixed 1,088 ranks takes 2 micro-batches; the paper doubled the GPUs instead)::
 
     >>> from nnabla_torus.planning.schedules import BatchSchedule
@@ -163,8 +163,7 @@ class BatchSizeController:
                     local * accum, self.max_local_batch) if split != (local, accum)]
         table = [(b, m, s) for b in sorted(rows) for m, s in rows[b]
                  if self.min_batch <= b <= self.max_batch]     # rounding can step out
-        batch, local, accum = (np.array([row[i] for row in table], int).reshape(-1)
-                               for i in range(3))
+        batch, local, accum = (np.array([row[i] for row in table], int) for i in range(3))
         speed = np.ones(len(batch)) if throughput is None else np.asarray(
             throughput(local, accum), float)      # None: a bigger batch buys nothing
         return {"global_batch": batch, "local_batch": local, "accum_steps": accum,
