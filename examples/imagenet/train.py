@@ -36,7 +36,7 @@ from nnabla_torus.planning.controller import momentum_scale
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.overlap_choice import describe as describe_overlap_choice
 from nnabla_torus.planning.model_cost import count_cost
-from nnabla_torus.planning.step_refit import EXCHANGE_STEPS, StepTimeRefit
+from nnabla_torus.planning.step_refit import EXCHANGE_STEPS, StepTimeRefit, describe as describe_fit
 from nnabla_torus.overlap import BucketedAllReduce, overlaps_backward
 from nnabla_torus.planning.schedules import BatchSchedule
 
@@ -469,12 +469,16 @@ def observe_step_times(run, plan, step_time, sync_s):
         return
     times = np.array([t[2:] for t in progress.step_times], np.float32)
     times = comm.allreduce_numpy(times) / comm.size
+    of_prior = refit.fit() is not None and refit.fit().of_prior
     for (local, accum, _, _), (step_s, wait_s) in zip(progress.step_times, times.tolist()):
-        run.planning.refit.observe(local, accum, step_s, wait_s)
+        refit.observe(local, accum, step_s, wait_s)
     progress.step_times = []
+    if of_prior and not refit.fit().of_prior:
+        run.settings.log(f"batch prior: this run's own step times replace the prior's from now "
+                         f"on: {describe_fit(refit.fit())}")
     planner = run.planning.planner
     if planner is not None:      # from the first fit on, every decision uses the measured time
-        line = planner.use_measured(run.planning.refit.fit())
+        line = planner.use_measured(refit.fit())
         if line:                 # same rank-mean times on every rank: all replan alike
             run.settings.log(line)
             replan_and_switch(planner, plan, comm, run.settings.log)

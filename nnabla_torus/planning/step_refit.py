@@ -38,9 +38,9 @@ StepFit = namedtuple("StepFit", [
     "sync_s",        # median sync seconds at each of them
     "error",         # median relative residual of the used steps
     "ranks",         # ranks the steps ran on
-    "counted",       # {(m, s): used steps} of the batches the fit uses (this run's, else the
-                     # prior's)
+    "counted",       # {(m, s): used steps} of the batches the fit uses
     "how",           # "line" (two or more per-rank batches) or "shape" (the cost model's, scaled)
+    "of_prior",      # True: the steps are an earlier run's (load_prior), this run has none yet
 ])
 
 
@@ -58,8 +58,8 @@ class StepTimeRefit:
         self.ranks, self.shape = int(ranks), shape
         self.min_steps, self.warmup_steps = int(min_steps), int(warmup_steps)
         self.samples = {}            # (m, s) -> [(step seconds, sync seconds)] used
-        self.prior = {}              # the same, of an earlier run (load_prior): used for a
-                                     # split until this run has min_steps of its own there
+        self.prior = {}              # the same, of an earlier run (load_prior): used until
+                                     # this run has min_steps of its own at any split
         self._key, self._skip = None, 0
         self._fit = None             # fit() of the samples as they are (None: to compute)
 
@@ -97,8 +97,11 @@ class StepTimeRefit:
 
     def load_prior(self, state):
         """Take an earlier run's :meth:`state` as a prior (the same rule on the rank count as
-        :meth:`load_state`); each split's prior steps count until this run has ``min_steps``
-        of its own at that split. Returns the reason string or None."""
+        :meth:`load_state`). The fit uses the prior's steps until this run has ``min_steps`` of
+        its own at any split, then only this run's: an earlier run's times are another
+        machine state (a slower night, other jobs), and a line through its splits and this
+        run's gave residuals of 11-12 % and held 128 to epoch 5 on the emulated cluster
+        (docs/adaptive-batch.md, "Priors"). Returns the reason string or None."""
         if state["ranks"] != self.ranks:
             return (f"the prior's step times were measured on {state['ranks']} ranks, this run "
                     f"has {self.ranks}: not used")
@@ -111,10 +114,12 @@ class StepTimeRefit:
         return len(self.samples.get((int(local_batch), int(accum_steps)), ()))
 
     def ready(self, local_batch, accum_steps):
-        """The confidence rule: ``min_steps`` used steps at the batch in use (this run's, or
-        the prior's)."""
+        """The confidence rule: ``min_steps`` used steps at the batch in use, this run's (the
+        prior's while this run has none at any split, as in :meth:`fit`)."""
         key = (int(local_batch), int(accum_steps))
-        return max(self.steps_at(*key), len(self.prior.get(key, ()))) >= self.min_steps
+        fit = self.fit()
+        steps = self.prior if fit is not None and fit.of_prior else self.samples
+        return len(steps.get(key, ())) >= self.min_steps
 
     def fit(self):
         """The :data:`StepFit` of the counted batches; None while none has ``min_steps``
@@ -125,8 +130,10 @@ class StepTimeRefit:
         return self._fit
 
     def _compute_fit(self):
-        counted = {k: v for k, v in self.prior.items() if len(v) >= self.min_steps}
-        counted.update({k: v for k, v in self.samples.items() if len(v) >= self.min_steps})
+        counted = {k: v for k, v in self.samples.items() if len(v) >= self.min_steps}
+        of_prior = not counted
+        if of_prior:
+            counted = {k: v for k, v in self.prior.items() if len(v) >= self.min_steps}
         if not counted:
             return None
         keys = sorted(counted)
@@ -150,7 +157,7 @@ class StepTimeRefit:
         sync_local = np.array(sorted(by_local))
         fit = StepFit(float(a), float(b), sync_local,
                       np.array([np.median(by_local[m]) for m in sync_local]), 0.0,
-                      self.ranks, {k: len(counted[k]) for k in keys}, how)
+                      self.ranks, {k: len(counted[k]) for k in keys}, how, of_prior)
         predicted = [step_time(fit, m, s) for m, s in keys]
         residual = np.concatenate([np.abs(t[:, 0] - want) / want
                                    for t, want in zip(times, predicted)])
@@ -183,7 +190,8 @@ def measured_compute(comp, fit, model_line):
 
         >>> from nnabla_torus.planning.costmodel import Compute
         >>> comp = Compute(0.01, 0.002, 1.0, 256, 1000, 0)
-        >>> fit = StepFit(0.02, 0.001, np.array([8.]), np.array([0.]), 0.0, 4, {}, "line")
+        >>> fit = StepFit(0.02, 0.001, np.array([8.]), np.array([0.]), 0.0, 4, {}, "line",
+        ...               False)
         >>> new = measured_compute(comp, fit, (0.01, 0.002))
         >>> round(new.a_s, 6), round(new.b_s, 6)
         (0.02, 0.001)
@@ -199,5 +207,6 @@ def describe(fit):
     batches = ", ".join(f"{m}x{s}: {n}" for (m, s), n in sorted(fit.counted.items()))
     syncs = ", ".join(f"{s * 1e3:.0f}" for s in fit.sync_s)
     return (f"step = accum x ({fit.a_s * 1e3:.2f} ms + {fit.b_s * 1e3:.3f} ms/sample x local) "
-            f"+ sync {syncs} ms ({fit.how} fit to the steps measured at local x accum: "
+            f"+ sync {syncs} ms ({fit.how} fit to the steps "
+            f"{'an earlier run (the prior) ' if fit.of_prior else ''}measured at local x accum: "
             f"{batches}), residual error {fit.error:.1%}")

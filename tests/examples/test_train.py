@@ -84,6 +84,31 @@ def test_adaptive_batch_decides_by_goodput(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_prior_decides_at_step_zero_then_the_runs_own_measurements(tmp_path):
+    # An adaptive run writes batch_prior.json; the next run of the same model, data and ranks
+    # decides on it at step 0, then its own step times (exchanged at step 10) replace the
+    # prior's, and its own noise scale overrides the prior's. Each moment is logged.
+    common = SMALL + ["--train-images", "256", "--epochs", "3", "--adaptive-batch", "1",
+                      "--max-batch", "128", "--adaptive-min-samples", "4",
+                      "--adaptive-max-rse", "5"]
+    run_mpi(2, [PROG] + common + ["--output-dir", str(tmp_path / "first")], timeout=180)
+    prior = tmp_path / "first" / "batch_prior.json"
+    out = run_mpi(2, [PROG] + common + ["--output-dir", str(tmp_path / "second"),
+                                        "--batch-prior", str(prior)], timeout=180)
+    assert "PARAMS_EQUAL" in out, out
+    assert f"batch prior: the run {tmp_path / 'first'} of " in out, out
+    assert "with its step times" in out, out
+    first = next(line for line in out.splitlines() if "goodput: keep" in line
+                 or "goodput: change" in line)
+    assert "step 0:" in first and "the prior at 0% of training, earlier run" in first, first
+    assert "the steps an earlier run (the prior) measured" in first, first
+    assert "goodput: the measurement overrides the prior from now on" in out, out
+    own = next(line for line in out.splitlines() if "own step times replace" in line)
+    assert "the prior) measured" not in own, own
+    assert (tmp_path / "second" / "batch_prior.json").exists()
+
+
+@pytest.mark.slow
 def test_adaptive_resume_keeps_the_measured_step_times(tmp_path):
     # The checkpoint at step 11 holds the refit's steps (exchanged at step 10): the resumed
     # run restores them, and its decisions price batches with them, not with the cost model

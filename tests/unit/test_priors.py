@@ -72,10 +72,46 @@ def test_refit_prior_counts_until_the_run_measures_its_own():
     assert refit.load_prior(earlier.state()) is None
     assert refit.ready(64, 1) and refit.steps_at(64, 1) == 0
     assert refit.fit().counted == {(16, 1): 4, (64, 1): 4}
+    assert refit.fit().of_prior
     for _ in range(3):
-        refit.observe(16, 1, 1.0, 0.3)         # this run is slower at 16: its own steps count
-    assert refit.fit().counted == {(16, 1): 3, (64, 1): 4}
+        refit.observe(16, 1, 1.0, 0.3)         # this run is slower: its own steps replace the
+    fit = refit.fit()                          # prior's, at every split
+    assert fit.counted == {(16, 1): 3} and not fit.of_prior and not refit.ready(64, 1)
     assert "this run has 8" in StepTimeRefit(8).load_prior(earlier.state())
+
+
+def test_a_prior_from_a_slower_machine_does_not_hold_the_batch():
+    # The emulated cluster's prior (runs/tta-emu-q, a slower night): 58 ms + 5.8 ms a sample per
+    # micro-batch, 350 ms of sync, measured at 16 x 1, 32 x 1 and 32 x 2. This run's machine
+    # computes 25 % faster, so sync weighs more: at phi = 194 (the prior's and the run's),
+    # 256 = 32 x 2 gives 1.066x the goodput of 128 = 32 x 1, which the prior's times take at
+    # step 0. Before, the fit mixed this run's 32 x 1 with the prior's 16 x 1 and 32 x 2: a
+    # 7.8 % residual hid the gain and the run held 128 for all 60 steps (on the emulated
+    # cluster to epoch 2.6-5.4). Now this run's own steps replace the prior's and it moves.
+    def machine(local, accum, speed=1.0):
+        return accum * speed * (0.058 + 0.0058 * local) + 0.35, 0.35
+    earlier = StepTimeRefit(4, min_steps=5, warmup_steps=0)
+    for local, accum, steps in ((16, 1, 10), (32, 1, 76), (32, 2, 26)):
+        for _ in range(steps):
+            earlier.observe(local, accum, *machine(local, accum))
+    refit = StepTimeRefit(4, shape=(0.058, 0.0058), min_steps=5, warmup_steps=2)
+    assert refit.load_prior(earlier.state()) is None
+    fake = priors.Prior("earlier run", "prior.json", lambda f: (
+        np.full(np.shape(f), 194.0), np.full(np.shape(f), 0.27)), earlier.state())
+    est = NoiseScaleEstimator(smoothing=0.5)
+    ctrl = BatchSizeController(4, 32, noise_scale=est, base_batch=64, min_batch=64,
+                               max_batch=1024, min_samples=5, refit=refit, prior=fake,
+                               throughput=lambda m, s: 4.0 * m * s / machine(m, s)[0],
+                               model_error=0.145, epochs=10, epoch_images=10000)
+    plans = []
+    for step in range(60):
+        plan = ctrl.plan(step / 12)
+        plans.append((plan.global_batch, plan.local_batch, plan.accum_steps))
+        phi_update(est, 194.0)
+        refit.observe(plan.local_batch, plan.accum_steps,
+                      *machine(plan.local_batch, plan.accum_steps, speed=0.75))
+    assert plans[0] == (128, 32, 1)
+    assert plans[10:] == [(256, 32, 2)] * 50, plans
 
 
 def phi_update(est, phi, g2=2.0, b=8, big_b=64):
