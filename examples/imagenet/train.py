@@ -473,12 +473,14 @@ def observe_step_times(run, plan, step_time, sync_s):
     for (local, accum, _, _), (step_s, wait_s) in zip(progress.step_times, times.tolist()):
         refit.observe(local, accum, step_s, wait_s)
     progress.step_times = []
-    if of_prior and not refit.fit().of_prior:
+    fit = refit.fit()
+    if of_prior and not fit.of_prior:
         run.settings.log(f"batch prior: this run's own step times replace the prior's from now "
-                         f"on: {describe_fit(refit.fit())}")
+                         f"on: {describe_fit(fit)}")
     planner = run.planning.planner
-    if planner is not None:      # from the first fit on, every decision uses the measured time
-        line = planner.use_measured(refit.fit())
+    if planner is not None:      # from the first fit of this run's own steps on, every
+        #                          decision uses the measured time (not a prior's)
+        line = planner.use_measured(None if fit is None or fit.of_prior else fit)
         if line:                 # same rank-mean times on every rank: all replan alike
             run.settings.log(line)
             replan_and_switch(planner, plan, comm, run.settings.log)
