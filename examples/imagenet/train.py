@@ -469,12 +469,12 @@ def observe_step_times(run, plan, step_time, sync_s):
         return
     times = np.array([t[2:] for t in progress.step_times], np.float32)
     times = comm.allreduce_numpy(times) / comm.size
-    of_prior = refit.fit() is not None and refit.fit().of_prior
+    before = refit.fit()
     for (local, accum, _, _), (step_s, wait_s) in zip(progress.step_times, times.tolist()):
         refit.observe(local, accum, step_s, wait_s)
     progress.step_times = []
     fit = refit.fit()
-    if of_prior and not fit.of_prior:
+    if before is not None and before.of_prior and not fit.of_prior:
         run.settings.log(f"batch prior: this run's own step times replace the prior's from now "
                          f"on: {describe_fit(fit)}")
     planner = run.planning.planner

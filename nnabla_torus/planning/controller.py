@@ -18,8 +18,9 @@ max_local_batch``): ``split_batch``'s split (the fewest accumulation steps) on a
 adaptive mode the split of each batch fastest at the low end of its throughput error. The
 learning rate follows ``lr_scaling`` from ``base_batch`` (linear: Goyal et al.); in adaptive
 mode the same rule at the batch (``adaptive_lr="scaling"``, the default) or B0's rate times the
-goodput gain (``"gain"``, Pollux/AdaScale); ``lr_at_change="keep"`` keeps the first batch's rate (Smith et al., arXiv:1711.00489). Example (the paper's 34K -> 68K
-at epoch 5 on a fixed 1,088 ranks takes 2 micro-batches; the paper doubled the GPUs instead)::
+goodput gain (``"gain"``, Pollux/AdaScale); ``lr_at_change="keep"`` keeps the first batch's
+rate (Smith et al., arXiv:1711.00489). Example (the paper's 34K -> 68K at epoch 5 on a fixed
+1,088 ranks takes 2 micro-batches; the paper doubled the GPUs instead)::
 
     >>> from nnabla_torus.planning.schedules import BatchSchedule
     >>> ctrl = BatchSizeController(1088, 32, schedule=BatchSchedule.parse("0:34816,5:69632"))
@@ -200,7 +201,8 @@ class BatchSizeController:
             batches = self.candidates["global_batch"]
             i = int(np.searchsorted(batches, target))
             if i < len(batches) and batches[i] == target:
-                return int(self.candidates["local_batch"][i]), int(self.candidates["accum_steps"][i])
+                return (int(self.candidates["local_batch"][i]),
+                        int(self.candidates["accum_steps"][i]))
         return split_batch(target, self.world_size, self.max_local_batch)
 
     def _set(self, epoch, target, why, factor=None, split=None):
@@ -288,10 +290,10 @@ class BatchSizeController:
 
     def _max_rse(self):
         """The confidence rule's bound on phi's error: ``max_rse``, but at least
-        ``PRICED_MAX_RSE`` for the first decision of a run whose length is known: there ``goodput.waiting`` weighs
-        phi's error against the run's length (a 55-step run does not wait for the error a
-        3,000-step run waits for; measured before this rule: 31 of 55 steps at B0 while the
-        error stayed above 0.5)."""
+        ``PRICED_MAX_RSE`` for the first decision of a run whose length is known: there
+        ``goodput.waiting`` weighs phi's error against the run's length (a 55-step run does not
+        wait for the error a 3,000-step run waits for; measured before this rule: 31 of 55
+        steps at B0 while the error stayed above 0.5)."""
         priced = self.decisions == 0 and self.run_images and self.prior is None
         return max(self.max_rse, PRICED_MAX_RSE) if priced else self.max_rse
 
