@@ -26,7 +26,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import published
+from . import published, step_refit
 
 Prior = namedtuple("Prior", [
     "kind",        # "earlier run" or "published"
@@ -91,11 +91,22 @@ def read_file(path, key):
                       f"from B0")
     if not len(points):
         return None, f"batch prior: {path} has no trusted noise-scale estimate; measuring from B0"
+    if not (np.all(np.isfinite(points)) and np.all(points[:, 1:] > 0)):
+        return None, (f"batch prior: cannot read {path} (a noise-scale point is not [fraction, "
+                      f"phi, relative error] of finite numbers, phi and error > 0); measuring "
+                      f"from B0")
+    points = points[np.argsort(points[:, 0], kind="stable")]    # np.interp needs them sorted
+    step_times, note = saved.get("step_times"), ""
+    if step_times is not None:
+        try:
+            step_refit.check_state(step_times)
+            note = ", with its step times"
+        except ValueError as e:
+            step_times, note = None, f"; its step times are left out, {e}"
     line = (f"batch prior: the run {saved.get('run', '?')} of {saved.get('written', '?')} "
             f"({path}): phi {points[:, 1].min():.0f}-{points[:, 1].max():.0f} over training"
-            + ("" if saved.get("step_times") is None else ", with its step times"))
-    return {"file": path, "noise_scale": points.tolist(),
-            "step_times": saved.get("step_times")}, line
+            + note)
+    return {"file": path, "noise_scale": points.tolist(), "step_times": step_times}, line
 
 
 def find(setting, folder, key, model, data="imagenet"):

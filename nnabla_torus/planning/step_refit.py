@@ -44,6 +44,24 @@ StepFit = namedtuple("StepFit", [
 ])
 
 
+def check_state(state):
+    """``state`` if it has :meth:`StepTimeRefit.state`'s form, else ValueError saying what is
+    wrong (a file edited by hand or cut short would fail later, mid-run, on every rank)."""
+    try:
+        ranks, samples = state["ranks"], state["samples"]
+        problems = [] if isinstance(ranks, int) and ranks >= 1 else [f"ranks {ranks!r}"]
+        for m, s, times in samples:
+            if not (isinstance(m, int) and isinstance(s, int) and m >= 1 and s >= 1):
+                problems.append(f"split {m!r} x {s!r}")
+            elif not all(len(t) == 2 and np.all(np.isfinite(np.asarray(t, float))) for t in times):
+                problems.append(f"a step at {m} x {s} not [step_s, sync_s] in seconds")
+    except (KeyError, TypeError, ValueError) as e:     # no field, not a list, not numbers
+        raise ValueError(f"not a step-time record ({type(e).__name__}: {e})") from None
+    if problems:
+        raise ValueError("not a step-time record: " + "; ".join(problems[:3]))
+    return state
+
+
 class StepTimeRefit:
     """Step times observed by a run, and the fit of :data:`StepFit` to them; see module doc.
 

@@ -27,11 +27,16 @@ def series():
     return early + [(f, 100 + 900 * f, 0.3) for f in np.linspace(0.02, 1.0, 400)]
 
 
-def test_saved_prior_is_reused_only_for_its_key(tmp_path):
+def saved_prior(folder):
+    """The path of the prior a run of :func:`series` with three steps at 16 x 1 saved."""
     refit = StepTimeRefit(4, min_steps=2, warmup_steps=0)
     for _ in range(3):
         refit.observe(16, 1, 0.4, 0.3)
-    path = priors.save(tmp_path, key(), series(), refit.state(), "runs/a")
+    return priors.save(folder, key(), series(), refit.state(), "runs/a")
+
+
+def test_saved_prior_is_reused_only_for_its_key(tmp_path):
+    path = saved_prior(tmp_path)
     saved = json.load(open(path))
     assert len(saved["noise_scale"]) == priors.KEEP_POINTS          # thinned, untrusted dropped
     assert min(p[0] for p in saved["noise_scale"]) == pytest.approx(0.02)
@@ -48,6 +53,32 @@ def test_saved_prior_is_reused_only_for_its_key(tmp_path):
     assert priors.choose("none", tmp_path, key(), "resnet18", 12)[0] is None
     assert "cannot read" in priors.choose(str(tmp_path / "missing.json"), tmp_path, key(),
                                           "resnet18", 12)[1]
+
+
+def test_a_damaged_prior_file_is_refused_in_one_line_not_at_step_0_on_every_rank(tmp_path):
+    path = saved_prior(tmp_path)
+    good = json.load(open(path))
+
+    def damaged(**changes):
+        with open(path, "w") as f:
+            json.dump(dict(good, **changes), f)
+        return priors.choose(path, tmp_path, key(), "resnet18", epochs=12)
+
+    # step times cut short or edited: the noise scale is used, the step times are not (before,
+    # a step [0.4] without its sync loaded and failed at the first fit, on every rank)
+    for step_times in ({"ranks": 4}, {"ranks": 4, "samples": [[16, 1, [[0.4]]]]},
+                       {"ranks": 4, "samples": [[16, 1, [[0.4, "x"]]]]},
+                       {"ranks": "4", "samples": []}, {"ranks": 4, "samples": [[0, 1, []]]}, []):
+        prior, line = damaged(step_times=step_times)
+        assert prior is not None and prior.step_times is None, step_times
+        assert "its step times are left out, not a step-time record" in line, line
+    # noise-scale points that are not numbers: the file is refused, as an unreadable one
+    for points in ([[0.1, None, 0.2]], [[0.1, -5.0, 0.2]], [[0.1, 100.0]]):
+        prior, line = damaged(noise_scale=points)
+        assert prior is None and line.startswith(f"batch prior: cannot read {path}"), line
+    # points out of order are sorted (np.interp needs them ascending)
+    prior, _ = damaged(noise_scale=[[0.5, 500.0, 0.2], [0.0, 100.0, 0.2]])
+    assert prior.phi_at(0.25)[0] == pytest.approx(300.0)
 
 
 def test_published_resnet50_prior():
