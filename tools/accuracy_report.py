@@ -8,6 +8,7 @@ over epochs. Example::
     r = record_of("fixed 64", 1, "runs/tta/fixed-64-s1", [(2.5, "epoch 1.00 step 23: ...")], 0.9)
     stats, verdict = summarise([r], 0.9)
 """
+import itertools
 import json
 import math
 import os
@@ -97,6 +98,63 @@ def spread(values, missing=None):
     return statistics.median(values), min(values), max(values)
 
 
+def median_interval(values, confidence=0.95):
+    """(median, low, high, coverage) of ``values``: the median and its distribution-free
+    interval, the order statistics x_(k) and x_(n+1-k) for the largest k whose coverage
+    1 - 2 P(Binomial(n, 1/2) < k) is at least ``confidence`` (the sign test's interval;
+    Conover, Practical Nonparametric Statistics, 3rd ed., section 3.2); with too few values for
+    that (n <= 5 at 95 %) k = 1, min-max, and its smaller coverage says so.
+
+    >>> median_interval([0.91, 1.10, 1.26, 0.96, 1.11])
+    (1.1, 0.91, 1.26, 0.9375)
+    """
+    x, n = sorted(values), len(values)
+    k = 1
+    while k + 1 <= (n + 1) // 2 and _coverage(n, k + 1) >= confidence:
+        k += 1
+    return statistics.median(x), x[k - 1], x[n - k], _coverage(n, k)
+
+
+def _coverage(n, k):
+    """1 - 2 P(Binomial(n, 1/2) < k): the chance that [x_(k), x_(n+1-k)] holds the median."""
+    return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+
+
+def paired_ratios(records, policy, reference):
+    """[(seed, time of ``policy`` / time of ``reference``)] over the seeds both ran in one
+    measurement (records paired by seed and folder: pooled measurements may share seeds);
+    never reached is inf, a seed neither reached is left out."""
+    def key(r):
+        return os.path.dirname(r["dir"]), r["seed"]
+    reached = {key(r): (math.inf if r["time_s"] is None else r["time_s"])
+               for r in records if r["policy"] == reference}
+    pairs = []
+    for r in records:
+        if r["policy"] == policy and key(r) in reached:
+            mine, theirs = math.inf if r["time_s"] is None else r["time_s"], reached[key(r)]
+            if mine < math.inf or theirs < math.inf:
+                pairs.append((r["seed"], mine / theirs if theirs < math.inf else 0.0))
+    return pairs
+
+
+def paired_verdict(records, policy, reference):
+    """One line: ``policy`` / ``reference`` per seed, its median and interval, and whether the
+    interval shows a difference; None without a pair."""
+    pairs = paired_ratios(records, policy, reference)
+    if not pairs:
+        return None
+    ratios = [ratio for _, ratio in pairs]
+    median, low, high, coverage = median_interval(ratios)
+    faster = sum(ratio <= 1.0 for ratio in ratios)
+    shown = ("behind: the whole interval is above 1" if low > 1.0 else
+             "ahead: the whole interval is below 1" if high < 1.0 else
+             "no difference shown over these seeds")
+    return (f"per seed, time to the target of {policy} / {reference}: median "
+            f"{fmt(median, 2)}, {coverage:.1%} interval {fmt(low, 2)}-{fmt(high, 2)} over "
+            f"{len(ratios)} seeds ({faster} of them at most 1): {shown}; ratios "
+            + ", ".join(fmt(ratio, 2) for ratio in sorted(ratios)))
+
+
 def batch_range(record):
     """(smallest, largest) global batch the run trained with."""
     batch = read_series(record["dir"], "global_batch")
@@ -139,12 +197,15 @@ def summarise(records, target):
             verdict.append(f"load-free check, cost-model time of the steps to {target:.0%}: "
                            f"{name} {modelled[name]:.1f} s, best other {other} "
                            f"{modelled[other]:.1f} s (information, not the verdict)")
+        paired = paired_verdict(records, name, best)
+        if paired:
+            verdict.append(paired)
         verdict.append(f"final top-1: {name} median {a['final_top1'][0]:.4f}, {best} seeds "
                        f"{b['final_top1'][1]:.4f}-{b['final_top1'][2]:.4f} (band: its lowest "
                        f"- 0.01): " + ("PASS" if band else "FAIL"))
     if not verdict:
         return stats, []
-    return stats, verdict + throughput_lines(stats)
+    return stats, verdict + throughput_lines(stats) + efficiency_lines(records, target)
 
 
 def throughput_lines(stats):
@@ -159,6 +220,53 @@ def throughput_lines(stats):
     return [f"throughput: fixed {max(fixed)} trains {large['images_per_s'][0]:.0f} images/s, "
             f"fixed {min(fixed)} {small['images_per_s'][0]:.0f} (medians): larger batches "
             + (f"buy {gain:.2f}x" if gain > 1.05 else f"buy nothing ({gain:.2f}x)")]
+
+
+def implied_phi(small, large, ratio):
+    """The noise scale at which the goodput model's efficiency gives ``ratio``, the epochs to a
+    target at batch ``small`` over those at ``large``: images to a target are proportional to
+    phi + B (nnabla_torus/planning/goodput.py), so ratio = (phi + small) / (phi + large); 0 at
+    ratio <= small / large (the larger batch saved no steps), inf at ratio >= 1 (it cost no
+    images).
+
+    >>> round(implied_phi(64, 256, 0.647))
+    288
+    """
+    if ratio >= 1.0:
+        return math.inf
+    if ratio <= small / large:
+        return 0.0
+    return (small - ratio * large) / (ratio - 1.0)
+
+
+def efficiency_lines(records, target):
+    """The efficiency model checked on these runs: the phi that the epochs to ``target`` of
+    each two fixed batches imply (:func:`implied_phi`; an epoch's validation sees the target
+    reached on average half an epoch after it was, so half an epoch comes off each), against
+    the noise scale B_simple the adaptive runs measured up to the target (each run's median)."""
+    epochs = {}
+    for r in records:
+        phases = r["batch_schedule"].split(",")
+        if r["policy"] not in ADAPTIVES and len(phases) == 1:
+            epochs.setdefault(int(phases[0].split(":")[1]), []).append(r["epoch"])
+    mean = {batch: statistics.mean(e) - 0.5 for batch, e in epochs.items() if None not in e}
+    measured = []
+    for r in (r for r in records if r["policy"] in ADAPTIVES):
+        noise = read_series(r["dir"], "noise_scale")
+        noise = noise[noise[:, 0] <= (r["steps"] or math.inf)]
+        if len(noise):
+            measured.append(float(np.median(noise[:, 1])))
+    lines = []
+    for small, large in itertools.combinations(sorted(mean), 2):
+        phi = implied_phi(small, large, mean[small] / mean[large])
+        lines.append(f"efficiency model: fixed {small} and fixed {large} reached {target:.0%} "
+                     f"after {mean[small]:.1f} and {mean[large]:.1f} epochs (means, half an epoch "
+                     f"before the validation that saw it), as E(B) predicts at phi = "
+                     + ("infinity (the larger batch cost no more epochs)" if phi == math.inf
+                        else f"{phi:.0f}") + "; the adaptive runs measured B_simple "
+                     + (span(spread(measured), 0) + " (each run's median up to the target)"
+                        if measured else "- (no adaptive run with a noise-scale series)"))
+    return lines
 
 
 def fmt(value, digits=1):

@@ -9,6 +9,7 @@ file and two plots to --out::
     python tools/time_to_accuracy.py measure --cluster emu:2x2 --seeds 1 --out runs/tta-emu
     python tools/time_to_accuracy.py abci --noise-run runs/time_to_accuracy/adaptive-goodput-s1
     python tools/time_to_accuracy.py report              # table and plot again from --out
+    python tools/time_to_accuracy.py report --pool runs/a,runs/b --out runs/ab   # pooled
     python tools/time_to_accuracy.py optimum --prior runs/x/batch_prior.json   # model's best
 
 ``measure`` times each policy (``POLICIES``) from launch to the first validation line with
@@ -168,6 +169,24 @@ def draw_seeds(args, count=None, avoid=()):
     return seeds
 
 
+def read_measurements(folders):
+    """(records, where) of the measured.json in each of ``folders``, pooled."""
+    records, places = [], []
+    for folder in folders:
+        path = os.path.join(folder, "measured.json")
+        try:
+            with open(path) as f:
+                saved = json.load(f)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"time_to_accuracy.py report: cannot read {path} ({e}); give "
+                             f"folders a `measure` wrote")
+        records += saved["records"]
+        places.append(saved.get("where", ""))
+    where = "; ".join(dict.fromkeys(places))
+    return records, (where if len(folders) == 1 else
+                     f"{where} (pooled: {', '.join(folders)})")
+
+
 def report(records, args, where):
     """Write the table, verdict, JSON and plot of ``records``; returns them."""
     for r in records:
@@ -176,6 +195,7 @@ def report(records, args, where):
     stats, verdict = rep.summarise(records, args.target)
     seeds = ",".join(str(s) for s in sorted({r["seed"] for r in records}))
     text = (f"{where}\n" + rep.table(stats, args.target, seeds) + "\n\n" + "\n".join(verdict))
+    os.makedirs(args.out, exist_ok=True)
     rep.plot_batches(records + before, os.path.join(args.out, "batch_over_epochs.png"), where)
     if before:
         b = before[0]
@@ -266,6 +286,9 @@ def build_parser():
                              "optimum: the model's best schedule on --prior's run")
     add_knob(parser, "--out", "NNABLA_TORUS_TTA_OUT", "runs/time_to_accuracy",
              "folder for the runs, tables and plots")
+    add_knob(parser, "--pool", "NNABLA_TORUS_TTA_POOL", "", "report: comma-separated folders "
+             "of earlier measurements, pooled into one table and verdict written to --out "
+             "(each seed paired with the fixed batch of its own folder; empty: --out's own)")
     add_measure_knobs(parser.add_argument_group("measure"))
     add_abci_knobs(parser.add_argument_group("abci"))
     return parser
@@ -276,9 +299,8 @@ def main(argv=None):
     if args.command == "optimum":
         return optimum(args)
     if args.command == "report":
-        with open(os.path.join(args.out, "measured.json")) as f:
-            saved = json.load(f)
-        report(saved["records"], args, saved.get("where", ""))
+        records, where = read_measurements(args.pool.split(",") if args.pool else [args.out])
+        report(records, args, where)
         return 0
     if args.command in ("all", "measure"):
         records = measure(args)
