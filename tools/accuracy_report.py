@@ -126,12 +126,14 @@ def paired_ratios(records, policy, reference):
     never reached is inf, a seed neither reached is left out."""
     def key(r):
         return os.path.dirname(r["dir"]), r["seed"]
-    reached = {key(r): (math.inf if r["time_s"] is None else r["time_s"])
-               for r in records if r["policy"] == reference}
+
+    def seconds(r):
+        return math.inf if r["time_s"] is None else r["time_s"]
+    reached = {key(r): seconds(r) for r in records if r["policy"] == reference}
     pairs = []
     for r in records:
         if r["policy"] == policy and key(r) in reached:
-            mine, theirs = math.inf if r["time_s"] is None else r["time_s"], reached[key(r)]
+            mine, theirs = seconds(r), reached[key(r)]
             if mine < math.inf or theirs < math.inf:
                 pairs.append((r["seed"], mine / theirs if theirs < math.inf else 0.0))
     return pairs

@@ -45,8 +45,8 @@ StepFit = namedtuple("StepFit", [
 
 
 def check_state(state):
-    """``state`` if it has :meth:`StepTimeRefit.state`'s form, else ValueError saying what is
-    wrong (a file edited by hand or cut short would fail later, mid-run, on every rank)."""
+    """ValueError saying what is wrong unless ``state`` has :meth:`StepTimeRefit.state`'s form
+    (a file edited by hand or cut short would fail later, mid-run, on every rank)."""
     try:
         ranks, samples = state["ranks"], state["samples"]
         problems = [] if isinstance(ranks, int) and ranks >= 1 else [f"ranks {ranks!r}"]
@@ -59,7 +59,6 @@ def check_state(state):
         raise ValueError(f"not a step-time record ({type(e).__name__}: {e})") from None
     if problems:
         raise ValueError("not a step-time record: " + "; ".join(problems[:3]))
-    return state
 
 
 class StepTimeRefit:
