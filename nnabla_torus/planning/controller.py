@@ -5,8 +5,9 @@ or, in adaptive mode, from goodput (:mod:`nnabla_torus.planning.goodput`): the b
 can realise between ``min_batch`` (B0) and ``max_batch`` with the highest throughput x E(B)
 at the low end of phi's one-error band (``goodput.decide``). With a ``prior``
 (:mod:`~nnabla_torus.planning.priors`: an earlier run's or a published noise scale) the first
-decision is at step 0, on the prior, until the run's own estimate is trustworthy; without one,
-the first decision waits while measuring pays for the run's length (``goodput.waiting``).
+decision is at step 0, or where the prior starts (``Prior.starts``), on the prior, until the
+run's own estimate is trustworthy; without one (and before the prior starts), the first
+decision waits while measuring pays for the run's length (``goodput.waiting``).
 The throughput is the cost model's (``throughput``) until ``refit``
 (:class:`~nnabla_torus.planning.step_refit.StepTimeRefit`) has measured the batch in use. No
 decision before the noise scale is trustworthy (``min_samples``, ``max_rse``); a change only
@@ -294,14 +295,16 @@ class BatchSizeController:
         ``goodput.waiting`` weighs phi's error against the run's length (a 55-step run does not
         wait for the error a 3,000-step run waits for; measured before this rule: 31 of 55
         steps at B0 while the error stayed above 0.5)."""
-        priced = self.decisions == 0 and self.run_images and self.prior is None
+        priced = self.decisions == 0 and self.run_images     # no prior decided before it
         return max(self.max_rse, PRICED_MAX_RSE) if priced else self.max_rse
 
     def _start_reason(self):
         if self.prior is not None:
+            starts = (f" from {self.prior.starts:.1%} of training (before it the earlier run "
+                      f"measured at B0)" if self.prior.starts > 0 else "")
             return (f"goodput: start at B0 = {self.min_batch}, then decide on the prior "
-                    f"({self.prior.kind}: {self.prior.where}) until the run's own noise scale "
-                    f"is trustworthy")
+                    f"({self.prior.kind}: {self.prior.where}){starts} until the run's own "
+                    f"noise scale is trustworthy")
         if self.run_images:
             trust = (f">= {self.min_samples} samples, relative error <= {PRICED_MAX_RSE:g}, and "
                      f"waiting costs more than a wrong move risks over the run's "
@@ -317,18 +320,26 @@ class BatchSizeController:
 
     def _phi(self, epoch, conf):
         """(phi, rse, measured) to decide with, or None (no decision now): the run's own
-        estimate once trustworthy, before that the prior's at this fraction of training."""
+        estimate once trustworthy, before that the prior's at this fraction of training (none
+        before the prior starts)."""
+        fraction = self._fraction(epoch)
         if conf.ok:
             if self.prior is not None and not self.prior_overridden:
                 self.prior_overridden = True
-                prior_phi, prior_rse = (float(v) for v in self.prior.phi_at(self._fraction(epoch)))
+                if fraction < self.prior.starts:
+                    against = (f"before the prior starts ({self.prior.starts:.1%} of "
+                               f"training, {self.prior.kind})")
+                else:
+                    prior_phi, prior_rse = (float(v) for v in self.prior.phi_at(fraction))
+                    against = (f"against the prior's {prior_phi:.0f} +- {prior_rse:.0%} "
+                               f"({self.prior.kind})")
                 self._note(epoch, f"goodput: the measurement overrides the prior from now on: "
                                   f"phi = {self.noise_scale.b_simple:.0f} +- {conf.rse:.0%} "
-                                  f"({conf.samples} samples) against the prior's "
-                                  f"{prior_phi:.0f} +- {prior_rse:.0%} ({self.prior.kind})")
+                                  f"({conf.samples} samples) {against}")
             return self.noise_scale.b_simple, conf.rse, True
-        if self.prior is not None and not self.prior_overridden:
-            phi, rse = (float(v) for v in self.prior.phi_at(self._fraction(epoch)))
+        if (self.prior is not None and not self.prior_overridden and
+                fraction >= self.prior.starts):
+            phi, rse = (float(v) for v in self.prior.phi_at(fraction))
             return phi, rse, False
         return None
 
