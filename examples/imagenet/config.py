@@ -119,7 +119,7 @@ class TrainConfig:
     adaptive_lr: str = knob(ADAPTIVE_LRS[0], "adaptive mode: lr at a batch B: scaling "
                             "(lr_scaling at B, as the fixed policies) | gain (B0's lr x the "
                             "goodput gain, Pollux/AdaScale)")
-    batch_prior: str = knob("auto", "adaptive mode: what the first decision uses at step 0: "
+    batch_prior: str = knob("auto", "adaptive mode: what decisions use before the run measures: "
                             "auto (the stored prior of an earlier run of this model, data, rank "
                             "count and machine, else the published figures for the model) | "
                             "none (measure from B0) | a batch_prior.json path")

@@ -5,6 +5,8 @@ parameters, a batch change is logged, and an interrupted run resumed from its ch
 ends with exactly the parameters of an uninterrupted one. Also: N ranks x batch b take the
 same step as one process with batch N*b.
 """
+import json
+import math
 import os
 import re
 
@@ -84,25 +86,30 @@ def test_adaptive_batch_decides_by_goodput(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_prior_decides_at_step_zero_then_the_runs_own_measurements(tmp_path):
+def test_a_prior_decides_where_it_starts_then_the_runs_own_measurements(tmp_path):
     # An adaptive run writes batch_prior.json; the next run of the same model, data and ranks
-    # decides on it at step 0, then its own step times (exchanged at step 10) replace the
-    # prior's, and its own noise scale overrides the prior's. Each moment is logged. (The
-    # first run is 6 epochs of 512 images: a prior keeps only noise-scale points of relative
-    # error <= 0.5, and 3 epochs of 256 left 4 at 0.41-0.48, 3 of 512 six at 0.38-0.50.)
-    common = SMALL + ["--adaptive-batch", "1", "--max-batch", "128",
-                      "--adaptive-min-samples", "4", "--adaptive-max-rse", "5"]
-    run_mpi(2, [PROG] + common + ["--epochs", "6", "--output-dir", str(tmp_path / "first")],
-            timeout=240)
+    # measures at B0 until the prior starts (the first run's first trusted point), decides on
+    # it there, then its own step times (exchanged at step 10) replace the prior's, and its
+    # own noise scale overrides the prior's. Each moment is logged. (The first run is 6 epochs
+    # of 512 images: a prior keeps only noise-scale points of relative error <= 0.5, and 3
+    # epochs of 256 left 4 at 0.41-0.48, 3 of 512 six at 0.38-0.50.)
+    common = SMALL + ["--adaptive-batch", "1", "--max-batch", "128", "--adaptive-max-rse", "5"]
+    run_mpi(2, [PROG] + common + ["--adaptive-min-samples", "4", "--epochs", "6",
+                                  "--output-dir", str(tmp_path / "first")], timeout=240)
     prior = tmp_path / "first" / "batch_prior.json"
-    out = run_mpi(2, [PROG] + common + ["--epochs", "3", "--batch-prior", str(prior),
+    starts = json.load(open(prior))["noise_scale"][0][0]
+    before = math.ceil(starts * 3 * 16)       # steps of the second run at B0 = 32 before it
+    assert before <= 6, f"the prior starts at {starts:.1%}: too late for this test's 10 steps"
+    out = run_mpi(2, [PROG] + common + ["--adaptive-min-samples", str(before + 2), "--epochs",
+                                        "3", "--batch-prior", str(prior),
                                         "--output-dir", str(tmp_path / "second")], timeout=180)
     assert "PARAMS_EQUAL" in out, out
     assert f"batch prior: the run {tmp_path / 'first'} of " in out, out
-    assert "with its step times" in out, out
+    assert f"from {starts:.1%} of training on, with its step times" in out, out
+    assert f"then decide on the prior (earlier run: {prior}) from {starts:.1%} of training" in out
     first = next(line for line in out.splitlines() if "goodput: keep" in line
                  or "goodput: change" in line)
-    assert "step 0:" in first and "the prior at 0% of training, earlier run" in first, first
+    assert f"step {before}:" in first and "% of training, earlier run)" in first, first
     assert "the steps an earlier run (the prior) measured" in first, first
     assert "goodput: the measurement overrides the prior from now on" in out, out
     own = next(line for line in out.splitlines() if "own step times replace" in line)
