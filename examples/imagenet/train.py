@@ -167,7 +167,8 @@ def set_up(cfg, log):
     # The run's own step times, measured once (step_refit): the planner plans with them once
     # fitted (observe_step_times), and so does the adaptive batch's goodput (on several ranks:
     # before, with this run's predicted throughput; flat with --plan off); an adaptive run
-    # decides at step 0 on a prior (an earlier run's, or published) when there is one.
+    # decides on a prior (an earlier run's, or published) when there is one, before it has
+    # measured (priors.Prior.starts: from step 0, or where the earlier run's estimate began).
     adaptive_refit = noise is not None and comm.size > 1
     refit = prior = key = None
     if cfg.adaptive_refit_steps and (planner is not None or adaptive_refit):

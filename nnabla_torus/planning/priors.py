@@ -1,5 +1,6 @@
 """Batch-size priors: what an earlier run of the same model and data measured, or a published
-figure, so that the controller's first decision is made at step 0 instead of after measuring.
+figure, so that the controller's first decision is made before the run has measured: at step
+0, or where an earlier run's estimate was first trusted.
 
 A prior holds the noise scale over training (fraction of training -> phi and its relative
 error) and, from an earlier run, its step times (``StepTimeRefit.state()``). An adaptive run
