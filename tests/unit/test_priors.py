@@ -175,7 +175,7 @@ def test_an_earlier_runs_prior_decides_only_from_its_first_trusted_point():
     # The earlier run measured at B0 until its estimate was trusted, at 4 % of training here:
     # the prior says nothing before that. Before, that point's phi was carried back to step 0,
     # and on the emulated cluster the prior runs started at 128 where the runs without one
-    # measured at 64 first; over 15 fresh seeds they needed 8.4 epochs to 90 % against 7.2.
+    # measured at 64 first; over 15 fresh seeds they needed 8.5 epochs to 90 % against 7.3.
     spec = {"file": "prior.json", "step_times": None,
             "noise_scale": [[0.04, 2000.0, 0.2], [1.0, 2000.0, 0.2]]}
     prior = priors.from_spec(spec, epochs=10)
@@ -193,8 +193,8 @@ def test_an_earlier_runs_prior_decides_only_from_its_first_trusted_point():
 
 
 def test_measurement_before_the_prior_starts_is_the_first_decision_without_one():
-    # The run's own estimate is trusted before the prior starts: it decides as a run without
-    # a prior would (the first decision priced by the run's length), and says so.
+    # The run's own estimate is trusted before the prior starts: it decides on it as a run
+    # without a prior would, says so, and never goes back to the prior.
     spec = {"file": "prior.json", "step_times": None, "noise_scale": [[0.5, 2000.0, 0.2]]}
     est = NoiseScaleEstimator(smoothing=0.5)
     ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=32, min_batch=32,
