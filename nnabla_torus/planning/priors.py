@@ -13,8 +13,8 @@ and the machine (profile and host layout), so a run with another of any of them 
 passes the confidence rule, then on the measurement, and logs both moments. An earlier run's
 prior holds from its first trusted point on (``Prior.starts``): before it, that run was still
 measuring at B0, so the prior says nothing there and the run measures as one without a prior
-(the phi of that point carried back to step 0 made the emulated cluster's runs start at 128,
-and they needed 1.2 more epochs to 90 % than runs of the same seeds that started at B0).
+(carried back to step 0, the phi of that point made the emulated cluster's runs start at 128
+and need more epochs: docs/adaptive-batch-measurements.md, "Where a prior starts").
 Example::
 
     key = prior_key({"arch": "resnet18", "width": 0.125, "image_size": 16, "parameters": 17632},
