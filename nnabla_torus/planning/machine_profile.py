@@ -9,23 +9,16 @@ docs/costmodel.md#cluster-profiles; unknown keys are rejected by name. Example::
     (4, ['resnet50'])
 """
 import json
-import os
 import subprocess
 from collections import namedtuple
 
-import yaml
-
 from ..knobs import add_knob, number
+from .profile_files import (GPU_PROFILES, PROFILE_DIR, list_profiles,  # noqa: F401
+                            read_profile_file, save_profile)
 from .profile_schema import (RUN_KEYS, Profile, model_of, profile_from_dict,  # noqa: F401
                              profile_to_dict)
 
-PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
 PROFILE_ENV = "NNABLA_TORUS_PROFILE"   # the --profile twin of every tool and of train.py
-
-
-# GPU model (a substring of the name nvidia-smi prints) -> the shipped profile whose per-GPU
-# compute and device memory speed describe it; also the choices of --gpu-model.
-GPU_PROFILES = {"v100": "abci", "a100": "dgx-a100", "h100": "dgx-h100"}
 CPU_PROFILE = "cpu-2core"
 GPU_FALLBACK = "abci"
 
@@ -96,41 +89,11 @@ def resolve_profile(given, gpus, gpu_name=None):
     return profile_rule(gpus, gpu_name)
 
 
-def list_profiles():
-    """Names of the shipped profiles."""
-    return sorted(os.path.splitext(f)[0] for f in os.listdir(PROFILE_DIR)
-                  if f.endswith((".yaml", ".yml", ".json")))
-
-
-def _read(name_or_path):
-    """(path, parsed file) of a shipped profile name (``abci``) or a profile file path."""
-    path = name_or_path
-    if not os.path.exists(path):
-        candidates = [os.path.join(PROFILE_DIR, name_or_path + ext)
-                      for ext in (".yaml", ".yml", ".json")]
-        path = next((c for c in candidates if os.path.exists(c)), None)
-        if path is None:
-            raise ValueError(f"no profile file or shipped profile {name_or_path!r}; "
-                             f"shipped: {list_profiles()}")
-    try:
-        with open(path) as f:
-            raw = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as e:   # a folder, no
-        # permission, not text, malformed JSON (a ValueError) or YAML
-        why = e.strerror if isinstance(e, OSError) and e.strerror else \
-            " ".join(str(e).split())
-        raise ValueError(f"profile {name_or_path!r}: cannot read {path}: {why}; give a profile "
-                         f"file (YAML or JSON) or a shipped name: {list_profiles()}") from None
-    if raw is None:
-        raise ValueError(f"{path}: the file is empty")
-    return path, raw
-
-
 def load_profile(name_or_path, shape=None):
     """Load a shipped profile by name (``abci``) or any profile file by path, reshaped by
     ``shape`` (a :data:`Shape`, e.g. from the --hosts/--gpus-per-host flags; None: as written).
     What the reshape changed is in ``extra["shape"]`` (lines for the plan)."""
-    path, raw = _read(name_or_path)
+    path, raw = read_profile_file(name_or_path)
     notes = []
     if shape is not None and any(v is not None for v in shape):
         raw, notes = reshape(raw, shape)
@@ -232,17 +195,9 @@ def reshape(raw, shape):
         if shape.gpu_model not in GPU_PROFILES:
             raise ValueError(f"--gpu-model {shape.gpu_model!r}: choose one of "
                              f"{sorted(GPU_PROFILES)}")
-        source = _read(GPU_PROFILES[shape.gpu_model])[1]
+        source = read_profile_file(GPU_PROFILES[shape.gpu_model])[1]
         raw["models"] = source["models"]
         raw["reduce_ns_per_byte"] = source["reduce_ns_per_byte"]
         notes.append(f"models and reduce_ns_per_byte: {shape.gpu_model.upper()}'s, from "
                      f"profile {source['name']} (--gpu-model)")
     return raw, notes
-
-
-def save_profile(prof, path, header=""):
-    """Write ``prof`` as YAML (``header`` lines are written first as comments)."""
-    with open(path, "w") as f:
-        for line in header.splitlines():
-            f.write(f"# {line}\n")
-        yaml.safe_dump(profile_to_dict(prof), f, sort_keys=False)
