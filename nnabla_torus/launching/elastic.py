@@ -10,133 +10,39 @@ stops the launcher. Exit statuses, signals, hostfiles: docs/elastic.md. Example:
 
     nnabla-torus-run --slots 4 --ranks-schedule 0:1,1:2,2:4 -- \\
         python examples/imagenet/train.py --batch-schedule 0:32,1:64,2:128
+
+Here: the flags, the profile and the job's start (:func:`run`: the first rank count, the
+environment and the mpirun arguments; :func:`run_once`: one mpirun, its process group owned).
+The rank counts are decided in :mod:`.rank_decision`, the relaunches in :mod:`.relaunch_loop`;
+what the launcher and the script tell each other is in :mod:`.elastic_protocol`.
 """
 import argparse
 import collections
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
-from ..planning import planner
 from ..knobs import add_knob, number
 from .hostlists import allocation, read_hostfile
 from .mpirun_cmd import env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path
 from ..planning.machine_profile import (PROFILE_ENV, RUN_KEYS, SHAPE_ENVS, add_profile_knob,
                                         add_shape_knobs, load_profile, local_gpu_name,
                                         resolve_profile, shape_of)
-from ..planning.run_forecast import run_costs
 from ..planning.schedules import BatchSchedule
+from .elastic_protocol import (ENV_COST, ENV_ELASTIC, ENV_RANKS, ENV_SLOTS, REQUEST_PREFIX,
+                               parse_request)
+from .launcher_log import log
+from .rank_decision import decide_phase, fit_ranks, launch_sequence, phase_images, restart_cost
+from .relaunch_loop import relaunch
+# Re-exported: train.py, resize.py, the tools and the tests read these here.
+from .elastic_protocol import EXIT_RESIZE, EXIT_STOPPED  # noqa: F401
+from .rank_decision import decide  # noqa: F401
+from .relaunch_loop import resumed  # noqa: F401
 
-EXIT_RESIZE = 75          # the script checkpointed and asks to run on another rank count
-EXIT_STOPPED = 76         # the script checkpointed after SIGUSR1 (the launcher's Ctrl-C)
-REQUEST_PREFIX = "nnabla-torus-elastic: "   # + JSON {"ranks", "reason", ...} on stdout
-# What the launcher tells the script (environment; mpirun_cmd.env_args passes them to every host).
-ENV_ELASTIC = "NNABLA_TORUS_ELASTIC"
-ENV_SLOTS = "NNABLA_TORUS_ELASTIC_SLOTS"
-ENV_RANKS = "NNABLA_TORUS_ELASTIC_RANKS"
-ENV_COST = "NNABLA_TORUS_RESTART_COST"
 TAIL_LINES = 20
-STARTED = time.monotonic()
-
-
-def restart_cost(prof, given=None):
-    """Seconds per restart: ``given`` (--restart-cost), else the profile's ``run.restart_s``."""
-    if given is not None:
-        return float(given)
-    return run_costs(prof)["restart_s"]
-
-
-def fit_ranks(wanted, slots, global_batch=None):
-    """(ranks, message): ``wanted`` capped at the ``slots`` that exist, and then the largest
-    count that splits ``global_batch`` exactly (a count no batch split fits falls back)."""
-    ranks, notes = wanted, []
-    if wanted > slots:
-        ranks = slots
-        notes.append(f"wanted {wanted} ranks but only {slots} slots exist: using {slots}")
-    if global_batch and global_batch % ranks:
-        fit = max(p for p in range(1, ranks + 1) if global_batch % p == 0)
-        notes.append(f"global batch {global_batch} does not split over {ranks} ranks: "
-                     f"falling back to {fit}")
-        ranks = fit
-    return ranks, "; ".join(notes)
-
-
-def phase_images(schedule, start, epochs, dataset_size):
-    """Images in the phase of ``schedule`` that starts at epoch ``start`` (to ``epochs``)."""
-    later = [s for s, _ in schedule.phases if s > start]
-    return (min(later + [epochs]) - start) * dataset_size
-
-
-def decide(prof, model, global_batch, current, images, restart_cost_s, slots=None, fixed=None,
-           **plan_args):
-    """(ResizeDecision, note): the one "resize now?" rule, for nnabla-torus-run and train.py.
-
-    :func:`planner.plan_resize` for the rest of a batch phase (``images`` left at
-    ``global_batch``, ``current`` ranks, None at the first launch) within the ``slots`` that
-    exist (None: the profile's). A ``fixed`` count above the slots is capped to them; when the
-    planner's count is the cap, it plans again without it and the note says if it wants more.
-    ``plan_args``: local_batches, dataset_size, epochs. Raises planner.UnsplittableBatch.
-    """
-    note = ""
-    if fixed is not None and slots and fixed > slots:
-        fixed, note = fit_ranks(fixed, slots)
-    d = planner.plan_resize(prof, model, global_batch, current, images, restart_cost_s,
-                            max_gpus=slots, fixed_gpus=fixed, **plan_args)
-    if fixed is None and slots and d.gpus == slots:        # at the cap: would it want more?
-        wanted = planner.plan_resize(prof, model, global_batch, current, images,
-                                     restart_cost_s, **plan_args).gpus
-        if wanted > slots:
-            note = (f"the planner wants {wanted} ranks but only {slots} slots "
-                    f"exist: planning within them")
-    return d, note
-
-
-def decide_phase(args, prof, global_batch, current, images, epoch):
-    """:func:`decide` for the launcher's flags at ``epoch``; ValueError naming the flag to
-    change when no rank count splits the phase's batch."""
-    fixed = BatchSchedule.parse(args.ranks_schedule).batch(epoch) if args.ranks_schedule \
-        else None
-    try:
-        return decide(prof, args.model, global_batch, current, images,
-                      restart_cost(prof, args.restart_cost), slots=args.total_slots,
-                      fixed=fixed, dataset_size=args.dataset_size, epochs=args.epochs,
-                      local_batches=[args.local_batch] if args.local_batch else None)
-    except planner.UnsplittableBatch as e:
-        raise ValueError(f"epoch {epoch:g}: {e}; give that phase of --schedule one of them"
-                         + (" (or another --ranks-schedule)" if fixed is not None else "")
-                         ) from None
-
-
-def launch_sequence(args, prof):
-    """[(epoch, ranks, decision)] of the launches the schedule leads to (for --dry-run)."""
-    schedule = BatchSchedule.parse(args.schedule)
-    starts = sorted({s for s, _ in schedule.phases} |
-                    ({s for s, _ in BatchSchedule.parse(args.ranks_schedule).phases}
-                     if args.ranks_schedule else set()))
-    launches, current = [], None
-    for start in starts:
-        if start >= args.epochs:
-            break
-        batch = schedule.batch(start)
-        end = min([s for s in starts if s > start] + [args.epochs])
-        d, note = decide_phase(args, prof, batch, current, (end - start) * args.dataset_size, start)
-        ranks, fit = fit_ranks(d.gpus, args.total_slots, batch)
-        note = "; ".join(n for n in (note, fit) if n)
-        log(f"epoch {start:g}: {d.reason}" + (f" ({note})" if note else ""))
-        if current is None or (d.resize and ranks != current):
-            launches.append((start, ranks, d))
-            current = ranks
-    return launches
-
-
-def log(text):
-    """One launcher line, with the seconds since the launcher started."""
-    print(f"nnabla-torus-run [{time.monotonic() - STARTED:.1f} s]: {text}", flush=True)
 
 
 def run_once(argv, ranks, mpirun_args, env):
@@ -180,19 +86,6 @@ def run_once(argv, ranks, mpirun_args, env):
             signal.signal(s, handler)
     return status, request, list(tail), bool(interrupts)
 
-
-def parse_request(line):
-    """The request dict of a ``REQUEST_PREFIX`` line, or None (logged) when it is not one."""
-    try:
-        request = json.loads(line[len(REQUEST_PREFIX):])
-        if isinstance(request, dict) and int(request["ranks"]) >= 1:
-            return request
-    except (ValueError, KeyError, TypeError):
-        pass
-    log(f"ignoring a malformed request line (expected JSON with 'ranks' >= 1): {line.strip()!r}")
-    return None
-
-
 def end_job(proc, why):
     """Kill the job's process group (mpirun and its ranks) and say why, on stderr (our stdout
     may be what failed)."""
@@ -202,20 +95,6 @@ def end_job(proc, why):
         proc.wait()
     print(f"nnabla-torus-run: ended the job (mpirun pid {proc.pid} and its process group) "
           f"because the launcher failed: {why}", file=sys.stderr, flush=True)
-
-
-def resumed(argv):
-    """``argv`` with ``--resume 1`` in place of any --resume it has: a relaunch continues from
-    the checkpoint the script wrote, whatever the first launch asked for."""
-    out, skip = [], False
-    for word in argv:
-        if skip:
-            skip = False
-        elif word == "--resume":
-            skip = True
-        elif not word.startswith("--resume="):
-            out.append(word)
-    return out + ["--resume", "1"]
 
 
 def run(args, prof):
@@ -252,40 +131,7 @@ def run(args, prof):
         told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS,
                                   *getattr(args, "job_env", {})) if name in env]
         mpirun_args += env_args(library, env, told)
-        return relaunch(args, argv, ranks, mpirun_args, env)
-
-
-def relaunch(args, argv, ranks, mpirun_args, env):
-    """Run the job, relaunching it on its requests; the launcher's exit status."""
-    restarts = 0
-    while True:
-        status, request, tail, interrupted = run_once(argv, ranks, mpirun_args, env)
-        if interrupted and status not in (0, EXIT_STOPPED):
-            log(f"stopped by a signal before the ranks could checkpoint (status {status}; "
-                f"during start-up they do not handle SIGUSR1 yet): the newest earlier "
-                f"checkpoint, if any, is the one to resume from")
-            return 130
-        if status == 0:
-            log(f"finished after {restarts} restart(s)")
-            return 0
-        if status == EXIT_STOPPED:
-            log("stopped on a signal; the checkpoint is resumable: run the same command with "
-                "--resume 1")
-            return 130
-        if status != EXIT_RESIZE or request is None:
-            log(f"the training command exited with status {status} (not a resize request): "
-                f"stopping. Last lines:\n" + "\n".join(f"  | {line}" for line in tail))
-            return status or 1
-        restarts += 1
-        if restarts > args.max_restarts:
-            log(f"the script asked for restart {restarts}, above --max-restarts "
-                f"{args.max_restarts}: stopping (its checkpoint is resumable)")
-            return 1
-        ranks, note = fit_ranks(int(request["ranks"]), args.total_slots,
-                                request.get("global_batch"))
-        log(f"decision at epoch {request.get('epoch', 0):.3f}: {request.get('reason', '')}"
-            + (f" ({note})" if note else "") + f"; relaunching on {ranks} ranks")
-        argv = resumed(argv)
+        return relaunch(args, argv, ranks, mpirun_args, env, run_once)
 
 
 def build_parser():
