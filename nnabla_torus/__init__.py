@@ -29,6 +29,7 @@ def _auto_profile(name):
 auto.register_profile_loader(_auto_profile)
 
 __version__ = "0.1.0"
+auto.register_package_version(__version__)   # auto's cache key holds it (comm does not import us)
 
 _LAZY = {"MultiProcessDataParallelCommunicator": "comm.communicator",
          # nnabla's other names for the same factory (nnabla communicator.pyx:667-671)

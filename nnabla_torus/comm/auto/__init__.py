@@ -4,9 +4,11 @@
 disk, :mod:`.routing` fixes the table inside the communicator. A profile named by
 ``NNABLA_TORUS_AUTO_PROFILE`` comes through :func:`load_profile`, whose loader the package
 root registers (the planning layer's :class:`nnabla_torus.planning.auto_profile.AutoProfile`),
-so this layer never imports the planner's.
+so this layer never imports the planner's. The root hands in its version too
+(:func:`register_package_version`), which the cache key holds.
 """
 _profile_loader = None
+_package_version = None
 
 
 def register_profile_loader(loader):
@@ -23,3 +25,15 @@ def load_profile(name):
         raise RuntimeError("no profile loader is registered for NNABLA_TORUS_AUTO_PROFILE "
                            "(import nnabla_torus first: the package root registers it)")
     return _profile_loader(name)
+
+
+def register_package_version(version):
+    """Set the nnabla_torus version that :mod:`.cache`'s key holds (the package root's
+    ``__version__``: this layer does not import the root)."""
+    global _package_version
+    _package_version = version
+
+
+def package_version():
+    """The nnabla_torus version the package root registered."""
+    return _package_version

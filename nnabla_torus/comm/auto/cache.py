@@ -16,6 +16,7 @@ import os
 from mpi4py import MPI
 
 from ..job_log import WARNING, note
+from . import package_version
 from .table import Table
 
 
@@ -23,12 +24,11 @@ def cache_key(comm, candidates):
     """The dict a cached table must match exactly (see the module docstring)."""
     import mpi4py
 
-    from ... import __version__
     return {"host": comm._host_names[0] if comm._host_names else MPI.Get_processor_name(),
             "hosts": len(comm.hosts.hosts), "ranks": comm.size,
             "ranks_per_host": comm.hosts.ranks_per_host or 0,
             "mpi_library": MPI.Get_library_version().strip().splitlines()[0],
-            "mpi4py": mpi4py.__version__, "nnabla_torus": __version__,
+            "mpi4py": mpi4py.__version__, "nnabla_torus": package_version(),
             "backend": comm.settings.backend, "candidates": list(candidates)}
 
 
