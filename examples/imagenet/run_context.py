@@ -11,7 +11,8 @@ from nnabla.ext_utils import get_extension_context
 
 import nnabla_torus as C
 
-import config
+import config_checks
+import knob_table
 import resize
 
 
@@ -31,7 +32,8 @@ def make_context_and_comm(cfg, log_all):
         type_config = "float"          # nnabla's CPU extension has no FP16 kernels
         log_all("type_config half needs a CUDA context; this CPU run trains in fp32 (with "
                 "the FP16 dynamic loss scaling, so that code path runs)")
-    config.check_context(cfg.context)    # here, not at parse: recipes name cudnn on any machine
+    # here, not at parse: recipes name cudnn on any machine
+    config_checks.check_context(cfg.context)
     os.environ.update(cuda_environment(cfg))
     ctx = get_extension_context(cfg.context, device_id="0", type_config=type_config)
     if cfg.elastic:
@@ -55,8 +57,8 @@ def make_context_and_comm(cfg, log_all):
 
 def agree_on_config(cfg, comm):
     """ValueError on every rank unless all ranks resolved the same knobs (flags, NNABLA_TORUS_*
-    variables and recipe; ``config.PER_HOST`` excepted): a variable set on one host only would
-    otherwise train the ranks with different learning rates or batches, with no error."""
+    variables and recipe; ``knob_table.PER_HOST`` excepted): a variable set on one host only
+    would otherwise train the ranks with different learning rates or batches, with no error."""
     # imported here, not at the top: MPI must start in the communicator's module (its osc note)
     from mpi4py import MPI
     from nnabla_torus.comm.rendezvous import check_same_call
@@ -66,5 +68,5 @@ def agree_on_config(cfg, comm):
         return ("ranks resolved different settings (give every rank the same flags "
                 "and NNABLA_TORUS_* variables, e.g. mpirun -x NAME=value):\n" +
                 "\n".join(differences(calls)))
-    check_same_call(MPI.COMM_WORLD, list(range(comm.size)), config.agreement(cfg),
+    check_same_call(MPI.COMM_WORLD, list(range(comm.size)), knob_table.agreement(cfg),
                     comm.timeout, "train.py settings", describe)
