@@ -66,8 +66,9 @@ def load_recipe(name):
     a dict of knobs; reject unknown keys by name.
 
     Values may carry provenance tags (``# published [source]: ...``, see
-    :mod:`nnabla_torus.planning.provenance`); a published tag without a known source is an error. The
-    ``sources:`` and ``expected:`` blocks (citations, published results) are not knobs.
+    :mod:`nnabla_torus.planning.provenance`); a published tag without a known source is an
+    error. The ``sources:`` and ``expected:`` blocks (citations, published results) are not
+    knobs.
     """
     values, path = read_recipe(name)
     values = {k: v for k, v in values.items() if k not in RECIPE_META_KEYS}

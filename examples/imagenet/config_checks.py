@@ -36,7 +36,8 @@ def validate(cfg):
             raise ValueError(f"{name} {e} (set {flag_of(name)}, the recipe key {name} or "
                              f"{env_of(name)})") from None
     if cfg.warmup_epochs >= cfg.epochs:
-        raise ValueError(f"warmup_epochs = {cfg.warmup_epochs} must be below epochs = {cfg.epochs}; "
+        raise ValueError(f"warmup_epochs = {cfg.warmup_epochs} must be below "
+                         f"epochs = {cfg.epochs}; "
                          f"lower --warmup-epochs (0 = no warm-up) or raise --epochs")
     if cfg.min_batch and cfg.max_batch and cfg.min_batch > cfg.max_batch:
         raise ValueError(f"min_batch = {cfg.min_batch} must be <= max_batch = {cfg.max_batch} "

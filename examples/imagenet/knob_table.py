@@ -44,7 +44,8 @@ RANGES = {
     "min_batch": number(int, low=0), "max_batch": number(int, low=0),
     "adaptive_min_samples": number(int, low=2), "adaptive_max_rse": number(float, **POSITIVE),
     "adaptive_refit_steps": number(int, low=0), "adaptive_refit_warmup": number(int, low=0),
-    "epochs": number(float, low=0, strict=True, high=MAX_EPOCHS), "base_lr": number(float, **POSITIVE),
+    "epochs": number(float, low=0, strict=True, high=MAX_EPOCHS),
+    "base_lr": number(float, **POSITIVE),
     "reference_batch": number(int, low=1), "warmup_epochs": number(float, low=0),
     "gamma": number(float, low=0, strict=True, high=1), "power": number(float, **POSITIVE),
     "momentum": number(float, **FRACTION), "weight_decay": number(float, low=0),
@@ -81,7 +82,8 @@ class TrainConfig:
     bad_images: str = knob("skip", "undecodable images: skip (leave them out, count and name "
                                    "them each epoch) | stop (end the job naming the file)")
     # global batch and its control
-    batch_schedule: str = knob("0:256", "global batch per epoch range, epoch:images,... (images per step)")
+    batch_schedule: str = knob("0:256", "global batch per epoch range, epoch:images,... "
+                                        "(images per step)")
     local_batch: int = knob(32, "at most this many images per rank per forward/backward")
     adaptive_batch: bool = knob(False, "choose the global batch by goodput (cost-model "
                                        "throughput x statistical efficiency from the measured "
@@ -105,12 +107,14 @@ class TrainConfig:
                             "none (measure from B0) | a batch_prior.json path")
     min_batch: int = knob(0, "adaptive mode: lower bound of the global batch and the goodput "
                              "model's reference batch B0 (0 = the schedule's first batch)")
-    max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = ranks x local_batch x 64)")
+    max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = ranks x "
+                             "local_batch x 64)")
     # optimisation
     epochs: float = knob(90.0, "passes over the training data (fractions allowed)")
     optimizer: str = knob("momentum", "momentum SGD or LARS: momentum | lars")
     base_lr: float = knob(0.1, "learning rate at reference_batch images per step")
-    reference_batch: int = knob(256, "the batch base_lr is meant for; lr follows lr_scaling from it")
+    reference_batch: int = knob(256, "the batch base_lr is meant for; lr follows lr_scaling "
+                                     "from it")
     lr_scaling: str = knob("linear", "lr scaling with the global batch: " + " | ".join(LR_SCALINGS))
     batch_change_lr: str = knob("linear", "lr when the global batch changes: linear (follow "
                                           "lr_scaling) | keep (keep the first batch's lr)")
@@ -132,7 +136,8 @@ class TrainConfig:
                                          "local batch; the only mode implemented)")
     # numerics and device
     context: str = knob("cpu", "nnabla extension: cpu | cudnn")
-    type_config: str = knob("float", "float | half (half = FP16 with dynamic loss scaling; CUDA only)")
+    type_config: str = knob("float", "float | half (half = FP16 with dynamic loss scaling; "
+                                     "CUDA only)")
     loss_scale: float = knob(8.0, "initial dynamic loss scale (half only)")
     allow_tf32: bool = knob(False, "let cuDNN/cuBLAS use TF32 for float32 convolutions and "
                                    "matrix products on Ampere and newer GPUs (sets "
@@ -194,11 +199,13 @@ class TrainConfig:
 
 def knob_fields():
     """The dataclass fields that are knobs (everything but the bookkeeping of parse_config)."""
-    return [f for f in dataclasses.fields(TrainConfig) if f.name not in ("recipe", "source", "notes")]
+    return [f for f in dataclasses.fields(TrainConfig)
+            if f.name not in ("recipe", "source", "notes")]
 
 
-PER_HOST = ("data_dir", "output_dir", "init_params", "batch_prior", "progress", "log_every")   # may differ:
-# a host's own mount points, and rank 0's console; every other knob must be the same on all ranks
+# may differ: a host's own mount points, and rank 0's console; every other knob must be the
+# same on all ranks
+PER_HOST = ("data_dir", "output_dir", "init_params", "batch_prior", "progress", "log_every")
 
 
 def agreement(cfg):
