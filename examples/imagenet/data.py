@@ -5,7 +5,8 @@ order of an ``image_lists.Dataset``; every rank runs the same number of steps, s
 never wait for a rank that ran out (short shards are padded; validation pads with label -1).
 Undecodable images never reach DALI (``image_lists.screen``) and are replaced, so the step
 count is unchanged. The contract in full (padding, the GPU path, bad images, rebuilding a
-loader mid-epoch and on resume): docs/imagenet.md#sharded-input. Example::
+loader mid-epoch and on resume): docs/imagenet.md#sharded-input. The DALI graph is in
+``dali_pipeline``, the copy of a batch into the graph's input in ``input_feed``. Example::
 
     loader = data.make_loader(train_set, batch_size=32, rank=comm.rank, size=comm.size,
                               train=True, image_size=224, seed=0, epoch=epoch)
@@ -13,7 +14,6 @@ loader mid-epoch and on resume): docs/imagenet.md#sharded-input. Example::
         data.feed(x, images)             # x: nn.Variable of shape (32, 3, 224, 224)
         data.feed(t, labels)             # (32, 1) int32, host or device
 """
-import ctypes
 import gc
 import math
 import os
@@ -21,14 +21,10 @@ import platform
 
 import numpy as np
 
+from dali_pipeline import DTYPES, PIXEL_MEAN, PIXEL_STD  # noqa: F401  (PIXEL_*: tests read them)
+from dali_pipeline import build_pipeline as _build_pipeline   # Loader's; tests patch it here
 from image_lists import PAD_LABEL, Dataset, decode_error, read_dataset, screen
-
-# ImageNet channel statistics in 0-255 scale (RGB), as used by torchvision and nnabla-examples.
-PIXEL_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
-PIXEL_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-VAL_RESIZE_RATIO = 0.875   # centre crop covers 87.5 % of the shorter side (224 of 256)
-DTYPES = {"float": "FLOAT", "half": "FLOAT16"}   # make_loader's dtype -> DALI output type
-LEGACY_DEFAULT_STREAM = ctypes.c_void_p(0)       # CUDA stream 0, nnabla-ext-cuda's compute stream
+from input_feed import copy_to_array, feed  # noqa: F401  (the loader's users call data.feed)
 
 
 class BadImageError(RuntimeError):
@@ -242,66 +238,6 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
     return loader
 
 
-def _build_pipeline(files, labels, batch_size, train, image_size, seed, device_id, num_threads,
-                    prefetch, crop_scale, flip, dtype):
-    # DALI is imported here so that list tools and tests of the pure-Python parts run without it.
-    from nvidia.dali import Pipeline, fn, types
-
-    decoder = "cpu" if device_id is None else "mixed"
-    device = "cpu" if device_id is None else "gpu"
-    labels_to_gpu = train and device_id is not None           # Loader.labels_on_device
-    pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
-                    seed=seed, prefetch_queue_depth=prefetch,
-                    set_affinity=device_id is not None)     # threads_per_rank
-    with pipe:
-        # The files are already this rank's shard in this epoch's order: sharding and shuffling
-        # are done in shard_plan so that every rank runs the same number of steps and an epoch
-        # is an exact, seeded cover of the data.
-        jpegs, label = fn.readers.file(files=files, labels=labels, random_shuffle=False,
-                                       name="Reader")
-        if train:
-            # Decoding only the crop window saves most of the decode time on CPU.
-            images = fn.decoders.image_random_crop(jpegs, device=decoder,
-                                                   output_type=types.RGB,
-                                                   random_area=list(crop_scale),
-                                                   random_aspect_ratio=[3 / 4, 4 / 3])
-            images = fn.resize(images, device=device, resize_x=image_size, resize_y=image_size)
-            mirror = fn.random.coin_flip(probability=0.5) if flip else 0
-        else:
-            images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB)
-            images = fn.resize(images, device=device,
-                               resize_shorter=round(image_size / VAL_RESIZE_RATIO))
-            mirror = 0
-        images = fn.crop_mirror_normalize(images, device=device,
-                                          dtype=getattr(types, DTYPES[dtype]),
-                                          output_layout="CHW", crop=(image_size, image_size),
-                                          mean=list(PIXEL_MEAN), std=list(PIXEL_STD),
-                                          mirror=mirror)
-        # int32 labels of shape (1,) per image: a (batch, 1) int32 device batch, what
-        # softmax_cross_entropy reads, copied on the compute stream with the images.
-        pipe.set_outputs(images, label.gpu() if labels_to_gpu else label)
-    pipe.build()
-    return pipe
-
-
-def feed(variable, images, ctx=None):
-    """Write a batch from a ``Loader`` into ``variable``, the graph's input.
-
-    numpy (CPU pipeline): ``variable.d = images``, as before. A DALI batch (GPU pipeline): copied
-    into ``variable``'s array in ``ctx`` (default: the current context) by ``copy_to_array``.
-    An nnabla NdArray (a batch already on the device, e.g. tools/train_bench.py's): copied on
-    the device in the current context's dtype (``copy_from``: ``F.identity``), no host copy.
-    """
-    if isinstance(images, np.ndarray):
-        variable.d = images
-        return
-    import nnabla as nn               # here, so that the list tools run without loading nnabla
-    if isinstance(images, nn.NdArray):
-        variable.data.copy_from(images)
-    else:
-        copy_to_array(images, variable.data, ctx or nn.get_current_context())
-
-
 def threads_per_rank(local_ranks, cpus=None, on_gpu=False):
     """DALI worker threads for one of ``local_ranks`` ranks on this host (at least 1): its share
     of the host's CPUs for a GPU pipeline, else of the CPUs this process may use. The mixed (GPU)
@@ -313,43 +249,3 @@ def threads_per_rank(local_ranks, cpus=None, on_gpu=False):
     if cpus is None:
         cpus = os.cpu_count() if on_gpu else len(os.sched_getaffinity(0))
     return max(1, cpus // max(1, local_ranks))
-
-
-def copy_to_array(batch, array, ctx):
-    """Copy a dense DALI batch into nnabla NdArray ``array`` as ``ctx``'s array, in its dtype.
-
-    The way of nnabla-ext-cuda's ``DaliIterator`` (``feed_ndarray`` in
-    ``nnabla_ext/cuda/experimental/_dali_iterator.py``): ``array.data_ptr(dtype, ctx,
-    write_only=True)`` (write-only: no zero-fill racing the copy) and DALI's ``copy_to_external``.
-    A GPU batch goes device to device on CUDA's legacy default stream, where nnabla-ext-cuda runs
-    its kernels: the copy waits for the previous step's kernels that still read the input, the
-    next forward waits for the copy. Non-blocking (the host does not wait, 0 syncs per
-    micro-batch instead of 1): DALI enqueues the copy on the given stream after making the
-    batch's own stream wait for it, and with ``non_blocking`` makes the batch's stream (not the
-    host) wait for the copy, so DALI's next write into that buffer comes after it (NVIDIA/DALI
-    ``dali/python/backend_impl.cc`` ``CopyToExternalImplGPU``: ``wait_order = non_blocking ?
-    src.order() : AccessOrder::host()``; ``dali/pipeline/data/copy_to_external.h``
-    ``CopyToExternalImpl``; read at commit 66e46c0, the installed 2.4.0 has the same
-    ``non_blocking`` argument). nnabla-ext-cuda's own iterator refuses ``non_blocking``
-    (``_dali_iterator.py`` ~60-75, v1.39.0), written for DALI versions where the host was the
-    only order. A CPU batch (CPU context) is a host memcpy.
-    """
-    on_gpu = hasattr(batch, "device_id")          # TensorListGPU; a TensorListCPU has no device
-    if on_gpu != (ctx.backend[0].split(":")[0] in ("cuda", "cudnn")):
-        raise ValueError(f"a DALI {'GPU' if on_gpu else 'CPU'} batch cannot be copied into a "
-                         f"{ctx.backend[0]} array; build the loader with device_id=None for a "
-                         f"CPU context and with the context's GPU id for a CUDA one")
-    if on_gpu and batch.device_id() != int(ctx.device_id):
-        raise ValueError(f"the DALI batch is on GPU {batch.device_id()} but the context uses "
-                         f"GPU {ctx.device_id}; build the loader with device_id={ctx.device_id}")
-    tensor = batch.as_tensor()                    # a view; ``batch`` keeps the memory alive
-    if tuple(tensor.shape()) != tuple(array.shape):
-        raise ValueError(f"a DALI batch of shape {tuple(tensor.shape())} cannot fill an input of "
-                         f"shape {tuple(array.shape)}; build the loader with the graph's batch "
-                         f"and image size")
-    from nvidia.dali.types import to_numpy_type
-    pointer = ctypes.c_void_p(array.data_ptr(to_numpy_type(tensor.dtype), ctx, True))
-    if on_gpu:
-        tensor.copy_to_external(pointer, cuda_stream=LEGACY_DEFAULT_STREAM, non_blocking=True)
-    else:
-        tensor.copy_to_external(pointer)
