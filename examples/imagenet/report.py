@@ -142,7 +142,8 @@ class Progress:
             self.bar.update(seen - self.bar.n)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=batch, refresh=False)
         elif self.enabled and self.every and step % self.every == 0:
-            print(f"{clock()} step {step}: {seen:,}/{self.total:,} images ({seen / self.total:.1%}), "
+            print(f"{clock()} step {step}: {seen:,}/{self.total:,} images "
+                  f"({seen / self.total:.1%}), "
                   f"loss {loss:.4f}, lr {lr:.3g}, global batch {batch}, "
                   f"{time.time() - self.tic:.0f} s", flush=True)
 
