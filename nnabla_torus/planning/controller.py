@@ -36,7 +36,8 @@ from collections import namedtuple
 import numpy as np
 
 from . import goodput, step_refit
-from .splits import MAX_ACCUM, split_batch, splits_of
+from .batch_candidates import candidate_table, one_split_per_batch
+from .splits import MAX_ACCUM, split_batch
 
 LOG = logging.getLogger("nnabla_torus.planning.controller")
 
@@ -83,7 +84,6 @@ def momentum_scale(before, after):
     return float(after.lr_factor / before.lr_factor)
 
 
-MAX_CANDIDATES = 512   # adaptive mode: global batches scored (geometrically spaced beyond)
 class BatchSizeController:
     """Choose the global batch and LR factor per step or epoch; see module doc."""
 
@@ -124,7 +124,8 @@ class BatchSizeController:
         self.epochs = epochs        # adaptive: the run's length in epochs (prior, pricing)
         self.run_images = (epochs * epoch_images if epochs and epoch_images else None)
         if noise_scale is not None:
-            self.candidates = self._candidates(throughput)
+            self.candidates = candidate_table(self.world_size, self.max_local_batch,
+                                              self.min_batch, self.max_batch, throughput)
             self._realise_bounds(min_batch)
 
     def _realise_bounds(self, asked_min):
@@ -147,29 +148,6 @@ class BatchSizeController:
             self.notes.append(f"goodput: the largest realisable batch <= max_batch "
                               f"{self.max_batch} on {self.world_size} ranks is {high}")
         self.min_batch, self.max_batch = low, high
-
-    def _candidates(self, throughput):
-        """{column: array} of the realisable global batches in [min_batch, max_batch], one row
-        per split: first ``split_batch``'s (the fewest accumulation steps; a fixed run's), then
-        every other split of the same per-rank samples (``splits_of``), from which a decision
-        takes the one fastest at the low end of its throughput error (``_one_split_per_batch``)."""
-        low = max(1, math.ceil(self.min_batch / self.world_size))
-        high = max(low, self.max_batch // self.world_size)
-        per_rank = np.unique(np.round(np.geomspace(low, high, min(high - low + 1, MAX_CANDIDATES))))
-        rows = {}
-        for k in per_rank.astype(int).tolist():
-            local, accum = split_batch(k * self.world_size, self.world_size, self.max_local_batch)
-            batch = self.world_size * local * accum
-            if batch not in rows:
-                rows[batch] = [(local, accum)] + [split for split in splits_of(
-                    local * accum, self.max_local_batch) if split != (local, accum)]
-        table = [(b, m, s) for b in sorted(rows) for m, s in rows[b]
-                 if self.min_batch <= b <= self.max_batch]     # rounding can step out
-        batch, local, accum = (np.array([row[i] for row in table], int) for i in range(3))
-        speed = np.ones(len(batch)) if throughput is None else np.asarray(
-            throughput(local, accum), float)      # None: a bigger batch buys nothing
-        return {"global_batch": batch, "local_batch": local, "accum_steps": accum,
-                "throughput": speed}
 
     def lr_factor(self, global_batch):
         """LR multiplier for ``global_batch`` under the scaling rule."""
@@ -249,7 +227,7 @@ class BatchSizeController:
         if speed is None:            # measured before: wait for the batch in use to be measured
             return self._refresh_lr(changed=fresh)
         speed, model_error, source, measured = speed
-        rows = self._one_split_per_batch(speed, model_error)
+        rows = one_split_per_batch(self.candidates, self.current, speed, model_error)
         batches, speed, model_error = (self.candidates["global_batch"][rows], speed[rows],
                                        model_error[rows])
         local, accum = self.candidates["local_batch"][rows], self.candidates["accum_steps"][rows]
@@ -395,20 +373,6 @@ class BatchSizeController:
         error = np.where(measured, fit.error, max(fit.error, self.model_error))
         return (step_refit.throughput(fit, cand["local_batch"], cand["accum_steps"]),
                 error, "measured step times: " + step_refit.describe(fit), True)
-
-    def _one_split_per_batch(self, speed, error):
-        """Candidate rows, one per global batch: the split in use for the batch in use, for
-        every other batch the split fastest at the low end of its throughput error,
-        speed / (1 + error): a measured micro-batch over one never run that is predicted a
-        little faster (the "128 hold", docs/adaptive-batch.md: 256 as 32 x 2, never run, held
-        back by the cost model's 14.5 % on 7 seeds of 10)."""
-        cand, plan = self.candidates, self.current
-        in_use = ((cand["global_batch"] == plan.global_batch) &
-                  (cand["local_batch"] == plan.local_batch) &
-                  (cand["accum_steps"] == plan.accum_steps))
-        order = np.lexsort((-speed / (1.0 + error), ~in_use, cand["global_batch"]))
-        batches = cand["global_batch"][order]
-        return order[np.r_[True, batches[1:] != batches[:-1]]]
 
     def state(self):
         """The adaptive decisions so far, for a checkpoint (JSON-able): a resumed run continues
