@@ -1,10 +1,10 @@
 """SimGrid engine: our collectives' schedules, recorded once, replayed on a SimGrid platform.
 
-Record each rank's sends, receives and waits on the virtual World (sim/virtual.py), replay them
-with simgrid_replay.cpp (SimGrid's S4U API, compiled on first use into $NNABLA_TORUS_CACHE) on
-a platform generated from the same ``simulate.Platform`` as the flow engine. Why a replay and
-not SimGrid's Python binding or SMPI, the platform's zones and the network model's settings
-(with the SimGrid sources they come from): docs/simulation.md.
+Record each rank's sends, receives and waits on the virtual World (sim/virtual_world.py),
+replay them with simgrid_replay.cpp (SimGrid's S4U API, compiled on first use into
+$NNABLA_TORUS_CACHE) on a platform generated from the same ``simulate.Platform`` as the flow
+engine. Why a replay and not SimGrid's Python binding or SMPI, the platform's zones and the
+network model's settings (with the SimGrid sources they come from): docs/simulation.md.
 """
 import array
 import hashlib
