@@ -6,6 +6,7 @@ Every function here is collective: call it on every rank. Example::
     share_bad_images(train_set, comm, reported, log, epoch)
     average_running_stats(comm)
     top1, top5 = validate(val_set, model, cfg, comm, device_id, log)
+    end_of_epoch(run)            # all of it for train.py's run, with the epoch's log line
 """
 import math
 
@@ -13,6 +14,7 @@ import nnabla as nn
 import numpy as np
 
 import data
+import report
 
 
 def validate(val_set, model, cfg, comm, device_id, log, dtype="float"):
@@ -67,3 +69,24 @@ def average_running_stats(comm):
     stats = [v.data for k, v in nn.get_parameters(grad_only=False).items() if k not in trainable]
     if stats:
         comm.all_reduce(stats, division=True, inplace=False)
+
+
+def end_of_epoch(run):
+    """Share the undecodable images found, average BN statistics, validate, log the epoch
+    (its own mean loss, images/s and time, the run's ETA) and start the next one's meter."""
+    settings, data, progress = run.settings, run.data, run.progress
+    comm, epoch = run.parallel.comm, data.stream.epoch()
+    share_bad_images(data.train_set, comm, data.reported_bad, settings.log, epoch)
+    average_running_stats(comm)
+    progress.top1, progress.top5 = validate(data.val_set, run.net.model, settings.cfg, comm,
+                                            settings.device_id, settings.log,
+                                            settings.type_config)
+    if progress.monitors and progress.top1 is not None:
+        progress.monitors["val_top1"].add(epoch, progress.top1)
+        progress.monitors["val_top5"].add(epoch, progress.top5)
+    if progress.top1 is not None and progress.top1 >= (progress.best_top1 or 0.0):
+        progress.best_top1 = progress.top1
+    progress.epoch_meter.share_loss(comm)
+    settings.log(progress.epoch_meter.line(epoch, progress.step, progress.top1, progress.top5,
+                                           settings.cfg.epochs))
+    progress.epoch_meter = report.EpochMeter(epoch)

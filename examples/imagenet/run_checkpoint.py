@@ -5,8 +5,9 @@ run's side of it: rank 0 saves the parameters (BN statistics included), the solv
 step, the data position, the batch-size controller's plan and its decisions so far, the
 noise-scale estimator and the step-time refit; on ``--resume`` rank 0 picks the newest intact
 file, every rank reads exactly that one, and a checkpoint of another world size is resplit and
-resharded (resize.py)::
+resharded (resize.py); ``save`` writes the run's checkpoint now, from its ``run``::
 
+    save(run)                                                                # every rank
     write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra)   # every rank
     meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta)
 """
@@ -16,6 +17,7 @@ import numpy as np
 import resize
 from checkpoint import (CheckpointError, check_model, checkpoint_path, checkpoint_step,
                         load_latest_checkpoint, read_checkpoint, save_checkpoint)
+from epoch_end import average_running_stats
 from nnabla_torus.planning.controller import BatchPlan
 
 
@@ -119,3 +121,23 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
         log(f"resume: {ctrl.load_state(meta['decisions'])}")
     log(f"resumed from {path}: step {meta['step']}, epoch {meta['epoch']:.3f}")
     return meta
+
+
+def save(run):
+    """A checkpoint of the run now (collective: BN statistics averaged, rank 0 writes); none
+    while the gradients are not finite, so that the kept checkpoints are from before a
+    divergence."""
+    scaler, comm = run.parallel.scaler, run.parallel.comm
+    cfg, progress = run.settings.cfg, run.progress
+    if progress.nonfinite_steps:
+        run.settings.log(f"step {progress.step}: no checkpoint: the gradients have not been "
+                         f"finite since step {progress.first_nonfinite}")
+        return
+    average_running_stats(comm)
+    extra = dict(epoch=run.data.stream.epoch(), images_seen=progress.images_seen,
+                 train_time=progress.train_time, history=progress.history, seed=cfg.seed,
+                 loss_scale=scaler and scaler.scale,
+                 comm=[comm.algorithm, str(comm.grid)], model=run.net.model_meta)
+    progress.checkpoint = write_checkpoint(cfg, comm, run.net.solvers, progress.step,
+                                           run.data.stream, run.planning.ctrl,
+                                           run.planning.noise, extra)

@@ -1,8 +1,8 @@
 """What a training run holds (train.py's ``run``), grouped by what it is, and who changes it.
 
-``train.set_up`` builds the RunState; ``train.resume_or_start`` fills the fields that depend on
-a checkpoint (they start at the defaults below); the loop's functions read and change the
-groups. Every group has slots: assigning a field that does not exist raises AttributeError, so
+``run_setup.set_up`` builds the RunState; ``run_setup.resume_or_start`` fills the fields that
+depend on a checkpoint (they start at the defaults below); the loop's functions read and change
+the groups. Every group has slots: assigning a field that does not exist raises AttributeError, so
 a misspelt name fails loudly instead of adding an attribute nobody reads. Example::
 
     run = RunState(Settings(cfg, log, "float", None), Parallel(comm),

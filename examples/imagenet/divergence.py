@@ -1,0 +1,57 @@
+"""The divergence stop (--max-nonfinite-steps): the steps whose all-reduced gradients are not
+finite, counted in a row, and the stop on every rank alike with what to do.
+
+Example (run_step.take_step and train.main do this)::
+
+    count_nonfinite(run.progress, gradients_finite(run, global_sqnorm, updated))
+    if diverged(run):
+        status = EXIT_DIVERGED
+"""
+import math
+
+import report
+
+EXIT_DIVERGED = 3     # the loss was not finite for --max-nonfinite-steps steps (every rank)
+
+
+def gradients_finite(run, global_sqnorm, updated):
+    """Whether this step's all-reduced gradients are finite: the same answer on every rank
+    without a collective of its own (an inf or NaN in one rank's gradients reaches every
+    rank's sum, and a non-finite loss gives non-finite gradients). From the noise scale's
+    squared norm when it has one, else ``check_inf_or_nan_grad`` (one pass over the
+    gradients). FP16: not finite only when the update was skipped at a loss scale of 1 or
+    less (an overflow at a larger scale is the scaler's to handle, not a divergence)."""
+    scaler = run.parallel.scaler
+    if scaler is not None:
+        return updated or scaler.scale * scaler.scaling_factor > 1.0
+    if global_sqnorm is not None:
+        return math.isfinite(global_sqnorm)
+    return not run.net.solvers.check_inf_or_nan_grad()
+
+
+def count_nonfinite(progress, finite):
+    """Count the non-finite steps in a row (``diverged`` stops the run after
+    --max-nonfinite-steps of them)."""
+    if finite:
+        progress.nonfinite_steps, progress.first_nonfinite = 0, None
+        return
+    progress.nonfinite_steps += 1
+    if progress.first_nonfinite is None:
+        progress.first_nonfinite = progress.step
+
+
+def diverged(run):
+    """True (every rank alike) once --max-nonfinite-steps steps in a row were not finite;
+    rank 0 says which and what to do."""
+    cfg, progress = run.settings.cfg, run.progress
+    if not cfg.max_nonfinite_steps or progress.nonfinite_steps < cfg.max_nonfinite_steps:
+        return False
+    kept = (f"the last checkpoint, {progress.checkpoint}, is from before it"
+            if progress.checkpoint else "no checkpoint was written")
+    run.settings.log(
+        f"{report.clock()} step {progress.step}: the run diverged: the all-reduced gradients "
+        f"have not been finite for {progress.nonfinite_steps} steps (since step "
+        f"{progress.first_nonfinite}; --max-nonfinite-steps {cfg.max_nonfinite_steps}); "
+        f"stopped on every rank, {kept}. Lower --base-lr (now {cfg.base_lr:g}) or lengthen "
+        f"--warmup-epochs (now {cfg.warmup_epochs:g})")
+    return True
