@@ -29,7 +29,7 @@ WINDOW = 256   # used steps kept per split, the latest (bounds memory and the fi
 MIN_STEPS = 5  # used steps at the batch in use before the refit replaces the cost model
 WARMUP_STEPS = 2   # steps after each change left out (graph rebuild, allocator, caches)
 EXCHANGE_STEPS = 10   # steps whose rank-mean times a multi-rank run exchanges in one all-reduce
-                      # (examples/imagenet/train.py): the refit sees a step at most 9 steps late
+                      # (examples/imagenet/run_step.py): the refit sees a step at most 9 steps late
 
 StepFit = namedtuple("StepFit", [
     "a_s",           # seconds per micro-batch, whatever its size
