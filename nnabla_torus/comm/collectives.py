@@ -1,5 +1,13 @@
 """All-reduce algorithms built from a backend's three primitives, and their registry.
 
+``REGISTRY`` (at the end) is the one place that names each algorithm's parts: its function,
+its layout (which grid and groups, grid_layouts.py), where ``auto`` may pick it, whether it is
+ours (the simulator runs it, calibrate fits it) and cuts pieces. The layers above read an
+entry by name (the planner's grids, the simulator, the plan CLI); the cost model, in planning,
+which this layer may not import, keys each cost by the same name (``COSTS`` in
+planning/costmodel/allreduce.py, checked complete at import). So a new algorithm is a function
+and an entry here plus a cost there: docs/contributing.md#add-an-all-reduce-algorithm.
+
 Every algorithm sums a 1-D buffer in place over the ranks of a ``Plan`` (which groups to use).
 A backend supplies ``reduce_scatter(group, buf)`` (returns our reduced chunk, a view),
 ``all_reduce(group, buf)``, ``all_gather(group, buf)`` and ``library_all_reduce(group, buf)``.
@@ -18,9 +26,6 @@ import numpy as np
 
 
 PIPELINE_BYTES = 8 << 20  # default size of the pieces of a pipelined torus2d (bytes)
-# The algorithms' names, the one list of them. In this order the planner (planning/costmodel/,
-# planner.py) numbers them and breaks ties towards the earlier one; train.py broadcasts an index.
-ALGORITHM_NAMES = ("ring", "torus2d", "hierarchical", "native")
 AUTO = "auto"  # not a function: the communicator picks one of ALGORITHMS per call (auto.py)
 # The algorithm when none is asked for, on the MPI backend (grid_layouts.default_algorithm).
 DEFAULT_ALGORITHM = AUTO
@@ -123,19 +128,76 @@ def native(backend, plan, buf):
     backend.library_all_reduce(plan.world, buf, "native all_reduce")
 
 
-# name -> function (each is defined above under its name), the torus first: the order that
-# messages, choices and help texts list them in.
-ALGORITHMS = {name: globals()[name]
+def everywhere(hosts):
+    """auto may pick the algorithm on any hosts."""
+    return True
+
+
+def across_hosts(hosts):
+    """auto may pick the algorithm on several hosts that hold the same number of ranks each."""
+    return bool(len(hosts.hosts) > 1 and hosts.ranks_per_host)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One all-reduce algorithm's parts in this layer, read by name by the layers above too.
+
+    ``run(backend, plan, buf)``: its steps (above). ``layout``: its grid and groups
+    (grid_layouts.py), the planner's candidate grids (planner.grids): "world" (p x 1, every
+    rank in one group), "hosts" (rows = one host's ranks, columns across hosts) or "torus"
+    (any X x Y: asked for, else the default grid). ``auto(hosts)``: True where auto may pick
+    it over native, auto's baseline (None: never; comm/auto/routing.py). ``ours``: built here
+    from the backend's primitives, not the library's own: the simulator runs it (sim/), and
+    tools/calibrate.py fits its software term. ``pipelined``: its plans may cut large buffers
+    into pieces whose phases overlap (``Plan.pipelined``, NNABLA_TORUS_PIPELINE_BYTES); the
+    simulator sizes its buffers so. ``shares_memory``: its plans may run the row phases through
+    shared memory (``Plan.shared``: ``backend.shared_all_reduce``).
+    """
+    run: object
+    layout: str
+    auto: object = None
+    ours: bool = True
+    pipelined: bool = False
+    shares_memory: bool = False
+
+    @property
+    def takes_grid(self):
+        """It runs on the X x Y grid a user asks for (NNABLA_TORUS_GRID, grid=, --grid)."""
+        return self.layout == "torus"
+
+
+# Every algorithm, the one list of them: its parts in one entry; its cost, by the same name, in
+# planning/costmodel/allreduce.py (COSTS); docs/contributing.md#add-an-all-reduce-algorithm. In
+# this order the planner (planning/costmodel/, planner.py) numbers them and breaks ties towards
+# the earlier one; train.py broadcasts an index: a new algorithm goes last.
+REGISTRY = {
+    "ring": Algorithm(ring, "world"),
+    "torus2d": Algorithm(torus2d, "torus", auto=everywhere, pipelined=True,
+                         shares_memory=True),
+    "hierarchical": Algorithm(hierarchical, "hosts", auto=across_hosts, shares_memory=True),
+    "native": Algorithm(native, "world", ours=False),
+}
+ALGORITHM_NAMES = tuple(REGISTRY)
+OURS = tuple(name for name, algorithm in REGISTRY.items() if algorithm.ours)
+# name -> function, the torus first: the order that messages, choices and help texts list them in.
+ALGORITHMS = {name: REGISTRY[name].run
               for name in sorted(ALGORITHM_NAMES, key=lambda name: name != "torus2d")}
 
 
 def get_algorithm(name, allow_auto=False):
     """The all-reduce function registered as ``name`` (None for "auto" when ``allow_auto``);
     ValueError lists the known ones."""
+    entry = registry_entry(name, allow_auto)
+    return entry and entry.run
+
+
+def registry_entry(name, allow_auto=False):
+    """The ``Algorithm`` registered as ``name`` (None for "auto" when ``allow_auto``);
+    ValueError lists the known ones."""
     if allow_auto and name == AUTO:
         return None
     try:
-        return ALGORITHMS[name]
+        return REGISTRY[name]
     except KeyError:
         known = ", ".join(list(ALGORITHMS) + [AUTO] * allow_auto)
         raise ValueError(f"unknown all-reduce algorithm {name!r}; choose one of {known} "

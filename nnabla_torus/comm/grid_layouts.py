@@ -1,24 +1,26 @@
 """Which grid and which groups (a ``collectives.Plan``) one rank uses for each algorithm.
 
+Each algorithm names its layout (``collectives.REGISTRY``): "world", "hosts" or "torus".
 Shared by the communicator and the simulator's virtual ranks (``nnabla_torus.sim.virtual``), so
 a simulated all-reduce is routed exactly as a real one. ``hosts`` is a ``topology.HostLayout``.
 """
 from . import topology
-from .collectives import DEFAULT_ALGORITHM, Plan
+from .collectives import DEFAULT_ALGORITHM, Plan, registry_entry
 from .job_log import WARNING, note
 
 
 def grid_for(algorithm, request, hosts, size, quiet=False):
     """The grid of ``algorithm`` over ``size`` ranks; ``request``: a Grid, "XxY" or None (torus2d's
     default: rows of ranks per host when hosts hold consecutive ranks, else the squarest)."""
-    if algorithm == "hierarchical":
+    layout = registry_entry(algorithm).layout
+    if layout == "hosts":
         per_host = hosts.ranks_per_host
         if not per_host:
             counts = [len(h) for h in hosts.hosts]
             raise ValueError(f"hierarchical all-reduce needs the same number of ranks on "
                              f"every host; hosts hold {counts} ranks. Use torus2d with a grid.")
         return topology.Grid(per_host, len(hosts.hosts))
-    if algorithm != "torus2d":
+    if layout != "torus":
         return topology.Grid(size, 1)
     if request:
         grid = request if isinstance(request, topology.Grid) else topology.parse_grid(request)
@@ -46,23 +48,27 @@ def make_plan(backend, hosts, rank, algorithm, grid):
     """The Plan of ``rank`` for ``algorithm`` on ``grid`` (from ``grid_for``); creates the
     backend groups it needs (collective over their members)."""
     world = backend.world_group
-    if algorithm == "hierarchical":
+    entry = registry_entry(algorithm)   # its layout, and whether it pipelines or shares memory
+    layout = entry.layout
+    if layout == "hosts":
         host = hosts.host_of(rank)
         local = host.index(rank)
         column = [h[local] for h in hosts.hosts]
         row = backend.group(host)
-        return Plan(world, row, backend.group(column), shared=share_memory(backend, hosts, row))
-    if algorithm == "torus2d":
+        return Plan(world, row, backend.group(column),
+                    shared=entry.shares_memory and share_memory(backend, hosts, row))
+    if layout == "torus":
         row, column = grid.row_of(rank), grid.column_of(rank)
         # Overlapping pays when rows and columns use different links (in-host, inter-host);
         # only backends with run_lanes (MPI) can overlap.
-        pipelined = (hasattr(backend, "run_lanes") and len(row) > 1 and len(column) > 1
-                     and hosts.spans_hosts(column) and not hosts.spans_hosts(row))
+        pipelined = (entry.pipelined and hasattr(backend, "run_lanes") and len(row) > 1
+                     and len(column) > 1 and hosts.spans_hosts(column)
+                     and not hosts.spans_hosts(row))
         row, column = backend.group(row), backend.group(column)
         # Pipelined plans overlap the row with the column over messages; else the row
         # goes through shared memory when its ranks share a host.
-        return Plan(world, row, column, pipelined,
-                    shared=not pipelined and share_memory(backend, hosts, row))
+        return Plan(world, row, column, pipelined, shared=not pipelined
+                    and entry.shares_memory and share_memory(backend, hosts, row))
     return Plan(world, world, None)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..backends import synchronize
+from ..collectives import REGISTRY
 from ..guarded_calls import collective, exchange
 from ..job_log import WARNING, note
 from . import cache as auto_cache
@@ -13,9 +14,10 @@ from . import table as auto
 
 
 def candidates(hosts):
-    """auto's algorithms: the library's, the torus, and hierarchical on several hosts."""
-    several = len(hosts.hosts) > 1 and hosts.ranks_per_host
-    return ["native", "torus2d"] + (["hierarchical"] if several else [])
+    """auto's algorithms: the library's (auto's baseline), then each one whose registry entry
+    lets auto pick it on ``hosts``: the torus, and hierarchical on several hosts."""
+    return ["native"] + [name for name, entry in REGISTRY.items()
+                         if entry.auto and entry.auto(hosts)]
 
 
 def fix_table(comm):
