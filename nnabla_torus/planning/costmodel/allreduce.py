@@ -1,5 +1,8 @@
 """Seconds of one all-reduce, phase by phase, for each algorithm (ring, torus2d, hierarchical,
 native) on a network; the sum is :func:`allreduce_time`.
+
+``COSTS`` holds each algorithm's cost by its name in the communicator's registry
+(``nnabla_torus.comm.collectives.REGISTRY``); importing this module fails when one has none.
 """
 import numpy as np
 
@@ -46,35 +49,61 @@ def allreduce_terms(net, algorithm, ranks, nbytes, grid_x=None):
 
 def _algorithm_terms(net, algorithm, p, nbytes, grid_x, share):
     """allreduce_terms without the per-call oversubscription wait."""
+    return COSTS[algorithm](net, p, nbytes, grid_x, share, software_of(net, algorithm))
+
+
+def _world_ring_of(net, p):
+    """(crosses hosts, flows out of a host, racks) of one ring or doubling over all p ranks."""
+    return p > net.gpus_per_host, np.ones_like(p), rack_links(net, p, 1, rows=True)
+
+
+def _grid_of(net, p, x, grid_x):
+    """(X, Y, row (crosses, flows), column (crosses, flows), row racks, column racks) of a
+    grid with rows of ``x``; ValueError unless x divides p (``grid_x``: the X asked for)."""
     g = net.gpus_per_host
-    sw = software_of(net, algorithm)
-    if algorithm in ("ring", "native"):
-        crosses, flows = p > g, np.ones_like(p)
-        racks = rack_links(net, p, 1, rows=True)
-        if algorithm == "native":
-            terms = native_terms(net, p, nbytes, crosses, flows, share, sw, g, g, racks)
-            return with_han(net, p, nbytes, sw, terms) if net.native_hierarchical else terms
-        return {"reduce_scatter": ring_phase(net, p, nbytes, crosses, flows, share, True, sw,
-                                             racks),
-                "all_gather": ring_phase(net, p, nbytes, crosses, flows, share, False, sw,
-                                         racks)}
-    if algorithm == "hierarchical":
-        x = np.minimum(p, g)
-    elif grid_x is None:
-        x = default_grid_x(p, g)
-    else:
-        x = np.asarray(grid_x, int)
     if np.any((x < 1) | (p % np.maximum(x, 1) != 0)):
         raise ValueError(f"grid row length X={grid_x} must divide the rank count {p}; "
                          f"pick X from the divisors of the rank count")
     y = p // x
+    return (x, y, grid_links(x, y, g, rows=True), grid_links(x, y, g, rows=False),
+            rack_links(net, x, y, rows=True), rack_links(net, x, y, rows=False))
+
+
+def _torus_grid_of(net, p, grid_x):
+    """_grid_of a grid of the torus layout: rows of ``grid_x`` (None: the communicator's
+    default grid)."""
+    x = default_grid_x(p, net.gpus_per_host) if grid_x is None else np.asarray(grid_x, int)
+    return _grid_of(net, p, x, grid_x)
+
+
+def ring_cost(net, p, nbytes, grid_x, share, sw):
+    """ring: a reduce-scatter and an all-gather over all p ranks."""
+    crosses, flows, racks = _world_ring_of(net, p)
+    return {"reduce_scatter": ring_phase(net, p, nbytes, crosses, flows, share, True, sw,
+                                         racks),
+            "all_gather": ring_phase(net, p, nbytes, crosses, flows, share, False, sw,
+                                     racks)}
+
+
+def native_cost(net, p, nbytes, grid_x, share, sw):
+    """native: the library's choice (Open MPI 5's coll/han where the net says so)."""
+    g = net.gpus_per_host
+    crosses, flows, racks = _world_ring_of(net, p)
+    terms = native_terms(net, p, nbytes, crosses, flows, share, sw, g, g, racks)
+    return with_han(net, p, nbytes, sw, terms) if net.native_hierarchical else terms
+
+
+def torus2d_cost(net, p, nbytes, grid_x, share, sw):
+    """torus2d on rows of ``grid_x`` (None: the communicator's default grid)."""
+    x, y, rows, columns, row_racks, column_racks = _torus_grid_of(net, p, grid_x)
+    return torus_terms(net, x, y, nbytes, share, sw, rows, columns, row_racks, column_racks)
+
+
+def hierarchical_cost(net, p, nbytes, grid_x, share, sw):
+    """hierarchical: rows = one host's ranks, the column phase by the library (native)."""
+    x, y, (row_c, row_f), (col_c, col_f), row_r, col_r = _grid_of(
+        net, p, np.minimum(p, net.gpus_per_host), grid_x)
     shard = np.asarray(nbytes, float) / x
-    row_c, row_f = grid_links(x, y, g, rows=True)
-    col_c, col_f = grid_links(x, y, g, rows=False)
-    row_r, col_r = rack_links(net, x, y, rows=True), rack_links(net, x, y, rows=False)
-    if algorithm == "torus2d":
-        return torus_terms(net, x, y, nbytes, share, sw, (row_c, row_f), (col_c, col_f),
-                           row_r, col_r)
     col = native_terms(net, y, shard, col_c, col_f, share, software_of(net, "native"),
                         np.where(col_c, 1, y), col_f, col_r)   # hierarchical: the library's
     col["recursive_doubling"] = np.where(y > 1, col["recursive_doubling"], 0.0)
@@ -82,6 +111,15 @@ def _algorithm_terms(net, algorithm, p, nbytes, grid_x, share):
                                              row_r),
             **{"column_native_" + k: v for k, v in col.items()},
             "row_all_gather": ring_phase(net, x, nbytes, row_c, row_f, share, False, sw, row_r)}
+
+
+# Each algorithm's cost, by its registry name (comm/collectives.py REGISTRY, which comm keeps:
+# comm imports no planning): cost(net, p, nbytes, grid_x, share, software) -> {phase: seconds}.
+COSTS = {"ring": ring_cost, "torus2d": torus2d_cost, "hierarchical": hierarchical_cost,
+         "native": native_cost}
+if set(ALGORITHMS) - set(COSTS):
+    raise ImportError(f"no cost for algorithm(s) {sorted(set(ALGORITHMS) - set(COSTS))}: add "
+                      f"each to COSTS in {__name__} (docs/contributing.md)")
 
 
 def allreduce_time(net, algorithm, ranks, nbytes, grid_x=None):
