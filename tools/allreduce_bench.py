@@ -26,7 +26,7 @@ from nnabla_torus.comm.backends import synchronize
 # MPI started by the communicator's module (fail-fast, Open MPI's osc/ucx notices off), as
 # examples/imagenet/train.py does: importing mpi4py.MPI first prints a notice per rank
 from nnabla_torus.comm.communicator import MPI
-from nnabla_torus.comm.collectives import ALGORITHMS, AUTO
+from nnabla_torus.comm.collectives import ALGORITHMS, AUTO, REGISTRY
 from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool
 from nnabla_torus.comm.topology import parse_grid
 
@@ -123,10 +123,11 @@ def parse_args(argv=None):
 
 
 def variants(comm, algorithms, grids):
-    """(algorithm, grid) pairs to run; torus2d once per requested grid."""
+    """(algorithm, grid) pairs to run; torus2d (each that takes a grid) once per requested
+    grid."""
     out = []
     for name in dict.fromkeys(algorithms + ["native"]):
-        if name == "torus2d" and grids:
+        if name != AUTO and REGISTRY[name].takes_grid and grids:
             out += [(name, g) for g in grids]
         else:
             out.append((name, None))

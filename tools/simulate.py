@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from nnabla_torus.comm.collectives import OURS, registry_entry
 from nnabla_torus.planning import costmodel
 from nnabla_torus.knobs import TIMEOUT_MAX_S, add_knob, number
 from nnabla_torus.planning.machine_profile import add_profile_knob, load_profile, resolve_profile
@@ -99,7 +100,7 @@ def paper(args, out):
     for case in args.cases:
         case_net, faults = case_network(net, case, args.ranks)
         for algorithm in args.algorithms:
-            grid = args.grid if algorithm == "torus2d" else None
+            grid = args.grid if registry_entry(algorithm).takes_grid else None
             cpu = time.process_time()
             r = simulate_allreduce(case_net, algorithm, args.ranks, args.bytes, grid=grid,
                                    faults=faults, hosts=prof.hosts, max_wall=args.max_wall,
@@ -133,7 +134,7 @@ def build_parser():
              f"comma-separated cases of {', '.join(CASES)}",
              type=lambda s: [c for c in s.split(",") if c in CASES] or
              argparse.ArgumentTypeError(f"cases from {CASES}"))
-    add_knob(p, "--algorithms", "NNABLA_TORUS_SIM_ALGORITHMS", "ring,torus2d,hierarchical",
+    add_knob(p, "--algorithms", "NNABLA_TORUS_SIM_ALGORITHMS", ",".join(OURS),
              "comma-separated algorithms", type=lambda s: s.split(","))
     add_knob(p, "--max-wall", "NNABLA_TORUS_SIM_MAX_WALL", None,
              "wall-clock seconds allowed per simulation (None: no limit)",

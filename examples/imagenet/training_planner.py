@@ -24,6 +24,7 @@ import nnabla as nn
 import numpy as np
 
 from nnabla_torus.planning import costmodel, goodput, overlap_choice, planner, step_refit
+from nnabla_torus.comm.collectives import REGISTRY
 from nnabla_torus.planning.costmodel import ALGORITHMS
 from nnabla_torus.planning.machine_profile import Shape, load_profile, resolve_profile
 from nnabla_torus.comm.topology import Grid, parse_grid
@@ -55,7 +56,7 @@ class TrainingPlanner:
         self.here = prof._replace(network=prof.network._replace(
             gpus_per_host=ranks_per_host or prof.network.gpus_per_host))
         self.algorithms = tuple(a for a in ALGORITHMS
-                                if ranks_per_host or a != "hierarchical")
+                                if ranks_per_host or REGISTRY[a].layout != "hosts")
         self.common = dict(dataset_size=dataset_size, epochs=epochs)
         self.batch = None        # global batch of the latest plan
         self.settled = False     # True once the algorithm in use is a plan's choice
@@ -216,7 +217,7 @@ class TrainingPlanner:
             lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
                          f"{best.step_time_s:.3g} s/step, {rate(best.images_per_s)} images/s")
         elif not self.settled or current is None or planner.should_switch(current, best):
-            grid = best.grid if best.algorithm == "torus2d" else None
+            grid = best.grid if REGISTRY[best.algorithm].takes_grid else None
             choice, kept = (best.algorithm, grid), best
             lines.append(head + f"{best.algorithm} on {best.grid}, predicted "
                          f"{best.step_time_s:.3g} s/step, {rate(best.images_per_s)} images/s"

@@ -27,6 +27,7 @@ from ..planning import large_batch, model_cost
 from ..planning.machine_profile import (add_profile_knob, add_shape_knobs, list_profiles,
                                         load_profile, model_of, resolve_profile, shape_of)
 from ..planning.schedules import BatchSchedule
+from ..comm.collectives import registry_entry
 from ..comm.topology import parse_grid
 from .plan_recipe import run_recipe
 
@@ -232,7 +233,7 @@ def explain(prof, model, plan):
     for name, value in terms.items():
         lines.append(f"  {name:<36s} {float(value) * 1e3:10.3f} ms")
     net = prof.network
-    if plan.algorithm in ("torus2d", "hierarchical") and plan.gpus > 1:
+    if registry_entry(plan.algorithm).layout != "world" and plan.gpus > 1:
         x, y = grid_x, plan.gpus // grid_x
         for rows, label in ((True, "row phases"), (False, "column phases")):
             crosses, flows = costmodel.grid_links(x, y, net.gpus_per_host, rows)

@@ -3,6 +3,7 @@
 model's time per algorithm and size. The package root registers :class:`AutoProfile` with
 :mod:`nnabla_torus.comm.auto`, so the communicator gets it without importing this layer.
 """
+from ..comm.collectives import REGISTRY
 from .costmodel import allreduce_time
 from .machine_profile import load_profile
 
@@ -25,6 +26,6 @@ class AutoProfile:
         """``{algorithm: [seconds per size]}`` from the profile's cost model for this job."""
         net = self.profile.network._replace(gpus_per_host=per_host)
         return {name: [float(allreduce_time(net, name, ranks, n,
-                                            grid_x if name == "torus2d" else None))
+                                            grid_x if REGISTRY[name].takes_grid else None))
                        for n in sizes]
                 for name in candidates}

@@ -23,13 +23,11 @@ import time
 import numpy as np
 
 from . import costmodel
-from ..comm.collectives import PIPELINE_BYTES
+from ..comm.collectives import OURS, PIPELINE_BYTES   # OURS: implemented in Python by us
 from .costmodel import Compute, Link, Network, Software
 from .machine_profile import Profile
 from ..knobs import env_value
 from ..comm.topology import parse_grid
-
-OURS = ("ring", "torus2d", "hierarchical")   # algorithms implemented in Python by us
 
 
 def mdape(predicted, measured):

@@ -20,6 +20,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import costmodel, goodput
+from ..comm.collectives import registry_entry
 from .costmodel import ALGORITHMS
 from .machine_profile import model_of
 
@@ -49,10 +50,11 @@ def gpu_counts(max_gpus, gpus_per_host):
 
 
 def grids(p, algorithm, g):
-    """Row lengths X to try for ``algorithm`` on ``p`` GPUs with ``g`` per host."""
-    if algorithm in ("ring", "native"):
+    """Row lengths X to try for ``algorithm`` on ``p`` GPUs with ``g`` per host (by its layout)."""
+    layout = registry_entry(algorithm).layout
+    if layout == "world":
         return [p]
-    if algorithm == "hierarchical":
+    if layout == "hosts":
         return [g] if p > g and p % g == 0 else []
     small = [x for x in range(2, int(math.isqrt(p)) + 1) if p % x == 0]
     divisors = sorted(set(small + [p // x for x in small]))

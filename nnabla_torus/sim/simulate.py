@@ -28,6 +28,7 @@ from ..planning import costmodel
 from . import simgrid
 from .virtual import run_allreduce
 from ..knobs import knob_value
+from ..comm.collectives import OURS, REGISTRY
 from ..comm.topology import parse_grid
 
 Result = namedtuple("Result", [
@@ -251,9 +252,10 @@ class FlowNetwork:
 
 def check_fits(net, algorithm, ranks, grid, hosts=None):
     """Raise ValueError unless ``ranks`` (and ``grid``) fit the profile's simulated world."""
-    if algorithm not in ("ring", "torus2d", "hierarchical"):
-        raise ValueError(f"cannot simulate algorithm {algorithm!r}: choose ring, torus2d or "
-                         f"hierarchical (native is the library's own algorithm)")
+    if algorithm not in OURS:
+        raise ValueError(f"cannot simulate algorithm {algorithm!r}: choose "
+                         f"{', '.join(OURS[:-1])} or {OURS[-1]} (native is the library's own "
+                         f"algorithm)")
     g = net.gpus_per_host
     if ranks < 2:
         raise ValueError(f"simulate at least 2 ranks, got {ranks}")
@@ -263,7 +265,7 @@ def check_fits(net, algorithm, ranks, grid, hosts=None):
     if ranks % min(g, ranks):
         raise ValueError(f"{ranks} ranks do not fill hosts of {g} GPUs (ranks are placed host "
                          f"by host); use a multiple of {g}")
-    if grid is not None and algorithm == "torus2d":
+    if grid is not None and REGISTRY[algorithm].takes_grid:
         grid = parse_grid(grid) if isinstance(grid, str) else grid
         if grid.size != ranks:
             raise ValueError(f"grid {grid} has {grid.size} ranks, the simulated world "
@@ -298,7 +300,7 @@ def simulate_allreduce(net, algorithm, ranks, nbytes, grid=None, faults=Faults()
     engine = resolve_engine(engine)
     g = min(net.gpus_per_host, ranks)
     pipe = net.torus_pipeline_bytes
-    pieces = max(1, math.ceil(nbytes / pipe)) if pipe and algorithm == "torus2d" else 1
+    pieces = max(1, math.ceil(nbytes / pipe)) if pipe and REGISTRY[algorithm].pipelined else 1
     count = ranks * pieces
     real_bytes = 4 * count
     sw = costmodel.software_of(net, algorithm)
@@ -336,9 +338,9 @@ def rerank(prof, model, plans, max_wall=None, engine=None):
     comp = prof.models[model]
     rows = []
     for plan in plans:
-        if plan.algorithm == "native" or plan.gpus < 2:
+        if plan.algorithm not in OURS or plan.gpus < 2:
             continue
-        grid = plan.grid if plan.algorithm == "torus2d" else None
+        grid = plan.grid if REGISTRY[plan.algorithm].takes_grid else None
         sim = simulate_allreduce(prof.network, plan.algorithm, plan.gpus, comp.grad_bytes,
                                  grid=grid, hosts=prof.hosts, max_wall=max_wall,
                                  engine=engine).seconds
