@@ -3,42 +3,31 @@
 Change one import line (``import nnabla_torus as C``, was ``import nnabla.communicators as C``)
 and keep the rest of an nnabla data-parallel script; launch with ``mpirun -np 8 python
 train.py``. Settings: :mod:`.settings`. This module is nnabla's API; the rooms behind it are
-listed in docs/communicator.md#where-the-code-is. Importing it installs
-:mod:`nnabla_torus.comm.failfast` (an error on one rank ends the job), so errors between the
-import and ``init()`` are covered too, and stops every process whose MPI world is not the one
-its launcher started (:func:`.launcher_env.world_mismatch`).
+listed in docs/communicator.md#where-the-code-is; its groups (:mod:`.groups`) and the choice of
+the algorithm a call runs (:mod:`.algorithm_choice`) are methods it takes from beside it.
+Importing it (:mod:`.mpi_start`) installs :mod:`nnabla_torus.comm.failfast` (an error on one
+rank ends the job), so errors between the import and ``init()`` are covered too, and stops
+every process whose MPI world is not the one its launcher started
+(:func:`.launcher_env.world_mismatch`).
 """
 import collections
-import os
 import time
 
 import numpy as np
 
-# Open MPI 5's one-sided UCX component prints an error line for every window it declines
-# (no UCX network here); our windows are all shared memory (osc/sm). Read at MPI start, so
-# this only helps when the communicator is imported first; mpirun --mca osc ^ucx always does.
-os.environ.setdefault("OMPI_MCA_osc", "^ucx")
-from . import launcher_env  # noqa: E402
-launcher_env.quiet_pmix()   # srun --mpi=pmix: no help-file noise per rank (read at MPI start)
-from mpi4py import MPI  # noqa: E402  (starts MPI)
-
-from . import backends, failfast, grid_layouts, other_collectives, topology  # noqa: E402
-from .auto import routing as auto_routing  # noqa: E402
-from .array_reduce import reduce_arrays  # noqa: E402
-from .sqnorms import SquaredNorms  # noqa: E402
-from .collectives import AUTO, Plan, get_algorithm  # noqa: E402
-from .array_layout import Layouts  # noqa: E402
-from .fused import Workspace, as_list  # noqa: E402
-from .guarded_calls import collective, exchange, guarded  # noqa: E402
-from .job_log import log_once_per_job, note  # noqa: E402,F401  (scripts import it from here)
-from .rendezvous import AllReduceCall, check_group_lists, check_same_call  # noqa: E402
-from .settings import DEFAULTS, CommSettings, differences  # noqa: E402  (train.py: DEFAULTS)
-from .threads import OneCaller  # noqa: E402
-
-failfast.install()  # MPI has started (mpi4py.MPI): from here on, one rank's error ends the job
-_mismatch = launcher_env.world_mismatch(MPI)  # srun -n 8 without PMI: 8 one-rank worlds
-if _mismatch:
-    failfast.abort_job(_mismatch[0], 1, place=_mismatch[1])   # one line each, then exit
+from .mpi_start import MPI  # first: starts MPI (quietly), installs failfast, checks the world
+from . import backends, grid_layouts, other_collectives, topology
+from .algorithm_choice import AlgorithmChoice
+from .array_reduce import reduce_arrays
+from .sqnorms import SquaredNorms
+from .array_layout import Layouts
+from .fused import Workspace, as_list
+from .groups import NamedGroups
+from .guarded_calls import collective, guarded
+from .job_log import log_once_per_job, note  # noqa: F401  (scripts import it from here)
+from .rendezvous import AllReduceCall, check_same_call
+from .settings import DEFAULTS, CommSettings, differences  # noqa: F401  (train.py: DEFAULTS)
+from .threads import OneCaller
 
 
 def _setting(name, doc):
@@ -47,7 +36,7 @@ def _setting(name, doc):
                     lambda self, value: setattr(self.settings, name, value), doc=doc)
 
 
-class TorusCommunicator:
+class TorusCommunicator(NamedGroups, AlgorithmChoice):
     """nnabla's multi-process data-parallel communicator API over torus/ring/native all-reduce."""
 
     def __init__(self, ctx=None, algorithm=None, grid=None, backend=None, timeout=None,
@@ -120,34 +109,6 @@ class TorusCommunicator:
         check_same_call(MPI.COMM_WORLD, list(range(self.size)), self.settings.agreement(),
                         self.timeout, "init", describe)
 
-    def set_algorithm(self, algorithm, grid=None):
-        """Switch the world all-reduce to ``algorithm`` (and ``grid``); collective on all ranks.
-
-        ``auto``: the plans of its candidates, and (first time) the table of size ranges."""
-        get_algorithm(algorithm, allow_auto=True)
-        request = self.settings.grid
-        if algorithm == AUTO:
-            grid = grid or request or grid_layouts.host_rows(self.hosts, self.size)
-            self.auto_plans = {name: self._plan_for(name, grid, quiet=True)
-                               for name in auto_routing.candidates(self.hosts)}
-            self.algorithm = AUTO
-            self.grid = grid_layouts.grid_for("torus2d", grid, self.hosts, self.size, quiet=True)
-            self._plan = self.auto_plans["torus2d"]
-            if self.auto_table is None:
-                self.auto_table = auto_routing.fix_table(self)
-            return
-        self.algorithm = algorithm
-        self.grid = grid_layouts.grid_for(algorithm, grid or request, self.hosts, self.size)
-        self._plan = self._plan_for(algorithm, grid)
-
-    def _plan_for(self, algorithm, grid=None, quiet=False):
-        grid = grid_layouts.grid_for(algorithm, grid or self.settings.grid, self.hosts, self.size,
-                                     quiet)
-        key = (algorithm, str(grid))
-        if key not in self._plans:
-            self._plans[key] = grid_layouts.make_plan(self.backend, self.hosts, self.rank, algorithm, grid)
-        return self._plans[key]
-
     # -- nnabla's properties ----------------------------------------------------------------
     def _ready(self):
         if self.backend is None:
@@ -199,46 +160,6 @@ class TorusCommunicator:
         """Forget every ``add_context_and_parameters`` (nnabla communicator.cpp:68-73)."""
         self._context_params = []
 
-    # -- groups -----------------------------------------------------------------------------
-    def new_group(self, name_ranks):
-        """Register group ``(name, ranks)``; members create its communicator. Returns ``name``."""
-        name, ranks = name_ranks
-        ranks = [int(r) for r in ranks]
-        if name in self._groups:
-            raise ValueError(f"group {name!r} exists already with ranks {self._groups[name]}")
-        bad = [r for r in ranks if not 0 <= r < self.size]
-        if bad or len(set(ranks)) != len(ranks) or not ranks:
-            raise ValueError(f"group {name!r}: ranks {ranks} must be distinct and in [0, {self.size})")
-        if self.rank in ranks:
-            be = self._ready()
-
-            def create():   # members agree on the list first: a mismatch would block in MPI
-                check_group_lists(self._group_control, name, ranks, self.timeout,
-                                  getattr(be, "spin", DEFAULTS["spin"]),
-                                  getattr(be, "poll_sleep", DEFAULTS["poll_sleep"]))
-                be.group(ranks)
-            guarded(self, f"new_group {name!r}", create)
-        self._groups[name] = ranks
-        return name
-
-    def list_groups(self):
-        return {name: list(ranks) for name, ranks in self._groups.items()}
-
-    def find_group(self, group):
-        """The ranks of ``group``, or ``[]`` for an unknown name (as nnabla)."""
-        return list(self._groups.get(group, []))
-
-    def _group(self, group):
-        """The backend group for ``group``, raising ValueError if this rank is not a member."""
-        be = self._ready()
-        if group not in self._groups:
-            raise ValueError(f"unknown group {group!r}; known: {sorted(self._groups)}")
-        ranks = self._groups[group]
-        if self.rank not in ranks:
-            raise ValueError(f"rank {self.rank} is not a member of group {group!r} "
-                             f"(ranks {ranks}); only members may call its collectives")
-        return be.world_group if group == "world" else be.group(ranks)
-
     # -- collectives ------------------------------------------------------------------------
     def all_reduce(self, data, division=False, inplace=False, group="world"):
         """Sum (``division``: average) NdArray(s) over ``group``, in place.
@@ -261,15 +182,6 @@ class TorusCommunicator:
         grads = [v.grad for v in self._context_params[0][1].values()]
         self._all_reduce_call("allreduce", grads, division, inplace, "world", zeroing_rule=False)
 
-    def _runner(self, group, grp):
-        """(run(buf), algorithm name) for a sum over ``group``: the world algorithm, else a ring."""
-        if group == "world":
-            return (self._run_auto if self.algorithm == AUTO else self._run_world), self.algorithm
-
-        def run(buf):
-            exchange(self, "ring", Plan(grp, grp, None), buf)
-        return run, "ring"
-
     def _all_reduce_call(self, op, arrays, division, inplace, group, zeroing_rule=True):
         grp = self._group(group)
         run, algorithm = self._runner(group, grp)
@@ -283,16 +195,6 @@ class TorusCommunicator:
                             str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
         collective(self, grp, sig, what, lambda: reduce_arrays(
             self, layout, division, inplace, run, grp.size, zeroing_rule), fold=True)
-
-    def _run_world(self, buf):
-        self.algorithm_counts[self.algorithm] += 1
-        exchange(self, self.algorithm, self._plan, buf)
-
-    def _run_auto(self, buf):
-        """One world all-reduce routed by its byte count (the same choice on every rank)."""
-        name = self.auto_table.choose(buf.size * np.dtype(buf.dtype).itemsize)  # any backend
-        self.algorithm_counts[name] += 1
-        exchange(self, name, self.auto_plans[name], buf)
 
     def pop_sqnorms(self):
         """``(local_mean_sqnorm, global_sqnorm)`` summed over calls since the last pop.
