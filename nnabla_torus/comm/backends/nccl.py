@@ -5,7 +5,8 @@ bcast on a group) is one call of nnabla's ``MultiProcessDataParallelCommunicator
 made with its ``new_group``, padded where NCCL's equal chunks need it, with a watchdog around
 each phase (nnabla's own times only the host-side enqueue). The mapping table, the device and
 dtype rules, group creation, hangs and costs, with the nnabla sources they come from:
-docs/gpu.md ("The NCCL mapping"). Buffers: nccl_device.py.
+docs/gpu.md ("The NCCL mapping"). Buffers: nccl_device.py; the padding: nccl_padding.py;
+loading the extension: nccl_setup.py.
 
 Example (under ``mpirun -np 4``, one rank per GPU; the communicator normally drives this)::
 
@@ -16,9 +17,6 @@ Example (under ``mpirun -np 4``, one rank per GPU; the communicator normally dri
     be.all_gather(row, buf)                  # buf: the row's sum everywhere
 """
 import contextlib
-import logging
-import math
-import os
 import socket
 
 import numpy as np
@@ -27,47 +25,11 @@ from mpi4py import MPI
 from ..errors import CollectiveTimeout, RankLost
 from ..rendezvous import check_same_call
 from ..waits import lost_ranks, wait_requests
-from ..job_log import note
 from ..watchdog import Watchdog, gil_held_deadline
 from ..settings import DEFAULTS
 from .nccl_device import WIRE_TYPES, DeviceBuffers, nnabla_device, short_host, type_contexts
-
-
-def agree(world, step, what):
-    """Run ``step()`` on every rank; if it raised anywhere, raise on every rank naming the
-    first failing rank and its message (set-up errors must not leave the others waiting)."""
-    try:
-        step()
-        mine = None
-    except Exception as e:  # noqa: BLE001  (re-raised below, on every rank)
-        mine = f"{type(e).__name__}: {e}"
-    errors = world.allgather(mine)
-    bad = [(r, m) for r, m in enumerate(errors) if m]
-    if bad:
-        r, message = bad[0]
-        raise RuntimeError(f"{what} failed on rank {r} ({len(bad)} rank(s) failed): {message}")
-
-
-def nnabla_watchdog(timeout):
-    """Leave nnabla's own watchdog warning-only, timed like ours. Enabled
-    (``NNABLA_MPI_WATCH_DOG_ENABLE`` not 0), it raises in its own std::thread when a guarded
-    host-side call (``init()``, every ``all_reduce``'s enqueue, which includes a blocking 1-byte
-    MPI_Allreduce that waits for the slowest rank) outlives its timeout: std::terminate, the
-    rank dies by SIGABRT and no peer is named (nnabla-ext-cuda v1.39.0
-    ``src/nbla/cuda/communicator/watch_dog.cpp`` 40-51; armed in ext .cu 381-382, 720, 764).
-    Disabled, it prints one warning and stops watching (watch_dog.cpp 42-46). This library's
-    failure handling covers the same calls: the arrival check before ``init()`` and
-    ``new_group``, ``gil_held_deadline`` inside them, its watchdog around every NCCL phase."""
-    os.environ.setdefault("NNABLA_MPI_WATCH_DOG_TIMEOUT", str(math.ceil(timeout)))
-    enabled = os.environ.get("NNABLA_MPI_WATCH_DOG_ENABLE", "0")
-    if enabled and enabled != "0":
-        note(f"NNABLA_MPI_WATCH_DOG_ENABLE={enabled}: nnabla's watchdog will end a rank by "
-             f"SIGABRT (std::terminate, no peer named) when a call of its communicator takes "
-             f"longer than NNABLA_MPI_WATCH_DOG_TIMEOUT="
-             f"{os.environ['NNABLA_MPI_WATCH_DOG_TIMEOUT']} s, e.g. an all-reduce waiting for a "
-             f"rank that saves a checkpoint. nnabla_torus ends a hung job itself, naming the "
-             f"rank and host (NNABLA_TORUS_TIMEOUT); unset it to leave that to nnabla_torus",
-             logging.WARNING)
+from .nccl_padding import PaddedChunks
+from .nccl_setup import agree, load_extension, nnabla_watchdog
 
 
 def mpi_error_in(error):
@@ -85,19 +47,7 @@ class NCCLGroup:
         self.size = len(self.ranks)
 
 
-def _load_extension(ctx, fake_device):
-    """The module that makes and synchronises the device: ``fake_device``, or nnabla_ext.cuda."""
-    if fake_device is not None:
-        return fake_device
-    if ctx is not None and not ctx.backend[0].startswith(("cuda", "cudnn")):  # None: cudnn
-        raise ValueError(f"the nccl backend needs a CUDA context, e.g. get_extension_context("
-                         f"'cudnn'), got backends {list(ctx.backend)}; or use "
-                         f"NNABLA_TORUS_BACKEND=mpi (CPU) or fake-nccl (test)")
-    from . import cuda_env
-    return cuda_env.import_cuda_extension()
-
-
-class NCCLBackend(DeviceBuffers):
+class NCCLBackend(PaddedChunks, DeviceBuffers):
     """Torus primitives on nnabla-ext-cuda's NCCL communicator (``fake_device``: on that stand-in
     for ``nnabla_ext.cuda``, e.g. :mod:`nnabla_torus.testing.fake_nccl`)."""
 
@@ -122,7 +72,7 @@ class NCCLBackend(DeviceBuffers):
         self._ext = self._event_class = self._event = None
 
         def load():
-            self._ext = _load_extension(ctx, fake_device)
+            self._ext = load_extension(ctx, fake_device)
             if fake:
                 self._ext.set_device(self.device_id)
                 self._event_class = self._ext.Event
@@ -294,34 +244,9 @@ class NCCLBackend(DeviceBuffers):
                   f"cannot tell, its kernels wait for them", flush=True)
         self.world.Abort(70)
 
-    def _workspace(self, dtype, count):
-        """A reusable zero-padding workspace of at least ``count`` elements."""
-        buf = self._pad.get(dtype)
-        if buf is None or buf.size < count:
-            buf = self._pad[dtype] = self.empty(dtype, count)
-        return self.sub(buf, 0, count)
-
     # -- primitives -------------------------------------------------------------------------
     def _what(self, op, group):
         return f"NCCL {op} on group {group.ranks} (rank {self.rank} on {self.host})"
-
-    def reduce_scatter(self, group, buf, what="reduce_scatter"):
-        """Sum ``buf`` over ``group``; return our chunk (a view of ``buf``) holding the sum."""
-        m, n = group.size, buf.size
-        if m == 1 or n == 0:
-            return buf
-        chunk = -(-n // m)
-        lo, hi = min(group.rank * chunk, n), min((group.rank + 1) * chunk, n)
-        if n % m == 0:
-            self._reduce_scatter_even(group, buf, chunk, what)
-            return self.sub(buf, lo, hi)
-        work = self._workspace(buf.dtype, chunk * m)
-        self.copy(self.sub(work, 0, n), buf)
-        self.sub(work, n, chunk * m).fill(0)
-        self._reduce_scatter_even(group, work, chunk, what)
-        if hi > lo:
-            self.copy(self.sub(buf, lo, hi), self.sub(work, lo, hi))
-        return self.sub(buf, lo, hi)
 
     def _reduce_scatter_even(self, group, buf, chunk, what):
         # host dtypes: the whole sum (our chunk is what the caller reads)
@@ -331,22 +256,6 @@ class NCCLBackend(DeviceBuffers):
         chunks = [buf.narrow(i * chunk, chunk) for i in range(group.size)]
         with self._phase(self._what(what, group)):
             comm.reduce_scatter(chunks, chunks[group.rank], division=False, group=group.name)
-
-    def all_gather(self, group, buf, what="all_gather"):
-        """Fill every chunk of ``buf`` with its owner's chunk (owner of chunk i: position i)."""
-        m, n = group.size, buf.size
-        if m == 1 or n == 0:
-            return
-        if n % m == 0:
-            self._all_gather_even(group, buf, n // m, what)
-            return
-        chunk = -(-n // m)
-        lo, hi = min(group.rank * chunk, n), min((group.rank + 1) * chunk, n)
-        work = self._workspace(buf.dtype, chunk * m)
-        if hi > lo:
-            self.copy(self.sub(work, lo, hi), self.sub(buf, lo, hi))
-        self._all_gather_even(group, work, chunk, what)
-        self.copy(buf, self.sub(work, 0, n))
 
     def _all_gather_even(self, group, buf, chunk, what):
         if self._on_host(group, buf, what, lambda c, a: c.Iallgather(MPI.IN_PLACE, a)):
