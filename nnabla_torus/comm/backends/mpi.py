@@ -5,19 +5,19 @@ splits one into m chunks (``chunk_bounds``), so any length works without padding
 primitive is also a generator of waits (``*_steps``), and ``run_lanes`` advances several at
 once: that is how ``collectives.torus2d`` overlaps the row phases of one piece with the column
 phase of another. Inside one host a group may share memory instead
-(:class:`.mpi_shared.SharedMemoryPath`). The ring's steps, the float16 error bound and the
-shared path's byte counts: docs/communicator.md#the-mpi-backend.
+(:class:`.mpi_shared.SharedMemoryPath`); the buffer methods: :class:`.mpi_buffers.HostBuffers`.
+The ring's steps, the float16 error bound and the shared path's byte counts:
+docs/communicator.md#the-mpi-backend.
 """
-import math
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from ..collectives import scale_numpy
 from ..waits import Pacer, overdue, wait_requests
 from ..watchdog import Watchdog
 from ..settings import DEFAULTS, mpi_settings
+from .mpi_buffers import HostBuffers
 from .mpi_shared import SharedMemoryPath, chunk_bounds
 
 
@@ -49,7 +49,7 @@ class Group:
         return self.ranks[position % self.size]
 
 
-class MPIBackend(SharedMemoryPath):
+class MPIBackend(SharedMemoryPath, HostBuffers):
     """The three torus primitives (and the library's own all-reduce) over mpi4py.
 
     ``timeout`` (s) bounds every wait; ``segment_bytes`` is the pipelining unit of one ring
@@ -60,8 +60,8 @@ class MPIBackend(SharedMemoryPath):
     name = "mpi"
     host_views = True   # fused.pack/unpack copy through cached numpy views (array_layout.Part)
 
-    def __init__(self, comm=None, timeout=DEFAULTS["timeout"], segment_bytes=None, pipeline_bytes=None,
-                 spin=None, poll_sleep=None, shm=None, shm_bytes=None):
+    def __init__(self, comm=None, timeout=DEFAULTS["timeout"], segment_bytes=None,
+                 pipeline_bytes=None, spin=None, poll_sleep=None, shm=None, shm_bytes=None):
         self.world = (comm if comm is not None else MPI.COMM_WORLD).Dup()
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
@@ -238,61 +238,6 @@ class MPIBackend(SharedMemoryPath):
         """``out`` (m * shard.size elements) receives every member's ``shard`` in group order."""
         req = group.comm.Iallgather(raw(shard), raw(out))
         self.wait([req], what, group.ranks)
-
-    # -- buffers: 1-D numpy arrays, zero-copy views of CPU NdArrays ---------------------------
-    def cpu_context(self):
-        """nnabla's CPU context (the one ``data_ptr`` checks the cached views in)."""
-        if self._cpu is None:
-            from nnabla_ext.cpu import context
-            self._cpu = context()
-        return self._cpu
-
-    @staticmethod
-    def flat(ndarray, write=True):
-        """A flat numpy view of an NdArray's CPU storage (no copy)."""
-        return ndarray.get_data("rw" if write else "r").reshape(-1)
-
-    @staticmethod
-    def empty(dtype, count):
-        return np.empty(count, dtype=dtype)
-
-    @staticmethod
-    def padded_length(count, dtype=None):
-        """Length of a fused buffer for ``count`` elements (uneven chunks need no padding)."""
-        return count
-
-    @staticmethod
-    def sub(buf, start, stop):
-        return buf[start:stop]
-
-    @staticmethod
-    def read(buf, index):
-        return float(buf[index])
-
-    @staticmethod
-    def copy(dst, src):
-        np.copyto(dst, src.reshape(dst.shape), casting="unsafe")
-
-    @staticmethod
-    def scale(buf, factor):
-        """``buf *= factor`` in place (integers and factor 1/p: floor division by p)."""
-        scale_numpy(buf, factor)
-
-    @staticmethod
-    def sqnorm(buf):
-        """Squared L2 norm (BLAS dot; float16 is widened 1 Mi elements at a time). A float32
-        sum that overflows (|g| above ~1.8e19) is summed again in float64: finite gradients
-        give a finite norm, only an inf or NaN element gives a non-finite one."""
-        if buf.dtype != np.float16:
-            total = float(np.dot(buf, buf))
-            if math.isfinite(total) or buf.dtype == np.float64:
-                return total
-            wide = np.float64
-        else:
-            wide = np.float32     # 65504^2 x 1 Mi elements fits float32
-        step = 1 << 20
-        return sum(float(np.dot(part, part)) for part in
-                   (buf[a:a + step].astype(wide) for a in range(0, buf.size, step)))
 
     # -- control ----------------------------------------------------------------------------
     def barrier(self, what="barrier"):
