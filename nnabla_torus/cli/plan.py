@@ -20,123 +20,17 @@ import sys
 
 import numpy as np
 
-from ..planning import costmodel, planner
-from ..planning.costmodel import ALGORITHMS
-from ..planning import large_batch, model_cost
-from ..planning.machine_profile import load_profile, model_of, resolve_profile, shape_of
-from ..comm.collectives import registry_entry
-from ..comm.topology import parse_grid
+from ..planning import large_batch, model_cost, planner
+from ..planning.machine_profile import load_profile, resolve_profile, shape_of
 from .plan_knobs import add_plan_knobs, refuse_ignored
+from .plan_output import HEADER, explain, format_row, plot, shown, simulated
 from .plan_recipe import run_recipe
-
-# (Plan field, column title, value format); every title is the full name, no legend needed.
-COLUMNS = [("gpus", "GPUs", "{:d}"), ("grid", "grid", "{}"), ("algorithm", "algorithm", "{}"),
-           ("local_batch", "per-GPU batch", "{:d}"), ("accum_steps", "accumulation", "{:d}"),
-           ("global_batch", "global batch", "{:,d}"), ("step_time_s", "step time (s)", "{:.4f}"),
-           ("images_per_s", "images/s", "{:,.0f}"),
-           ("scaling_efficiency", "scaling efficiency", "{:.1%}"),
-           ("statistical_efficiency", "statistical efficiency", "{:.1%}"),
-           ("time_to_train_s", "time to train (s)", "{:,.1f}")]
-WIDTHS = [max(len(title), 10) for _, title, _ in COLUMNS]
-HEADER = "  ".join(title.rjust(w) for (_, title, _), w in zip(COLUMNS, WIDTHS))
 
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="nnabla-torus-plan", description=__doc__.split("\n")[0])
     add_plan_knobs(parser)
     return parser
-
-
-def simulated(prof, model, plans, max_wall, engine=None):
-    """Lines of the K plans re-ranked by simulated step time, with both all-reduce times."""
-    from ..sim.virtual import WallLimit
-    from ..sim.simgrid import SimGridUnavailable
-    from ..sim.simulate import rerank, resolve_engine
-    try:
-        engine = resolve_engine(engine)
-        ranked = rerank(prof, model, plans, max_wall, engine)
-    except (WallLimit, SimGridUnavailable) as e:
-        raise SystemExit(f"nnabla-torus-plan: {e}") from None
-    lines = [f"# re-ranked by simulated step time (simulated / closed-form all-reduce, ms; "
-             f"engine: {engine})",
-             "  gpus     grid    algorithm  sim_ms  model_ms  sim_step_s  model_step_s"]
-    comp = model_of(prof, model)
-    for plan, sim, step in ranked:
-        model_ms = float(costmodel.step_terms(prof.network, comp, plan.algorithm, plan.gpus,
-                                              plan.local_batch, plan.accum_steps,
-                                              parse_grid(plan.grid).x)["allreduce"]) * 1e3
-        lines.append(f"{plan.gpus:>6d} {plan.grid:>8s} {plan.algorithm:>12s} {sim * 1e3:7.2f} "
-                     f"{model_ms:9.2f} {step:11.4f} {plan.step_time_s:13.4f}")
-    return lines
-
-
-def format_row(plan):
-    values = plan._asdict()
-    return "  ".join(fmt.format(values[name]).rjust(w)
-                     for (name, _, fmt), w in zip(COLUMNS, WIDTHS))
-
-
-def shown(per_gpus, best, rows):
-    """The table rows: all, or GPU counts that are powers of two plus the recommendation."""
-    if rows == "all":
-        return per_gpus
-    return [p for p in per_gpus if p.gpus & (p.gpus - 1) == 0 or p.gpus == best.gpus]
-
-
-def explain(prof, model, plan):
-    """Lines giving each term of ``plan``'s step time (seconds, milliseconds shown)."""
-    comp = model_of(prof, model)
-    grid_x = parse_grid(plan.grid).x
-    terms = costmodel.step_terms(prof.network, comp, plan.algorithm, plan.gpus,
-                                 plan.local_batch, plan.accum_steps, grid_x)
-    lines = [f"step time of {plan.gpus} GPUs, {plan.algorithm} on {plan.grid}, "
-             f"{plan.local_batch} x {plan.accum_steps} per GPU, "
-             f"{comp.grad_bytes / 1e6:.1f} MB of gradients, gamma={comp.gamma:g}:"]
-    for name, value in terms.items():
-        lines.append(f"  {name:<36s} {float(value) * 1e3:10.3f} ms")
-    net = prof.network
-    if registry_entry(plan.algorithm).layout != "world" and plan.gpus > 1:
-        x, y = grid_x, plan.gpus // grid_x
-        for rows, label in ((True, "row phases"), (False, "column phases")):
-            crosses, flows = costmodel.grid_links(x, y, net.gpus_per_host, rows)
-            line = f"  {label}: " + (f"cross hosts, {int(flows)} flow(s) out of a host"
-                                     if crosses else "inside each host")
-            if net.hosts_per_rack:
-                crosses, flows = costmodel.rack_links(net, x, y, rows)
-                line += (f"; cross the spine, {int(flows)} flow(s) out of a rack" if crosses
-                         else "; inside each rack")
-            lines.append(line)
-    return lines
-
-
-def plot(path, result):
-    """PNG: step time and scaling efficiency per GPU count, one line per algorithm.
-
-    Drawn at the recommendation's per-GPU batch and accumulation (best grid per GPU count).
-    """
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    cols, best = result.candidates, result.best
-    same_batch = (cols["local_batch"] == best.local_batch) & (cols["accum_steps"] == best.accum_steps)
-    fig, (ax_time, ax_eff) = plt.subplots(1, 2, figsize=(11, 4))
-    fig.suptitle(f"{best.local_batch} per GPU x {best.accum_steps} accumulation", fontsize=10)
-    for a, name in enumerate(ALGORITHMS):
-        idx = planner.best_per_gpus(cols, same_batch & (cols["algorithm"] == a))
-        if len(idx) == 0:
-            continue
-        ax_time.plot(cols["gpus"][idx], cols["step_time_s"][idx] * 1e3, label=name)
-        ax_eff.plot(cols["gpus"][idx], cols["scaling_efficiency"][idx] * 100, label=name)
-    for ax, label in ((ax_time, "predicted step time (ms)"),
-                      (ax_eff, "predicted scaling efficiency (%)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("GPUs")
-        ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def run_schedule(args, prof, common, report, out):
@@ -222,8 +116,8 @@ def priced_model(args, prof):
 def describe(prof, why, model_note):
     """The plan's first lines: the profile and why it was used, its reshaping, the model."""
     lines = [f"# profile {prof.name} ({why}): {prof.hosts} hosts x "
-             f"{prof.network.gpus_per_host} GPUs, inter-host {prof.network.inter.bandwidth_Bps / 1e9:g} "
-             f"GB/s per host"]
+             f"{prof.network.gpus_per_host} GPUs, inter-host "
+             f"{prof.network.inter.bandwidth_Bps / 1e9:g} GB/s per host"]
     lines += [f"# reshaped: {n}" for n in prof.extra.get("shape", [])]
     lines += [f"# {model_note}"] if model_note else []
     return lines
