@@ -1,7 +1,7 @@
 """nnabla-torus-plan --recipe: a training recipe's predicted end-to-end time beside the
 figures it states as published, after an optional fit of the per-image compute (--fit-recipe).
 """
-from ..planning import run_forecast
+from ..planning import planner, run_forecast
 from ..planning.machine_profile import model_of
 
 
@@ -14,7 +14,7 @@ def published_rows(prof, model, recipe, prediction, fitted_on):
         rows.append(("time to train", f"{expected['time_s']:g} s", f"{prediction.total_s:.1f} s",
                      f"{err:+.1%}{note}"))
     if "scaling_efficiency" in expected and "scaling_gpus" in expected:
-        eff = run_forecast.predict_efficiency(prof, model, int(expected["scaling_gpus"]),
+        eff = planner.predict_efficiency(prof, model, int(expected["scaling_gpus"]),
                                          recipe.local_batch)
         rows.append((f"scaling efficiency, {expected['scaling_gpus']} GPUs",
                      f"{expected['scaling_efficiency']:.2%}", f"{eff:.2%}",

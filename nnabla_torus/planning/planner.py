@@ -191,6 +191,13 @@ def plan_schedule(prof, model, schedule, local_batch, **kwargs):
     return phases
 
 
+def predict_efficiency(prof, model, gpus, local_batch, algorithms=ALGORITHMS):
+    """Predicted weak-scaling efficiency on ``gpus`` GPUs at ``local_batch`` each (best grid)."""
+    result = plan(prof, model, counts=[gpus], target_batch=gpus * local_batch,
+                  local_batches=[local_batch], accum_steps=[1], algorithms=algorithms)
+    return result.best.scaling_efficiency
+
+
 ResizeDecision = namedtuple("ResizeDecision", [
     "gpus",               # GPU count to run the rest of the phase on
     "plan",               # Plan on ``gpus`` (grid, algorithm, local batch, accumulation)

@@ -25,6 +25,7 @@ from collections import namedtuple
 from . import planner
 from .costmodel import ALGORITHMS
 from .machine_profile import RUN_KEYS, model_of
+from .planner import predict_efficiency  # noqa: F401  (run_forecast.predict_efficiency, as before)
 from .recipe_files import read_recipe
 from .schedules import BatchSchedule
 
@@ -75,13 +76,6 @@ def predict_run(prof, model, recipe, dataset_size=planner.IMAGENET_TRAIN_IMAGES,
     fixed = {"startup": run["startup_s"], "validation": run["validations"] * run["validation_s"],
              "loader_stalls": sum(p.steps for p in out) * stall}
     return RunPrediction(out, fixed, sum(fixed.values()) + sum(p.seconds for p in out))
-
-
-def predict_efficiency(prof, model, gpus, local_batch, algorithms=ALGORITHMS):
-    """Predicted weak-scaling efficiency on ``gpus`` GPUs at ``local_batch`` each (best grid)."""
-    result = planner.plan(prof, model, counts=[gpus], target_batch=gpus * local_batch,
-                          local_batches=[local_batch], accum_steps=[1], algorithms=algorithms)
-    return result.best.scaling_efficiency
 
 
 def with_compute(prof, model, b_s):
