@@ -1,5 +1,9 @@
 """nnabla-torus-plan --recipe: a training recipe's predicted end-to-end time beside the
 figures it states as published, after an optional fit of the per-image compute (--fit-recipe).
+
+One pass over the recipe's phases: the planner plans each phase once
+(:func:`nnabla_torus.planning.planner.plan_schedule`), the forecast sums them
+(:func:`nnabla_torus.planning.run_forecast.sum_phases`).
 """
 from ..planning import planner, run_forecast
 from ..planning.machine_profile import model_of
@@ -28,28 +32,38 @@ def published_rows(prof, model, recipe, prediction, fitted_on):
     return rows
 
 
+def fitted_profile(args, prof, recipe):
+    """--fit-recipe: (``prof`` with the model's b_ms fitted to that recipe's published time,
+    the line saying so, the report's entries)."""
+    fit = run_forecast.load_recipe(args.fit_recipe)
+    if "time_s" not in fit.expected:
+        raise ValueError(f"--fit-recipe {fit.name} states no published expected.time_s")
+    b_s = run_forecast.fit_compute(prof, args.model, fit, fit.expected["time_s"],
+                                   args.dataset_size)
+    comp = model_of(prof, args.model)
+    step = comp.a_s + b_s * recipe.local_batch
+    line = (f"# fitted b_ms = {b_s * 1e3:.4f} ms per image (profile: "
+            f"{comp.b_s * 1e3:.4f}) to {fit.name}'s published "
+            f"{fit.expected['time_s']:g} s:"
+            f" compute {step * 1e3:.1f} ms per step of {recipe.local_batch} "
+            f"({recipe.local_batch / step:.0f} images/s per GPU)")
+    return (run_forecast.with_compute(prof, args.model, b_s), line,
+            {"fitted_b_ms": b_s * 1e3, "fitted_on": fit.name})
+
+
 def run_recipe(args, prof, out):
     """--recipe: the whole-run prediction, after an optional fit of b_ms (--fit-recipe)."""
     recipe = run_forecast.load_recipe(args.recipe)
     report = {"recipe": recipe.name}
     lines = [f"# recipe {recipe.name} on profile {prof.name}, model {args.model}"]
     if args.fit_recipe:
-        fit = run_forecast.load_recipe(args.fit_recipe)
-        if "time_s" not in fit.expected:
-            raise ValueError(f"--fit-recipe {fit.name} states no published expected.time_s")
-        b_s = run_forecast.fit_compute(prof, args.model, fit, fit.expected["time_s"],
-                                  args.dataset_size)
-        comp = model_of(prof, args.model)
-        prof = run_forecast.with_compute(prof, args.model, b_s)
-        step = comp.a_s + b_s * recipe.local_batch
-        lines.append(f"# fitted b_ms = {b_s * 1e3:.4f} ms per image (profile: "
-                     f"{comp.b_s * 1e3:.4f}) to {fit.name}'s published "
-                     f"{fit.expected['time_s']:g} s:"
-                     f" compute {step * 1e3:.1f} ms per step of {recipe.local_batch} "
-                     f"({recipe.local_batch / step:.0f} images/s per GPU)")
-        report["fitted_b_ms"], report["fitted_on"] = b_s * 1e3, fit.name
-    pred = run_forecast.predict_run(prof, args.model, recipe, args.dataset_size,
-                               args.algorithms.split(","))
+        prof, line, fitted = fitted_profile(args, prof, recipe)
+        lines.append(line)
+        report.update(fitted)
+    phases = planner.plan_schedule(prof, args.model, recipe.schedule, recipe.local_batch,
+                                   algorithms=args.algorithms.split(","),
+                                   dataset_size=args.dataset_size, epochs=recipe.epochs)
+    pred = run_forecast.sum_phases(prof, recipe, phases, args.dataset_size)
     lines.append(" epoch epochs  global   gpus     grid    algorithm  steps    step_s  seconds")
     for ph in pred.phases:
         p = ph.plan

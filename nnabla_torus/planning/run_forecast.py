@@ -1,8 +1,8 @@
 """Whole-run prediction: the end-to-end training time of a recipe on a cluster profile.
 
-A recipe's batch schedule is cut into phases; each phase runs at its global batch B on
-B / local_batch GPUs (the paper's rule, :func:`planner.plan_schedule`) and the profile's
-``run:`` block adds the fixed costs::
+A recipe's batch schedule is cut into phases; the planner plans each phase once, at its global
+batch B on B / local_batch GPUs (the paper's rule, :func:`planner.plan_schedule`), and
+:func:`sum_phases` sums them, adding the fixed costs of the profile's ``run:`` block::
 
     total = startup_s + validations * validation_s + steps * loader_stall_ms
             + sum over phases of ceil(epochs * dataset_size / B) * step_time
@@ -60,13 +60,11 @@ def run_costs(prof):
     return (prof.extra or {}).get("run") or dict(RUN_KEYS)
 
 
-def predict_run(prof, model, recipe, dataset_size=planner.IMAGENET_TRAIN_IMAGES,
-                algorithms=ALGORITHMS):
-    """RunPrediction of ``recipe`` (a RunRecipe) for ``model`` on ``prof``."""
+def sum_phases(prof, recipe, phases, dataset_size=planner.IMAGENET_TRAIN_IMAGES):
+    """RunPrediction of ``recipe`` (a RunRecipe) from its phases as the planner planned them
+    ([(start_epoch, Plan)]: :func:`planner.plan_schedule`'s): each phase's steps and seconds,
+    the fixed costs of ``prof``'s ``run:`` block, their total."""
     run = run_costs(prof)
-    phases = planner.plan_schedule(prof, model, recipe.schedule, recipe.local_batch,
-                                   algorithms=algorithms, dataset_size=dataset_size,
-                                   epochs=recipe.epochs)
     ends = [start for start, _ in phases[1:]] + [recipe.epochs]
     out, stall = [], run["loader_stall_ms"] * 1e-3
     for (start, plan), end in zip(phases, ends):
@@ -76,6 +74,16 @@ def predict_run(prof, model, recipe, dataset_size=planner.IMAGENET_TRAIN_IMAGES,
     fixed = {"startup": run["startup_s"], "validation": run["validations"] * run["validation_s"],
              "loader_stalls": sum(p.steps for p in out) * stall}
     return RunPrediction(out, fixed, sum(fixed.values()) + sum(p.seconds for p in out))
+
+
+def predict_run(prof, model, recipe, dataset_size=planner.IMAGENET_TRAIN_IMAGES,
+                algorithms=ALGORITHMS):
+    """RunPrediction of ``recipe`` (a RunRecipe) for ``model`` on ``prof``: the planner plans
+    each phase once, :func:`sum_phases` sums them."""
+    phases = planner.plan_schedule(prof, model, recipe.schedule, recipe.local_batch,
+                                   algorithms=algorithms, dataset_size=dataset_size,
+                                   epochs=recipe.epochs)
+    return sum_phases(prof, recipe, phases, dataset_size)
 
 
 def with_compute(prof, model, b_s):
