@@ -131,13 +131,19 @@ def read_hostfile(path):
     ranks on the host even when oversubscribing). Values are ASCII decimal integers >= 1.
     """
     totals = {}
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            text = re.sub(r"\s*=\s*", "=", line.split("#", 1)[0]).strip()
-            if not text:
-                continue
-            host, slots = _parse_line(text.split(), f"{path}:{number}")
-            totals[host] = totals.get(host, 0) + slots
+    # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first host
+    with open(path, encoding="utf-8-sig") as f:
+        try:
+            lines = f.readlines()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"hostfile {path} is not UTF-8 text ({e.reason} at byte "
+                             f"{e.start}); write one {FORMS} per line") from None
+    for number, line in enumerate(lines, 1):
+        text = re.sub(r"\s*=\s*", "=", line.split("#", 1)[0]).strip()
+        if not text:
+            continue
+        host, slots = _parse_line(text.split(), f"{path}:{number}")
+        totals[host] = totals.get(host, 0) + slots
     if not totals:
         raise ValueError(f"hostfile {path} names no host; write one {FORMS} per line")
     return list(totals.items())
@@ -148,24 +154,55 @@ def allocation(environ=None):
 
     Slurm: ``SLURM_JOB_NODELIST`` (``node[01-04,07]``) with ``SLURM_TASKS_PER_NODE``
     (``4(x2),2``); PBS: ``$PBS_NODEFILE`` (a host per slot, repeated). ValueError naming the
-    variable when it cannot be read.
+    variable when it cannot be read. Inside a job step (``srun -n 1 nnabla-torus-run ...``,
+    ``srun --pty bash``) Slurm overwrites ``SLURM_TASKS_PER_NODE`` with the step's own tasks,
+    so the job's slots come from :func:`job_tasks_per_node`.
     """
     environ = os.environ if environ is None else environ
     nodes = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
     if nodes:
+        job = f"Slurm job {environ.get('SLURM_JOB_ID', '?')}"
         hosts = expand_nodelist(nodes)
-        tasks = environ.get("SLURM_TASKS_PER_NODE")
+        name, tasks = job_tasks_per_node(environ)
         if not tasks:
-            raise ValueError(f"Slurm job {environ.get('SLURM_JOB_ID', '?')} has no "
-                             f"SLURM_TASKS_PER_NODE: ask for tasks (sbatch -n N or "
+            raise ValueError(f"{job} has no {name}: ask for tasks (sbatch -n N or "
                              f"--ntasks-per-node=N), or give --slots / --hostfile")
         counts = expand_tasks_per_node(tasks)
+        if len(counts) == 1 and len(hosts) > 1 and name != "SLURM_TASKS_PER_NODE":
+            counts *= len(hosts)                  # a per-node figure: the same on every node
         if len(counts) != len(hosts):
             raise ValueError(f"SLURM_JOB_NODELIST={nodes!r} names {len(hosts)} host(s) but "
-                             f"SLURM_TASKS_PER_NODE={tasks!r} gives {len(counts)} count(s)")
-        return f"Slurm job {environ.get('SLURM_JOB_ID', '?')}", list(zip(hosts, counts))
+                             f"{name}={tasks!r} gives {len(counts)} count(s)")
+        if "SLURM_STEP_ID" in environ:
+            job += f" (from inside its step {environ['SLURM_STEP_ID']}: {name})"
+        return job, list(zip(hosts, counts))
     if environ.get("PBS_NODEFILE"):
         path = environ["PBS_NODEFILE"]
         return (f"PBS job {environ.get('PBS_JOBID', '?')} ($PBS_NODEFILE)",
                 read_hostfile(path))
     return None
+
+
+def job_tasks_per_node(environ):
+    """``(variable, text)``: the job's tasks per node in ``SLURM_TASKS_PER_NODE``'s form.
+
+    In the batch script (or ``salloc``'s shell) ``SLURM_TASKS_PER_NODE`` is the job's. Inside a
+    step (``SLURM_STEP_ID`` set) it is the step's (1 for ``srun -n 1``), so the job's comes from
+    ``SLURM_NTASKS_PER_NODE`` (set when the job asked for ``--ntasks-per-node``; steps inherit
+    it), else from ``SLURM_JOB_CPUS_PER_NODE`` divided by ``SLURM_CPUS_PER_TASK`` (default 1):
+    the CPUs the job holds on each node, one task per ``--cpus-per-task`` of them (checked
+    under Slurm 22.05: ``sbatch -n 4`` then ``srun -n 1`` sees ``SLURM_TASKS_PER_NODE=1`` and
+    ``SLURM_JOB_CPUS_PER_NODE=4``).
+    """
+    if "SLURM_STEP_ID" not in environ:
+        return "SLURM_TASKS_PER_NODE", environ.get("SLURM_TASKS_PER_NODE")
+    if environ.get("SLURM_NTASKS_PER_NODE"):
+        return "SLURM_NTASKS_PER_NODE", environ["SLURM_NTASKS_PER_NODE"]
+    cpus = environ.get("SLURM_JOB_CPUS_PER_NODE")
+    if not cpus:
+        return "SLURM_JOB_CPUS_PER_NODE", None
+    per_task = environ.get("SLURM_CPUS_PER_TASK", "")
+    per_task = int(per_task) if per_task.isdigit() and int(per_task) > 0 else 1
+    counts = [max(1, n // per_task) for n in expand_tasks_per_node(cpus)]
+    return ("SLURM_JOB_CPUS_PER_NODE / SLURM_CPUS_PER_TASK",
+            ",".join(str(n) for n in counts))

@@ -169,3 +169,16 @@ def test_the_elastic_launcher_takes_hosts_and_slots_from_the_allocation(slurm):
     assert "relaunching on 4 ranks" in out and "RAN ON 4" in out, out
     print(out)
     assert "finished after 1 restart(s)" in out, out
+
+
+def test_the_elastic_launcher_inside_a_job_step_uses_the_jobs_slots(slurm):
+    """srun -n 1 nnabla-torus-run inside an allocation of 4 tasks: 4 slots, not the step's 1
+    (Slurm overwrites SLURM_TASKS_PER_NODE in a step)."""
+    status, out, _ = run(
+        ["salloc", "-n", "4", "--time=3", "srun", "-n", "1", sys.executable, "-m",
+         "nnabla_torus.launching.elastic", "--ranks-schedule", "0:4", "--", "python",
+         "tests/mpi/progs/elastic_fake.py", "grow", "4"], slurm, timeout=150)
+    assert status == 0, out
+    assert re.search(r"Slurm job \d+ \(from inside its step \d+: [^)]+\): 1 host\(s\) \(\S+:4\), "
+                     r"4 slots", out), out
+    assert "RAN ON 4" in out, out

@@ -75,3 +75,31 @@ def test_an_empty_hostfile_is_refused(tmp_path):
     with pytest.raises(ValueError, match="names no host"):
         read_hostfile(str(path))
     assert "host:N" in hostlists.FORMS
+
+
+def test_a_hostfile_with_a_byte_order_mark_or_other_bytes(tmp_path):
+    """A BOM (Windows editors) is not part of the first host name; bytes that are not UTF-8
+    are refused with the file's name, not a UnicodeDecodeError."""
+    path = tmp_path / "hosts"
+    path.write_bytes(b"\xef\xbb\xbfnode1 slots=2\nnode2\n")
+    assert read_hostfile(str(path)) == [("node1", 2), ("node2", 1)]
+    path.write_bytes(b"node1 slots=2\nn\xe9ode2\n")
+    with pytest.raises(ValueError, match=rf"hostfile {path} is not UTF-8 text"):
+        read_hostfile(str(path))
+
+
+def test_inside_a_job_step_the_slots_are_the_jobs():
+    """srun -n 1 nnabla-torus-run (or srun --pty bash): SLURM_TASKS_PER_NODE is the step's 1;
+    the job's tasks come from SLURM_NTASKS_PER_NODE, else its CPUs per node per task (the
+    variables Slurm 22.05 set for sbatch -n 4 / -N 2 --ntasks-per-node=4 -c 2 here)."""
+    step = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_TASKS_PER_NODE": "1",
+            "SLURM_JOB_NODELIST": "vm", "SLURM_JOB_CPUS_PER_NODE": "4"}
+    source, hosts = hostlists.allocation(step)
+    assert hosts == [("vm", 4)] and source.startswith("Slurm job 7 (from inside its step 0")
+    two = dict(step, SLURM_JOB_NODELIST="n[1-2]", SLURM_JOB_CPUS_PER_NODE="8(x2)",
+               SLURM_CPUS_PER_TASK="2")
+    assert hostlists.allocation(two)[1] == [("n1", 4), ("n2", 4)]
+    assert hostlists.allocation(dict(two, SLURM_NTASKS_PER_NODE="3"))[1] == [("n1", 3),
+                                                                              ("n2", 3)]
+    batch_script = {k: v for k, v in step.items() if k != "SLURM_STEP_ID"}
+    assert hostlists.allocation(batch_script)[1] == [("vm", 1)]   # its own tasks, as before
