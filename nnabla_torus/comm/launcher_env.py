@@ -5,7 +5,8 @@ describe the job in environment variables, and the MPI library finds its peers t
 channel (PMIx, PMI). When the two disagree, for example ``srun -n 8`` of a program whose MPI
 cannot talk to Slurm (the pip Open MPI without ``--mpi=pmix``), every process starts a world
 of one and trains alone, silently. :func:`world_mismatch` turns that into one line per process
-(the communicator's import then exits); :func:`quiet_pmix` removes the PMIx help-file noise of ``srun --mpi=pmix``. (The hosts and
+(the communicator's import then exits); :func:`world_warning` says what is odd but harmless (a
+world larger than a stale variable says, one process alone in an allocation); :func:`quiet_pmix` removes the PMIx help-file noise of ``srun --mpi=pmix``. (The hosts and
 slots of a Slurm or PBS job: :func:`nnabla_torus.launching.hostlists.allocation`.) Cluster
 recipes and what each error means: docs/clusters.md. Example::
 
@@ -101,14 +102,16 @@ def mismatch_fix(launch, library, python=None):
 
 
 def world_mismatch(MPI, environ=None):
-    """``(message, place)`` when MPI's world has not as many ranks as its launcher started, else
+    """``(message, place)`` when MPI's world has fewer ranks than its launcher started, else
     None: one line naming the launcher, its task count, the MPI library and the fix, and this
     task (for ``failfast.abort_job(message, 1, place=place)``, which the communicator's import
-    calls). None too when no launcher variable is set.
+    calls). None too when no launcher variable is set, and when the world is larger than the
+    launcher's count: tasks that trained alone make smaller worlds, never a larger one, so a
+    larger world means a variable left by another launcher (:func:`world_warning`).
     """
     launch = launched(environ)
     world = MPI.COMM_WORLD.Get_size()
-    if launch is None or launch.size == world:
+    if launch is None or launch.size <= world:
         return None
     library = library_name(MPI)
     consequence = ("each task would train alone" if world == 1 else
@@ -119,6 +122,35 @@ def world_mismatch(MPI, environ=None):
             f"Fix: {mismatch_fix(launch, library)}",
             f"task {task} (MPI rank {MPI.COMM_WORLD.Get_rank()} of {world}) on host "
             f"{MPI.Get_processor_name()}")
+
+
+def world_warning(MPI, environ=None):
+    """One line when the world is not what the launcher variables suggest but nothing is wrong
+    enough to stop the job, else None (the communicator logs it once, on rank 0):
+
+    - a world *larger* than the launcher's count: a variable this process inherited from an
+      enclosing launcher, not its own (MPICH's ``mpirun -pmi-port`` inside ``sbatch`` sets
+      ``PMI_PORT``/``PMI_ID`` but no ``PMI_SIZE``, and the ``SLURM_STEP_NUM_TASKS`` seen is that
+      of hydra's proxy step);
+    - a world of one with no launcher, inside a Slurm allocation of N > 1 tasks (``salloc -n 4``
+      then ``python train.py``, or the batch script itself): one process trains while the
+      allocation's other tasks sit idle, on a login or batch node.
+    """
+    environ = os.environ if environ is None else environ
+    launch = launched(environ)
+    world = MPI.COMM_WORLD.Get_size()
+    if launch is not None and launch.size < world:
+        return (f"nnabla_torus: warning: {launch.variable}={launch.size} says {launch.launcher} "
+                f"started {launch.size} task(s), but MPI ({library_name(MPI)}) sees a world of "
+                f"{world}: a variable of another launcher, ignored; training on {world} ranks")
+    tasks = _integer(environ, "SLURM_NTASKS")
+    if launch is None and world == 1 and tasks and tasks > 1:
+        python = sys.executable
+        return (f"nnabla_torus: warning: one process trains alone inside Slurm job "
+                f"{environ.get('SLURM_JOB_ID', '?')} of {tasks} tasks (SLURM_NTASKS={tasks}); "
+                f"the other tasks sit idle. Fix: srun --mpi=pmix {python} ... (srun --mpi=list "
+                f"shows what this Slurm has), or mpirun -np {tasks} {python} ...")
+    return None
 
 
 def quiet_pmix(environ=None):

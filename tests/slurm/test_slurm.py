@@ -182,3 +182,12 @@ def test_the_elastic_launcher_inside_a_job_step_uses_the_jobs_slots(slurm):
     assert re.search(r"Slurm job \d+ \(from inside its step \d+: [^)]+\): 1 host\(s\) \(\S+:4\), "
                      r"4 slots", out), out
     assert "RAN ON 4" in out, out
+
+
+def test_one_process_alone_in_an_allocation_is_warned(slurm):
+    """salloc -n 4 then python: one line says the other 3 tasks sit idle, and the fix."""
+    status, out, _ = run(["salloc", "-n", "4", "--time=3", sys.executable, "-c",
+                          "import nnabla_torus.comm.communicator"], slurm, timeout=150)
+    assert status == 0, out
+    assert re.search(r"nnabla_torus: warning: one process trains alone inside Slurm job \d+ of 4 "
+                     r"tasks \(SLURM_NTASKS=4\)", out), out

@@ -75,6 +75,36 @@ def test_a_world_unlike_the_launchers_is_one_line():
            "2021.18 for Linux* OS)" in message
 
 
+def test_a_world_larger_than_the_launchers_count_is_a_warning_not_an_abort():
+    """MPICH's mpirun -pmi-port inside sbatch -n 2: hydra sets PMI_PORT/PMI_ID but no PMI_SIZE,
+    and the SLURM_STEP_NUM_TASKS seen is its proxy step's 1; the world of 2 is right."""
+    hydra_in_sbatch = {"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1",
+                       "SLURM_PROCID": "0", "PMI_PORT": "vm:41000", "PMI_ID": "1"}
+    mpich = FakeMPI(2, "MPICH Version:\t5.0.2\nMPICH Release date: x")
+    assert launcher_env.world_mismatch(mpich, hydra_in_sbatch) is None
+    warning = launcher_env.world_warning(mpich, hydra_in_sbatch)
+    assert "\n" not in warning and warning.startswith(
+        "nnabla_torus: warning: SLURM_STEP_NUM_TASKS=1 says srun started 1 task(s), but MPI "
+        "(MPICH Version: 5.0.2) sees a world of 2: a variable of another launcher, ignored")
+    assert launcher_env.world_warning(FakeMPI(8), {"SLURM_STEP_NUM_TASKS": "8"}) is None
+
+
+def test_one_rank_alone_in_an_allocation_of_many_tasks_is_warned():
+    """salloc -n 4, then python train.py: one process trains, three tasks idle."""
+    salloc = {"SLURM_JOB_ID": "12", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "vm"}
+    warning = launcher_env.world_warning(FakeMPI(1), salloc)
+    assert warning.startswith("nnabla_torus: warning: one process trains alone inside Slurm "
+                              "job 12 of 4 tasks (SLURM_NTASKS=4)") and "srun --mpi=pmix" in warning
+    assert launcher_env.world_warning(FakeMPI(1), dict(salloc, SLURM_NTASKS="1")) is None
+    assert launcher_env.world_warning(FakeMPI(1), {}) is None
+    env = dict(os.environ, PYTHONPATH=REPO, **salloc)
+    done = subprocess.run([sys.executable, "-c", "import nnabla_torus.comm.communicator"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [line for line in done.stderr.splitlines() if "nnabla_torus:" in line] == \
+        [warning], done.stderr
+
+
 def test_a_launcher_variable_without_its_job_stops_a_real_process():
     """One process told it is one of 3 (a mismatched launcher's variable) exits 1 at import,
     with one line, before any collective could wait for the others."""
