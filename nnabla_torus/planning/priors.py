@@ -60,19 +60,61 @@ def prior_path(folder, key):
     return os.path.join(os.path.expanduser(folder), f"batch-prior-{digest}.json")
 
 
+def _thinned(points):
+    """At most KEEP_POINTS of ``points``, evenly over them."""
+    if len(points) <= KEEP_POINTS:
+        return points
+    return [points[i] for i in np.linspace(0, len(points) - 1, KEEP_POINTS).astype(int)]
+
+
+def _stored(path, key):
+    """(points, step_times) already stored at ``path`` for ``key``; ([], None) when there is
+    no such file, it cannot be read, or it is another key's."""
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        if saved["key"] != key:
+            return [], None
+        return [[float(v) for v in p] for p in saved["noise_scale"]], saved.get("step_times")
+    except (OSError, ValueError, KeyError, TypeError):
+        return [], None
+
+
+def merged(stored, points):
+    """The noise-scale points to keep when a run of ``points`` ends where ``stored`` were
+    written: the run's points over the fractions of training it covers, the stored ones
+    elsewhere (a resumed run covers only the fractions since its resume) -- unless the stored
+    points over those fractions are more than the run's: a short smoke run never replaces a
+    long run's estimates with fewer."""
+    if not points:
+        return stored
+    low, high = points[0][0], points[-1][0]
+    inside = [p for p in stored if low <= p[0] <= high]
+    if len(inside) > len(points):
+        return stored
+    kept = [p for p in stored if not low <= p[0] <= high] + points
+    return _thinned(sorted(kept, key=lambda p: p[0]))
+
+
 def save(folder, key, series, step_times, run, path=None):
-    """Write the prior of a finished run (atomically); returns its path.
+    """Write the prior of a finished run (atomically), merged with what is stored there for the
+    same key (:func:`merged`; a run with no trusted point leaves the file as it is); returns
+    its path.
 
     ``series``: [(fraction of training, phi, rse)] per step (None phi: no estimate yet);
     ``step_times``: StepTimeRefit.state() or None; ``run``: its output folder, for the log.
     """
     path = path or prior_path(folder, key)
-    points = [[float(f), float(p), float(r)] for f, p, r in series
-              if p is not None and np.isfinite(p) and np.isfinite(r) and r <= MAX_PRIOR_RSE]
-    if len(points) > KEEP_POINTS:
-        points = [points[i] for i in np.linspace(0, len(points) - 1, KEEP_POINTS).astype(int)]
+    points = _thinned(sorted(([float(f), float(p), float(r)] for f, p, r in series
+                              if p is not None and np.isfinite(p) and np.isfinite(r)
+                              and r <= MAX_PRIOR_RSE), key=lambda p: p[0]))
+    stored, stored_step_times = _stored(path, key)
+    if stored and merged(stored, points) is stored:
+        return path                              # nothing to add: the stored prior stays
+    points = merged(stored, points)
     saved = {"key": key, "run": run, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-             "noise_scale": points, "step_times": step_times}
+             "noise_scale": points,
+             "step_times": step_times if step_times is not None else stored_step_times}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     temporary = f"{path}.tmp{os.getpid()}"
     with open(temporary, "w") as f:
@@ -92,6 +134,9 @@ def read_file(path, key):
         other = saved["key"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         return None, f"batch prior: cannot read {path} ({e}); measuring from B0"
+    if not isinstance(other, dict):
+        return None, (f"batch prior: cannot read {path} (its key is {type(other).__name__}, "
+                      f"not a mapping of model, data, ranks and machine); measuring from B0")
     if other != key:
         diff = "; ".join(f"{k} {other.get(k)} there, {key[k]} here" for k in key
                          if other.get(k) != key[k])
@@ -112,9 +157,15 @@ def read_file(path, key):
         except ValueError as e:
             step_times, note = None, f"; its step times are left out, {e}"
     line = (f"batch prior: the run {saved.get('run', '?')} of {saved.get('written', '?')} "
-            f"({path}): phi {points[:, 1].min():.0f}-{points[:, 1].max():.0f} from "
+            f"({path}): phi {_number(points[:, 1].min())}-{_number(points[:, 1].max())} from "
             f"{points[0, 0]:.1%} of training on" + note)
     return {"file": path, "noise_scale": points.tolist(), "step_times": step_times}, line
+
+
+def _number(phi):
+    """A noise scale for the log: whole images, or 3 significant digits past 10^7 (a damaged
+    file's 1e308 is 1e+308, not 309 digits)."""
+    return f"{phi:.0f}" if phi < 1e7 else f"{phi:.3g}"
 
 
 def find(setting, folder, key, model, data="imagenet"):

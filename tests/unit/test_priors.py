@@ -81,6 +81,47 @@ def test_a_damaged_prior_file_is_refused_in_one_line_not_at_step_0_on_every_rank
     assert prior.phi_at(0.25)[0] == pytest.approx(300.0)
 
 
+def test_a_damaged_key_or_a_huge_phi_is_one_short_line(tmp_path):
+    """A key that is a list or a string was an AttributeError; phi 1e308 printed 309 digits."""
+    path = saved_prior(tmp_path)
+    good = json.load(open(path))
+    for bad_key in (["resnet18"], "resnet18"):
+        json.dump(dict(good, key=bad_key), open(path, "w"))
+        prior, line = priors.choose(path, tmp_path, key(), "resnet18", epochs=12)
+        assert prior is None and line.startswith(f"batch prior: cannot read {path} (its key "
+                                                 f"is {type(bad_key).__name__}"), line
+    json.dump(dict(good, noise_scale=[[0.1, 1e308, 0.2]]), open(path, "w"))
+    prior, line = priors.choose(path, tmp_path, key(), "resnet18", epochs=12)
+    assert "phi 1e+308-1e+308 from" in line and len(line) < 200 + len(str(path)), line
+
+
+def test_a_stored_prior_is_merged_never_replaced_by_less(tmp_path):
+    """A 3-step smoke run (no trusted point) or a short run leaves a long run's prior as it
+    was; a resumed run (points from its resume on) replaces only the fractions it covers."""
+    path = saved_prior(tmp_path)
+    before = json.load(open(path))
+    refit = StepTimeRefit(4, min_steps=2, warmup_steps=0)
+    smoke = [(0.0, 5000.0, 2.0), (0.01, 30.0, 0.9), (0.02, 40.0, 2.0)]
+    assert priors.save(tmp_path, key(), smoke, refit.state(), "runs/smoke") == path
+    assert json.load(open(path)) == before
+    short = [(f, 7.0, 0.3) for f in (0.3, 0.4, 0.5)]
+    priors.save(tmp_path, key(), short, None, "runs/short")
+    assert json.load(open(path)) == before
+    resumed = [(f, 5000.0, 0.2) for f in np.linspace(0.6, 1.0, 300)]
+    priors.save(tmp_path, key(), resumed, None, "runs/resumed")
+    after = json.load(open(path))
+    points = np.array(after["noise_scale"])
+    assert list(points[:, 0]) == sorted(points[:, 0]) and len(points) <= priors.KEEP_POINTS
+    early, late = points[points[:, 0] < 0.6], points[points[:, 0] >= 0.6]
+    assert len(early) > 50 and np.all(early[:, 1] < 1000)       # the earlier run's, kept
+    assert len(late) > 50 and np.all(late[:, 1] == 5000.0)      # the resumed run's
+    assert after["step_times"] == before["step_times"]          # the run saved none: kept
+    assert after["run"] == "runs/resumed"
+    # the file of another key at that path (another run's folder) is replaced, as before
+    priors.save(tmp_path, key(ranks=8), short, None, "runs/other", path=path)
+    assert json.load(open(path))["key"] == key(ranks=8)
+
+
 def test_published_resnet50_prior():
     assert published.largest_trained_batch("resnet50").batch == 65536      # Jia et al., 75.8 %
     assert published.largest_trained_batch("resnet50", min_top1=0.0).batch == 81920
