@@ -9,7 +9,9 @@
 
 Add one model to an existing profile (yours, or a shipped one such as dgx-h100) in one
 command: its training steps timed on one rank at ``--batches`` (a line a + b x batch), its
-FLOPs counted from the nnabla graph (nnabla_torus.planning.model_cost), written to ``--out``::
+FLOPs counted from the nnabla graph (nnabla_torus.planning.model_cost), written to ``--out``
+(default: a new file, ``SOURCE+MODEL.yaml``), with every other key and comment of the source
+profile as they were::
 
     python tools/calibrate.py --add-model-to dgx-h100 --arch resnet50 --width 1 \
         --image-size 224 --batches 32,64,128 --context cudnn --out my-cluster.yaml
@@ -36,7 +38,8 @@ from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.planning.calibrate import base_network, calibrated_profile, fit_network
 from nnabla_torus.planning import model_cost
 from nnabla_torus.planning.costmodel import Compute
-from nnabla_torus.planning.machine_profile import PROFILE_DIR, load_profile, save_profile
+from nnabla_torus.planning.machine_profile import (PROFILE_DIR, load_profile, profile_to_dict,
+                                                   read_profile_file, save_profile)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -110,7 +113,8 @@ def build_parser():
         add_knob(parser, flag, env, default, help, **kwargs)
     knob("--name", "cpu-2core", "profile name")
     knob("--out", None, "profile file to write (None: profiles/cpu-2core.yaml for a "
-         "calibration; with --add-model-to its file, or ./NAME.yaml for a shipped name)")
+         "calibration; with --add-model-to a new file, SOURCE+MODEL.yaml beside a file of "
+         "yours or in the working folder for a shipped name)")
     knob("--add-model-to", None, "add only the model (--arch, --width, --image-size) to this "
          "profile (shipped name or file): one-rank step times at --batches, FLOPs counted")
     knob("--context", "cpu", "nnabla context of the training-step benchmark (cudnn on GPUs)")
@@ -202,22 +206,49 @@ def add_model(args, log=print):
     models[name] = Compute(a, b, 1.0, args.max_local_batch, 4 * cost.params, slots)
     gflops = dict(prof.extra.get("gflops_per_image") or {}, **{name: cost.gflops_per_image})
     prof = prof._replace(models=models, extra=dict(prof.extra, gflops_per_image=gflops))
-    out = args.out or (args.add_model_to if os.path.exists(args.add_model_to)
-                       else f"{prof.name}.yaml")
     log(f"calibrate: {name}: {a * 1e3:.2f} ms + {b * 1e3:.3f} ms per image on one rank "
         f"({args.context}), {cost.gflops_per_image:.3g} training GFLOPs per image, "
         f"{cost.params:,} parameters")
-    return prof, name, out
+    return prof, name, args.out or added_model_path(args.add_model_to, name)
+
+
+def added_model_path(source, name):
+    """A new file for ``--add-model-to SOURCE`` without --out, never SOURCE itself: beside a
+    file of the user's (``my.yaml`` -> ``my+resnet50-w1-224px.yaml``), in the working folder
+    for a shipped profile's name."""
+    path, _ = read_profile_file(source)
+    stem = os.path.splitext(path if os.path.exists(source) else os.path.basename(path))[0]
+    return f"{stem}+{name}.yaml"
+
+
+def write_added_model(prof, name, source, out):
+    """Write ``source``'s profile file to ``out`` with model ``name`` of ``prof`` set in its
+    ``models``: a round trip of the file (ruamel.yaml), so every other key (a model's
+    ``grad_arrays``, ``run``, racks) and every comment (the sources of its values) stays as it
+    was; a model of that name keeps the keys the calibration does not measure."""
+    from ruamel.yaml import YAML
+    path, _ = read_profile_file(source)
+    yaml = YAML()                    # round-trip mode: comments, order and style kept
+    with open(path) as f:
+        document = yaml.load(f)
+    measured = profile_to_dict(prof)["models"][name]
+    if name in document["models"]:
+        document["models"][name].update(measured)
+    else:
+        document["models"][name] = measured
+    temporary = f"{out}.tmp{os.getpid()}"
+    with open(temporary, "w") as f:
+        yaml.dump(document, f)
+    os.replace(temporary, out)
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.add_model_to:
         prof, name, out = add_model(args)
-        save_profile(prof, out, header=f"nnabla-torus cluster profile {prof.name} with model "
-                     f"{name} added by tools/calibrate.py --add-model-to (one-rank step times, "
-                     f"FLOPs counted from the nnabla graph).")
-        print(f"wrote {out}")
+        write_added_model(prof, name, args.add_model_to, out)
+        print(f"wrote {out} ({args.add_model_to} with model {name} added by tools/calibrate.py "
+              f"--add-model-to: one-rank step times, FLOPs counted from the nnabla graph)")
         return 0
     args.out = args.out or os.path.join(PROFILE_DIR, "cpu-2core.yaml")
     prof, report = calibrate(args)

@@ -200,6 +200,9 @@ def profile_to_dict(prof):
                       for name, m in prof.models.items()}}
     for name, gflops in ((prof.extra or {}).get("gflops_per_image") or {}).items():
         out["models"][name]["gflops_per_image"] = float(gflops)
+    for name, m in prof.models.items():
+        if m.grad_arrays:                         # optional key: written where it was read
+            out["models"][name]["grad_arrays"] = m.grad_arrays
     if net.hosts_per_rack:
         out["racks"] = {"hosts_per_rack": net.hosts_per_rack, "spine": link(net.spine),
                         "oversubscription": net.oversubscription}

@@ -1,6 +1,7 @@
 """A model the profile does not know is priced from its own cost (FLOPs counted from the nnabla
 graph, scaled from a calibrated model on the same device), never another model's step time."""
 import json
+import os
 
 import nnabla as nn
 import nnabla.functions as F
@@ -72,3 +73,42 @@ def test_calibrate_adds_a_model_to_a_profile_in_one_command(tmp_path):
     assert comp.slots_per_host == prof.models["resnet18-w0.125-16px"].slots_per_host == 1
     assert prof.extra["gflops_per_image"]["resnet18-w0.25-64px"] == pytest.approx(0.06636, 1e-3)
     assert set(prof.models) == {"resnet18-w0.125-16px", "resnet18-w0.25-64px"}
+
+
+def test_adding_a_model_keeps_the_profiles_file_its_keys_and_its_comments(tmp_path):
+    """--add-model-to FILE without --out writes FILE+MODEL.yaml beside it and leaves FILE as
+    it was; the new file keeps every comment (the values' sources) and every key of a model
+    the calibration does not measure (grad_arrays). Before: FILE rewritten in place, its
+    comments and grad_arrays gone."""
+    import shutil
+    import subprocess
+    import sys
+    from nnabla_torus.planning.machine_profile import PROFILE_DIR
+    records = [{"ranks": 1, "local_batch": m, "step_time_s": 0.1 + 0.02 * m, "overlap": False}
+               for m in (8, 16, 32)]
+    (tmp_path / "train.json").write_text(json.dumps(records))
+    mine = tmp_path / "mine.yaml"
+    shutil.copy(os.path.join(PROFILE_DIR, "cpu-2core.yaml"), mine)
+    text = mine.read_text().replace("  resnet18-w0.125-16px:\n",
+                                    "  resnet18-w0.125-16px:\n    grad_arrays: 62  # counted\n")
+    mine.write_text(text)
+    for arch_width in ("0.25", "0.125"):       # a new model, then the profile's own again
+        done = subprocess.run(
+            [sys.executable, "tools/calibrate.py", "--add-model-to", str(mine), "--arch",
+             "resnet18", "--width", arch_width, "--image-size", "64" if arch_width == "0.25"
+             else "16", "--classes", "10", "--train-json", str(tmp_path / "train.json")],
+            capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert mine.read_text() == text                        # the user's file is untouched
+    added = tmp_path / "mine+resnet18-w0.25-64px.yaml"
+    again = tmp_path / "mine+resnet18-w0.125-16px.yaml"
+    assert f"wrote {again}" in done.stdout
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    for path in (added, again):
+        lines = path.read_text().splitlines()
+        assert all(c in lines for c in comments), path
+        assert "    grad_arrays: 62  # counted" in lines, path
+    prof = load_profile(str(added))
+    assert set(prof.models) == {"resnet18-w0.125-16px", "resnet18-w0.25-64px"}
+    assert prof.models["resnet18-w0.125-16px"].grad_arrays == 62
+    assert load_profile(str(again)).models["resnet18-w0.125-16px"].b_s == pytest.approx(0.02)
