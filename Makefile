@@ -18,7 +18,7 @@ export MPI
 # out Open MPI's --mca mpi_ft_enable 1 (FAULT_ARGS): it lets survivors name a dead rank only
 # across hosts (on one host mpirun names it), and with it Open MPI prints a warning for every
 # shared-memory window (ompi/mca/osc/base/osc_base_init.c).
-MPIRUN := $(VENV)/bin/python -m nnabla_torus.launching.mpirun_cmd
+MPIRUN := $(VENV)/bin/nnabla-torus-mpirun
 
 .PHONY: venv demo test bench gpu-check
 venv:

@@ -17,7 +17,11 @@ Another library's ``mpirun`` gets no flags. The venv chooses the library (``pip 
 
     >>> mpirun_command(4, ["tools/allreduce_bench.py"])[-3:]   # doctest: +SKIP
     ['-np', '4', '/path/to/.venv/bin/python', 'tools/allreduce_bench.py']
-    $ python -m nnabla_torus.launching.mpirun_cmd -np 4 examples/imagenet/train.py
+    $ nnabla-torus-mpirun -np 4 examples/imagenet/train.py     # a script of yours alike
+
+``nnabla-torus-mpirun`` (also ``python -m nnabla_torus.launching.mpirun_cmd``) is for one
+machine (a workstation, a container, CI): as root and with more ranks than cores it adds what
+the library needs; on a cluster use the scheduler's launcher (docs/clusters.md).
 """
 import argparse
 import functools
@@ -163,10 +167,10 @@ def mpirun_command(ranks, argv, mpirun_args=(), fault=True, python=None):
 
 
 def main(argv=None):
-    """``python -m nnabla_torus.launching.mpirun_cmd -np N program args...``: print the
-    command for this machine's MPI library, then run it (exit status: the job's)."""
-    parser = argparse.ArgumentParser(prog="python -m nnabla_torus.launching.mpirun_cmd",
-                                     description=main.__doc__)
+    """``nnabla-torus-mpirun -np N program args...``: run the Python program on N ranks of
+    this machine with the flags its MPI library needs (as root, oversubscribed); prints the
+    command, then runs it (exit status: the job's)."""
+    parser = argparse.ArgumentParser(prog="nnabla-torus-mpirun", description=main.__doc__)
     parser.add_argument("-np", type=int, default=int(os.environ.get("NP", "4")),
                         help="ranks on this machine; env NP (default: 4)")
     parser.add_argument("--no-fault-args", action="store_true",

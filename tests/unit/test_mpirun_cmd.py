@@ -99,3 +99,23 @@ def test_hosts_are_written_in_each_librarys_format(tmp_path):
         assert open(path).read() == "node01:4\nnode02:2\n"
     with pytest.raises(ValueError, match="--mpirun-args"):
         mpirun_cmd.hostfile_args("other", hosts, str(tmp_path))
+
+
+def test_nnabla_torus_mpirun_runs_a_users_script_as_root_and_oversubscribed(tmp_path):
+    """The console script runs a script of the user's on more ranks than this machine has
+    cores, as whoever runs the tests (root in CI and containers), with no flag of their own."""
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(sys.executable), "nnabla-torus-mpirun")
+    if not os.path.exists(script):
+        pytest.skip(f"{script} not installed (pip install -e . puts it there)")
+    program = tmp_path / "hello.py"
+    program.write_text("from mpi4py import MPI\nprint('RANK', MPI.COMM_WORLD.Get_rank(), 'OF', "
+                       "MPI.COMM_WORLD.Get_size())\n")
+    ranks = (os.cpu_count() or 1) + 1
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+    done = subprocess.run([script, "-np", str(ranks), str(program)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(line for line in done.stdout.splitlines() if line.startswith("RANK")) == \
+        sorted(f"RANK {r} OF {ranks}" for r in range(ranks)), done.stdout
