@@ -97,11 +97,15 @@ def load_profile(name_or_path, shape=None):
     What the reshape changed is in ``extra["shape"]`` (lines for the plan)."""
     path, raw = read_profile_file(name_or_path)
     notes = []
-    if shape is not None and any(v is not None for v in shape):
-        raw, notes = reshape(raw, shape)
     try:
-        prof = profile_from_dict(raw)
-    except (KeyError, TypeError, ValueError) as e:
+        if not isinstance(raw, dict):
+            raise ValueError(f"a profile is a mapping of keys (name, hosts, links, models, "
+                             f"...), not a {type(raw).__name__}")
+        prof = profile_from_dict(raw)            # the file as written: its own errors first
+        if shape is not None and any(v is not None for v in shape):
+            raw, notes = reshape(raw, shape)
+            prof = profile_from_dict(raw)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{path}: {e}") from None
     prof.extra["shape"] = notes
     return prof

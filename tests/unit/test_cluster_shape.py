@@ -79,3 +79,30 @@ def test_the_environment_twins_reshape_too(monkeypatch):
     monkeypatch.setenv("NNABLA_TORUS_GPU_MODEL", "h100")
     args = plan_cli.build_parser().parse_args([])
     assert (args.shape_hosts, args.shape_gpu_model) == (3, "h100")
+
+
+def test_the_shape_settings_have_one_rule_in_every_tool(tmp_path, monkeypatch, capsys):
+    """0 or unset is the profile's value for --hosts and its twin NNABLA_TORUS_HOSTS in
+    nnabla-torus-plan, nnabla-torus-run and train.py alike (it was a traceback in the plan and a
+    refusal in the launcher); past the bounds every tool refuses in one line (--hosts 1000000
+    planned for minutes, growing memory); a malformed profile with --hosts is one line naming
+    the file (the reshape ran before the check: AttributeError)."""
+    from nnabla_torus.launching import elastic
+    from nnabla_torus.planning.profile_reshape import MAX_HOSTS, shape_of
+    import config
+    monkeypatch.setenv("NNABLA_TORUS_HOSTS", "0")
+    assert shape_of(plan_cli.build_parser().parse_args(["--profile", "abci"])).hosts is None
+    assert shape_of(elastic.build_parser().parse_args(["--", "x.py"])).hosts is None
+    assert config.parse_config([]).hosts == 0
+    monkeypatch.delenv("NNABLA_TORUS_HOSTS")
+    for parse in (plan_cli.build_parser().parse_args, elastic.build_parser().parse_args,
+                  config.parse_config):
+        with pytest.raises(SystemExit):
+            parse(["--hosts", str(MAX_HOSTS + 1), "--", "x.py"] if parse is not
+                  config.parse_config else ["--hosts", str(MAX_HOSTS + 1)])
+        assert f"must be an integer >= 0 and <= {MAX_HOSTS}" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    for text in ("name: x\nhosts: 2\nlinks: [1, 2]\nmodels: {}\n", "- a\n- b\n"):
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=rf"^{bad}: "):
+            load_profile(str(bad), Shape(hosts=2, inter_GBps=3.0))
