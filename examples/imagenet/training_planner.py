@@ -251,13 +251,15 @@ class TrainingPlanner:
         """One line: the rank count the profile's machine would be fastest with, versus now;
         ``held``: a faster count not advised because its gain is inside the model error."""
         within = "" if held is None else (
-            f"; {ranks(held.gpus)} would be {held.goodput / anywhere.goodput:.2f}x, inside the "
-            f"cost model's error {max(goodput.MIN_GAIN, self.model_error):.0%}: advice kept")
+            f": {ranks(held.gpus)} would be {held.goodput / anywhere.goodput:.2f}x as fast, a "
+            f"gain inside the cost model's error "
+            f"{max(goodput.MIN_GAIN, self.model_error):.0%}")
         split = f"{anywhere.local_batch}" + (f" x {anywhere.accum_steps} accumulation"
                                             if anywhere.accum_steps > 1 else "")
         if anywhere.gpus == self.world_size:
+            verdict = "are the fastest choice of" if held is None else "are kept on"
             return (f"planner: at global batch {self.batch} the {ranks(self.world_size)} as "
-                    f"launched are the fastest choice of {self.prof.name}{within}")
+                    f"launched {verdict} {self.prof.name}{within}")
         gain = anywhere.goodput / running.goodput
         verdict = (f"predicted {gain:.2f}x faster" if gain >= 1.01 else
                    f"predicted as fast ({gain:.2f}x) with fewer ranks")

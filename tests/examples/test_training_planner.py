@@ -185,3 +185,18 @@ def test_the_shape_knobs_reshape_the_example_profile_and_the_plan_says_so(monkey
     _, lines = run.replan(batch_plan(256, 8, 32), ("ring", "8x1"))
     assert "planner: profile reshaped: racks: 4 racks of 25 hosts" in "\n".join(lines)
     assert "planner: profile reshaped: models and reduce_ns_per_byte: H100's" in "\n".join(lines)
+
+
+def test_advice_held_inside_the_error_does_not_contradict_itself():
+    """It said "the 4 ranks as launched are the fastest choice of cpu-2core; 1 rank would be
+    1.14x, ..." (fastest, yet another count faster): now the held count is named as faster
+    and the launched ranks as kept."""
+    run, cfg = digits_planner()
+    plan = batch_plan(64, 4, cfg.local_batch)
+    anywhere = run.best_anywhere(64, counts=[4])
+    faster = anywhere._replace(gpus=1, goodput=anywhere.goodput * 1.14)
+    line = run.advice(anywhere, plan, held=faster)
+    assert line.startswith("planner: at global batch") and "fastest" not in line, line
+    assert "the 4 ranks as launched are kept on cpu-2core: 1 rank would be 1.14x as fast, a " \
+           "gain inside the cost model's error" in line, line
+    assert "fastest choice of cpu-2core" in run.advice(anywhere, plan)
