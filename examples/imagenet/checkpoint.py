@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 import numpy as np
 
@@ -161,6 +162,39 @@ def load_latest_checkpoint(directory, log=print):
     raise CheckpointError(f"no intact checkpoint in {directory}: " + "; ".join(problems) +
                           " (each renamed to *.bad). Start without --resume, or resume from a copy of a "
                           "good checkpoint")
+
+
+# What a run writes into its --output-dir besides its checkpoints (run_end, report).
+RUN_FILES = ("model.h5", "model.nnp", "batch_prior.json", "*.series.txt", "training.png",
+             "speed.png")
+
+
+def set_aside_earlier_run(directory, log=print):
+    """Move the checkpoints an earlier run left in ``directory``, with the model, prior,
+    monitor series and plots it wrote, into ``directory/earlier-run-<time of its newest
+    checkpoint>`` before a new run (no --resume) writes there; returns that folder, or None
+    when there are no checkpoints. A new run then never mixes its checkpoints with another
+    run's, so ``--resume 1`` continues this run, and the earlier run's files stay whole (it
+    resumes from the new folder)."""
+    found = list_checkpoints(directory)
+    if not found:
+        return None
+    newest = max(os.path.getmtime(p) for p in found)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(newest))
+    aside = os.path.join(directory, f"earlier-run-{stamp}")
+    suffix = 1
+    while os.path.exists(aside):
+        suffix += 1
+        aside = os.path.join(directory, f"earlier-run-{stamp}-{suffix}")
+    os.makedirs(aside)
+    moved = [p for pattern in ("ckpt-*.npz.chk*",) + RUN_FILES
+             for p in glob.glob(os.path.join(directory, pattern)) if os.path.isfile(p)]
+    for path in moved:
+        os.replace(path, os.path.join(aside, os.path.basename(path)))
+    log(f"warning: {directory} held an earlier run (checkpoints of steps "
+        f"{checkpoint_step(found[0])}-{checkpoint_step(found[-1])}): its {len(moved)} files "
+        f"moved to {aside} (continue it with --output-dir {aside} --resume 1)")
+    return aside
 
 
 def set_aside(path):

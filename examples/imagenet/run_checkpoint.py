@@ -18,6 +18,7 @@ import resize
 from checkpoint import (CheckpointError, check_model, checkpoint_path, checkpoint_step,
                         load_latest_checkpoint, read_checkpoint, save_checkpoint)
 from epoch_end import average_running_stats
+from nnabla_torus.planning import priors
 from nnabla_torus.planning.controller import BatchPlan
 
 
@@ -119,7 +120,8 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
             log(f"resume: {note}")
     if noise and meta.get("decisions") is not None:
         log(f"resume: {ctrl.load_state(meta['decisions'])}")
-    log(f"resumed from {path}: step {meta['step']}, epoch {meta['epoch']:.3f}")
+    log(f"resumed from {path}: step {meta['step']}, epoch {meta['epoch']:.3f}, run "
+        f"{meta.get('run_id') or 'of an earlier version (no run id)'}")
     return meta
 
 
@@ -137,7 +139,12 @@ def save(run):
     extra = dict(epoch=run.data.stream.epoch(), images_seen=progress.images_seen,
                  train_time=progress.train_time, history=progress.history, seed=cfg.seed,
                  loss_scale=scaler and scaler.scale,
-                 comm=[comm.algorithm, str(comm.grid)], model=run.net.model_meta)
+                 comm=[comm.algorithm, str(comm.grid)], model=run.net.model_meta,
+                 run_id=progress.run_id,
+                 noise_series=priors.trusted_points(progress.noise_series),
+                 **{name: None if value is None else float(value) for name, value in (
+                     ("top1", progress.top1), ("top5", progress.top5),
+                     ("best_top1", progress.best_top1))})
     progress.checkpoint = write_checkpoint(cfg, comm, run.net.solvers, progress.step,
                                            run.data.stream, run.planning.ctrl,
                                            run.planning.noise, extra)

@@ -9,6 +9,8 @@ the batch prior the controller starts from, run_prior.py's. Example (train.main 
 """
 import os
 import signal
+import socket
+import time
 
 import numpy as np
 import nnabla as nn
@@ -23,7 +25,7 @@ import digits
 import image_lists
 import report
 import resize
-from checkpoint import remove_stale_temporaries
+from checkpoint import remove_stale_temporaries, set_aside_earlier_run
 from config import build_schedules
 from models import get_model, load_initial_parameters
 from run_checkpoint import restore_checkpoint
@@ -133,12 +135,20 @@ def resume_or_start(run):
                           image_size=cfg.image_size, recipe=cfg.recipe)
     if comm.rank == 0:
         remove_stale_temporaries(cfg.output_dir, log)
+        if not cfg.resume:
+            set_aside_earlier_run(cfg.output_dir, log)
+    progress.run_id = (f"{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}-"
+                       f"{os.getpid()}")               # rank 0's is the one its checkpoints keep
     if cfg.resume:
         meta = restore_checkpoint(cfg, comm, net.solvers, planning.ctrl, planning.noise, log,
                                   net.model_meta)
         progress.step, progress.images_seen, progress.train_time = (
             meta["step"], meta["images_seen"], meta["train_time"])
         progress.history, loader_state = meta["history"], meta["loader"]
+        progress.run_id = meta.get("run_id") or progress.run_id
+        progress.top1, progress.top5, progress.best_top1 = (
+            meta.get("top1"), meta.get("top5"), meta.get("best_top1"))
+        progress.noise_series = [tuple(p) for p in meta.get("noise_series") or []]
         resumed_at = (progress.step, meta["epoch"])
         loss_scale = meta["loss_scale"] or loss_scale
         if planning.planner is not None and planning.planner.applies and meta.get("comm"):

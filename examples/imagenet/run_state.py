@@ -118,7 +118,8 @@ class Progress:
     steps in a row whose all-reduced gradients were not finite, and the first of them
     (take_step; 0 and None while finite); the last checkpoint written (save); (fraction
     of the run, noise scale, its relative error) of each adaptive step (take_step; the batch
-    prior the run leaves, summary)."""
+    prior the run leaves, summary); the run's identity, kept in its checkpoints (its start
+    time, host and rank 0's process id; resume_or_start)."""
     step: int = 0
     images_seen: int = 0
     train_time: float = 0.0
@@ -134,6 +135,7 @@ class Progress:
     first_nonfinite: Optional[int] = None
     checkpoint: Optional[str] = None
     noise_series: list = dataclasses.field(default_factory=list)
+    run_id: Optional[str] = None
 
 
 @dataclasses.dataclass(slots=True)

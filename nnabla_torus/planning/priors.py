@@ -67,6 +67,15 @@ def _thinned(points):
     return [points[i] for i in np.linspace(0, len(points) - 1, KEEP_POINTS).astype(int)]
 
 
+def trusted_points(series):
+    """The points of ``series`` [(fraction of training, phi, rse)] a prior keeps: finite, with
+    an error the controller would act on, in order of fraction, at most KEEP_POINTS (also what
+    a checkpoint keeps, so that a resumed run leaves the whole run's prior)."""
+    return _thinned(sorted(([float(f), float(p), float(r)] for f, p, r in series
+                            if p is not None and np.isfinite(p) and np.isfinite(r)
+                            and r <= MAX_PRIOR_RSE), key=lambda p: p[0]))
+
+
 def _stored(path, key):
     """(points, step_times) already stored at ``path`` for ``key``; ([], None) when there is
     no such file, it cannot be read, or it is another key's."""
@@ -105,9 +114,7 @@ def save(folder, key, series, step_times, run, path=None):
     ``step_times``: StepTimeRefit.state() or None; ``run``: its output folder, for the log.
     """
     path = path or prior_path(folder, key)
-    points = _thinned(sorted(([float(f), float(p), float(r)] for f, p, r in series
-                              if p is not None and np.isfinite(p) and np.isfinite(r)
-                              and r <= MAX_PRIOR_RSE), key=lambda p: p[0]))
+    points = trusted_points(series)
     stored, stored_step_times = _stored(path, key)
     if stored and merged(stored, points) is stored:
         return path                              # nothing to add: the stored prior stays

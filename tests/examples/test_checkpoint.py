@@ -185,3 +185,27 @@ def test_every_validation_is_one_row_at_fractional_epochs(tmp_path):
         monitors["val_top1"].add(epoch, top1)
     rows = np.loadtxt(tmp_path / "val_top1.series.txt", ndmin=2)
     np.testing.assert_allclose(rows, [[1.0, 0.1], [2.08, 0.2], [3.0, 0.3], [4.08, 0.4]])
+
+
+def test_a_new_run_sets_an_earlier_runs_files_aside(tmp_path):
+    """A new run (no --resume) into a folder of another run's checkpoints: they move, with the
+    model, prior, series and plots the run wrote, into earlier-run-<time>/, and a line says
+    so and how to continue it; nothing is deleted. An empty folder is left alone."""
+    from examples.imagenet.checkpoint import checkpoint_step, set_aside_earlier_run
+    lines = []
+    assert set_aside_earlier_run(str(tmp_path), lines.append) is None and lines == []
+    for step in (135, 155):
+        save_checkpoint(str(tmp_path), step, {"w": np.zeros(2)}, {"step": step})
+    for name in ("model.h5", "train_loss.series.txt", "training.png", "notes.txt"):
+        (tmp_path / name).write_text(name)
+    aside = set_aside_earlier_run(str(tmp_path), lines.append)
+    assert os.path.dirname(aside) == str(tmp_path)
+    assert os.path.basename(aside).startswith("earlier-run-")
+    assert [checkpoint_step(p) for p in list_checkpoints(aside)] == [135, 155]
+    assert list_checkpoints(str(tmp_path)) == []
+    assert sorted(os.listdir(aside)) == sorted(["ckpt-000000135.npz.chk", "ckpt-000000155.npz.chk",
+                                                "model.h5", "train_loss.series.txt",
+                                                "training.png"])
+    assert (tmp_path / "notes.txt").exists()                  # not a file a run writes
+    assert len(lines) == 1 and "held an earlier run (checkpoints of steps 135-155)" in lines[0]
+    assert f"--output-dir {aside} --resume 1" in lines[0]

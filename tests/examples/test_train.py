@@ -137,3 +137,25 @@ def test_adaptive_resume_keeps_the_measured_step_times(tmp_path):
     decisions = [line for line in out.splitlines() if "goodput: keep" in line
                  or "goodput: change" in line]
     assert all("throughput from measured step times" in d for d in decisions), decisions
+
+
+@pytest.mark.slow
+def test_resume_continues_the_newest_run_in_the_folder(tmp_path):
+    """make demo (a long run), then a shorter run into the same folder, then --resume 1: it
+    resumed the long run's step 155 and overwrote model.h5 with its older weights, and said
+    "val top-1 best None". Now the shorter run sets the long one aside, --resume 1 continues
+    the shorter run and says which, and the best top-1 comes back with the checkpoint."""
+    common = SMALL + ["--train-images", "128", "--epochs", "3", "--output-dir", str(tmp_path)]
+    run_mpi(2, [PROG] + common + ["--max-steps", "9", "--checkpoint-every", "3"], timeout=180)
+    out = run_mpi(2, [PROG] + common + ["--max-steps", "4", "--checkpoint-every", "2"],
+                  timeout=180)
+    last = re.search(r"held an earlier run \(checkpoints of steps 3-(\d+)\)", out)
+    assert last, out
+    aside = [d for d in os.listdir(tmp_path) if d.startswith("earlier-run-")]
+    assert len(aside) == 1, aside
+    assert (tmp_path / aside[0] / f"ckpt-{int(last.group(1)):09d}.npz.chk").exists()
+    out = run_mpi(2, [PROG] + common + ["--max-steps", "6", "--resume", "1"], timeout=180)
+    assert re.search(r"resumed from \S+ckpt-000000004\.npz\.chk: step 4, epoch [\d.]+, run \S+",
+                     out), out
+    assert summary_of(out)["val_top1"] is not None
+    assert "val top-1 best None" not in out, out
