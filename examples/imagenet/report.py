@@ -13,7 +13,9 @@ Example::
 import logging
 import math
 import sys
+import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -36,6 +38,26 @@ def duration(seconds):
     if seconds < 3600:
         return f"{seconds // 60} min {seconds % 60:02d} s"
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def say_when_slow(progress_ref):
+    """The thread of a :class:`Progress`: a line when no step has ended for SLOW_STEP_S
+    seconds, then at twice the wait each time, until a step ends (or the Progress closes or
+    is gone)."""
+    said, ended = SLOW_STEP_S, None
+    while True:
+        progress = progress_ref()
+        if progress is None or progress.closed.wait(1.0):
+            return
+        if progress.step_ended != ended:                      # a step ended: start again
+            said, ended = SLOW_STEP_S, progress.step_ended
+        waited = time.time() - ended
+        if waited >= said:
+            after = "the start" if progress.step is None else f"step {progress.step}"
+            progress.write(f"{clock()} still working: {duration(waited)} since {after} "
+                           f"(a step of this model and batch takes that long here)")
+            said *= 2
+        del progress
 
 
 class EpochMeter:
@@ -112,20 +134,30 @@ def configure_logging(rank, log):
     logger.propagate = False
 
 
+SLOW_STEP_S = 10.0   # seconds without a finished step before a "still working" line
+
+
 class Progress:
     """Rank 0's progress: a tqdm bar on a terminal, else a plain line every ``every`` steps.
 
     A bar written to a file is thousands of carriage-return frames; a line per N steps reads
-    well in a log. ``write`` prints a log line without breaking the bar.
+    well in a log. ``write`` prints a log line without breaking the bar. When no step has
+    ended for SLOW_STEP_S seconds (ResNet-50 at 224 px on a CPU: minutes a step), a thread says
+    so, at 10, 20, 40, ... s, so that a slow run is never silent (nnabla's kernels release the
+    GIL: the thread runs while they compute).
     """
 
     def __init__(self, total, initial, every, enabled):
         self.bar, self.every, self.enabled = None, every, enabled
         self.total, self.tic = total, time.time()
+        self.step, self.step_ended, self.closed = None, time.time(), threading.Event()
         if enabled and sys.stderr.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=total, initial=min(initial, total), unit="img",
                             unit_scale=True, dynamic_ncols=True)   # stderr: stdout keeps the log
+        if enabled:        # a weak reference: the thread ends with the Progress, closed or not
+            threading.Thread(target=say_when_slow, args=(weakref.ref(self),),
+                             daemon=True).start()
 
     def write(self, text):
         if self.bar is not None:
@@ -138,6 +170,7 @@ class Progress:
         epochs x dataset images (shard padding not counted, so never past the total);
         ``batch`` images in this step."""
         seen = round(min(position, self.total))
+        self.step, self.step_ended = step, time.time()
         if self.bar is not None:
             self.bar.update(seen - self.bar.n)
             self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.3g}", batch=batch, refresh=False)
@@ -148,6 +181,7 @@ class Progress:
                   f"{time.time() - self.tic:.0f} s", flush=True)
 
     def close(self):
+        self.closed.set()
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -56,7 +56,20 @@ def open_datasets(cfg, log):
                        [:cfg.train_images])
         train_set = image_lists.Dataset(train_set.root, [train_set.files[i] for i in keep],
                                  train_set.labels[keep])
+    check_batch_fits(cfg, len(train_set))
     return train_set, val_set
+
+
+def check_batch_fits(cfg, images):
+    """ValueError when a global batch of --batch-schedule (or adaptive's --min-batch) is larger
+    than the training set: an epoch would be less than one step, its images repeated in it."""
+    batches = [b for _, b in BatchSchedule.parse(cfg.batch_schedule).phases]
+    largest = max(batches + ([cfg.min_batch] if cfg.adaptive_batch and cfg.min_batch else []))
+    if largest > images:
+        raise ValueError(f"global batch {largest} (--batch-schedule {cfg.batch_schedule}"
+                         f"{f', --min-batch {cfg.min_batch}' if cfg.min_batch else ''}) is larger "
+                         f"than the {images} training images: one step would repeat images "
+                         f"within itself. Lower the batch, or train on more images")
 
 
 def set_up(cfg, log):

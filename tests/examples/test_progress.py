@@ -1,4 +1,5 @@
 """The example's progress lines (report.py): counted in dataset positions, so never above 100 %."""
+import pytest
 import os
 import sys
 
@@ -45,3 +46,37 @@ def test_a_missing_plotting_library_costs_a_warning(tmp_path, monkeypatch):
     said = []
     assert report.write_plots(str(tmp_path), said.append) == []
     assert said[0].startswith("warning: no plots (") and "pip install matplotlib" in said[0]
+
+
+def test_a_slow_step_says_so_while_it_runs(monkeypatch):
+    """ResNet-50 at 224 px on a CPU takes minutes a step; the run printed nothing until the
+    first step ended (11 min). Now a line comes at SLOW_STEP_S, 2x, 4x ... without a step
+    ending, and the count starts again after each step."""
+    import time as clock
+    import report
+    monkeypatch.setattr(report, "SLOW_STEP_S", 1.0)
+    lines = []
+    progress = report.Progress(total=100, initial=0, every=0, enabled=True)
+    progress.write = lines.append
+    clock.sleep(3.5)
+    assert len(lines) == 2 and all("still working" in line and "since the start" in line
+                                   for line in lines), lines      # at 1 s and 2 s, not 3 or 4
+    progress.update(1, 10, 2.3, 0.1, 10)
+    clock.sleep(1.6)
+    progress.close()
+    assert len(lines) == 3 and "since step 1" in lines[-1], lines
+    clock.sleep(1.5)
+    assert len(lines) == 3                                             # closed: silent
+
+
+def test_a_global_batch_larger_than_the_data_is_refused():
+    """128 against 72 images was not flagged (each step repeated images within itself)."""
+    from types import SimpleNamespace
+    from run_setup import check_batch_fits
+    cfg = SimpleNamespace(batch_schedule="0:64,1:128", adaptive_batch=False, min_batch=0)
+    with pytest.raises(ValueError, match="global batch 128 .* larger than the 72 training images"):
+        check_batch_fits(cfg, 72)
+    check_batch_fits(cfg, 128)
+    with pytest.raises(ValueError, match="--min-batch 96"):
+        check_batch_fits(SimpleNamespace(batch_schedule="0:32", adaptive_batch=True,
+                                         min_batch=96), 72)
