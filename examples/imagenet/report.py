@@ -28,6 +28,11 @@ def clock():
     return time.strftime("%H:%M:%S")
 
 
+def ranks(count):
+    """"1 rank", "4 ranks"."""
+    return f"{count} rank" + ("" if count == 1 else "s")
+
+
 def duration(seconds):
     """``75`` -> "1 min 15 s", ``4000`` -> "1 h 07 min"; "?" when not finite."""
     if not math.isfinite(seconds):

@@ -20,6 +20,7 @@ from checkpoint import (CheckpointError, check_model, checkpoint_path, checkpoin
 from epoch_end import average_running_stats
 from nnabla_torus.planning import priors
 from nnabla_torus.planning.controller import BatchPlan
+from report import ranks
 
 
 def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
@@ -104,7 +105,7 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
             meta["loader"], saved_ranks, old.local_batch * old.accum_steps, comm.size,
             ctrl.current)
         meta["comm"] = None          # the planner's grid was for the old size: plan anew
-        log(f"checkpoint {path} was written by {saved_ranks} ranks, this run has {comm.size}: "
+        log(f"checkpoint {path} was written by {ranks(saved_ranks)}, this run has {comm.size}: "
             + message)
     elif meta["plan"]:
         ctrl.current = BatchPlan(*meta["plan"])

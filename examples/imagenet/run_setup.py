@@ -109,7 +109,7 @@ def set_up(cfg, log):
                   f"all-reduce {comm.algorithm} on grid {comm.grid}")
     log(f"{cfg.arch} x{cfg.width}: {n_params:,} parameters, {len(train_set)} training / "
         f"{len(val_set)} validation images, {train_set.num_classes} classes; "
-        f"{comm.size} ranks, {all_reduce}")
+        f"{report.ranks(comm.size)}, {all_reduce}")
     # The run's own step times, measured once (step_refit): the planner plans with them once
     # fitted (observe_step_times), and so does the adaptive batch's goodput (on several ranks:
     # before, with this run's predicted throughput; flat with --plan off); an adaptive run
@@ -174,7 +174,7 @@ def resume_or_start(run):
         cfg.epochs, len(data.train_set), comm.size)
     if cfg.elastic and planning.advisor is None:
         log(f"elastic: --plan off leaves no planner to choose rank counts: the run keeps "
-            f"{comm.size} ranks (use --plan on)")
+            f"{report.ranks(comm.size)} (use --plan on)")
     if cfg.elastic:          # the launcher's Ctrl-C: checkpoint at the end of this step
         signal.signal(signal.SIGUSR1, lambda signum, frame: progress.stop_signal.append(signum))
     progress.monitors = report.make_monitors(cfg, comm.rank, resumed_at)

@@ -30,6 +30,7 @@ from nnabla_torus.planning.machine_profile import Shape, load_profile, resolve_p
 from nnabla_torus.comm.topology import Grid, parse_grid
 
 from profile_compute import find_compute
+from report import ranks
 
 
 def local_batch_choices(limit):
@@ -271,11 +272,6 @@ class TrainingPlanner:
 def rate(images_per_s):
     """images/s as "1,894,706", "97", "0.282" (three significant digits below 100)."""
     return f"{images_per_s:,.0f}" if images_per_s >= 100 else f"{images_per_s:.3g}"
-
-
-def ranks(count):
-    """"1 rank", "4 ranks"."""
-    return f"{count} rank" + ("" if count == 1 else "s")
 
 
 def ratio(faster, slower):

@@ -121,7 +121,7 @@ def test_train_py_grows_from_one_to_two_ranks(tmp_path):
                       "--output-dir", str(tmp_path), timeout=300)
     assert status == 0, out
     assert "elastic: requesting a relaunch on 2 ranks: resize (fixed GPU-count schedule)" in out
-    assert "checkpoint" in out and "was written by 1 ranks, this run has 2" in out, out
+    assert "checkpoint" in out and "was written by 1 rank, this run has 2" in out, out
     assert "global batch 64 as 2 ranks x 16 x 2 accumulation (was 16 x 4 per rank)" in out, out
     summary = json.loads([line for line in out.splitlines() if line.startswith('{"val_top1"')][-1])
     assert summary["ranks"] == 2 and summary["epochs"] == 2.0
