@@ -149,20 +149,22 @@ def run(args, out=sys.stdout):
 
 
 def main(argv=None):
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    refuse_ignored(parser, args)
+    """Every error one line: a bad flag (argparse's usage line), a bad NNABLA_TORUS_PLAN_*
+    value, a profile or recipe that cannot be read, a JSON file that cannot be written."""
     try:
+        parser = build_parser()          # reads the environment twins: their errors too
+        args = parser.parse_args(argv)
+        refuse_ignored(parser, args)
         report = run(args, out=sys.stderr if args.json == "-" else sys.stdout)
-    except ValueError as e:
+        if args.json:
+            text = json.dumps(report, indent=1, default=lambda v: np.asarray(v).tolist())
+            if args.json == "-":
+                print(text)
+            else:
+                with open(args.json, "w") as f:
+                    f.write(text + "\n")
+    except (ValueError, OSError) as e:
         raise SystemExit(f"nnabla-torus-plan: {e}")
-    if args.json:
-        text = json.dumps(report, indent=1, default=lambda v: np.asarray(v).tolist())
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
     return 0
 
 

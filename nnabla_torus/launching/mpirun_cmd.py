@@ -171,7 +171,10 @@ def main(argv=None):
     this machine with the flags its MPI library needs (as root, oversubscribed); prints the
     command, then runs it (exit status: the job's)."""
     parser = argparse.ArgumentParser(prog="nnabla-torus-mpirun", description=main.__doc__)
-    parser.add_argument("-np", type=int, default=int(os.environ.get("NP", "4")),
+    np_env = os.environ.get("NP", "4")
+    if not (np_env.isascii() and np_env.isdigit() and int(np_env) >= 1):
+        parser.error(f"environment variable NP={np_env!r}: must be an integer >= 1")
+    parser.add_argument("-np", type=int, default=int(np_env),
                         help="ranks on this machine; env NP (default: 4)")
     parser.add_argument("--no-fault-args", action="store_true",
                         help="leave out Open MPI's --mca mpi_ft_enable 1 (default: keep it)")

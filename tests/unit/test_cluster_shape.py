@@ -106,3 +106,14 @@ def test_the_shape_settings_have_one_rule_in_every_tool(tmp_path, monkeypatch, c
         bad.write_text(text)
         with pytest.raises(ValueError, match=rf"^{bad}: "):
             load_profile(str(bad), Shape(hosts=2, inter_GBps=3.0))
+
+
+def test_every_error_of_the_plan_is_one_line(monkeypatch):
+    """A bad environment twin was a ValueError traceback (build_parser ran outside the error
+    handling)."""
+    for name, value in (("NNABLA_TORUS_PLAN_BATCH", "x"), ("NNABLA_TORUS_HOSTS", "-1")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(SystemExit, match=rf"^nnabla-torus-plan: environment variable "
+                                             rf"{name}='{value}' is not a valid value"):
+            plan_cli.main(["--profile", "abci", "--model", "resnet50", "--batch", "256"])
+        monkeypatch.delenv(name)

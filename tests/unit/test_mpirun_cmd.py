@@ -119,3 +119,11 @@ def test_nnabla_torus_mpirun_runs_a_users_script_as_root_and_oversubscribed(tmp_
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(line for line in done.stdout.splitlines() if line.startswith("RANK")) == \
         sorted(f"RANK {r} OF {ranks}" for r in range(ranks)), done.stdout
+
+
+def test_a_bad_np_environment_value_is_one_line(monkeypatch, capsys):
+    """NP=x was a ValueError traceback from int()."""
+    monkeypatch.setenv("NP", "x")
+    with pytest.raises(SystemExit):
+        mpirun_cmd.main(["prog.py"])
+    assert "environment variable NP='x': must be an integer >= 1" in capsys.readouterr().err
