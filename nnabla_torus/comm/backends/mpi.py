@@ -14,6 +14,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ..collectives import mpi_sum_dtype
 from ..waits import Pacer, overdue, wait_requests
 from ..watchdog import Watchdog
 from ..settings import DEFAULTS, mpi_settings
@@ -217,9 +218,11 @@ class MPIBackend(SharedMemoryPath, HostBuffers):
         """The MPI library's own ``MPI_Allreduce``."""
         if group.size == 1 or buf.size == 0:
             return
-        if buf.dtype == np.float16:
-            # MPI has no float16 sum: reduce in float32 scratch, round once at the end.
-            wide = self.scratch(np.float32, buf.size)
+        wide_dtype = np.dtype(np.float32) if buf.dtype == np.float16 else mpi_sum_dtype(buf.dtype)
+        if wide_dtype != buf.dtype:
+            # MPI has no float16 sum (reduced in float32 scratch, rounded once at the end), and
+            # Open MPI saturates 8- and 16-bit integer sums (mpi_sum_dtype): a wider scratch.
+            wide = self.scratch(wide_dtype, buf.size)
             wide[:] = buf
             self.library_all_reduce(group, wide, what)
             buf[:] = wide

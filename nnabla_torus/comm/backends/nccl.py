@@ -22,6 +22,7 @@ import socket
 import numpy as np
 from mpi4py import MPI
 
+from ..collectives import mpi_sum_dtype
 from ..errors import CollectiveTimeout, RankLost
 from ..rendezvous import check_same_call
 from ..waits import lost_ranks, wait_requests
@@ -185,15 +186,21 @@ class NCCLBackend(PaddedChunks, DeviceBuffers):
                 f"group's never. Each holds its own GPU memory (NCCL buffers per channel and "
                 f"peer; reported ~0.5-1.6 GB each: NVIDIA/nccl#964, #864)")
 
-    def _on_host(self, group, buf, what, start):
+    def _on_host(self, group, buf, what, start, sums=False):
         """Whether ``buf`` holds a dtype NCCL does not move (nccl_device.py); then run the
         collective on the host now: ``start(control, numpy view of buf)`` posts it on the
-        group's mpi4py communicator and returns its request, waited for under the timeout."""
+        group's mpi4py communicator and returns its request, waited for under the timeout.
+        ``sums``: an MPI_SUM, which gets 8- and 16-bit integers as int64 (mpi_sum_dtype) and
+        writes them back with numpy's wrapping cast."""
         if buf.dtype in WIRE_TYPES:
             return False
         view = buf.narrow()
-        wait_requests([start(group.control, view.data)], self.timeout, self._what(what, group),
+        data = view.data
+        wide = data.astype(mpi_sum_dtype(data.dtype), copy=False) if sums else data
+        wait_requests([start(group.control, wide)], self.timeout, self._what(what, group),
                       group.ranks, self.rank)
+        if wide is not data:
+            data[...] = wide
         return True
 
     def close(self):
@@ -250,7 +257,7 @@ class NCCLBackend(PaddedChunks, DeviceBuffers):
 
     def _reduce_scatter_even(self, group, buf, chunk, what):
         # host dtypes: the whole sum (our chunk is what the caller reads)
-        if self._on_host(group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a)):
+        if self._on_host(group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a), sums=True):
             return
         comm = self._comm(buf, group)
         chunks = [buf.narrow(i * chunk, chunk) for i in range(group.size)]
@@ -268,7 +275,7 @@ class NCCLBackend(PaddedChunks, DeviceBuffers):
     def all_reduce(self, group, buf, what="all_reduce"):
         """NCCL's all-reduce (ring or tree, NCCL's choice) of ``buf`` over ``group``."""
         if group.size > 1 and buf.size and not self._on_host(
-                group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a)):
+                group, buf, what, lambda c, a: c.Iallreduce(MPI.IN_PLACE, a), sums=True):
             comm = self._comm(buf, group)
             with self._phase(self._what(what, group)):
                 comm.all_reduce(buf.narrow(), division=False, inplace=True, group=group.name)

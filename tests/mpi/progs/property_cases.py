@@ -44,7 +44,10 @@ WORLD = MPI.COMM_WORLD
 RANK, P = WORLD.Get_rank(), WORLD.Get_size()
 BACKEND = os.environ.get("NNABLA_TORUS_BACKEND") or "mpi"
 SHAPES = [(0,), (1,), (17,), (3, 5), (17, 17), (2, 0, 3)]
-DTYPES = ["float32", "float32", "float16", "int32", "int64"]
+DTYPES = ["float32", "float32", "float16", "int32", "int64", "uint8", "int8", "int16"]
+# 8- and 16-bit integers take values over their whole range, so sums overflow and must wrap as
+# numpy's do (Open MPI's vectorised MPI_SUM saturated them: 200 + 100 + 50 -> 255 as uint8)
+NARROW = {np.dtype(t): np.iinfo(t) for t in (np.uint8, np.int8, np.int16)}
 ALGORITHMS = ["torus2d", "ring", "native", "hierarchical"]
 MUTATIONS = {"reshape_back": 6, "cast": 3, "zero": 3, "fill": 3, "clear": 2, "replace": 2,
              "reorder": 3, "twice": 2, "drop": 2, "algorithm": 1}   # relative weights
@@ -149,9 +152,13 @@ def describe(seed, pool, initial, steps):
 
 
 # -- running it ------------------------------------------------------------------------------
-def rank_values(seed, t, key, rank, shape):
-    """Rank ``rank``'s integers in [-8, 8] for array ``key`` before call ``t``."""
+def rank_values(seed, t, key, rank, shape, dtype=None):
+    """Rank ``rank``'s integers for array ``key`` before call ``t``: in [-8, 8], or over the
+    whole range of an 8- or 16-bit integer ``dtype`` (NARROW)."""
     rng = np.random.default_rng([seed, t, key, rank])
+    info = NARROW.get(np.dtype(dtype)) if dtype is not None else None
+    if info is not None:
+        return rng.integers(info.min, info.max + 1, size=shape, dtype=np.int64)
     return rng.integers(-8, 9, size=shape).astype(np.float64)
 
 
@@ -196,13 +203,14 @@ class Run:
         out = {}
         for slot in dict.fromkeys(slots):
             a = self.vars[slot].data
-            every = [rank_values(self.seed, t, slot, r, a.shape) for r in range(P)]
+            every = [rank_values(self.seed, t, slot, r, a.shape, dtype_of(a)) for r in range(P)]
             mark = self.marks.get(slot)
             if mark == "zero":
                 a.zero()
                 every = [np.zeros(a.shape) for _ in range(P)]
             elif mark == "fill":
-                every = [np.full(a.shape, float(r % 5 - 2)) for r in range(P)]
+                low = 0 if dtype_of(a).kind == "u" else -2     # no negative unsigned fill
+                every = [np.full(a.shape, float(r % 5 + low)) for r in range(P)]
                 a.fill(every[RANK].flat[0] if a.size else 0)
             else:
                 a.data[...] = every[RANK]
@@ -249,8 +257,9 @@ class Run:
         m = len(inputs)
         total = np.sum(inputs, axis=0) if inputs[0].size else inputs[0]
         dtype = dtype_of(a)
-        if division and np.issubdtype(dtype, np.integer):
-            want, rtol = np.floor_divide(total.astype(np.int64), m), 0
+        if np.issubdtype(dtype, np.integer):       # the sum wraps in the dtype, as numpy's
+            wrapped = np.asarray(total).astype(np.int64).astype(dtype)
+            want, rtol = (np.floor_divide(wrapped, m) if division else wrapped), 0
         else:
             want = total / m if division else total
             rtol = division_rtol(dtype, m, division, wire_fp16)
@@ -274,7 +283,7 @@ class Run:
     def reduce_scatter(self, t, op, members):
         group, shape, dtype, division = op[1:]
         m = len(members)
-        ins = {r: [rank_values(self.seed, t, 1000 + k, r, shape) for k in range(m)]
+        ins = {r: [rank_values(self.seed, t, 1000 + k, r, shape, dtype) for k in range(m)]
                for r in members}
         if RANK not in members:
             return
