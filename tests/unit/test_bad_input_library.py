@@ -143,9 +143,12 @@ PLAN = [
     ("--model vgg --params 0", "argument --params: must be an integer >= 1, got '0'"),
     ("--gflops-per-image 15 --params 100", "profile 'abci' has model 'resnet50' calibrated"),
     # the cluster's shape from flags (before: copy abci.yaml and edit it)
-    ("--hosts 0", "argument --hosts: must be an integer >= 1, got '0'"),
-    ("--gpus-per-host x", "argument --gpus-per-host: must be an integer >= 1, got 'x'"),
-    ("--inter-bandwidth 0", "argument --inter-bandwidth: must be a finite number > 0"),
+    # (0 is the profile's value in every tool since issue 50, as in train.py; bounded above)
+    ("--hosts 16385", "argument --hosts: must be an integer >= 0 and <= 16384, got '16385'"),
+    ("--gpus-per-host x", "argument --gpus-per-host: must be an integer >= 0 and <= 64, got "
+                          "'x'"),
+    ("--inter-bandwidth -1", "argument --inter-bandwidth: must be a finite number >= 0 and <= "
+                             "10000"),
     ("--gpu-model p100", "argument --gpu-model: invalid choice: 'p100'"),
     ("--hosts 2 --max-gpus 100", "100 GPUs is more than the 8 GPUs of profile 'abci' (2 hosts "
                                  "x 4)"),
