@@ -61,9 +61,11 @@ def open_datasets(cfg, log):
 
 
 def check_batch_fits(cfg, images):
-    """ValueError when a global batch of --batch-schedule (or adaptive's --min-batch) is larger
-    than the training set: an epoch would be less than one step, its images repeated in it."""
-    batches = [b for _, b in BatchSchedule.parse(cfg.batch_schedule).phases]
+    """ValueError when a global batch of --batch-schedule that the run reaches (a phase that
+    starts before --epochs), or adaptive's --min-batch, is larger than the training set: an
+    epoch would be less than one step, its images repeated in it."""
+    batches = [b for start, b in BatchSchedule.parse(cfg.batch_schedule).phases
+               if start < cfg.epochs]
     largest = max(batches + ([cfg.min_batch] if cfg.adaptive_batch and cfg.min_batch else []))
     if largest > images:
         raise ValueError(f"global batch {largest} (--batch-schedule {cfg.batch_schedule}"

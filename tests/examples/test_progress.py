@@ -73,10 +73,12 @@ def test_a_global_batch_larger_than_the_data_is_refused():
     """128 against 72 images was not flagged (each step repeated images within itself)."""
     from types import SimpleNamespace
     from run_setup import check_batch_fits
-    cfg = SimpleNamespace(batch_schedule="0:64,1:128", adaptive_batch=False, min_batch=0)
+    cfg = SimpleNamespace(batch_schedule="0:64,1:128", adaptive_batch=False, min_batch=0,
+                          epochs=2)
     with pytest.raises(ValueError, match="global batch 128 .* larger than the 72 training images"):
         check_batch_fits(cfg, 72)
     check_batch_fits(cfg, 128)
+    check_batch_fits(SimpleNamespace(**dict(vars(cfg), epochs=1)), 72)   # never reaches 128
     with pytest.raises(ValueError, match="--min-batch 96"):
         check_batch_fits(SimpleNamespace(batch_schedule="0:32", adaptive_batch=True,
-                                         min_batch=96), 72)
+                                         min_batch=96, epochs=1), 72)
