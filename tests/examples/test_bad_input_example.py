@@ -101,7 +101,7 @@ TRAIN = [
     (["--grid", "2y2"], "grid = '2y2'"),
     (["--plan", "maybe"], "invalid choice: 'maybe'"),
     (["--profile", "nope"], "no profile file or shipped profile 'nope'"),
-    (["--hosts", "-1"], "argument --hosts: must be an integer >= 0, got '-1'"),
+    (["--hosts", "-1"], "argument --hosts: must be an integer >= 0 and <= 16384, got '-1'"),
     (["--gpus-per-host", "2.5"], "argument --gpus-per-host: must be an integer >= 0"),
     (["--inter-bandwidth", "-3"], "argument --inter-bandwidth: must be a finite number >= 0"),
     (["--gpu-model", "p100"], "invalid choice: 'p100'"),
