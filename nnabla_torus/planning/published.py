@@ -30,8 +30,9 @@ SOURCES = {
                'Training ImageNet in Four Minutes", arXiv:1807.11205 (2018), abstract: 64K '
                "(65,536), 75.8 % top-1",
     "yamazaki2019": 'Yamazaki et al., "Yet Another Accelerated SGD: ResNet-50 Training on '
-                    'ImageNet in 74.7 seconds", arXiv:1903.12650 (2019), abstract: 81,920 with '
-                    "LARS, 75.08 % top-1",
+                    'ImageNet in 74.7 seconds", arXiv:1903.12650 (2019), abstract: 2,048 GPUs on '
+                    "ABCI, 75.08 % top-1; NVIDIA developer blog \"Fujitsu Breaks ImageNet Record "
+                    'with V100 Tensor Core GPUs" (2019): the 81,920 batch, with LARS',
 }
 
 AUTHORS = {"goyal2017": "Goyal", "mikami2018": "Mikami (Sony)", "akiba2017": "Akiba",
