@@ -44,9 +44,11 @@ def test_held_out_check_on_the_published_runs():
     """Fit b on v1's 224 s only; predict v1's 91.62 % and v2's 122 s with it."""
     prof = load_profile("abci")
     v1, v2 = run_forecast.load_recipe("sony-224s"), run_forecast.load_recipe("sony-122s")
-    assert run_forecast.predict_run(prof, "resnet50", v1).total_s == pytest.approx(64.2, abs=0.1)
+    # 64.2 s before issue 48; the V100 compute is now fitted to published runs (a = 3.256 ms
+    # for every GPU, docs/fidelity.md) instead of a = 5 ms assumed: 54.9 s, further from 224 s
+    assert run_forecast.predict_run(prof, "resnet50", v1).total_s == pytest.approx(54.9, abs=0.1)
     b = run_forecast.fit_compute(prof, "resnet50", v1, v1.expected["time_s"])
-    assert b * 1e3 == pytest.approx(3.671, abs=1e-3)         # 122.5 ms per step of 32
+    assert b * 1e3 == pytest.approx(3.725, abs=1e-3)         # 122.5 ms per step of 32 (a: 3.256)
     fitted = run_forecast.with_compute(prof, "resnet50", b)
     eff = run_forecast.predict_efficiency(fitted, "resnet50", v1.expected["scaling_gpus"], 32)
     assert eff == pytest.approx(0.9578, abs=1e-4)             # published 0.9162
