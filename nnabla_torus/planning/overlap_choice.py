@@ -11,11 +11,9 @@ all-reduce time (``costmodel.allreduce_time``) and T_k one 1-byte MPI all-reduce
 2. native overlapped:    T_c + T_n(native) - min(T_b, T_n(native)) + A x T_k, the overlap
    hiding the shorter of backward and the all-reduce. A = ``comp.grad_arrays``: nnabla's
    callback runs a blocking 1-byte ``MPI_Allreduce`` on the world for every gradient it finds
-   after each function's backward, before packing it (nnabla-ext-cuda v1.39.0
-   ``src/nbla/cuda/communicator/multi_process_data_parallel_communicator.cu`` 1025-1030,
-   ``mpi_check_all`` 324-331; ResNet-50: 161 per step). Each one holds backward's host thread
-   until every rank reaches it; counted in full (*assumed*: a host far enough ahead of the GPU
-   would hide part of it).
+   after each function's backward, before packing it (``costmodel.callback_sync_s``;
+   ``mpi_check_all`` 324-331). Each one holds backward's host thread until every rank reaches
+   it.
 
 T_b = BACKWARD_SHARE x T_c (*assumed*: backward costs about twice the forward, and the update
 is small; Kaplan et al. 2020, arXiv 2001.08361, section 2.1). ``with_measured`` re-makes the
@@ -34,7 +32,7 @@ run times a few steps of each). Example::
 """
 from collections import namedtuple
 
-from .costmodel import allreduce_time, compute_time
+from .costmodel import allreduce_time, callback_sync_s, compute_time
 
 BACKWARD_SHARE = 2.0 / 3.0   # backward / (forward + backward + update), *assumed* (module doc)
 
@@ -57,7 +55,7 @@ def choose(net, comp, ranks, local_batch, grid_x=None):
     t_b = BACKWARD_SHARE * t_c
     torus = float(allreduce_time(net, "torus2d", ranks, comp.grad_bytes, grid_x))
     native = float(allreduce_time(net, "native", ranks, comp.grad_bytes))
-    checks = comp.grad_arrays * float(allreduce_time(net, "native", ranks, 1))
+    checks = float(callback_sync_s(net, comp, ranks))
     torus_step = t_c + torus
     native_step = t_c + native - min(t_b, native) + checks
     algorithm = "native" if native_step < torus_step else "torus2d"
