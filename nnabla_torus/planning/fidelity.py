@@ -108,3 +108,27 @@ def model_error(profile=None):
     """The largest |relative error| of images/s over the fitting runs (of ``profile``'s GPU,
     else of every GPU): what a predicted difference must beat to be told apart."""
     return max(abs(e) for e in errors(profile).values())
+
+
+RunCostsFit = namedtuple("RunCostsFit", [
+    "startup_s",               # {profile: start-up of one node, seconds}
+    "startup_s_per_doubling",  # seconds more per doubling of nodes, every GPU
+    "validation_gpu_s",        # {profile: one evaluation of 50,000 images on one GPU, seconds}
+])
+
+
+def run_costs_fit(fitting=None):
+    """The published runs' start-up and evaluation as :mod:`.fixed_costs` prices them: MLPerf's
+    initialisation (init_start to run_start) = one intercept per GPU profile + one slope per
+    doubling of nodes (least squares; the V100's runs are all one node), and one evaluation's
+    seconds x the run's GPUs, the median per profile."""
+    fitting = [r for r in (runs(role="fit") if fitting is None else fitting) if r.init_s]
+    names = sorted({r.profile for r in fitting})
+    design = np.zeros((len(fitting), len(names) + 1))
+    for row, r in enumerate(fitting):
+        design[row, names.index(r.profile)] = 1.0
+        design[row, -1] = np.log2(r.nodes)
+    x = np.linalg.lstsq(design, np.array([r.init_s for r in fitting]), rcond=None)[0]
+    gpu_s = {n: float(np.median([r.eval_s * r.nodes * r.gpus_per_node for r in fitting
+                                 if r.profile == n])) for n in names}
+    return RunCostsFit(dict(zip(names, x[:-1].tolist())), float(x[-1]), gpu_s)

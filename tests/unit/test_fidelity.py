@@ -71,3 +71,27 @@ def test_docstring_examples(module):
     import doctest
     result = doctest.testmod(importlib.import_module(f"nnabla_torus.planning.{module}"))
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_start_up_and_evaluation_of_the_published_runs():
+    """MLPerf's initialisation grows with the nodes; one evaluation on one GPU costs less on
+    faster GPUs (V100 > A100 > H100)."""
+    result = fidelity.run_costs_fit()
+    assert 0 < result.startup_s_per_doubling < 20
+    assert all(5 < s < 120 for s in result.startup_s.values())
+    gpu_s = result.validation_gpu_s
+    assert gpu_s["abci"] > gpu_s["dgx-a100"] > gpu_s["dgx-h100"]
+
+
+def test_fixed_costs_grow_with_hosts_and_epochs_and_validation_shrinks_with_gpus():
+    from nnabla_torus.planning.fixed_costs import fixed_seconds
+    run = {"startup_s": 40.0, "startup_s_per_doubling": 5.0, "validation_gpu_s": 8.0,
+           "validate_every_epochs": 1.0, "loader_stall_ms": 1.0}
+    one, four = fixed_seconds(run, 1, 8, 90, 100), fixed_seconds(run, 4, 32, 90, 100)
+    assert (one["startup"], four["startup"]) == (40.0, 50.0)
+    assert one["validation"] == pytest.approx(90 * 8.0 / 8) == 4 * four["validation"]
+    assert one["loader_stalls"] == pytest.approx(0.1)
+    assert fixed_seconds({**run, "validate_every_epochs": 0}, 1, 8, 90, 1)["validation"] == 0
+    import doctest
+    from nnabla_torus.planning import fixed_costs
+    assert doctest.testmod(fixed_costs).failed == 0
