@@ -15,8 +15,7 @@ all-reduce time (``costmodel.allreduce_time``) and T_k one 1-byte MPI all-reduce
    ``mpi_check_all`` 324-331). Each one holds backward's host thread until every rank reaches
    it.
 
-T_b = BACKWARD_SHARE x T_c (*assumed*: backward costs about twice the forward, and the update
-is small; Kaplan et al. 2020, arXiv 2001.08361, section 2.1). ``with_measured`` re-makes the
+T_b = BACKWARD_SHARE x T_c (``costmodel.framework``). ``with_measured re-makes the
 choice once the run has timed its steps: a measured configuration's median step time replaces
 its prediction. While only one has run, the other's prediction is scaled by the model's error
 on the one that ran, which keeps the order: the choice changes only once both were timed (a
@@ -33,8 +32,7 @@ run times a few steps of each). Example::
 from collections import namedtuple
 
 from .costmodel import allreduce_time, callback_sync_s, compute_time
-
-BACKWARD_SHARE = 2.0 / 3.0   # backward / (forward + backward + update), *assumed* (module doc)
+from .costmodel.framework import BACKWARD_SHARE
 
 OverlapChoice = namedtuple("OverlapChoice", [
     "algorithm",        # "torus2d" (after backward) or "native" (overlapped)

@@ -22,7 +22,8 @@ _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
 _MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host",
                "gflops_per_image",   # optional: training GFLOPs per image (model_cost)
-               "grad_arrays"}        # optional: gradient arrays per backward (overlap_choice)
+               "grad_arrays",        # optional: gradient arrays per backward (overlap_choice)
+               "finite_check_us"}    # optional: inf/NaN check per gradient array (framework)
 _RACK_KEYS = {"hosts_per_rack", "spine", "oversubscription"}
 _AUTO_KEYS = {"ranks", "ranks_per_host", "bounds", "algorithms"}
 # The run: block's keys and defaults. restart_s: seconds one checkpoint-restart costs (the
@@ -30,7 +31,12 @@ _AUTO_KEYS = {"ranks", "ranks_per_host", "bounds", "algorithms"}
 # measurement (mpirun start and NCCL set-up of ~2,000 ranks, a 200 MB checkpoint on a shared
 # file system; no published figure): measure yours with tools/restart_cost.py.
 RUN_KEYS = {"startup_s": 0.0, "validation_s": 0.0, "validations": 1, "loader_stall_ms": 0.0,
-            "restart_s": 30.0}
+            "restart_s": 30.0,
+            # fixed_costs.py: start-up growth per doubling of hosts; one validation pass on one
+            # GPU (spread over the run's GPUs) every validate_every_epochs (0: none); the input
+            # pipeline's images/s per host (0: not modelled)
+            "startup_s_per_doubling": 0.0, "validation_gpu_s": 0.0,
+            "validate_every_epochs": 0.0, "loader_images_per_s": 0.0}
 
 
 def _check_keys(where, got, allowed, required=()):
@@ -72,7 +78,8 @@ def _flag(where, value):
 
 def _compute(name, raw):
     _check_keys(f"models.{name}", raw, _MODEL_KEYS,
-                _MODEL_KEYS - {"slots_per_host", "gflops_per_image", "grad_arrays"})
+                _MODEL_KEYS - {"slots_per_host", "gflops_per_image", "grad_arrays",
+                               "finite_check_us"})
     where = f"models.{name}"
     return Compute(_number(where, raw, "a_ms") * 1e-3,
                    _number(where, raw, "b_ms", strict=True) * 1e-3,
@@ -80,7 +87,8 @@ def _compute(name, raw):
                    _number(where, raw, "max_local_batch", 1, kind=int),
                    _number(where, raw, "grad_bytes", 1, kind=int),
                    _number(where, raw, "slots_per_host", kind=int, default=0),
-                   _number(where, raw, "grad_arrays", kind=int, default=0))
+                   _number(where, raw, "grad_arrays", kind=int, default=0),
+                   _number(where, raw, "finite_check_us", default=0.0) * 1e-6)
 
 
 def _racks(raw, hosts):
@@ -196,7 +204,10 @@ def profile_to_dict(prof):
            "models": {name: {"a_ms": float(m.a_s * 1e3), "b_ms": float(m.b_s * 1e3),
                              "gamma": float(m.gamma),
                              "max_local_batch": m.max_local_batch, "grad_bytes": m.grad_bytes,
-                             "slots_per_host": m.slots_per_host}
+                             "slots_per_host": m.slots_per_host,
+                             **({"grad_arrays": m.grad_arrays} if m.grad_arrays else {}),
+                             **({"finite_check_us": float(m.finite_check_s * 1e6)}
+                                if m.finite_check_s else {})}
                       for name, m in prof.models.items()}}
     for name, gflops in ((prof.extra or {}).get("gflops_per_image") or {}).items():
         out["models"][name]["gflops_per_image"] = float(gflops)

@@ -1,11 +1,13 @@
-"""What nnabla adds per step (costmodel/framework.py): the per-gradient 1-byte all-reduce of its
-callback, the finiteness check per array, and an input pipeline that costs only beyond the step."""
+"""What nnabla adds per step (costmodel/framework.py, fixed_costs.input_wait_s): the
+per-gradient 1-byte all-reduce of its callback (native only), the finiteness check per array,
+and an input pipeline that costs only beyond the step."""
 import doctest
 
 import pytest
 
 from nnabla_torus.planning import costmodel
 from nnabla_torus.planning.costmodel import framework
+from nnabla_torus.planning.fixed_costs import input_wait_s
 from nnabla_torus.planning.machine_profile import load_profile
 
 
@@ -24,12 +26,21 @@ def test_callback_sync_is_grad_arrays_one_byte_all_reduces_and_nothing_on_one_ra
     assert list(more) == sorted(more)          # more ranks, more doubling steps
 
 
-def test_the_input_pipeline_costs_only_what_it_takes_beyond_the_step():
+def test_native_overlaps_backward_and_pays_the_callback_the_check_is_on_every_algorithm():
     prof = load_profile("abci")
     comp, net = prof.models["resnet50"], prof.network
-    fast = framework.framework_terms(net, comp, 8, 32, 0.030, loader_images_per_s=10_000)
-    slow = framework.framework_terms(net, comp, 8, 32, 0.030, loader_images_per_s=1_000)
-    assert float(fast["input_wait"]) == 0.0
-    assert float(slow["input_wait"]) == pytest.approx(4 * 32 / 1_000 - 0.030)  # 4 GPUs a host
-    none = framework.framework_terms(net, comp, 8, 32, 0.030)
-    assert float(none["input_wait"]) == 0.0 and float(none["finite_check"]) == 0.0
+    native = costmodel.step_terms(net, comp, "native", 8, 32)
+    torus = costmodel.step_terms(net, comp, "torus2d", 8, 32, grid_x=4)
+    assert "callback_sync" in native and "callback_sync" not in torus
+    assert float(torus["finite_check"]) == pytest.approx(161 * 10e-6)
+    assert float(native["total"]) == pytest.approx(float(
+        native["compute"] + native["allreduce"] + native["finite_check"] +
+        native["callback_sync"] + native["overlap_with_backward"]))
+    assert -float(native["overlap_with_backward"]) == pytest.approx(float(native["allreduce"]))
+
+
+def test_the_input_pipeline_costs_only_what_it_takes_beyond_the_step():
+    assert float(input_wait_s({"loader_images_per_s": 10_000}, 128, 0.030)) == 0.0
+    assert float(input_wait_s({"loader_images_per_s": 1_000}, 128, 0.030)) == \
+        pytest.approx(0.128 - 0.030)
+    assert float(input_wait_s({}, 128, 0.030)) == 0.0

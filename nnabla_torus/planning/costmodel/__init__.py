@@ -12,7 +12,7 @@ Example::
     True
 """
 from .allreduce import allreduce_terms, allreduce_time, default_grid_x
-from .framework import callback_sync_s, framework_terms
+from .framework import callback_sync_s, finite_check_s
 from .han import CHAIN_FRAGMENT_BYTES, HAN_SEGMENT_BYTES, han_terms
 from .links import call_waits, grid_links, intra_bandwidth, rack_links, rank_share, ring_links
 from .params import ALGORITHMS, NO_SOFTWARE, Compute, Link, Network, Software, software_of
@@ -21,7 +21,7 @@ from .step import compute_time, overlap, scaling_efficiency, step_terms, step_ti
 
 __all__ = ["ALGORITHMS", "CHAIN_FRAGMENT_BYTES", "Compute", "HAN_SEGMENT_BYTES", "Link",
            "NO_SOFTWARE", "Network", "Software", "allreduce_terms", "allreduce_time",
-           "call_waits", "callback_sync_s", "compute_time", "framework_terms", "default_grid_x", "doubling_phase", "grid_links",
-           "han_terms", "intra_bandwidth", "native_terms", "overlap", "rack_links", "rank_share",
-           "ring_links", "ring_phase", "scaling_efficiency", "software_of", "step_terms",
-           "step_time", "torus_terms"]
+           "call_waits", "callback_sync_s", "compute_time", "default_grid_x", "doubling_phase",
+           "finite_check_s", "grid_links", "han_terms", "intra_bandwidth", "native_terms",
+           "overlap", "rack_links", "rank_share", "ring_links", "ring_phase",
+           "scaling_efficiency", "software_of", "step_terms", "step_time", "torus_terms"]

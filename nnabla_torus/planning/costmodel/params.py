@@ -46,7 +46,8 @@ Compute = namedtuple("Compute", [
     "slots_per_host",     # ranks of a host that compute at full speed at once (0: no sharing)
     "grad_arrays",        # gradient arrays per backward (parameter uses; ResNet-50: 161), each
                           # one blocking 1-byte MPI_Allreduce in nnabla's callback (default 0)
-], defaults=[0])
+    "finite_check_s",     # seconds of nnabla's inf/NaN check per gradient array (default 0)
+], defaults=[0, 0.0])
 
 
 

@@ -4,6 +4,7 @@ gradient all-reduce by Pollux's exponent, with gradient accumulation.
 import numpy as np
 
 from .allreduce import allreduce_terms
+from .framework import BACKWARD_SHARE, callback_sync_s, finite_check_s
 from .links import rank_share
 
 
@@ -21,10 +22,13 @@ def overlap(t_compute, t_comm, gamma):
 
 
 def step_terms(net, comp, algorithm, ranks, local_batch, accum_steps=1, grid_x=None):
-    """Seconds of one optimizer step, by term: compute, each all-reduce phase, total.
+    """Seconds of one optimizer step, by term: compute, each all-reduce phase, what nnabla
+    adds (``costmodel.framework``), total.
 
     With s accumulation micro-batches only the last overlaps the all-reduce:
-    total = (s-1) T_c + (T_c^gamma + T_n^gamma)^(1/gamma); one rank does no all-reduce.
+    total = (s-1) T_c + (T_c^gamma + T_n^gamma)^(1/gamma) + finite_check (+ for ``native``
+    with ``grad_arrays``, nnabla's all_reduce_callback: callback_sync minus the all-reduce hidden
+    behind backward); one rank does no all-reduce.
     Raises ValueError if ``local_batch`` exceeds the memory limit ``max_local_batch``.
     """
     local_batch = np.asarray(local_batch)
@@ -37,8 +41,12 @@ def step_terms(net, comp, algorithm, ranks, local_batch, accum_steps=1, grid_x=N
     comm = {k: np.where(p > 1, v, 0.0) for k, v in comm.items()}
     t_n = sum(comm.values())
     s = np.asarray(accum_steps, float)
-    total = (s - 1) * t_c + overlap(t_c, t_n, comp.gamma)
-    return dict(compute=t_c, **comm, allreduce=t_n, total=total)
+    nnabla = {"finite_check": finite_check_s(comp) + 0.0 * t_c}
+    if algorithm == "native" and comp.grad_arrays:   # nnabla's callback, during backward
+        nnabla["overlap_with_backward"] = -np.minimum(BACKWARD_SHARE * t_c, t_n)
+        nnabla["callback_sync"] = callback_sync_s(net, comp, p) + 0.0 * t_c
+    total = (s - 1) * t_c + overlap(t_c, t_n, comp.gamma) + sum(nnabla.values())
+    return dict(compute=t_c, **comm, allreduce=t_n, **nnabla, total=total)
 
 
 def step_time(net, comp, algorithm, ranks, local_batch, accum_steps=1, grid_x=None):
