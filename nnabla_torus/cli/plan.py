@@ -23,7 +23,7 @@ import numpy as np
 from ..planning import large_batch, model_cost, planner
 from ..planning.machine_profile import load_profile, resolve_profile, shape_of
 from .plan_knobs import add_plan_knobs, refuse_ignored
-from .plan_output import HEADER, explain, format_row, plot, shown, simulated
+from .plan_output import HEADER, explain, format_row, plot, provenance, shown, simulated
 from .plan_recipe import run_recipe
 
 
@@ -80,6 +80,12 @@ def run_table(args, prof, common, report, out):
           f"{best.scaling_efficiency:.1%}, predicted time to train {best.time_to_train_s:,.1f} s "
           f"(statistical efficiency {best.statistical_efficiency:.0%}: "
           f"{report['statistical_efficiency_source']})", file=out)
+    lines, entries = provenance(prof, args.model, report["model_note"], best,
+                                args.dataset_size, args.epochs)
+    if result.kept:
+        lines.insert(0, f"# simplest within the model's error: {result.kept}")
+    print("\n".join(lines), file=out)
+    report.update(entries, kept=result.kept)
     if args.explain:
         print("\n".join(explain(prof, args.model, best)), file=out)
     if args.plot:

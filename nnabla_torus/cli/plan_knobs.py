@@ -10,6 +10,8 @@ from ..planning.costmodel import ALGORITHMS
 from ..planning.machine_profile import add_profile_knob, add_shape_knobs, list_profiles
 from ..planning.schedules import BatchSchedule
 
+DEFAULT_EPOCHS = 90.0   # --epochs; with --recipe, another value replaces the recipe's
+
 
 def gpu_list(text):
     """``"1,4,8"`` -> [1, 4, 8]; each count an integer >= 1."""
@@ -72,7 +74,8 @@ def _add_objective_knobs(parser):
              "reference batch B0 of the statistical efficiency", type=number(int, low=1))
     add_knob(parser, "--dataset-size", "NNABLA_TORUS_PLAN_DATASET_SIZE",
              planner.IMAGENET_TRAIN_IMAGES, "training samples per epoch", type=number(int, low=1))
-    add_knob(parser, "--epochs", "NNABLA_TORUS_PLAN_EPOCHS", 90.0, "epochs to train",
+    add_knob(parser, "--epochs", "NNABLA_TORUS_PLAN_EPOCHS", DEFAULT_EPOCHS,
+             "epochs to train (with --recipe: instead of the recipe's)",
              type=number(float, low=0, strict=True))
     add_knob(parser, "--min-efficiency", "NNABLA_TORUS_PLAN_MIN_EFFICIENCY", 0.0,
              "minimum scaling efficiency of a plan (0..1)", type=number(float, low=0, high=1))
@@ -137,7 +140,7 @@ IGNORED = [
 ] + [(flag, "--recipe", "--recipe predicts the recipe's own schedule and GPU counts")
      for flag in ("--max-gpus", "--gpus", "--allow-beyond-profile", "--schedule", "--batch",
                   "--nearest-batch", "--local-batch", "--noise-scale", "--base-batch",
-                  "--epochs", "--min-efficiency", "--rows", "--plot", "--explain",
+                  "--min-efficiency", "--rows", "--plot", "--explain",
                   "--simulate")]
 
 

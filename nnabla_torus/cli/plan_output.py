@@ -3,7 +3,7 @@ PNG of ``--plot`` and the lines of ``--simulate``'s re-ranking.
 """
 from ..comm.collectives import registry_entry
 from ..comm.topology import parse_grid
-from ..planning import costmodel, planner
+from ..planning import costmodel, goodput, planner
 from ..planning.costmodel import ALGORITHMS
 from ..planning.machine_profile import model_of
 
@@ -40,6 +40,33 @@ def simulated(prof, model, plans, max_wall, engine=None):
         lines.append(f"{plan.gpus:>6d} {plan.grid:>8s} {plan.algorithm:>12s} {sim * 1e3:7.2f} "
                      f"{model_ms:9.2f} {step:11.4f} {plan.step_time_s:13.4f}")
     return lines
+
+
+def compute_source(prof, model):
+    """Where the profile's compute of ``model`` comes from, and whether it is assumed."""
+    calibration = (prof.extra or {}).get("calibration") or {}
+    if "compute_source" in calibration:
+        return calibration["compute_source"]
+    if "step_mdape" in calibration:
+        return "measured on the profile's machine by tools/calibrate.py"
+    return "the profile's values, source not stated in the profile (*assumed*)"
+
+
+def provenance(prof, model, model_note, best, dataset_size, epochs):
+    """(lines, report entries): what the plan's time to train includes, where its compute comes
+    from, and the model error its recommendation respects."""
+    comp = model_of(prof, model)
+    error = goodput.model_error_of(prof)
+    source = model_note or f"model {model}: {compute_source(prof, model)}"
+    includes = (f"{epochs:g} epochs of {dataset_size:,} images at the predicted images/s "
+                f"({best.training_s:,.1f} s) + start-up, validation and input stalls "
+                f"({best.fixed_s:,.1f} s, the profile's run: block)")
+    lines = [f"# time to train: {includes}",
+             f"# compute: {source}; a {comp.a_s * 1e3:.3f} ms + b {comp.b_s * 1e3:.4f} ms per "
+             f"image, gamma {comp.gamma:g}; model error {error:.1%}"]
+    return lines, {"epochs": epochs, "dataset_size": dataset_size,
+                   "time_to_train_includes": includes, "model_note": source,
+                   "model_error": error}
 
 
 def format_row(plan):

@@ -7,6 +7,7 @@ One pass over the recipe's phases: the planner plans each phase once
 """
 from ..planning import planner, run_forecast
 from ..planning.machine_profile import model_of
+from .plan_knobs import DEFAULT_EPOCHS
 
 
 def published_rows(prof, model, recipe, prediction, fitted_on):
@@ -14,9 +15,9 @@ def published_rows(prof, model, recipe, prediction, fitted_on):
     rows, expected = [], recipe.expected
     if "time_s" in expected:
         note = " (fitted to it)" if fitted_on == recipe.name else ""
-        err = prediction.total_s / expected["time_s"] - 1
-        rows.append(("time to train", f"{expected['time_s']:g} s", f"{prediction.total_s:.1f} s",
-                     f"{err:+.1%}{note}"))
+        err = prediction.timed_s / expected["time_s"] - 1
+        rows.append(("time to train, start-up excluded", f"{expected['time_s']:g} s",
+                     f"{prediction.timed_s:.1f} s", f"{err:+.1%}{note}"))
     if "scaling_efficiency" in expected and "scaling_gpus" in expected:
         eff = planner.predict_efficiency(prof, model, int(expected["scaling_gpus"]),
                                          recipe.local_batch)
@@ -35,7 +36,7 @@ def published_rows(prof, model, recipe, prediction, fitted_on):
 def fitted_profile(args, prof, recipe):
     """--fit-recipe: (``prof`` with the model's b_ms fitted to that recipe's published time,
     the line saying so, the report's entries)."""
-    fit = run_forecast.load_recipe(args.fit_recipe)
+    fit = run_forecast.load_recipe(args.fit_recipe)   # its own epochs: its published time's
     if "time_s" not in fit.expected:
         raise ValueError(f"--fit-recipe {fit.name} states no published expected.time_s")
     b_s = run_forecast.fit_compute(prof, args.model, fit, fit.expected["time_s"],
@@ -53,15 +54,18 @@ def fitted_profile(args, prof, recipe):
 
 def run_recipe(args, prof, out):
     """--recipe: the whole-run prediction, after an optional fit of b_ms (--fit-recipe)."""
-    recipe = run_forecast.load_recipe(args.recipe)
+    given = args.epochs != DEFAULT_EPOCHS
+    recipe = run_forecast.load_recipe(args.recipe, args.epochs if given else None)
     report = {"recipe": recipe.name}
-    lines = [f"# recipe {recipe.name} on profile {prof.name}, model {args.model}"]
+    lines = [f"# recipe {recipe.name} on profile {prof.name}, model {args.model}: "
+             f"{recipe.epochs:g} epochs" + (" (--epochs)" if given else " (the recipe's)")]
     if args.fit_recipe:
         prof, line, fitted = fitted_profile(args, prof, recipe)
         lines.append(line)
         report.update(fitted)
     phases = planner.plan_schedule(prof, args.model, recipe.schedule, recipe.local_batch,
-                                   algorithms=args.algorithms.split(","),
+                                   algorithms=run_forecast.recipe_algorithms(
+                                       recipe, args.algorithms.split(",")),
                                    dataset_size=args.dataset_size, epochs=recipe.epochs)
     pred = run_forecast.sum_phases(prof, recipe, phases, args.dataset_size)
     lines.append(" epoch epochs  global   gpus     grid    algorithm  steps    step_s  seconds")

@@ -163,7 +163,9 @@ def confidence(samples, rse, min_samples, max_rse):
 
 
 def model_error_of(prof, default=MIN_GAIN):
-    """The cost model's measured relative error for profile ``prof``: its calibration's median
-    step-time error (``calibration.step_mdape``, tools/calibrate.py), else ``default``."""
+    """The cost model's measured relative error for profile ``prof``: its calibration's
+    ``model_error`` (the shipped GPU profiles: the largest error on the published runs they are
+    fitted to, planning/fidelity.py), else its median step-time error (``step_mdape``,
+    tools/calibrate.py), else ``default``."""
     calibration = (prof.extra or {}).get("calibration") or {}
-    return float(calibration.get("step_mdape", default))
+    return float(calibration.get("model_error", calibration.get("step_mdape", default)))

@@ -51,7 +51,8 @@ def profile_rule(gpus, gpu_name=None):
 
     1. a CPU job: ``cpu-2core`` (calibrated on a 2-core machine);
     2. a GPU job on a GPU of :data:`GPU_PROFILES` (``gpu_name``, else nvidia-smi's first GPU):
-       that GPU's profile (V100: ``abci``, A100: ``dgx-a100``, H100/H200: ``dgx-h100``);
+       that GPU's profile (V100: ``abci``, A100: ``dgx-a100``, H100: ``dgx-h100``, H200:
+       ``dgx-h200``);
     3. any other GPU job (no GPU seen here, e.g. planning from a laptop, or another model):
        ``abci``, the paper's V100 cluster; the reason says how to describe yours.
 
@@ -68,7 +69,7 @@ def profile_rule(gpus, gpu_name=None):
         return CPU_PROFILE, "the default for CPU jobs"
     name = local_gpu_name() if gpu_name is None else gpu_name
     for model, profile in GPU_PROFILES.items():
-        if model in name.lower() or (model == "h100" and "h200" in name.lower()):
+        if model in name.lower():
             return profile, (f"the default for a GPU job on {name} ({model.upper()} class); "
                             f"{describe}")
     seen = f"an unknown GPU ({name})" if name else "no GPU seen on this host"
@@ -81,7 +82,8 @@ def add_profile_knob(parser, help):
     resolved by :func:`resolve_profile`)."""
     return add_knob(parser, "--profile", PROFILE_ENV, None,
                     help + "; None: cpu-2core for CPU jobs, the profile of this host's GPU "
-                    "for GPU jobs (V100: abci, A100: dgx-a100, H100/H200: dgx-h100), else abci")
+                    "for GPU jobs (V100: abci, A100: dgx-a100, H100: dgx-h100, H200: dgx-h200), "
+                    "else abci")
 
 
 def resolve_profile(given, gpus, gpu_name=None):

@@ -3,9 +3,11 @@
 Every candidate (GPU count p, algorithm, grid X x Y, per-GPU batch b, accumulation s) is scored
 with the cost model (:mod:`nnabla_torus.planning.costmodel`), all at once in numpy, by goodput
 (:mod:`nnabla_torus.planning.goodput`'s, the objective the batch-size controller and the elastic
-launcher use too) or by time to train under a minimum scaling efficiency; among plans within
-``tie`` (1 %) of the best, the fewest GPUs win. The scores, the candidate grids and GPU counts,
-and the rack level: docs/planner.md#how-candidates-are-scored. Example (the paper's first
+launcher use too) or by time to train under a minimum scaling efficiency. Time to train counts
+the profile's fixed costs too (start-up, validation, input stalls: :mod:`.fixed_costs`); among
+plans within the model's measured error of the fastest, the simplest wins (:mod:`.simplest`:
+fewer GPUs, native, rows inside hosts). The scores, the candidate grids and GPU counts, and the
+rack level: docs/planner.md#how-candidates-are-scored. Example (the paper's first
 phase: 34,816 images at 32 per GPU)::
 
     >>> from nnabla_torus.planning.machine_profile import load_profile
@@ -19,24 +21,28 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import costmodel, goodput
+from . import costmodel, goodput, simplest
 from .candidates import batch_columns, gpu_counts, topology_columns
 from .candidates import UnsplittableBatch, grids  # noqa: F401  (used as planner.X)
 from .costmodel import ALGORITHMS
+from .fixed_costs import fixed_seconds, input_wait_s, run_costs
 from .machine_profile import model_of
 
 Plan = namedtuple("Plan", [
     "gpus", "grid", "algorithm", "local_batch", "accum_steps", "global_batch",
     "step_time_s", "images_per_s", "scaling_efficiency", "statistical_efficiency",
     "goodput", "time_to_train_s",
-])
+    "training_s",   # of time_to_train_s: the steps (dataset x epochs / goodput)
+    "fixed_s",      # of time_to_train_s: start-up, validation, input stalls (fixed_costs)
+], defaults=[0.0, 0.0])
 
 PlanResult = namedtuple("PlanResult", [
     "best",        # Plan: the recommendation
     "per_gpus",    # [Plan]: the best plan for each candidate GPU count, by GPU count
     "candidates",  # {column: array}: every candidate scored (columns as in Plan)
     "seconds",     # planning time, seconds
-])
+    "kept",        # why the simplest plan was kept over a predicted-faster one ('' if not)
+], defaults=[""])
 
 IMAGENET_TRAIN_IMAGES = 1281167
 BEYOND_PROFILE = 16  # beyond_profile plans up to this many times the profile's GPUs
@@ -44,22 +50,29 @@ BEYOND_PROFILE = 16  # beyond_profile plans up to this many times the profile's 
 
 
 def score(net, comp, p, algo, x, b, s, b_noise=None, base_batch=256,
-          dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90):
-    """Score candidate arrays; returns {column: array} with the columns of Plan."""
+          dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90, run=None):
+    """Score candidate arrays; returns {column: array} with the columns of Plan. ``run``: a
+    profile's ``run:`` block (input pipeline, fixed costs; None: none)."""
+    run = run or {"startup_s": 0.0, "loader_stall_ms": 0.0}
     step = np.empty(len(p))
     for a, name in enumerate(ALGORITHMS):
         m = algo == a
         if m.any():
             step[m] = costmodel.step_time(net, comp, name, p[m], b[m], s[m], x[m])
+    step = step + input_wait_s(run, b * s * np.minimum(p, net.gpus_per_host), step)
     single = s * costmodel.compute_time(comp, 1, b, net.gpus_per_host)  # one GPU: no all-reduce
     global_batch = p * b * s
     throughput = global_batch / step
     stat = goodput.efficiency(global_batch, b_noise, base_batch)
+    training = dataset_size * epochs / (throughput * stat)
+    fixed = sum(fixed_seconds(run, -(-p // net.gpus_per_host), p, epochs,
+                              np.ceil(dataset_size * epochs / global_batch)).values())
     return {"gpus": p, "grid_x": x, "grid_y": p // x, "algorithm": algo, "local_batch": b,
             "accum_steps": s, "global_batch": global_batch, "step_time_s": step,
             "images_per_s": throughput, "scaling_efficiency": single / step,
             "statistical_efficiency": stat, "goodput": throughput * stat,
-            "time_to_train_s": dataset_size * epochs / (throughput * stat)}
+            "time_to_train_s": training + fixed, "training_s": training,
+            "fixed_s": fixed + 0.0 * training}
 
 
 def _row(cols, i):
@@ -69,17 +82,8 @@ def _row(cols, i):
                 int(cols["global_batch"][i]), float(cols["step_time_s"][i]),
                 float(cols["images_per_s"][i]), float(cols["scaling_efficiency"][i]),
                 float(cols["statistical_efficiency"][i]), float(cols["goodput"][i]),
-                float(cols["time_to_train_s"][i]))
-
-
-def best_index(cols, mask=None, tie=0.01):
-    """Index of the best candidate: highest goodput, fewest GPUs among those within ``tie``."""
-    value = np.where(mask if mask is not None else True, cols["goodput"], -np.inf)
-    if not np.isfinite(value.max()):
-        return None
-    near = value >= value.max() * (1.0 - tie)
-    fewest = np.where(near, cols["gpus"], np.iinfo(int).max)
-    return int(np.argmax(np.where(fewest == fewest.min(), value, -np.inf)))
+                float(cols["time_to_train_s"][i]), float(cols["training_s"][i]),
+                float(cols["fixed_s"][i]))
 
 
 def best_per_gpus(cols, mask=None):
@@ -147,17 +151,22 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
     p, algo, x = topology_columns(counts, algorithms, net.gpus_per_host)
     i, b, s = batch_columns(p, target_batch, np.asarray(local_batches),
                              np.asarray(accum_steps), comp.max_local_batch)
-    cols = score(net, comp, p[i], algo[i], x[i], b, s, b_noise, base_batch, dataset_size, epochs)
+    cols = score(net, comp, p[i], algo[i], x[i], b, s, b_noise, base_batch, dataset_size, epochs,
+                 run_costs(prof))
     ok = cols["scaling_efficiency"] >= min_efficiency
     if max_global_batch is not None:
         ok &= cols["global_batch"] <= max_global_batch
-    best = best_index(cols, ok)
+    error = goodput.model_error_of(prof)
+    value = {**cols, "goodput": 1.0 / cols["time_to_train_s"]}   # fastest run, fixed costs in
+    best, fastest = simplest.choose(value, error, net.gpus_per_host, ALGORITHMS, ok)
     if best is None:
         top = float(cols["scaling_efficiency"].max())
         raise ValueError(f"no plan reaches scaling efficiency {min_efficiency}; the best "
                          f"candidate reaches {top:.3f}: lower --min-efficiency")
-    per = [_row(cols, k) for k in best_per_gpus(cols, ok)]
-    return PlanResult(_row(cols, best), per, cols, time.perf_counter() - start)
+    per = [_row(cols, best if cols["gpus"][k] == cols["gpus"][best] else k)
+           for k in best_per_gpus(cols, ok)]
+    kept = simplest.why(value, best, fastest, error, net.gpus_per_host, ALGORITHMS)
+    return PlanResult(_row(cols, best), per, cols, time.perf_counter() - start, kept)
 
 
 def should_switch(current, proposed, threshold=goodput.MIN_GAIN):

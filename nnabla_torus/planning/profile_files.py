@@ -15,7 +15,7 @@ PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles
 
 # GPU model (a substring of the name nvidia-smi prints) -> the shipped profile whose per-GPU
 # compute and device memory speed describe it; also the choices of --gpu-model.
-GPU_PROFILES = {"v100": "abci", "a100": "dgx-a100", "h100": "dgx-h100"}
+GPU_PROFILES = {"v100": "abci", "a100": "dgx-a100", "h100": "dgx-h100", "h200": "dgx-h200"}
 
 
 def list_profiles():

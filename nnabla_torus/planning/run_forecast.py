@@ -4,8 +4,11 @@ A recipe's batch schedule is cut into phases; the planner plans each phase once,
 batch B on B / local_batch GPUs (the paper's rule, :func:`planner.plan_schedule`), and
 :func:`sum_phases` sums them, adding the fixed costs of the profile's ``run:`` block::
 
-    total = startup_s + validations * validation_s + steps * loader_stall_ms
+    total = start-up + validations + loader stalls (:mod:`.fixed_costs`)
             + sum over phases of ceil(epochs * dataset_size / B) * step_time
+
+A published time is held against ``timed_s``, the total without start-up (*assumed*: published
+times count from the first step, as MLPerf's run_start does).
 
 :func:`fit_compute` solves for the per-image compute b of the model so that a recipe's
 predicted time equals its published time; predictions of *other* published figures with that b
@@ -24,14 +27,16 @@ from collections import namedtuple
 
 from . import planner
 from .costmodel import ALGORITHMS
-from .machine_profile import RUN_KEYS, model_of
+from .fixed_costs import fixed_seconds, run_costs  # run_forecast.run_costs, as before
+from .machine_profile import model_of
 from .planner import predict_efficiency  # noqa: F401  (run_forecast.predict_efficiency, as before)
 from .recipe_files import read_recipe
 from .schedules import BatchSchedule
 
 RunRecipe = namedtuple("RunRecipe", [
     "name", "schedule", "local_batch", "epochs", "expected", "sources",
-])
+    "algorithm",   # the recipe's all-reduce algorithm when it names one of ALGORITHMS, else None
+], defaults=[None])
 PhaseRun = namedtuple("PhaseRun", [
     "start_epoch", "epochs", "steps", "plan", "seconds",   # plan: planner.Plan of the phase
 ])
@@ -39,41 +44,49 @@ RunPrediction = namedtuple("RunPrediction", [
     "phases",   # [PhaseRun]
     "fixed",    # {"startup": s, "validation": s, "loader_stalls": s}
     "total_s",  # seconds end to end
+    "timed_s",  # total_s without start-up: what a published time is held against (module doc)
 ])
 
 
-def load_recipe(name_or_path):
+def load_recipe(name_or_path, epochs=None):
     """The parts of a training recipe a prediction needs (a shipped name or a path:
-    :func:`.recipe_files.read_recipe`'s lookup)."""
+    :func:`.recipe_files.read_recipe`'s lookup); ``epochs`` replaces the recipe's."""
     values, path = read_recipe(name_or_path)
     missing = [k for k in ("batch_schedule", "local_batch", "epochs") if k not in values]
     if missing:
         raise ValueError(f"recipe {path}: a run prediction needs {missing}; add them")
     name = os.path.splitext(os.path.basename(path))[0]
+    algorithm = values.get("algorithm")
     return RunRecipe(name, BatchSchedule.parse(values["batch_schedule"]),
-                     int(values["local_batch"]), float(values["epochs"]),
-                     values.get("expected") or {}, values.get("sources") or {})
+                     int(values["local_batch"]), float(epochs or values["epochs"]),
+                     values.get("expected") or {}, values.get("sources") or {},
+                     algorithm if algorithm in ALGORITHMS else None)
 
 
-def run_costs(prof):
-    """The profile's ``run:`` block (defaults: no fixed cost)."""
-    return (prof.extra or {}).get("run") or dict(RUN_KEYS)
+def recipe_algorithms(recipe, algorithms=ALGORITHMS):
+    """The algorithms to plan ``recipe`` with: the one it names, else ``algorithms``."""
+    return [recipe.algorithm] if recipe.algorithm else list(algorithms)
 
 
 def sum_phases(prof, recipe, phases, dataset_size=planner.IMAGENET_TRAIN_IMAGES):
     """RunPrediction of ``recipe`` (a RunRecipe) from its phases as the planner planned them
     ([(start_epoch, Plan)]: :func:`planner.plan_schedule`'s): each phase's steps and seconds,
     the fixed costs of ``prof``'s ``run:`` block, their total."""
-    run = run_costs(prof)
+    run, g = run_costs(prof), prof.network.gpus_per_host
     ends = [start for start, _ in phases[1:]] + [recipe.epochs]
-    out, stall = [], run["loader_stall_ms"] * 1e-3
+    out = []
     for (start, plan), end in zip(phases, ends):
         epochs = max(0.0, min(end, recipe.epochs) - start)
         steps = math.ceil(epochs * dataset_size / plan.global_batch)
         out.append(PhaseRun(start, epochs, steps, plan, steps * plan.step_time_s))
-    fixed = {"startup": run["startup_s"], "validation": run["validations"] * run["validation_s"],
-             "loader_stalls": sum(p.steps for p in out) * stall}
-    return RunPrediction(out, fixed, sum(fixed.values()) + sum(p.seconds for p in out))
+    costs = [fixed_seconds(run, -(-ph.plan.gpus // g), ph.plan.gpus, ph.epochs, ph.steps)
+             for ph in out]
+    per_run = run["validations"] * run["validation_s"]     # counted once, not per phase
+    fixed = {"startup": float(costs[0]["startup"]),          # on the first phase's hosts
+             "validation": float(sum(c["validation"] for c in costs)) - per_run * (len(out) - 1),
+             "loader_stalls": float(sum(c["loader_stalls"] for c in costs))}
+    total = sum(fixed.values()) + sum(p.seconds for p in out)
+    return RunPrediction(out, fixed, total, total - fixed["startup"])
 
 
 def predict_run(prof, model, recipe, dataset_size=planner.IMAGENET_TRAIN_IMAGES,
@@ -81,8 +94,8 @@ def predict_run(prof, model, recipe, dataset_size=planner.IMAGENET_TRAIN_IMAGES,
     """RunPrediction of ``recipe`` (a RunRecipe) for ``model`` on ``prof``: the planner plans
     each phase once, :func:`sum_phases` sums them."""
     phases = planner.plan_schedule(prof, model, recipe.schedule, recipe.local_batch,
-                                   algorithms=algorithms, dataset_size=dataset_size,
-                                   epochs=recipe.epochs)
+                                   algorithms=recipe_algorithms(recipe, algorithms),
+                                   dataset_size=dataset_size, epochs=recipe.epochs)
     return sum_phases(prof, recipe, phases, dataset_size)
 
 
@@ -101,7 +114,7 @@ def fit_compute(prof, model, recipe, published_s, dataset_size=planner.IMAGENET_
     """
     def total(b):
         return predict_run(with_compute(prof, model, b), model, recipe, dataset_size,
-                           algorithms).total_s
+                           algorithms).timed_s
     low, high = 1e-12, 1e-3          # b > 0: a step of no time has no throughput
     if total(low) > published_s:
         raise ValueError(f"recipe {recipe.name}: even with no per-image compute the profile "

@@ -15,7 +15,7 @@ makes on the published runs it was fitted to (:func:`.fidelity.model_error`). Ex
     >>> int(chosen), int(best)
     (0, 1)
     >>> why(cols, chosen, best, 0.04, 8, names)
-    'torus2d on 2x4 would be 0.2% faster by the model, within its error (4.0%): native kept'
+    'torus2d on 2x4 would be 0.15% faster by the model, within its error (4.0%): native kept'
 """
 import numpy as np
 
@@ -56,5 +56,5 @@ def why(cols, chosen, best, error, gpus_per_host, algorithms):
         kept.append("rows inside hosts")
     more = (f" with {int(cols['gpus'][best])} GPUs" if cols["gpus"][best] != cols["gpus"][chosen]
             else "")
-    return (f"{name(best)}{more} would be {gain:.1%} faster by the model, within its error "
+    return (f"{name(best)}{more} would be {gain:.2%} faster by the model, within its error "
             f"({error:.1%}): {', '.join(kept)} kept")

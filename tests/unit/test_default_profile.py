@@ -35,7 +35,7 @@ def test_the_environment_names_the_profile_for_every_tool(monkeypatch, name):
     (True, "Tesla V100-SXM2-16GB", "abci"),
     (True, "NVIDIA A100-SXM4-40GB", "dgx-a100"),
     (True, "NVIDIA H100 80GB HBM3", "dgx-h100"),
-    (True, "NVIDIA H200", "dgx-h100"),
+    (True, "NVIDIA H200", "dgx-h200"),   # issue 48: its own profile (was dgx-h100's)
     (True, "NVIDIA GeForce RTX 4090", "abci"),           # unknown GPU: the paper's, said so
     (True, "", "abci"),                                  # no GPU here (planning from a laptop)
 ])

@@ -31,7 +31,10 @@ def test_goodput_identities(seed):
     np.testing.assert_allclose(c["time_to_train_s"], 30000 / c["goodput"])
     for column in ("scaling_efficiency", "statistical_efficiency"):
         assert np.all(c[column] > 0) and np.all(c[column] <= 1 + 1e-12)
-    assert result.best.goodput >= max(p.goodput for p in result.per_gpus) * (1 - 0.01)
+    # issue 48: the simplest plan within the model's error (here the 5 % default) of the
+    # fastest is recommended, no longer within a 1 % tie
+    error = goodput.model_error_of(prof)
+    assert result.best.goodput * (1 + error) >= max(p.goodput for p in result.per_gpus)
     assert [p.gpus for p in result.per_gpus] == sorted({p.gpus for p in result.per_gpus})
 
 

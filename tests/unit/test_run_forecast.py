@@ -33,35 +33,42 @@ def test_phases_steps_and_fixed_costs_worked_by_hand():
 
 def test_fit_recovers_the_per_image_compute():
     prof = profile_from_dict(TOY)
-    # b = 2 ms: 8 steps x 16 ms of compute + 2.016 s of fixed costs = 2.144 s.
-    b = run_forecast.fit_compute(prof, "m", RECIPE, 2.144, dataset_size=64, tol_s=1e-9)
+    # b = 2 ms: 8 steps x 16 ms of compute + 1.016 s of validation and stalls = 1.144 s; the
+    # fit holds a published time against the run without its start-up (issue 48: 2.144 s with
+    # the start-up before)
+    b = run_forecast.fit_compute(prof, "m", RECIPE, 1.144, dataset_size=64, tol_s=1e-9)
     assert b == pytest.approx(2e-3, rel=1e-6)
-    with pytest.raises(ValueError, match="even with no per-image compute.*predicts 2.0 s"):
-        run_forecast.fit_compute(prof, "m", RECIPE, 1.5, dataset_size=64)
+    with pytest.raises(ValueError, match="even with no per-image compute.*predicts 1.0 s"):
+        run_forecast.fit_compute(prof, "m", RECIPE, 0.5, dataset_size=64)
 
 
 def test_held_out_check_on_the_published_runs():
     """Fit b on v1's 224 s only; predict v1's 91.62 % and v2's 122 s with it."""
     prof = load_profile("abci")
     v1, v2 = run_forecast.load_recipe("sony-224s"), run_forecast.load_recipe("sony-122s")
-    # 64.2 s before issue 48; the V100 compute is now fitted to published runs (a = 3.256 ms
-    # for every GPU, docs/fidelity.md) instead of a = 5 ms assumed: 54.9 s, further from 224 s
-    assert run_forecast.predict_run(prof, "resnet50", v1).total_s == pytest.approx(54.9, abs=0.1)
+    # 64.2 s before issue 48. Now the V100 compute is fitted to published runs (a = 3.256 ms for
+    # every GPU, docs/fidelity.md) and the step pays what nnabla adds (the inf/NaN check), the
+    # start-up (57.6 s at 272 hosts) is charged but not held against the published time
+    run = run_forecast.predict_run(prof, "resnet50", v1)
+    assert run.timed_s == pytest.approx(59.1, abs=0.1) and run.fixed["startup"] > 50
     b = run_forecast.fit_compute(prof, "resnet50", v1, v1.expected["time_s"])
-    assert b * 1e3 == pytest.approx(3.725, abs=1e-3)         # 122.5 ms per step of 32 (a: 3.256)
+    assert b * 1e3 == pytest.approx(3.626, abs=0.01)          # ~119 ms of compute per step of 32
     fitted = run_forecast.with_compute(prof, "resnet50", b)
     eff = run_forecast.predict_efficiency(fitted, "resnet50", v1.expected["scaling_gpus"], 32)
-    assert eff == pytest.approx(0.9578, abs=1e-4)             # published 0.9162
-    # v2's GPU count and schedule are not in the sources: v1's are kept, so 224 s again.
-    assert run_forecast.predict_run(fitted, "resnet50", v2).total_s == pytest.approx(224, abs=0.01)
+    assert eff == pytest.approx(0.918, abs=1e-3)              # published 0.9162 (before: 0.9578)
+    # v2's GPU count and schedule are not in the sources: v1's are kept, so 224 s again
+    # (within the jump of the simplest grid inside the model's error: 0.3 %)
+    assert run_forecast.predict_run(fitted, "resnet50", v2).timed_s == pytest.approx(224, rel=0.01)
 
 
 def test_cli_prints_the_prediction_beside_the_published_figures(tmp_path, capsys):
     out = tmp_path / "r.json"
     plan_cli.main(["--recipe", "sony-224s", "--fit-recipe", "sony-224s", "--json", str(out)])
     text = capsys.readouterr().out
-    assert "predicted end-to-end time: 224.0 s" in text
-    assert "+0.0% (fitted to it)" in text and "scaling efficiency, 1088 GPUs" in text
+    # issue 48: the start-up is predicted (and printed) but not held against the published time;
+    # the fit lands within the jump of the simplest grid inside the model's error (0.3 %)
+    assert "time to train, start-up excluded        224 s    223.4 s  -0.3% (fitted to it)" in text
+    assert "scaling efficiency, 1088 GPUs" in text
     report = json.loads(out.read_text())
     assert report["fitted_on"] == "sony-224s" and [p["gpus"] for p in report["phases"]] == [
         1088, 2176]
