@@ -95,3 +95,16 @@ def test_fixed_costs_grow_with_hosts_and_epochs_and_validation_shrinks_with_gpus
     import doctest
     from nnabla_torus.planning import fixed_costs
     assert doctest.testmod(fixed_costs).failed == 0
+
+
+def test_the_profiles_hold_the_run_costs_fit_and_the_measured_error():
+    fitted = fidelity.run_costs_fit()
+    for name in fitted.startup_s:
+        prof = load_profile(name)
+        run = prof.extra["run"]
+        assert run["startup_s"] == pytest.approx(fitted.startup_s[name], abs=0.05), name
+        assert run["startup_s_per_doubling"] == pytest.approx(fitted.startup_s_per_doubling,
+                                                              abs=0.005)
+        assert run["validation_gpu_s"] == pytest.approx(fitted.validation_gpu_s[name], abs=0.05)
+        assert prof.extra["calibration"]["model_error"] == pytest.approx(
+            fidelity.model_error(), abs=5e-4), name
