@@ -4,13 +4,16 @@ profiles (docs/fidelity.md is this output).
 
     python tools/fidelity.py          # the table (markdown)
     python tools/fidelity.py --fit    # the least-squares fit beside the shipped profile values
+    python tools/fidelity.py --sony   # Sony's v1 and v2 on abci, term by term, before and after
+                                      # one calibration of ABCI (b_ms fitted to v1's 224 s)
 
 Predicted time to train: the run's epochs x 1,281,167 images at the predicted images/s
 (training only); the published one (MLPerf: run_start to run_stop) also counts evaluation.
 """
 import argparse
 
-from nnabla_torus.planning import fidelity
+from nnabla_torus.comm.topology import parse_grid
+from nnabla_torus.planning import costmodel, fidelity, run_forecast
 from nnabla_torus.planning.machine_profile import load_profile
 from nnabla_torus.planning.published_throughput import RUNS, runs
 
@@ -58,12 +61,55 @@ def fit_report():
     return "\n".join(lines)
 
 
+def step_rows(prof, phase):
+    """{term: ms} of one phase's step on ``prof`` (costmodel.step_terms, the phase's plan)."""
+    plan = phase.plan
+    terms = costmodel.step_terms(prof.network, prof.models[fidelity.MODEL], plan.algorithm,
+                                 plan.gpus, plan.local_batch, plan.accum_steps,
+                                 parse_grid(plan.grid).x)
+    keep = ("compute", "allreduce", "overlap_with_backward", "callback_sync", "finite_check")
+    rows = {k: float(terms[k]) * 1e3 for k in keep if k in terms}
+    rows["input wait"] = (plan.step_time_s - float(terms["total"])) * 1e3
+    rows["step"] = plan.step_time_s * 1e3
+    return rows
+
+
+def sony_report():
+    """Sony's v1 and v2 on abci: each phase's step by term as shipped and after one calibration
+    of ABCI (b_ms fitted to v1's published 224 s), and the run's time against the published."""
+    prof = load_profile("abci")
+    v1, v2 = run_forecast.load_recipe("sony-224s"), run_forecast.load_recipe("sony-122s")
+    b_s = run_forecast.fit_compute(prof, fidelity.MODEL, v1, v1.expected["time_s"])
+    fitted = run_forecast.with_compute(prof, fidelity.MODEL, b_s)
+    shipped_run = run_forecast.predict_run(prof, fidelity.MODEL, v1)
+    fitted_run = run_forecast.predict_run(fitted, fidelity.MODEL, v1)
+    lines = [f"calibration: b_ms {prof.models[fidelity.MODEL].b_s * 1e3:.4f} (fitted to "
+             f"NVIDIA's MXNet runs) -> {b_s * 1e3:.4f} (fitted to v1's 224 s)",
+             "| phase (GPUs, grid, algorithm) | term | shipped (ms) | calibrated (ms) |",
+             "| --- | --- | --- | --- |"]
+    for before, after in zip(shipped_run.phases, fitted_run.phases):
+        head = (f"epoch {before.start_epoch:g}: {before.plan.gpus:,} GPUs, {before.plan.grid} / "
+                f"{after.plan.grid}, {before.plan.algorithm}")
+        b_rows, a_rows = step_rows(prof, before), step_rows(fitted, after)
+        lines += [f"| {head} | {k} | {v:.1f} | {a_rows[k]:.1f} |" for k, v in b_rows.items()]
+    for what, run in (("shipped", shipped_run), ("calibrated", fitted_run)):
+        lines.append(f"\n{what}: steps {sum(p.steps for p in run.phases):,}, "
+                     + ", ".join(f"{k} {v:.1f} s" for k, v in run.fixed.items())
+                     + f"; time without start-up {run.timed_s:.1f} s against v1's 224 s")
+    v2_run = run_forecast.predict_run(fitted, fidelity.MODEL, v2)
+    lines.append(f"v2 (v1's schedule and GPUs kept, *assumed*), calibrated: {v2_run.timed_s:.1f} s "
+                 f"against 122 s ({v2_run.timed_s / 122 - 1:+.1%})")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true",
                         help="print the least-squares fit beside the shipped values instead")
+    parser.add_argument("--sony", action="store_true",
+                        help="print Sony's v1 and v2 on abci term by term instead")
     args = parser.parse_args(argv)
-    print(fit_report() if args.fit else table())
+    print(fit_report() if args.fit else sony_report() if args.sony else table())
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ def test_the_docs_table_is_the_tools_output():
     with open(os.path.join(ROOT, "docs", "fidelity.md"), encoding="utf-8") as f:
         doc = f.read()
     assert tool.table() in doc
+    assert tool.sony_report() in doc        # Sony's runs term by term, before and after
 
 
 @pytest.mark.parametrize("module", ["fidelity", "published_throughput"])
