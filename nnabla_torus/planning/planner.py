@@ -60,7 +60,8 @@ def score(net, comp, p, algo, x, b, s, b_noise=None, base_batch=256,
         if m.any():
             step[m] = costmodel.step_time(net, comp, name, p[m], b[m], s[m], x[m])
     step = step + input_wait_s(run, b * s * np.minimum(p, net.gpus_per_host), step)
-    single = s * costmodel.compute_time(comp, 1, b, net.gpus_per_host)  # one GPU: no all-reduce
+    single = (s * costmodel.compute_time(comp, 1, b, net.gpus_per_host)  # one GPU: no all-reduce
+              + costmodel.finite_check_s(comp))
     global_batch = p * b * s
     throughput = global_batch / step
     stat = goodput.efficiency(global_batch, b_noise, base_batch)
