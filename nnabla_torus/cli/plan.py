@@ -23,7 +23,8 @@ import numpy as np
 from ..planning import large_batch, model_cost, planner
 from ..planning.machine_profile import load_profile, resolve_profile, shape_of
 from .plan_knobs import add_plan_knobs, refuse_ignored
-from .plan_output import HEADER, explain, format_row, plot, provenance, shown, simulated
+from .plan_output import (HEADER, explain, format_row, native_line, plot, provenance, shown,
+                          simulated)
 from .plan_recipe import run_recipe
 
 
@@ -84,6 +85,7 @@ def run_table(args, prof, common, report, out):
                                 args.dataset_size, args.epochs)
     if result.kept:
         lines.insert(0, f"# simplest within the model's error: {result.kept}")
+    lines[:0] = [line for line in [native_line(prof, args.model, result)] if line]
     print("\n".join(lines), file=out)
     report.update(entries, kept=result.kept)
     if args.explain:

@@ -69,6 +69,26 @@ def provenance(prof, model, model_note, best, dataset_size, epochs):
                    "model_error": error}
 
 
+def native_line(prof, model, result):
+    """A line saying why nnabla's native all-reduce (through its callback) was not recommended
+    ('' when it was, or when no native candidate has the recommendation's GPUs and batch)."""
+    best, cols = result.best, result.candidates
+    if best.algorithm == "native":
+        return ""
+    same = ((cols["algorithm"] == ALGORITHMS.index("native")) & (cols["gpus"] == best.gpus)
+            & (cols["local_batch"] == best.local_batch)
+            & (cols["accum_steps"] == best.accum_steps))
+    if not same.any():
+        return ""
+    i = int(same.nonzero()[0][0])
+    comp = model_of(prof, model)
+    sync = float(costmodel.callback_sync_s(prof.network, comp, best.gpus)) * 1e3
+    slower = cols["time_to_train_s"][i] / best.time_to_train_s - 1
+    return (f"# native (nnabla's all_reduce_callback, overlapped with backward) on the same GPUs "
+            f"and batch: {slower:.1%} slower by the model, beyond its error; its "
+            f"{comp.grad_arrays} one-byte MPI all-reduces cost {sync:.1f} ms a step")
+
+
 def format_row(plan):
     values = plan._asdict()
     return "  ".join(fmt.format(values[name]).rjust(w)

@@ -38,3 +38,10 @@ def test_epochs_works_with_a_recipe(capsys, tmp_path):
     assert sum(p["epochs"] for p in report["phases"]) == 45
     text, _ = run(capsys, tmp_path, "--profile", "abci", "--recipe", "sony-224s")
     assert "90 epochs (the recipe's)" in text
+
+
+def test_a_plan_says_why_native_was_not_recommended(capsys, tmp_path):
+    text, report = run(capsys, tmp_path, "--profile", "dgx-a100", "--hosts", "1", "--batch",
+                       "256")
+    assert report["recommendation"]["algorithm"] == "torus2d"
+    assert "# native (nnabla's all_reduce_callback" in text and "161 one-byte MPI" in text
