@@ -346,6 +346,7 @@ def rerank(prof, model, plans, max_wall=None, engine=None):
                                  engine=engine).seconds
         t_c = float(costmodel.compute_time(comp, plan.gpus, plan.local_batch,
                                            prof.network.gpus_per_host))
-        step = (plan.accum_steps - 1) * t_c + float(costmodel.overlap(t_c, sim, comp.gamma))
+        step = ((plan.accum_steps - 1) * t_c + float(costmodel.overlap(t_c, sim, comp.gamma))
+                + costmodel.finite_check_s(comp))      # what nnabla adds to every algorithm
         rows.append((plan, sim, step))
     return sorted(rows, key=lambda row: row[2])

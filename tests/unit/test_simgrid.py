@@ -173,8 +173,10 @@ def test_a_missing_compiler_or_library_is_a_clear_error(no_compiler, monkeypatch
     assert resolve_engine("auto") == "flow" and not simgrid.available()
     monkeypatch.setenv("NNABLA_TORUS_SIM_ENGINE", "simgrid")
     with pytest.raises(SystemExit, match="nnabla-torus-plan: cannot run the compiler"):
+        # torus2d only: on one host the planner now recommends native (issue 48), which the
+        # simulation skips, so the engine would never be asked for
         plan_cli.main(["--profile", "abci", "--gpus", "8", "--local-batch", "32",
-                       "--simulate", "1"])
+                       "--algorithms", "torus2d", "--simulate", "1"])
 
 
 def test_a_missing_header_names_the_package(monkeypatch, tmp_path):
