@@ -46,6 +46,11 @@ def run_schedule(args, prof, common, report, out):
         print(f"{start:6g} " + format_row(best), file=out)
         if args.explain:
             print("\n".join(explain(prof, args.model, best)), file=out)
+    lines, entries = provenance(prof, args.model, report["model_note"], phases[-1][1],
+                                args.dataset_size, args.epochs)
+    print("\n".join(["# each phase's time to train is the whole run's at that phase's plan"] +
+                    lines), file=out)
+    report.update(entries)
     report["phases"] = [dict(start_epoch=s, **p._asdict()) for s, p in phases]
     if args.simulate:
         print("\n".join(simulated(prof, args.model, [p for _, p in phases][:args.simulate],

@@ -8,6 +8,7 @@ One pass over the recipe's phases: the planner plans each phase once
 from ..planning import planner, run_forecast
 from ..planning.machine_profile import model_of
 from .plan_knobs import DEFAULT_EPOCHS
+from .plan_output import compute_source
 
 
 def published_rows(prof, model, recipe, prediction, fitted_on):
@@ -76,13 +77,17 @@ def run_recipe(args, prof, out):
                      f"{ph.seconds:8.1f}")
     lines.append("fixed costs (profile run:): " + ", ".join(
         f"{k} {v:.1f} s" for k, v in pred.fixed.items()))
+    lines.append(f"# compute: {compute_source(prof, args.model)}" +
+                 (" (b_ms refitted above)" if args.fit_recipe else ""))
     lines.append(f"predicted end-to-end time: {pred.total_s:.1f} s")
     rows = published_rows(prof, args.model, recipe, pred, report.get("fitted_on"))
     if rows:
         lines.append(f"{'':<34s} {'published':>10s} {'predicted':>10s}  error")
         lines += [f"{what:<34s} {pub:>10s} {got:>10s}  {err}" for what, pub, got, err in rows]
     print("\n".join(lines), file=out)
-    report.update(total_s=pred.total_s, fixed=pred.fixed, published=rows,
+    report.update(total_s=pred.total_s, timed_s=pred.timed_s, fixed=pred.fixed,
+                  published=rows, epochs=recipe.epochs,
+                  compute_source=compute_source(prof, args.model),
                   phases=[dict(start_epoch=ph.start_epoch, epochs=ph.epochs, steps=ph.steps,
                                seconds=ph.seconds, **ph.plan._asdict()) for ph in pred.phases])
     return report

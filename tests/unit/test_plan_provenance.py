@@ -45,3 +45,11 @@ def test_a_plan_says_why_native_was_not_recommended(capsys, tmp_path):
                        "256")
     assert report["recommendation"]["algorithm"] == "torus2d"
     assert "# native (nnabla's all_reduce_callback" in text and "161 one-byte MPI" in text
+
+
+def test_schedules_and_recipes_say_their_epochs_and_compute(capsys, tmp_path):
+    text, report = run(capsys, tmp_path, "--profile", "abci", "--schedule", "0:34816,5:69632",
+                       "--local-batch", "32")
+    assert "# compute: model resnet50: fitted" in text and report["epochs"] == 90
+    text, report = run(capsys, tmp_path, "--profile", "abci", "--recipe", "sony-224s")
+    assert "# compute: fitted to published runs" in text and report["epochs"] == 90
