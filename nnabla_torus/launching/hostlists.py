@@ -130,7 +130,6 @@ def read_hostfile(path):
     given; ``slots`` above ``max_slots`` is an error (Open MPI places at most ``max_slots``
     ranks on the host even when oversubscribing). Values are ASCII decimal integers >= 1.
     """
-    totals = {}
     # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first host
     with open(path, encoding="utf-8-sig") as f:
         try:
@@ -138,14 +137,22 @@ def read_hostfile(path):
         except UnicodeDecodeError as e:
             raise ValueError(f"hostfile {path} is not UTF-8 text ({e.reason} at byte "
                              f"{e.start}); write one {FORMS} per line") from None
+    return parse_hostlines(lines, path, f"hostfile {path}")
+
+
+def parse_hostlines(lines, where, source):
+    """[(host, slots)] of hostfile ``lines`` (the forms of :func:`read_hostfile`), errors
+    naming ``where``:line; ``source`` names where they came from when there are none (a
+    hostfile, a host discovery command's output)."""
+    totals = {}
     for number, line in enumerate(lines, 1):
         text = re.sub(r"\s*=\s*", "=", line.split("#", 1)[0]).strip()
         if not text:
             continue
-        host, slots = _parse_line(text.split(), f"{path}:{number}")
+        host, slots = _parse_line(text.split(), f"{where}:{number}")
         totals[host] = totals.get(host, 0) + slots
     if not totals:
-        raise ValueError(f"hostfile {path} names no host; write one {FORMS} per line")
+        raise ValueError(f"{source} names no host; write one {FORMS} per line")
     return list(totals.items())
 
 
