@@ -35,6 +35,7 @@ from ..planning.schedules import BatchSchedule
 from .elastic_protocol import (ENV_COST, ENV_ELASTIC, ENV_RANKS, ENV_SLOTS, REQUEST_PREFIX,
                                parse_request)
 from .launcher_log import log
+from .membership import HostPool, discovered_hosts, host_source
 from .rank_decision import decide_phase, fit_ranks, launch_sequence, phase_images, restart_cost
 from .relaunch_loop import relaunch
 # Re-exported: train.py, resize.py, the tools and the tests read these here.
@@ -42,11 +43,14 @@ from .elastic_protocol import EXIT_RESIZE, EXIT_STOPPED  # noqa: F401
 from .rank_decision import decide  # noqa: F401
 from .relaunch_loop import resumed  # noqa: F401
 
-TAIL_LINES = 20
+# The job's last lines kept: failures.classify reads them (mpirun's report of a death comes
+# after the survivors' lines; a 2,000-rank job's survivors print one line each).
+TAIL_LINES = 4000
 
 
-def run_once(argv, ranks, mpirun_args, env):
+def run_once(argv, ranks, mpirun_args, env, watch=None):
     """Run one mpirun; return (status, request dict or None, last output lines, interrupted).
+    ``watch``: called with every line of the job's output (a JobWatch).
 
     The job runs in its own process group, which is killed (SIGKILL) when anything goes
     wrong in the launcher while the job runs (a broken pipe on our stdout, an error of
@@ -75,6 +79,8 @@ def run_once(argv, ranks, mpirun_args, env):
         for line in proc.stdout:
             sys.stdout.write(line)
             tail.append(line.rstrip("\n"))
+            if watch is not None:
+                watch(line)
             if line.startswith(REQUEST_PREFIX):
                 request = parse_request(line)
         status = proc.wait()
@@ -107,6 +113,7 @@ def run(args, prof):
         first, note = decide_phase(args, prof, batch0, None, phase_images(
             BatchSchedule.parse(args.schedule), epoch0, args.epochs, args.dataset_size), 0.0)
         ranks, fit = fit_ranks(first.gpus, args.total_slots, batch0)
+        args.global_batch = batch0
         note = "; ".join(n for n in (note, fit) if n)
     elif args.ranks_schedule:
         ranks, note = fit_ranks(BatchSchedule.parse(args.ranks_schedule).batch(0.0),
@@ -124,14 +131,18 @@ def run(args, prof):
     if args.ranks_schedule:
         env[ENV_RANKS] = args.ranks_schedule
     library = mpi_library(mpirun_path())
+    told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS,
+                              *getattr(args, "job_env", {})) if name in env]
+    source = host_source(args)
+    pool = HostPool(source, args.exclude_cooldown) if source else None
     with tempfile.TemporaryDirectory(prefix="nnabla-torus-run-") as folder:
-        mpirun_args = list(args.mpirun_args.split()) if args.mpirun_args else []
-        if args.hosts:
-            mpirun_args += hostfile_args(library, args.hosts, folder)
-        told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS,
-                                  *getattr(args, "job_env", {})) if name in env]
-        mpirun_args += env_args(library, env, told)
-        return relaunch(args, argv, ranks, mpirun_args, env, run_once)
+        def job_args(hosts):
+            """mpirun's arguments for a launch on ``hosts`` (None: this machine)."""
+            extra = list(args.mpirun_args.split()) if args.mpirun_args else []
+            if hosts:
+                extra += hostfile_args(library, hosts, folder)
+            return extra + env_args(library, env, told)
+        return relaunch(args, argv, ranks, job_args, env, run_once, pool)
 
 
 def build_parser():
@@ -172,7 +183,18 @@ def build_parser():
              "fixed rank count per epoch 'epoch:ranks,...' instead of the planner's choice "
              "(the planner's predicted gain is still logged)")
     add_knob(parser, "--max-restarts", "NNABLA_TORUS_RUN_MAX_RESTARTS", 10,
-             "relaunches allowed before the launcher gives up", type=number(int, low=0))
+             "relaunches allowed in all (resizes and restarts after a failure) before the "
+             "launcher gives up (0: stop on the first failure)", type=number(int, low=0))
+    add_knob(parser, "--restarts-per-hour", "NNABLA_TORUS_RUN_RESTARTS_PER_HOUR", 4,
+             "restarts after a failure allowed within any hour: a failure that keeps coming "
+             "back stops the launcher", type=number(int, low=0))
+    add_knob(parser, "--exclude-cooldown", "NNABLA_TORUS_RUN_EXCLUDE_COOLDOWN", 600.0,
+             "seconds a host where a rank failed is left out of the launches (0: never left "
+             "out); with a host list only", type=number(float, low=0))
+    add_knob(parser, "--host-discovery-script", "NNABLA_TORUS_RUN_HOST_DISCOVERY_SCRIPT", None,
+             "shell command printing the usable hosts as hostfile lines ('host:N' or 'host "
+             "slots=N'), run before every launch, so hosts added later are used at the next "
+             "restart (None: --hostfile, else the allocation's nodes Slurm reports up)")
     add_knob(parser, "--mpirun-args", "NNABLA_TORUS_RUN_MPIRUN_ARGS", "",
              "extra mpirun arguments, space-separated")
     add_knob(parser, "--dry-run", "NNABLA_TORUS_RUN_DRY_RUN", False,
@@ -191,7 +213,12 @@ def parse_args(argv=None):
         args.command = args.command[1:]
     if args.hostfile and args.slots:
         raise ValueError("give --hostfile or --slots, not both")
-    job = None if args.hostfile or args.slots else allocation()
+    if args.host_discovery_script and (args.hostfile or args.slots):
+        raise ValueError("give --host-discovery-script or --hostfile / --slots, not both")
+    job = None if args.hostfile or args.slots or args.host_discovery_script else allocation()
+    if args.host_discovery_script:
+        job = (f"host discovery {args.host_discovery_script!r}",
+               discovered_hosts(args.host_discovery_script))
     if args.hostfile or job:
         source, args.hosts = (args.hostfile, read_hostfile(args.hostfile)) if args.hostfile \
             else job

@@ -2,17 +2,29 @@
 line, the environment.
 
 The script exits ``EXIT_RESIZE`` after printing one ``REQUEST_PREFIX`` + JSON line (read by
-:func:`parse_request`), or ``EXIT_STOPPED`` after the launcher's Ctrl-C; the launcher tells the
-script it runs elastic, its slots, its fixed rank schedule and the restart cost through the
-``ENV_*`` variables. Exit statuses, signals: docs/elastic.md.
+:func:`parse_request`), or ``EXIT_STOPPED`` after the launcher's Ctrl-C; it announces each
+checkpoint (``CHECKPOINT_PREFIX``) and the launcher reads its progress lines; the launcher
+tells the script it runs elastic, its slots, its fixed rank schedule and the restart cost
+through the ``ENV_*`` variables. Exit statuses, signals: docs/elastic.md.
 """
 import json
+import re
 
 from .launcher_log import log
 
 EXIT_RESIZE = 75          # the script checkpointed and asks to run on another rank count
 EXIT_STOPPED = 76         # the script checkpointed after SIGUSR1 (the launcher's Ctrl-C)
 REQUEST_PREFIX = "nnabla-torus-elastic: "   # + JSON {"ranks", "reason", ...} on stdout
+# Under --elastic, rank 0 prints this + JSON {"step", "path", "seconds"} after each checkpoint
+# (examples/imagenet/run_checkpoint.py): the launcher then relaunches a failed job with
+# --resume 1, and knows what a checkpoint costs.
+CHECKPOINT_PREFIX = "nnabla-torus-checkpoint: "
+# Lines of train.py the launcher reads for a restart's figures: a progress or epoch line
+# ("... step 120: ..."), the resume line ("resumed from PATH: step 100, ...") and the global
+# batch of a progress line or decision.
+STEP_LINE = re.compile(r"\bstep (\d+)\b")
+RESUMED_LINE = re.compile(r"\bresumed from \S+: step (\d+)")
+BATCH_LINE = re.compile(r"\bglobal batch (\d+)\b")
 # What the launcher tells the script (environment; mpirun_cmd.env_args passes them to every host).
 ENV_ELASTIC = "NNABLA_TORUS_ELASTIC"
 ENV_SLOTS = "NNABLA_TORUS_ELASTIC_SLOTS"

@@ -1,15 +1,28 @@
-"""Run the training job and relaunch it on its requests: nnabla-torus-run's watch loop.
+"""Run the training job and relaunch it on its requests and after failures: nnabla-torus-run's
+watch loop.
 
 :func:`relaunch` runs the job through the ``run_once`` it is handed (nnabla-torus-run's
-:func:`nnabla_torus.launching.elastic.run_once`: one mpirun, its output shown and read), then
-acts on how the job ended: status 0 ends the run, ``EXIT_STOPPED`` or a signal stops it, a
-resize request (``EXIT_RESIZE``) relaunches on the requested rank count (capped at the slots)
-with ``--resume 1`` (:func:`resumed`), anything else stops the launcher with the job's last
-lines; ``--max-restarts`` bounds the relaunches.
+:func:`nnabla_torus.launching.elastic.run_once`: one mpirun, its output shown and read by a
+:class:`.job_watch.JobWatch`), then acts on how the job ended: status 0 ends the run,
+``EXIT_STOPPED`` or a signal to the launcher stops it, a resize request (``EXIT_RESIZE``)
+relaunches on the requested rank count (capped at the slots) with ``--resume 1``
+(:func:`resumed`). Any other end is a failure (:func:`.failures.classify`): one that repeats
+stops the launcher with its line; any other relaunches from the newest checkpoint (from the
+start when the job announced none) on the hosts left (:class:`.membership.HostPool` leaves the
+failed host out for its cool-down), within the restart budget (:class:`RestartBudget`).
+Each restart is logged with its cause, host, steps lost and seconds to recover.
 """
-from .elastic_protocol import EXIT_RESIZE, EXIT_STOPPED
+import collections
+import time
+
+from .elastic_protocol import ENV_SLOTS, EXIT_RESIZE, EXIT_STOPPED
+from .failures import classify, placement_of
+from .job_watch import JobWatch
 from .launcher_log import log
 from .rank_decision import fit_ranks
+
+TAIL_LINES = 20          # the job's last lines shown when the launcher stops on a failure
+HOUR_S = 3600.0
 
 
 def resumed(argv):
@@ -26,35 +39,116 @@ def resumed(argv):
     return out + ["--resume", "1"]
 
 
-def relaunch(args, argv, ranks, mpirun_args, env, run_once):
-    """Run the job, relaunching it on its requests; the launcher's exit status. ``run_once``:
-    (argv, ranks, mpirun_args, env) -> (status, request or None, last lines, interrupted)."""
-    restarts = 0
+class RestartBudget:
+    """``--max-restarts`` relaunches in all (resizes and failures), and at most
+    ``--restarts-per-hour`` failure restarts in any hour; :meth:`spend` says why not."""
+
+    def __init__(self, max_restarts, per_hour, clock=time.monotonic):
+        self.max_restarts, self.per_hour, self.clock = max_restarts, per_hour, clock
+        self.count, self.failures = 0, collections.deque()
+
+    def spend(self, failure):
+        """Count one relaunch (``failure``: after a failure); None when allowed, else the
+        reason it is not."""
+        self.count += 1
+        if self.count > self.max_restarts:
+            return f"restart {self.count} is above --max-restarts {self.max_restarts}"
+        if failure:
+            now = self.clock()
+            while self.failures and self.failures[0] <= now - HOUR_S:
+                self.failures.popleft()
+            self.failures.append(now)
+            if len(self.failures) > self.per_hour:
+                return (f"failure {len(self.failures)} within an hour: "
+                        f"--restarts-per-hour {self.per_hour} restarts spent")
+        return None
+
+
+def _tail(lines):
+    return "\n".join(f"  | {line}" for line in lines[-TAIL_LINES:])
+
+
+def _recovered(number, failed, started):
+    """The callback a relaunch's JobWatch calls when the job trains again: the restart's
+    figures (steps lost, seconds from the failure)."""
+    def report(watch):
+        since = watch.clock() - started
+        reached, resumed_at = failed.step, watch.resumed or 0
+        lost = (f"{reached - resumed_at} step(s) lost (the failed run reached step {reached})"
+                if reached is not None else "steps lost unknown (the failed run printed no "
+                "step line: --log-every sets how often it does)")
+        log(f"restart {number}: training again from step {resumed_at}: {lost}, {since:.1f} s "
+            f"from the failure")
+    return report
+
+
+def relaunch(args, argv, ranks, job_args, env, run_once, pool=None):
+    """Run the job, relaunching it on its requests and after failures; the launcher's exit
+    status. ``run_once``: (argv, ranks, mpirun_args, env, watch=) -> (status, request or None,
+    last lines, interrupted); ``job_args(hosts)``: the mpirun arguments of a launch on
+    ``hosts`` ([(host, slots)], None without a host list); ``pool``: a HostPool or None."""
+    budget = RestartBudget(args.max_restarts, getattr(args, "restarts_per_hour", 4))
+    first_argv, wanted, batch = list(argv), ranks, getattr(args, "global_batch", None)
+    checkpointed = "1" in argv[argv.index("--resume") + 1:][:1] if "--resume" in argv else False
+    on_train, hosts = None, None
     while True:
-        status, request, tail, interrupted = run_once(argv, ranks, mpirun_args, env)
+        slots = args.total_slots
+        if pool is not None:
+            hosts = pool.hosts()
+            slots = sum(s for _, s in hosts)
+        ranks, note = fit_ranks(wanted, slots, batch)
+        if note:
+            log(note)
+        env[ENV_SLOTS] = str(slots)
+        watch = JobWatch(on_resume=on_train)
+        status, request, lines, interrupted = run_once(argv, ranks, job_args(hosts), env,
+                                                       watch=watch)
+        ended = watch.clock()
+        checkpointed = checkpointed or watch.checkpoint is not None or watch.resumed is not None
+        batch = watch.batch or batch
         if interrupted and status not in (0, EXIT_STOPPED):
             log(f"stopped by a signal before the ranks could checkpoint (status {status}; "
                 f"during start-up they do not handle SIGUSR1 yet): the newest earlier "
                 f"checkpoint, if any, is the one to resume from")
             return 130
         if status == 0:
-            log(f"finished after {restarts} restart(s)")
+            log(f"finished after {budget.count} restart(s)")
             return 0
         if status == EXIT_STOPPED:
             log("stopped on a signal; the checkpoint is resumable: run the same command with "
                 "--resume 1")
             return 130
-        if status != EXIT_RESIZE or request is None:
+        if status == EXIT_RESIZE and request is not None:
+            why = budget.spend(failure=False)
+            if why:
+                log(f"the script asked for a resize: {why}: stopping (its checkpoint is "
+                    f"resumable)")
+                return 1
+            wanted, note = fit_ranks(int(request["ranks"]), slots, request.get("global_batch"))
+            batch = request.get("global_batch") or batch
+            log(f"decision at epoch {request.get('epoch', 0):.3f}: {request.get('reason', '')}"
+                + (f" ({note})" if note else "") + f"; relaunching on {wanted} ranks")
+            argv, on_train = resumed(argv), None
+            continue
+        failure = classify(status, lines, placement_of(hosts, ranks) if hosts else None)
+        where = (f"host {failure.host}" if failure.host else "host unknown") + (
+            f", rank(s) {failure.ranks}" if failure.ranks else "")
+        if failure.repeats:
             log(f"the training command exited with status {status} (not a resize request): "
-                f"stopping. Last lines:\n" + "\n".join(f"  | {line}" for line in tail))
+                f"stopping: {failure.cause} ({where}) would repeat on a restart. Last lines:\n"
+                + _tail(lines))
             return status or 1
-        restarts += 1
-        if restarts > args.max_restarts:
-            log(f"the script asked for restart {restarts}, above --max-restarts "
-                f"{args.max_restarts}: stopping (its checkpoint is resumable)")
-            return 1
-        ranks, note = fit_ranks(int(request["ranks"]), args.total_slots,
-                                request.get("global_batch"))
-        log(f"decision at epoch {request.get('epoch', 0):.3f}: {request.get('reason', '')}"
-            + (f" ({note})" if note else "") + f"; relaunching on {ranks} ranks")
-        argv = resumed(argv)
+        why = budget.spend(failure=True)
+        if why:
+            log(f"the training command failed again: {failure.cause} ({where}, exit status "
+                f"{status}); stopping: {why}. Last lines:\n" + _tail(lines))
+            return status or 1
+        if pool is not None:
+            pool.exclude(failure.host, failure.cause)
+        log(f"restart {budget.count} after a failure: {failure.cause} ({where}, exit status "
+            f"{status}); relaunching from "
+            + (f"the newest checkpoint (step {watch.checkpoint['step']} announced)"
+               if watch.checkpoint else "the newest checkpoint" if checkpointed
+               else "the start: no checkpoint was written yet"))
+        argv = resumed(argv) if checkpointed else first_argv
+        on_train = _recovered(budget.count, watch, watch.failed_at or ended)
