@@ -11,6 +11,9 @@ resharded (resize.py); ``save`` writes the run's checkpoint now, from its ``run`
     write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra)   # every rank
     meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta)
 """
+import json
+import time
+
 import nnabla as nn
 import numpy as np
 
@@ -18,6 +21,7 @@ import resize
 from checkpoint import (CheckpointError, check_model, checkpoint_path, checkpoint_step,
                         load_latest_checkpoint, read_checkpoint, save_checkpoint)
 from epoch_end import average_running_stats
+from nnabla_torus.launching.elastic_protocol import CHECKPOINT_PREFIX
 from nnabla_torus.planning import priors
 from nnabla_torus.planning.controller import BatchPlan
 from report import ranks
@@ -27,9 +31,12 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
     """Save params, solver states, step, data position and controller state (rank 0 writes);
     return the file's path on rank 0, None elsewhere.
 
-    Call it on every rank after the BN statistics were averaged (one model everywhere)."""
+    Call it on every rank after the BN statistics were averaged (one model everywhere).
+    Under ``--elastic`` rank 0 then announces it to nnabla-torus-run (``CHECKPOINT_PREFIX``
+    with the step, the path and the seconds the write took)."""
     if comm.rank != 0:
         return
+    start = time.perf_counter()
     arrays = {f"param/{k}": v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
     solver_arrays, solver_steps = solvers.state_arrays()
     arrays.update(solver_arrays)
@@ -40,7 +47,11 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
                        for k, v in vars(noise).items()} if noise else None,
                 refit=ctrl.refit.state() if ctrl.refit is not None else None,
                 decisions=ctrl.state() if noise else None)
-    return save_checkpoint(cfg.output_dir, step, arrays, meta)
+    path = save_checkpoint(cfg.output_dir, step, arrays, meta)
+    if cfg.elastic:
+        print(CHECKPOINT_PREFIX + json.dumps({"step": step, "path": path, "seconds": round(
+            time.perf_counter() - start, 4)}), flush=True)
+    return path
 
 
 def load_agreed_checkpoint(directory, comm, log):

@@ -1,5 +1,6 @@
 """nnabla-torus-run under real mpirun: with a stand-in script (relaunch on request, stop on
-anything else with status and last lines, restart limit, Ctrl-C forwarded; relaunch from a
+a failure that repeats with status and last lines, restart limit, Ctrl-C forwarded; a killed or
+stopped rank restarted from the checkpoint, the restart budget per hour; relaunch from a
 hostfile and Ctrl-C also under MPICH, Intel MPI and the system's MPI), then driving
 examples/imagenet/train.py (1 -> 2 ranks; Ctrl-C leaves a checkpoint that resumes on 1 rank;
 without the launcher train.py only logs what it would do)."""
@@ -61,6 +62,49 @@ def test_restart_limit():
                       "python", FAKE, "always")
     assert status == 1 and out.count("launch: ") == 3, out
     assert "above --max-restarts 2: stopping" in out, out
+
+
+FAILING = "tests/mpi/progs/failing_fake.py"
+
+
+def test_a_killed_rank_restarts_from_the_newest_checkpoint(tmp_path):
+    status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
+                      str(tmp_path), "--fail", "kill", "--at", "6", "--every", "4")
+    assert status == 0, out
+    assert ("restart 1 after a failure: rank 1 killed by signal 9 (Killed) (host "
+            f"{socket.gethostname()}, rank(s) [1], exit status 137); relaunching from the "
+            "newest checkpoint (step 4 announced)") in out, out
+    assert "restart 1: training again from step 4: 2 step(s) lost (the failed run reached " \
+           "step 6)" in out, out
+    assert "FINISHED 2 10" in out and "finished after 1 restart(s)" in out, out
+
+
+def test_a_failure_that_repeats_stops_after_the_budget_with_one_line(tmp_path):
+    status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--restarts-per-hour", "1",
+                      "--", "python", FAILING, str(tmp_path), "--fail", "kill",
+                      "--fail-launches", "9")
+    assert status == 137 and out.count("launch: ") == 2, out
+    stops = [line for line in out.splitlines() if "stopping" in line]
+    assert len(stops) == 1 and "failure 2 within an hour: --restarts-per-hour 1 restarts " \
+                               "spent" in stops[0], out
+
+
+def test_the_scripts_error_stops_at_once(tmp_path):
+    status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
+                      str(tmp_path), "--fail", "error")
+    assert status == 1 and out.count("launch: ") == 1, out
+    assert "stopping: train.py: error: image 7 of the list cannot be decoded" in out, out
+
+
+def test_a_stopped_rank_is_ended_by_the_timeout_and_the_run_restarts(tmp_path):
+    """SIGSTOP on rank 1: the communicator's timeout (5 s) ends the job, the launcher
+    restarts it from the checkpoint."""
+    status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--mpirun-args",
+                      "-x NNABLA_TORUS_TIMEOUT=5", "--", "python", FAILING, str(tmp_path),
+                      "--fail", "stop", "--api", "communicator", timeout=240)
+    assert status == 0, out
+    assert "restart 1 after a failure: timeout: rank 0: rank(s) [1] did not arrive" in out, out
+    assert "training again from step 4: 2 step(s) lost" in out, out
 
 
 def interrupt_when(proc, marker, timeout=120):
