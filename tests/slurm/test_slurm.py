@@ -125,9 +125,10 @@ def test_srun_without_pmix_stops_every_task_with_one_line(slurm):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+@pytest.mark.parametrize("launch", ["run", "srun", "mpirun"])
 def test_the_shipped_sbatch_script_trains_to_the_end(slurm, tmp_path, launch):
-    """examples/imagenet/train.sbatch as shipped, with srun --mpi=pmix and with LAUNCH=mpirun;
+    """examples/imagenet/train.sbatch as shipped (nnabla-torus-run), with srun --mpi=pmix and
+    with LAUNCH=mpirun;
     the command line overrides only what a 2-core node without GPUs needs (one node, CPUs per
     task, no GPUs, a short time limit)."""
     name = f"nnabla-torus-test-{uuid.uuid4().hex[:8]}"
@@ -191,3 +192,62 @@ def test_one_process_alone_in_an_allocation_is_warned(slurm):
     assert status == 0, out
     assert re.search(r"nnabla_torus: warning: one process trains alone inside Slurm job \d+ of 4 "
                      r"tasks \(SLURM_NTASKS=4\)", out), out
+
+
+def rank_pid(rank, marker):
+    """The pid of the process of MPI rank ``rank`` whose command line holds ``marker``."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
+                    return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+def test_the_sbatch_script_restarts_after_a_killed_task(slurm, tmp_path):
+    """train.sbatch as shipped (nnabla-torus-run inside, --no-kill): rank 3 SIGKILLed at step
+    12 of 24 (checkpoints every 4): the job restarts from step 12 and finishes."""
+    name = f"nnabla-torus-test-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "job.out"
+    env = dict(slurm, VENV=sys.prefix, PRTE_MCA_hwloc_default_binding_policy="none")
+    job = subprocess.Popen(
+        ["sbatch", "--wait", f"--job-name={name}", f"--output={log}", "--nodes=1",
+         "--ntasks-per-node=4", "--cpus-per-task=1", "--gpus-per-task=0", "--time=6",
+         "examples/imagenet/train.sbatch", "--train-images", "512", "--image-size", "16",
+         "--local-batch", "16", "--batch-schedule", "0:64", "--epochs", "3",
+         "--warmup-epochs", "0.5", "--checkpoint-every", "4", "--log-every", "1",
+         "--output-dir", str(tmp_path / "run")], cwd=REPO, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    started, killed, back = time.monotonic(), None, None
+    try:
+        while job.poll() is None and time.monotonic() - started < 300:
+            text = log.read_text() if log.exists() else ""
+            if killed is None and " step 12:" in text:
+                pid = rank_pid(3, "examples/imagenet/train.py")
+                if pid:
+                    os.kill(pid, 9)
+                    killed = time.monotonic()
+            if killed and back is None and "training again" in text:
+                back = time.monotonic()
+            time.sleep(0.2)
+        out, _ = job.communicate(timeout=max(1, 300 - (time.monotonic() - started)))
+    finally:
+        if job.poll() is None:
+            ids = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True,
+                                 text=True).stdout.split()
+            subprocess.run(["scancel", *ids])
+            job.kill()
+    text = log.read_text()
+    assert killed and job.returncode == 0, out + text
+    assert "restart 1 after a failure: rank 3 killed by signal 9" in text, text
+    assert re.search(r"restart 1: training again from step 1[26]: \d step\(s\) lost", text), text
+    summary = summary_of(text)
+    assert summary["steps"] == 24 and summary["ranks"] == 4, summary
+    print(f"sbatch, rank 3 killed at step 12: exit 0 after {time.monotonic() - started:.1f} s, "
+          f"{back - killed:.1f} s from the kill to training again; "
+          + [line for line in text.splitlines() if "training again" in line][0])
