@@ -54,6 +54,10 @@ RULES = [
     # Open MPI 5 lost a host's daemon (host down, link cut)
     (r"PRTE has lost communication with a remote daemon\.[\s\S]*?Remote daemon:\s+\S+\s+on\s+"
      r"node\s+(?P<host>\S+)", False, "lost host {host} (mpirun lost its daemon there)"),
+    # Open MPI 5: a host's daemon died (a lost host); mpirun may then exit 0 (seen: a host's
+    # processes killed, "Daemon exit status: 0")
+    (r"A daemon failed to report back[\s\S]*?Remote host:\s+(?P<host>\S+)", False,
+     "lost host {host} (its mpirun daemon failed)"),
     # Slurm: a node failure, a task killed
     (r"srun: error: Node failure on (?P<host>[\w.-]+)", False, "lost host {host} (Slurm: node "
      "failure)"),
@@ -75,9 +79,11 @@ _COMPILED = [(re.compile(p), repeats, cause) for p, repeats, cause in RULES]
 
 
 def classify(status, lines, placement=None):
-    """The :class:`Failure` of a job that exited with ``status`` (not 0, 75 or 76) after
-    printing ``lines`` (its last ones). ``placement``: rank -> host of the launch, to name the
-    host when a line names only ranks (Open MPI fills each host's slots in hostfile order)."""
+    """The :class:`Failure` of a job that exited with ``status`` (not 75 or 76) after
+    printing ``lines`` (its last ones); None for status 0 when no line reports a failure
+    (mpirun can exit 0 after losing a host's daemon). ``placement``: rank -> host of the
+    launch, to name the host when a line names only ranks (Open MPI fills each host's slots
+    in hostfile order)."""
     text = "\n".join(lines)
     for pattern, repeats, cause in _COMPILED:
         found = pattern.search(text)
@@ -94,6 +100,8 @@ def classify(status, lines, placement=None):
         return Failure(repeats or status in REPEATING_STATUSES,
                        cause.format(**groups).replace(" (?)", "").replace("[?]", "[]"),
                        host, ranks)
+    if status == 0:
+        return None
     if status in REPEATING_STATUSES:
         return Failure(True, REPEATING_STATUSES[status], None, [])
     return Failure(False, f"exit status {status} (no line of the job says why)", None, [])

@@ -111,7 +111,9 @@ def relaunch(args, argv, ranks, job_args, env, run_once, pool=None):
                 f"during start-up they do not handle SIGUSR1 yet): the newest earlier "
                 f"checkpoint, if any, is the one to resume from")
             return 130
-        if status == 0:
+        placement = placement_of(hosts, ranks) if hosts else None
+        failure = classify(0, lines, placement) if status == 0 else None
+        if status == 0 and failure is None:
             log(f"finished after {budget.count} restart(s)")
             return 0
         if status == EXIT_STOPPED:
@@ -130,7 +132,7 @@ def relaunch(args, argv, ranks, job_args, env, run_once, pool=None):
                 + (f" ({note})" if note else "") + f"; relaunching on {wanted} ranks")
             argv, on_train = resumed(argv), None
             continue
-        failure = classify(status, lines, placement_of(hosts, ranks) if hosts else None)
+        failure = failure or classify(status, lines, placement)
         where = (f"host {failure.host}" if failure.host else "host unknown") + (
             f", rank(s) {failure.ranks}" if failure.ranks else "")
         if failure.repeats:

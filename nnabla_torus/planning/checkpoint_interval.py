@@ -11,7 +11,8 @@ seconds of training (Daly 2006, "A higher order estimate of the optimum checkpoi
 for restart dumps", FGCS 22(3); its first term is Young's 1974 sqrt(2 C M)). Between two
 checkpoints a failure loses T / 2 on average, and each checkpoint costs C: T balances the two.
 ``C`` is the measured cost of the run's checkpoints when there is one, else the profile's
-estimate: the model's state (parameters and momentum in float32) at ``run.checkpoint_GBps``. Example::
+estimate: the model's state (parameters and momentum in float32) at
+``run.checkpoint_GBps``. Example::
 
     >>> round(young_daly_s(cost_s=2.0, mtbf_s=3600.0))
     119

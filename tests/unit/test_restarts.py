@@ -203,3 +203,18 @@ def test_resizes_and_failures_share_max_restarts(capsys):
                                     {}, run_once)
     assert status == 137 and len(launches) == 2
     assert "restart 2 is above --max-restarts 1" in capsys.readouterr().out
+
+
+def test_mpirun_exiting_0_after_losing_a_host_is_a_failure(capsys):
+    """Seen on the emulated cluster: every process of host 1 killed, mpirun printed "A daemon
+    failed to report back ... Remote host: h1" and exited 0 (before: "finished")."""
+    lost = ["A daemon failed to report back after being spawned. This could", "",
+            "  Local host:    vm", "  Remote host:   h1", "  Daemon exit status: 0"]
+    assert classify(0, ["done"]) is None
+    assert classify(0, lost).cause == "lost host h1 (its mpirun daemon failed)"
+    run_once, launches = fake_jobs((0, progress(0, 7, checkpoint=5) + lost),
+                                   (0, progress(5, 10)))
+    pool = HostPool(lambda: [("h0", 2), ("h1", 2)], 600)
+    status = relaunch_loop.relaunch(flags(), ["train.py"], 4, lambda hosts: [], {}, run_once,
+                                    pool)
+    assert status == 0 and launches[1][1] == 2, capsys.readouterr().out
