@@ -38,6 +38,13 @@ MAX_EPOCHS = 1e6        # passes over the data: far beyond any recipe, below int
 MAX_BUCKET_MIB = 1e6    # one all-reduce bucket, MiB (1 TB: more than any model's gradients)
 # Allowed range of every numeric knob: a parser for the flag, the variable and the recipe value.
 POSITIVE, FRACTION = dict(low=0, strict=True), dict(low=0, high=1, strict_high=True)
+def steps_or_auto(text):
+    """``auto`` or optimizer steps, an integer >= 0 (--checkpoint-every)."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    return number(int, low=0, hint="or auto")(text)
+
+
 RANGES = {
     "width": number(float, **POSITIVE), "image_size": number(int, low=1),
     "min_crop_area": number(float, low=0, strict=True, high=1),
@@ -55,7 +62,7 @@ RANGES = {
     # these overflow the step and byte counts (int(inf)) long before anything trains
     "loss_scale": number(float, **POSITIVE), "seed": number(int, low=0, high=2 ** 31 - 1),
     "bucket_mib": number(float, low=0, strict=True, high=MAX_BUCKET_MIB),
-    "checkpoint_every": number(int, low=0), "max_nonfinite_steps": number(int, low=0),
+    "checkpoint_every": steps_or_auto, "max_nonfinite_steps": number(int, low=0),
     "max_steps": number(int, low=0), "log_every": number(int, low=0),
     "hosts": number(int, low=0, high=MAX_HOSTS),
     "gpus_per_host": number(int, low=0, high=MAX_GPUS_PER_HOST),
@@ -166,7 +173,9 @@ class TrainConfig:
     overlap: bool = knob(True, "all-reduce gradient buckets during backward")
     bucket_mib: float = knob(25.0, "bucket size for overlap, MiB")
     # bookkeeping
-    checkpoint_every: int = knob(0, "optimizer steps between checkpoints (0 = only at the end)")
+    checkpoint_every: int = knob(0, "optimizer steps between checkpoints (0 = only at the end; "
+                                 "auto = Young/Daly's interval from the run's measured step and "
+                                 "checkpoint times and the profile's run.mtbf_hours)")
     max_nonfinite_steps: int = knob(3, "stop the run on every rank after this many steps in a "
                                        "row whose all-reduced gradients are not finite (a "
                                        "diverged run; checkpoints stop before it, fp16's "

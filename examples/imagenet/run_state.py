@@ -136,6 +136,7 @@ class Progress:
     checkpoint: Optional[str] = None
     noise_series: list = dataclasses.field(default_factory=list)
     run_id: Optional[str] = None
+    auto_checkpoint_every: int = 0     # --checkpoint-every auto's interval, once chosen
 
 
 @dataclasses.dataclass(slots=True)

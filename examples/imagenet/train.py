@@ -27,13 +27,13 @@ import numpy as np
 
 from nnabla_torus.launching import elastic
 
+import checkpoint_policy
 import report
 import resize
 from checkpoint import CheckpointError
 from config import parse_config
 from divergence import EXIT_DIVERGED, diverged
 from epoch_end import end_of_epoch
-from run_checkpoint import save
 from run_end import summary
 from run_setup import resume_or_start, set_up
 from run_step import plan_step, take_step
@@ -77,9 +77,8 @@ def main(argv=None):
             end_of_epoch(run)
         stopping = cfg.elastic and run.parallel.comm.allreduce_numpy(
             np.array([len(progress.stop_signal)], np.float32))[0] > 0   # every rank stops together
-        if finished(run) or stopping or (cfg.checkpoint_every
-                                         and progress.step % cfg.checkpoint_every == 0):
-            save(run)
+        if finished(run) or stopping or checkpoint_policy.due(run):
+            checkpoint_policy.timed_save(run)
         if stopping:
             log(f"step {progress.step}: stopped on a signal; checkpoint written, resume with "
                 f"--resume 1")
