@@ -26,8 +26,8 @@ from collections import namedtuple
 # happened, None when no line names it), ``ranks`` (the ranks it names).
 Failure = namedtuple("Failure", ["repeats", "cause", "host", "ranks"])
 
-# Exit statuses of failures that repeat whatever host runs them (examples/imagenet/train.py:
-# argparse's usage error 2 and EXIT_DIVERGED 3).
+# Exit statuses of failures that repeat whatever host runs them (examples/imagenet:
+# argparse's usage error 2 and divergence.EXIT_DIVERGED 3).
 REPEATING_STATUSES = {2: "a usage or configuration error (exit status 2)",
                       3: "divergence: the loss was not finite (exit status 3)"}
 
