@@ -264,3 +264,37 @@ def test_time_to_accuracy_on_the_emulated_cluster(tmp_path):
     assert any(line.startswith("throughput: fixed 256") for line in saved["verdict"])
     assert (tmp_path / "batch_over_epochs.png").stat().st_size > 0
     assert (tmp_path / "emu-2x1-20mbit.yaml").exists()
+
+
+@needs_emulation
+def test_a_killed_host_is_left_out_and_the_run_finishes_on_the_other(tmp_path):
+    """nnabla-torus-run on 2 hosts x 2 ranks; every process of host 1 SIGKILLed at step 10
+    (checkpoints every 4): the launcher names the lost host, leaves it out and the run
+    finishes on host 0's 2 ranks from step 8."""
+    env = dict(os.environ, NNABLA_TORUS_EMU_TEST_TAG=TAG, NNABLA_TORUS_EMU_PREFIX=PREFIX,
+               NNABLA_TORUS_EMU_SUBNET=SUBNET)
+    proc = subprocess.Popen([sys.executable, "-m", "tools.emucluster", "exec", "--hosts", "2",
+                             "--ranks-per-host", "2", "--timeout", "150", "--launcher",
+                             "nnabla-torus-run", "--", sys.executable,
+                             "tests/mpi/progs/failing_fake.py", str(tmp_path), "--steps", "60",
+                             "--every", "4"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("step 10:"):
+                subprocess.run([sys.executable, "-m", "tools.emucluster", "kill", "--host", "1"],
+                               cwd=REPO, env=env, timeout=30)
+                break
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            subprocess.run([sys.executable, "-m", "tools.emucluster", "down"], cwd=REPO, env=env)
+    out = "".join(lines) + out
+    assert_nothing_left()
+    assert proc.returncode == 0, out
+    assert f"host {PREFIX}-h1 left out for 600 s" in out, out
+    assert re.search(rf"restart 1 after a failure: \S.* \(host {PREFIX}-h1", out), out
+    assert "relaunching from the newest checkpoint" in out and "FINISHED 2 60" in out, out
