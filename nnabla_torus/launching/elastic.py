@@ -5,8 +5,10 @@ rank count, grid and per-rank batch of the current batch phase; the launcher sta
 with that many ranks. The training script (``train.py --elastic 1``) checkpoints, prints one
 request line (``REQUEST_PREFIX`` + JSON) and exits ``EXIT_RESIZE`` (75) when another count
 pays; the launcher relaunches on it with ``--resume 1``. ``EXIT_STOPPED`` (76): stopped on the
-launcher's Ctrl-C (forwarded as SIGUSR1), checkpoint written; 0 ends the run; any other status
-stops the launcher. Exit statuses, signals, hostfiles: docs/elastic.md. Example::
+launcher's Ctrl-C (forwarded as SIGUSR1), checkpoint written; 0 ends the run; any other end is
+a failure, restarted from the newest checkpoint on the hosts left or, when it would repeat,
+stopped (:mod:`.failures`, :mod:`.membership`). Exit statuses, signals, hostfiles, failures:
+docs/elastic.md. Example::
 
     nnabla-torus-run --slots 4 --ranks-schedule 0:1,1:2,2:4 -- \\
         python examples/imagenet/train.py --batch-schedule 0:32,1:64,2:128
