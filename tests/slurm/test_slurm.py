@@ -245,7 +245,9 @@ def test_the_sbatch_script_restarts_after_a_killed_task(slurm, tmp_path):
     text = log.read_text()
     assert killed and job.returncode == 0, out + text
     assert "restart 1 after a failure: rank 3 killed by signal 9" in text, text
-    assert re.search(r"restart 1: training again from step 1[26]: \d step\(s\) lost", text), text
+    # The kill races the step-12 checkpoint: resumed from 8 or 12, at most one interval lost
+    lost = re.search(r"restart 1: training again from step (8|12): (\d) step\(s\) lost", text)
+    assert lost and int(lost.group(2)) <= 4, text
     summary = summary_of(text)
     assert summary["steps"] == 24 and summary["ranks"] == 4, summary
     print(f"sbatch, rank 3 killed at step 12: exit 0 after {time.monotonic() - started:.1f} s, "
