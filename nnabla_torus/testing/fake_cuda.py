@@ -1,6 +1,14 @@
 """The fake GPU of the fake NCCL communicator: device placement, the CUDA kernels' rules for
 a few nnabla functions, enqueued work completed only by a host sync, and a record of streams.
 
+Device rule: a process has one fake GPU (``set_device``, nnabla's local_rank). Every nnabla
+function whose context names a device (``device_id`` not empty) must name this one, in forward
+and backward (a global function hook), and a collective or kernel refuses an array placed on
+another device. A real GPU would make the peer copy silently (nnabla's callback casts each
+gradient into the communicator's context, ext .cu ~1035-1036): every rank's network would then
+run on the GPU its context names, e.g. all of them on GPU 0. While a fake GPU is set, the CPU
+extension's contexts keep the ``device_id`` they are asked for, as a cudnn context does.
+
 It stands in for ``nnabla_ext.cuda`` (``set_device``, ``synchronize``, ``Event``) in a CPU
 run; what it mimics and what it cannot: docs/gpu.md ("The fake NCCL communicator").
 """
@@ -14,6 +22,8 @@ CUDA_LIKE = ("identity", "mul_scalar", "pow_scalar", "sum")  # nnabla functions 
 _device = [None]  # this process's fake GPU (set_device), None before
 _places = {}  # address -> (bytes, device) of arrays placed on a fake device
 _pending = []  # enqueued collectives: (requests, finish), completed by synchronize()
+HOOK = "nnabla_torus.fake_cuda.device_rule"  # the key of the global function pre hook
+_cpu_context = []  # nnabla_ext.cpu.context while set_device has replaced it
 # Stream model: the CUDA stream each collective and kernel is enqueued on, and the host syncs,
 # in order, as (stream, op, reads): ``reads`` the host addresses of the arrays it reads (lines
 # in ext multi_process_data_parallel_communicator.cu: see NCCLBackend.overlaps_backward).
@@ -55,9 +65,14 @@ def device_of(ndarray):
     return None, False
 
 
+def _process():
+    """'rank r' of this process in the MPI world (for the rule's messages)."""
+    return f"rank {MPI.COMM_WORLD.Get_rank()}"
+
+
 def check_device(ndarray, device, what):
-    """Refuse a narrowed ``ndarray`` of another device (nnabla cannot cast a child array across
-    devices); a whole array moves to ``device``, as nnabla's cast moves it."""
+    """Refuse an array of another fake GPU: a narrowed one with nnabla's own error (it cannot
+    cast a child array across devices), a whole one by the device rule (module doc)."""
     where, narrowed = device_of(ndarray)
     if where is None or where == device:
         return
@@ -65,7 +80,32 @@ def check_device(ndarray, device, what):
         raise RuntimeError(f"runtime error in {what} (fake device rule): cast of child-arrays is "
                            f"not permitted (a narrowed array on fake GPU {where} used on fake "
                            f"GPU {device})")
-    place(ndarray, device)
+    raise RuntimeError(f"fake device rule: {what} on fake GPU {device} ({_process()}) was given "
+                       f"an array of fake GPU {where}; keep every array of a rank on its GPU, "
+                       f"comm.local_rank")
+
+
+BARE = ("", "CpuArray")  # array classes of nnabla's bare contexts: the default (nn.Context's
+#                          device "0" included) and a Python function's C++ side
+_default = []  # nnabla's default context while set_device has put this process's device in it
+
+
+def kernel_device(ctx):
+    """The fake GPU a function of context ``ctx`` runs on: the device_id a context of the CPU
+    extension names; else (none named, or one of nnabla's bare contexts) this process's."""
+    if ctx.device_id and ctx.array_class not in BARE:
+        return int(ctx.device_id)
+    return 0 if _device[0] is None else _device[0]
+
+
+def _device_rule(func):
+    """Global function pre hook: ``func`` must run on this process's fake GPU. (A Python
+    function's C++ side has nnabla's bare ``nn.Context()`` whatever its own: BARE.)"""
+    device = kernel_device(func.context)
+    if _device[0] is not None and device != _device[0]:
+        raise RuntimeError(f"fake device rule: {func.info.type_name} runs on fake GPU {device} "
+                           f"in the process of fake GPU {_device[0]} ({_process()}): build the "
+                           f"graph in a context with device_id=str(comm.local_rank)")
 
 
 def _like_cuda(name, function):
@@ -74,9 +114,12 @@ def _like_cuda(name, function):
         import nnabla as nn
         ctx = nn.get_current_context()
         dtype = TYPE_CONFIGS.get(ctx.backend[0].split(":")[-1], np.float32)
+        device = kernel_device(ctx)
         if not ctx.array_class:  # nnabla's bare default context names no array class
-            ctx = nn.Context(list(ctx.backend), "CpuCachedArray", ctx.device_id)
-        device = int(ctx.device_id or 0)
+            ctx = nn.Context(list(ctx.backend), "CpuCachedArray", str(device))
+        if _device[0] is not None and device != _device[0]:
+            raise RuntimeError(f"fake device rule: F.{name} runs on fake GPU {device} in the "
+                               f"process of fake GPU {_device[0]} ({_process()})")
         for a in list(args) + list(kwargs.get("outputs") or []):
             if isinstance(a, nn.NdArray):
                 check_device(a, device, f"F.{name}")
@@ -94,22 +137,55 @@ def current_device():
     return _device[0]
 
 
+def _context_keeping_device(context):
+    """nnabla_ext.cpu.context that keeps ``device_id`` (the CPU one drops it)."""
+    def keep(type_config="float", **kw):
+        ctx = context(type_config=type_config, **kw)
+        if kw.get("device_id") not in (None, ""):
+            ctx.device_id = str(kw["device_id"])
+        return ctx
+    keep.original = context
+    return keep
+
+
 def set_device(device_id):
-    """Make this process's fake GPU ``device_id`` and give nnabla's functions the CUDA rules."""
+    """Make this process's fake GPU ``device_id``, give nnabla's functions the CUDA rules and
+    the device rule (module doc)."""
+    import nnabla as nn
     import nnabla.functions as F
+    import nnabla_ext.cpu
     _device[0] = int(device_id)
     for name in CUDA_LIKE:
         function = getattr(F, name)
         if not getattr(function, "fake_cuda", False):
             setattr(F, name, _like_cuda(name, function))
+    nn.set_function_pre_hook(HOOK, _device_rule)
+    default = nn.get_current_context()
+    if _default or default.array_class in BARE:
+        # nnabla's bare default names device "0", which a function built in it resolves to
+        # (with a real array class): it is this process's device, as a CPU context's is
+        _default[:1] = _default[:1] or [default]
+        nn.set_default_context(nn.Context(list(default.backend), "CpuCachedArray",
+                                          str(_device[0])))
+    if not _cpu_context:
+        _cpu_context.append(nnabla_ext.cpu.context)
+        nnabla_ext.cpu.context = _context_keeping_device(nnabla_ext.cpu.context)
 
 
 def reset():
     """Give nnabla's functions back, forget placements and enqueued work (tests)."""
+    import nnabla as nn
     import nnabla.functions as F
+    import nnabla_ext.cpu
     for name in CUDA_LIKE:
         function = getattr(F, name)
         setattr(F, name, getattr(function, "original", function))
+    if _device[0] is not None:
+        nn.unset_function_pre_hook(HOOK)
+    if _cpu_context:
+        nnabla_ext.cpu.context = _cpu_context.pop()
+    if _default:
+        nn.set_default_context(_default.pop())
     _device[0] = None
     _places.clear()
     _pending.clear()

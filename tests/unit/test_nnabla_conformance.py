@@ -197,3 +197,41 @@ def test_fake_rules_kernel_context_device_affinity_and_async():
     x.data[...] = 5.0  # the device has not run the collective yet: the result is not there
     fake_nccl.synchronize()
     assert np.array_equal(x.data, np.full(4, 3.0, np.float32))
+
+
+def test_fake_device_rule_refuses_a_graph_on_another_gpu():
+    """Issue 47 finding 1: a rank whose GPU is 1 running its network in a context of GPU 0
+    (what gpu_cases did on every rank but the SyncBN case) fails on the fake, in forward and in
+    backward; the same graph on the rank's own GPU runs, and an array of GPU 0 given to a
+    collective of GPU 1 is refused."""
+    import nnabla.parametric_functions as PF
+    comm = Fake(get_extension_context("cpu", type_config="float"))
+    comm.init()
+    fake_nccl.set_device(1)               # as local_rank 1's init() would
+    comm.ctx.device_id = "1"
+    for device, fails in (("0", True), ("1", False), (None, False)):
+        kw = {} if device is None else {"device_id": device}
+        ctx = get_extension_context("cpu", type_config="float", **kw)
+        assert ctx.device_id == (device or "")   # the fake keeps the device a context names
+
+        def train(ctx=ctx, name=f"net{device}"):
+            with nn.context_scope(ctx), nn.parameter_scope(name):
+                x = nn.Variable.from_numpy_array(np.ones((2, 3), np.float32))
+                y = PF.affine(x, 4)                  # Affine: the function hook
+                y.forward()
+                y.backward()
+                F.sum(y.data)                        # F.sum: a wrapped kernel
+        if fails:
+            with pytest.raises(Exception) as raised:
+                train()
+            chain = f"{raised.value!r} {raised.value.__cause__!r}"
+            assert "fake device rule: Affine runs on fake GPU 0" in chain, chain
+            with pytest.raises(RuntimeError, match="F.sum runs on fake GPU 0"):
+                with nn.context_scope(ctx):
+                    F.sum(nn.NdArray.from_numpy_array(np.ones(3, np.float32)))
+        else:
+            train()
+    other = nn.NdArray.from_numpy_array(np.zeros(8, np.float32))
+    fake_nccl.place(other, 0)
+    with pytest.raises(RuntimeError, match="was given an array of fake GPU 0"):
+        comm.all_reduce(other, inplace=True)

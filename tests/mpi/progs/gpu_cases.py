@@ -14,11 +14,17 @@ without the path under test:
   NCCL) equals ``F.batch_normalization`` of the whole global batch on the CPU: outputs, input
   gradients, running statistics.
 
+Every graph is built on the rank's own GPU, ``comm.local_rank`` (nnabla's callback casts each
+gradient into the communicator's context, ext .cu ~1035-1036: a graph on GPU 0 would run every
+rank's network there and pass through peer copies). The fake refuses another device; on real
+GPUs each process must show on its own GPU only (``nvidia-smi --query-compute-apps``).
+
     mpirun -np 2 python tests/mpi/progs/gpu_cases.py overlap fp16 norms sync-bn
 
 Prints "PASSED gpu_cases <case> rank r" per case and rank.
 """
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -35,9 +41,31 @@ from tests.mpirun import passed_line
 ON_GPU = os.environ.get("NNABLA_TORUS_BACKEND") == "nccl"
 
 
-def context(type_config, device_id="0"):
-    return get_extension_context("cudnn" if ON_GPU else "cpu", device_id=device_id,
-                                 type_config=type_config)
+DEVICE = []   # this rank's GPU, comm.local_rank (set in main once the communicator is up)
+
+
+def context(type_config):
+    """A context of ``type_config`` on this rank's GPU (the fake's keeps the device too)."""
+    ctx = get_extension_context("cudnn" if ON_GPU else "cpu", device_id=DEVICE[0],
+                                type_config=type_config)
+    assert ctx.device_id == DEVICE[0], (ctx, DEVICE)
+    return ctx
+
+
+def own_gpu_only(local_rank):
+    """On real GPUs: AssertionError unless this process is on exactly one GPU, and on GPU
+    ``local_rank`` when CUDA_VISIBLE_DEVICES does not renumber them."""
+    query = ["nvidia-smi", "--format=csv,noheader"]
+    gpus = dict(line.split(", ") for line in subprocess.run(
+        query + ["--query-gpu=uuid,index"], capture_output=True, text=True,
+        check=True).stdout.splitlines())
+    apps = subprocess.run(query + ["--query-compute-apps=pid,gpu_uuid"], capture_output=True,
+                          text=True, check=True).stdout.splitlines()
+    mine = sorted({int(gpus[uuid]) for pid, uuid in (a.split(", ") for a in apps)
+                   if int(pid) == os.getpid()})
+    assert len(mine) == 1, f"process {os.getpid()} is on GPUs {mine}, not on one"
+    if "CUDA_VISIBLE_DEVICES" not in os.environ:
+        assert mine == [local_rank], f"local rank {local_rank} is on GPU {mine[0]}"
 
 
 def reduced_grads(comm, ctx, bucket_mib=None, grad_bytes=4):
@@ -113,8 +141,7 @@ def case_sync_bn(comm):
         ref = nn.get_parameters(grad_only=False)
         want = (y.d[r * 4:(r + 1) * 4].copy(), x.g[r * 4:(r + 1) * 4].copy(),
                 ref["bn/mean"].d.copy(), ref["bn/var"].d.copy())
-    ctx = context("float", str(comm.local_rank))
-    with nn.context_scope(ctx), nn.parameter_scope("sync"):
+    with nn.context_scope(context("float")), nn.parameter_scope("sync"):
         x = nn.Variable.from_numpy_array(xs[r], need_grad=True)
         y = PF.sync_batch_normalization(x, comm, group="world", batch_stat=True)
         loss = F.sum(y * nn.Variable.from_numpy_array(ws[r]))
@@ -135,15 +162,17 @@ CASES = {"overlap": case_overlap, "fp16": case_fp16, "norms": case_norms,
 
 
 def main():
-    ctx = context("float")
-    comm = C.MultiProcessDataParallelCommunicator(ctx)
+    comm = C.MultiProcessDataParallelCommunicator(
+        get_extension_context("cudnn" if ON_GPU else "cpu", type_config="float"))
     comm.init()
-    ctx.device_id = str(comm.local_rank)     # the GPU the communicator's buffers live on
-    nn.set_default_context(ctx)
+    DEVICE.append(str(comm.local_rank))     # the GPU the communicator's buffers live on
+    nn.set_default_context(context("float"))
     assert comm.algorithm == "native", comm.algorithm     # one host: the callback path
     for name in sys.argv[1:] or list(CASES):
         CASES[name](comm)
         print(passed_line(f"gpu_cases {name} rank {comm.rank}"), flush=True)
+    if ON_GPU:
+        own_gpu_only(comm.local_rank)
     comm.close()
 
 
