@@ -15,7 +15,13 @@ this host (``planned_runs``, printed before they start):
    grid and algorithm, the NCCL mapping, DALI's batches and labels into device memory;
 2. the property suite (``tests/mpi/test_property*.py``, where present) on ``nccl``: its
    real-NCCL cases (``-k "nccl- and not fake"``, ``NNABLA_TORUS_BACKEND=nccl``), in a run and
-   verdict of their own;
+   verdict of their own; then at every GPU of the node (8 on a DGX): torus2d on each grid
+   with two sides > 1 (2x4 and 4x2) and float16 buffers only (gpu_check_cases.py);
+   ``examples/imagenet/train.py --context cudnn --algorithm planned`` end to end, 40 steps in
+   two launches (validation, checkpoints, a resume) on the embedded digits and on a folder of
+   JPEGs through DALI's GPU decoder, each process watched to stay on its own GPU
+   (``nvidia-smi``); a rank killed (SIGKILL) during an all-reduce, which must end the job
+   naming it within NNABLA_TORUS_TIMEOUT + 10 s;
 3. ``allreduce_bench``: torus2d on every grid the GPU count allows against NCCL's own
    all-reduce (``native``), device-synchronised times, busbw, exactness, at 1 MiB and at
    ResNet-50's 102,228,128 bytes of float32 gradients;
@@ -36,11 +42,14 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.comm.topology import factor_pairs
 from nnabla_torus.knobs import add_knob, number, writable_file
+import gpu_check_cases as cases  # noqa: E402  (tools/, beside this file)
+from gpu_check_cases import Case, CaseFailed  # noqa: E402
 
 RESNET50_BYTES = 25557032 * 4
 # The tests that need GPUs carry the marker `gpu` (pyproject.toml); the property suite runs
@@ -49,6 +58,7 @@ PROPERTY_TESTS = "tests/mpi/test_property*.py"
 GPU_TESTS = ["-m", "gpu", "tests", f"--ignore-glob={PROPERTY_TESTS}"]   # that suite: its own run
 PROPERTY_K = "nccl- and not fake"     # the suite's real-NCCL cases (ids nccl-2, nccl-4)
 NCCL_MIN = 21003  # nnabla-ext-cuda 1.39 refuses older NCCL
+JPEG_FOLDER = "jpeg-folder"   # the end-to-end case's JPEGs (gpu_check_cases.write_jpeg_folder)
 
 
 def wheel_library_dirs():
@@ -157,7 +167,8 @@ def run(argv, env, timeout):
     """Run ``argv``, echoing its output line by line as it comes (the device tests and
     benchmarks take minutes: a silent terminal looks hung); a CompletedProcess with the
     combined output as stdout. Past ``timeout`` seconds the child is killed and the result
-    has exit status 124 and a last line saying so (a FAIL verdict, not a traceback)."""
+    has exit status 124 and a last line saying so (a FAIL verdict, not a traceback). The
+    output ends with the time the child ended (``gpu_check_cases.ENDED``)."""
     import threading
     print("+ " + " ".join(argv), flush=True)
     child = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -176,7 +187,11 @@ def run(argv, env, timeout):
         child.kill()
         code = 124
         child.wait()
+    ended = time.time()
     reader.join(timeout=10)
+    if lines and not lines[-1].endswith("\n"):
+        lines.append("\n")
+    lines.append(f"gpu-check: ended at {ended:.3f} (exit {code})\n")   # read by the cases
     if code == 124:
         lines.append(f"gpu-check: timed out after {timeout} s and killed: {' '.join(argv)}\n")
         print(lines[-1], end="", flush=True)
@@ -191,27 +206,39 @@ def records_of(done, prefix):
 
 
 def planned_runs(gpus, json_path):
-    """[(check, argv, extra environment)] that the device checks run on ``gpus`` GPUs, in
-    order; the benchmark's records go beside ``json_path``."""
+    """[Case(check, argv, extra environment, check of the output or None)] that the device
+    checks run on ``gpus`` GPUs, in order; the benchmark's records and the end-to-end runs'
+    folders go beside ``json_path``."""
     python = sys.executable
-    runs = [("GPU tests (pytest -m gpu)", [python, "-m", "pytest", "-q", "-rs", *GPU_TESTS], {})]
+    runs = [Case("GPU tests (pytest -m gpu)", [python, "-m", "pytest", "-q", "-rs", *GPU_TESTS],
+                 {})]
     properties = sorted(os.path.relpath(p, REPO)
                         for p in glob.glob(os.path.join(REPO, PROPERTY_TESTS)))
     if properties:
-        runs.append(("property suite on nccl", [python, "-m", "pytest", "-q", "-rs", *properties,
-                                                 "-k", PROPERTY_K],
-                     {"NNABLA_TORUS_BACKEND": "nccl"}))
+        runs.append(Case("property suite on nccl", [python, "-m", "pytest", "-q", "-rs",
+                                                    *properties, "-k", PROPERTY_K],
+                         {"NNABLA_TORUS_BACKEND": "nccl"}))
+    runs += cases.property_cases(gpus)
+    work = work_dir(json_path)
+    for data_dir in ("", os.path.join(work, JPEG_FOLDER)):
+        runs += cases.e2e_cases(gpus, "cudnn", work, data_dir)
+    runs.append(cases.fault_case(gpus))
     grids = [str(g) for g in factor_pairs(gpus)]
-    runs.append(("allreduce_bench", mpirun_command(gpus, [
+    runs.append(Case("allreduce_bench", mpirun_command(gpus, [
         "tools/allreduce_bench.py", "--algorithms", "torus2d,native", "--grids", ",".join(grids),
         "--sizes", f"1M,{RESNET50_BYTES}", "--rounds", "3", "--json", bench_path(json_path)]),
         {}))
     for type_config in ("float", "half"):
-        runs.append((f"ResNet-50 train_bench {type_config}", mpirun_command(gpus, [
+        runs.append(Case(f"ResNet-50 train_bench {type_config}", mpirun_command(gpus, [
             "tools/train_bench.py", "--arch", "resnet50", "--width", "1", "--image-size",
             "224", "--batch", "32", "--iters", "10", "--overlap", "both", "--context",
             "cudnn", "--type-config", type_config]), {}))
     return runs
+
+
+def work_dir(json_path):
+    """The end-to-end runs' folder (outputs, checkpoints, the JPEG folder) beside the JSON."""
+    return os.path.abspath(os.path.splitext(json_path)[0] + "_work")
 
 
 def bench_path(json_path):
@@ -224,10 +251,10 @@ def print_plan(gpus, json_path):
     print(f"gpu-check: on a node with {gpus} GPUs it runs, in this order (children see "
           f"NNABLA_TORUS_BACKEND=nccl and the repository on PYTHONPATH):")
     runs = planned_runs(gpus, json_path)
-    for check, argv, extra in runs:
+    for check, argv, extra, _ in runs:
         env = "".join(f"{k}={v} " for k, v in extra.items())
         print(f"  {check}: {env}{shlex.join(argv)}")
-    if not any(check.startswith("property suite") for check, _, _ in runs):
+    if not any(case.name.startswith("property suite on") for case in runs):
         print(f"  (no {PROPERTY_TESTS} in this tree: no property suite to run)")
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *GPU_TESTS],
                           cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
@@ -244,8 +271,14 @@ def device_checks(gpus, env, json_path):
     bench_json = bench_path(json_path)
     if os.path.exists(bench_json):   # a failed run must not report the last run's records
         os.remove(bench_json)
-    for check, argv, extra in planned_runs(gpus, json_path):
-        done = run(argv, dict(env, **extra), 3600)
+    runs = planned_runs(gpus, json_path)
+    cases.write_jpeg_folder(os.path.join(work_dir(json_path), JPEG_FOLDER))
+    for check, argv, extra, case_check in runs:
+        with cases.ContextWatch() as contexts:
+            done = run(argv, dict(env, **extra), 3600)
+        if case_check is not None:
+            verdicts.append(case_verdict(check, case_check, done, contexts.stray()))
+            continue
         if check == "allreduce_bench":
             results["allreduce"] = (json.load(open(bench_json)) if os.path.exists(bench_json)
                                     else [])
@@ -269,6 +302,18 @@ def device_checks(gpus, env, json_path):
             tail = (done.stdout.strip().splitlines() or ["no output"])[-1]
             verdicts.append((check, "PASS" if done.returncode == 0 else "FAIL", tail))
     return results, verdicts
+
+
+def case_verdict(check, case_check, done, stray):
+    """(check, PASS or FAIL, detail) of a gpu_check_cases run; FAIL too when a process of it
+    held contexts on more than one GPU (``stray``: pid -> GPUs)."""
+    try:
+        detail = case_check(done.stdout, done.returncode)
+    except CaseFailed as e:
+        return check, "FAIL", str(e)
+    if stray:
+        return check, "FAIL", f"processes on more than one GPU: {stray}"
+    return check, "PASS", detail
 
 
 def build_parser():

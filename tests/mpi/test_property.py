@@ -27,3 +27,21 @@ def test_same_answer_on_every_backend(backend, ranks):
     out = run_mpi(ranks, [PROG, "--sequences", str(SEQUENCES), "--calls", str(CALLS)],
                   timeout=180, env=env)
     expect_passed(out, "property_cases")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["torus2d-4x2", "torus2d-2x4", "float16"])
+def test_gpu_checks_8_rank_runs_pass_on_the_fake(tmp_path, index):
+    """make gpu-check's property runs at 8 ranks (tools/gpu_check_cases.property_cases: torus2d
+    on 4x2 and 2x4, float16 buffers only), same argv and check, on the fake NCCL (issue 47)."""
+    import os
+    import sys
+    from tests.mpirun import REPO
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import gpu_check
+    import gpu_check_cases
+    case = gpu_check_cases.property_cases(8)[index]
+    env = dict(os.environ, PYTHONPATH=REPO, NNABLA_TORUS_BACKEND="fake-nccl",
+               NNABLA_TORUS_TIMEOUT="60", NNABLA_TORUS_CACHE_DIR=str(tmp_path), **case.env)
+    done = gpu_check.run(case.argv, env, 900)
+    assert case.check(done.stdout, done.returncode) == "every result equals numpy's"

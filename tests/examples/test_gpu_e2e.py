@@ -1,0 +1,48 @@
+"""make gpu-check's end-to-end case (tools/gpu_check_cases.py) run here, on the fake NCCL, with
+the same argv builder and output check as on GPUs: train.py --algorithm planned in two
+launches (validation, checkpoints, resume) on the embedded digits and on a JPEG folder; the
+fake's device rule stands in for nvidia-smi's watch (a rank touching another GPU fails)."""
+import os
+import sys
+
+import pytest
+
+from tests.mpirun import REPO
+
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import gpu_check  # noqa: E402
+import gpu_check_cases as cases  # noqa: E402
+
+RANKS = 2
+STEPS, PER_EPOCH = 32, 8   # gpu-check: 40, 10; the overlap trial needs 14 steps a launch
+
+
+def fake_env(tmp_path):
+    return dict(os.environ, PYTHONPATH=REPO, NNABLA_TORUS_BACKEND="fake-nccl",
+                NNABLA_TORUS_CACHE_DIR=str(tmp_path / "cache"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data", ["digits", "jpeg"])
+def test_the_end_to_end_case_passes_on_the_fake(tmp_path, data):
+    data_dir = cases.write_jpeg_folder(str(tmp_path / "jpegs")) if data == "jpeg" else ""
+    runs = cases.e2e_cases(RANKS, "cpu", str(tmp_path), data_dir, steps=STEPS,
+                           steps_per_epoch=PER_EPOCH)
+    assert [r.argv[r.argv.index("--max-steps") + 1] for r in runs] == ["16", "32"]
+    for case in runs:
+        done = gpu_check.run(case.argv, fake_env(tmp_path), 600)
+        detail = case.check(done.stdout, done.returncode)
+        print(f"{case.name}: {detail}")
+        assert detail.startswith(f"{case.argv[case.argv.index('--max-steps') + 1]} steps"), detail
+
+
+def test_the_end_to_end_check_refuses_what_it_should():
+    ok = ("val top-1 0.1 top-5 0.5\n  checkpoint:  /x/ckpt.npz.chk\nresumed from /x: step 20\n"
+          '{"val_top1": 0.1, "steps": 40, "in_use": {"algorithm": "native"}}\n')
+    assert "no overlap trial (planner's algorithm: native)" in cases.check_train(ok, 0, 40, True)
+    for out, code, why in [(ok, 1, "exit 1"), (ok.replace("val top-1", "v"), 0, "validation"),
+                           (ok.replace("resumed", "r"), 0, "resumed from"),
+                           (ok + "RuntimeError: fake device rule: ...", 0, "another GPU"),
+                           (ok + "; timing both on this run next", 0, "0 decisions")]:
+        with pytest.raises(cases.CaseFailed, match=why):
+            cases.check_train(out, code, 40, True)
