@@ -53,8 +53,9 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
         data.feed(t, labels)
         objective.forward(clear_no_need_grad=True)
         # Kept on the device and read once after the step: reading loss.d or logits.d here
-        # would wait for the forward to finish before backward is even enqueued.
-        step = (loss.data, F.mean(F.top_n_error(logits.data, t.data, axis=1, n=1)))
+        # would wait for the forward to finish before backward is even enqueued. A copy of the
+        # loss: loss.data itself is the next micro-batch's forward's output.
+        step = (F.identity(loss.data), F.mean(F.top_n_error(logits.data, t.data, axis=1, n=1)))
         sums = step if sums is None else tuple(F.add2(a, b) for a, b in zip(sums, step))
         reduce_now = reducer if micro == plan.accum_steps - 1 else None
         if scaler is not None:                                 # FP16: seeded with the scale
@@ -68,5 +69,13 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
         tic = time.perf_counter()
         comm.all_reduce(grads, division=True, inplace=False)
         sync_s = time.perf_counter() - tic
-    loss, error = (float(total.data) / plan.accum_steps for total in sums)
-    return loss, error, sync_s
+    both = F.concatenate(*(F.reshape(total, (1,)) for total in sums))
+    loss, error = host_read(both) / plan.accum_steps
+    return float(loss), float(error), sync_s
+
+
+def host_read(ndarray):
+    """A host copy of ``ndarray``: on a GPU the device-to-host copy waits for every kernel
+    enqueued before it (a host sync), so a step reads once what it must know on the host
+    (its loss and error here, the finiteness of its gradients in divergence.py)."""
+    return ndarray.data.copy()

@@ -32,9 +32,11 @@ _cpu_context = []  # nnabla_ext.cpu.context while set_device has replaced it
 # that wait for stream 0, see stream_kind); ("non-blocking", op): all_reduce_callback's
 # packs (cudaStreamNonBlocking, ordered by events), reads = the gradients packed;
 # ("legacy-default", "F.<name>"): the CUDA_LIKE functions, kernels on the compute stream, reads
-# = their NdArray inputs; ("host-sync", what): synchronize() and Event.synchronize(). Tests
-# read and clear it.
+# = their NdArray inputs; ("host-sync", what): synchronize(), Event.synchronize() and, per
+# gradient, a solver's check_inf_or_nan_grad (CountedSolver). Tests read and clear it.
 stream_log = []
+SOLVERS = ("Sgd", "Momentum", "Nesterov", "Lars", "Adam", "AdamW")  # counted (set_device)
+_solvers = {}  # nnabla.solvers factories while set_device has replaced them
 
 
 def _extent(ndarray):
@@ -137,6 +139,33 @@ def current_device():
     return _device[0]
 
 
+class CountedSolver:
+    """An nnabla solver whose ``check_inf_or_nan_grad`` logs the host syncs it makes on a GPU:
+    one per parameter whose gradient is not zeroing (nnabla ``src/nbla/solver.cpp`` ~310-323
+    loops over them, each a blocking thrust reduction, ext
+    ``include/nbla/cuda/solver/mixed_precision_training.cuh`` ~70-80). Everything else is the
+    solver's own."""
+
+    def __init__(self, solver):
+        object.__setattr__(self, "solver", solver)
+
+    def __getattr__(self, name):
+        return getattr(self.solver, name)
+
+    def check_inf_or_nan_grad(self):
+        for v in self.solver.get_parameters().values():
+            if not v.grad.zeroing:
+                stream_log.append(("host-sync", "check_inf_or_nan_grad", ()))
+        return self.solver.check_inf_or_nan_grad()
+
+
+def _counted(factory):
+    def make(*args, **kwargs):
+        return CountedSolver(factory(*args, **kwargs))
+    make.original = factory
+    return make
+
+
 def _context_keeping_device(context):
     """nnabla_ext.cpu.context that keeps ``device_id`` (the CPU one drops it)."""
     def keep(type_config="float", **kw):
@@ -167,6 +196,10 @@ def set_device(device_id):
         _default[:1] = _default[:1] or [default]
         nn.set_default_context(nn.Context(list(default.backend), "CpuCachedArray",
                                           str(_device[0])))
+    import nnabla.solvers as S
+    for name in SOLVERS if not _solvers else ():
+        _solvers[name] = getattr(S, name)
+        setattr(S, name, _counted(_solvers[name]))
     if not _cpu_context:
         _cpu_context.append(nnabla_ext.cpu.context)
         nnabla_ext.cpu.context = _context_keeping_device(nnabla_ext.cpu.context)
@@ -186,6 +219,10 @@ def reset():
         nnabla_ext.cpu.context = _cpu_context.pop()
     if _default:
         nn.set_default_context(_default.pop())
+    import nnabla.solvers as S
+    for name, factory in _solvers.items():
+        setattr(S, name, factory)
+    _solvers.clear()
     _device[0] = None
     _places.clear()
     _pending.clear()

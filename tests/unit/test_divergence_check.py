@@ -17,14 +17,16 @@ from run_state import Progress  # noqa: E402
 
 
 def run_with(grad, scaler=None):
-    """A run whose one parameter has gradient ``grad`` (nnabla's own solver checks it)."""
+    """A run whose one parameter has gradient ``grad``."""
     nn.clear_parameters()
     w = nn.parameter.get_parameter_or_create("w", (3,))
     w.g = np.asarray(grad, np.float32)
     solver = S.Momentum(0.1, 0.9)
     solver.set_parameters({"w": w})
+    # issue 47: the check reads the gradients (one fused sum), not the solver's per-parameter
+    # check_inf_or_nan_grad; the scaler still asks the solver
     return SimpleNamespace(parallel=SimpleNamespace(scaler=scaler),
-                           net=SimpleNamespace(solvers=solver))
+                           net=SimpleNamespace(solvers=solver, grads=[w.grad]))
 
 
 def test_non_finite_all_reduced_gradients_are_seen_without_a_collective():
@@ -56,3 +58,31 @@ def test_non_finite_steps_are_counted_in_a_row_from_the_first():
         if step == 3:
             assert (progress.nonfinite_steps, progress.first_nonfinite) == (2, 2)
     assert (progress.nonfinite_steps, progress.first_nonfinite) == (1, 5)
+
+
+def test_issue47_the_fused_sum_sees_what_check_inf_or_nan_grad_sees():
+    """gradient_abs_sum over several gradients (zeroing ones left out) is finite exactly when
+    nnabla's own check finds no inf or NaN in any of them."""
+    from divergence import gradient_abs_sum
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        nn.clear_parameters()
+        params = {f"w{k}": nn.parameter.get_parameter_or_create(f"w{k}", (int(n),))
+                  for k, n in enumerate(rng.integers(1, 50, 5))}
+        for v in params.values():
+            v.g = rng.standard_normal(v.shape).astype(np.float32)
+        if trial % 3:
+            bad = params[f"w{rng.integers(5)}"]
+            g = bad.g.copy()
+            g[rng.integers(g.size)] = [math.inf, -math.inf, math.nan][trial % 3]
+            bad.g = g
+        params["w4"].grad.zero()                   # zeroing: skipped by both
+        solver = S.Momentum(0.1, 0.9)
+        solver.set_parameters(params)
+        total = gradient_abs_sum([v.grad for v in params.values()])
+        assert total.shape == (1,)
+        assert math.isfinite(float(total.data[0])) == (not solver.check_inf_or_nan_grad())
+        want = sum(np.abs(v.g).sum() for k, v in params.items() if k != "w4")
+        if math.isfinite(want):
+            np.testing.assert_allclose(total.data[0], want, rtol=1e-5)
+    nn.clear_parameters()

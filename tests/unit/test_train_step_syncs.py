@@ -107,3 +107,32 @@ def test_device_labels_are_fed_on_the_device_not_through_the_host():
     assert events == ["forward", "backward", "forward", "backward", "all_reduce"]
     assert (mean_loss, error) == (1.5, 0.5)
     np.testing.assert_array_equal(t.d, [[0], [2]])
+
+
+class ChangingLoss:
+    """An objective whose forward writes micro-batch k's loss into ``loss.data`` (as nnabla's
+    forward rewrites the loss variable's array)."""
+
+    def __init__(self, loss, values):
+        self.loss, self.values = loss, list(values)
+
+    def forward(self, **kwargs):
+        self.loss.data.data[...] = self.values.pop(0)
+
+    def backward(self, **kwargs):
+        pass
+
+
+def test_issue47_the_accumulated_loss_is_the_mean_of_the_micro_batches():
+    """Before: the first micro-batch's sum held ``loss.data`` itself, which the next forward
+    overwrote, so 2 micro-batches of losses 1 and 3 logged 3 (the last one twice), not 2."""
+    events = []
+    x, t = nn.Variable((2, 1)), nn.Variable((2, 1))
+    loss = DeviceOnly(0.0, events)
+    logits = DeviceOnly([[0.9, 0.1, 0.0], [0.8, 0.1, 0.1]], events)
+    for values, want in (([1.0, 3.0], 2.0), ([1.0, 3.0, 8.0], 4.0), ([5.0], 5.0)):
+        plan = BatchPlan(2 * len(values), 2, len(values), 1.0, False, "test")
+        graph = (x, t, loss, ChangingLoss(loss, values), logits)
+        mean_loss, error, _ = train.train_step(Stream(), graph, plan, Solvers(), Comm(events),
+                                               [], None, None)
+        assert (mean_loss, error) == (want, 0.5), values
