@@ -101,9 +101,13 @@ class Loader:
             self._start()
 
     def _start(self):
-        """(Re)build the pipeline from the current step on, known bad images replaced."""
+        """(Re)build the pipeline from the current step on, known bad images replaced. Only
+        the batches DALI reads first are screened (each file opened twice: on NFS or Lustre the
+        whole shard took minutes before the first batch); a bad image further on fails DALI's
+        batch and is found then (``_find_bad``), or taken out once for all by
+        ``tools/make_imagenet_lists.py --verify``."""
         first = self._step * self.batch_size
-        self._screen(self._indices[first:])
+        self._screen(self._indices[first:first + self._window * self.batch_size])
         rows = self._indices[first:].copy()
         bad = np.isin(rows, list(self._dataset.bad))
         if bad.any():
@@ -238,14 +242,31 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
     return loader
 
 
-def threads_per_rank(local_ranks, cpus=None, on_gpu=False):
-    """DALI worker threads for one of ``local_ranks`` ranks on this host (at least 1): its share
-    of the host's CPUs for a GPU pipeline, else of the CPUs this process may use. The mixed (GPU)
-    JPEG decoder still parses and does its Huffman stage on these host threads, so one thread
-    starves a GPU. A GPU pipeline pins its workers to the CPUs near its GPU itself
-    (``set_affinity``, nvmlDeviceGetCpuAffinity: DALI docs, "Performance Tuning", Thread
-    Affinity), so a rank bound to one core (``mpirun --bind-to core``: sched_getaffinity = 1 CPU)
-    no longer gets 1 thread that shares that core with training."""
+MAX_THREADS = 16   # DALI threads per rank at most: ranks that share one binding mask (Open MPI
+#                    binds to the package above 2 ranks) would otherwise each take all of it
+
+
+def rank_cpus(local_ranks):
+    """(CPUs this rank may use, whence): Slurm's --cpus-per-task (``SLURM_CPUS_PER_TASK``) within
+    the rank's affinity mask; else the mask (``os.sched_getaffinity``: cgroups, taskset, mpirun's
+    binding), shared by the host's ``local_ranks`` ranks when it is the whole host (no binding).
+    ``os.cpu_count()`` counts the host whatever the job was given."""
+    mask = len(os.sched_getaffinity(0))
+    slurm = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if slurm.isdigit() and int(slurm) > 0:
+        return min(int(slurm), mask), "Slurm's --cpus-per-task"
+    if mask >= (os.cpu_count() or mask):
+        return max(1, mask // max(1, local_ranks)), f"the host's CPUs / {local_ranks} ranks"
+    return mask, "the rank's CPU binding"
+
+
+def threads_per_rank(local_ranks, cpus=None):
+    """DALI worker threads for one of ``local_ranks`` ranks on this host: the CPUs it may use
+    (``rank_cpus``; ``cpus``: the host's, shared), at least 1, at most MAX_THREADS. The mixed
+    (GPU) JPEG decoder still parses and does its Huffman stage on these host threads, so one
+    thread starves a GPU: bind each rank to its cores near its GPU (docs/gpu.md, "Binding")."""
     if cpus is None:
-        cpus = os.cpu_count() if on_gpu else len(os.sched_getaffinity(0))
-    return max(1, cpus // max(1, local_ranks))
+        cpus = rank_cpus(local_ranks)[0]
+    else:
+        cpus //= max(1, local_ranks)
+    return max(1, min(MAX_THREADS, cpus))

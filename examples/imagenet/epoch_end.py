@@ -29,6 +29,7 @@ def validate(val_set, model, cfg, comm, device_id, log, dtype="float"):
     counts = np.zeros(4, np.float32)              # correct top-1, correct top-5, images, bad
     loader = data.make_loader(val_set, batch, comm.rank, comm.size, train=False,
                               image_size=cfg.image_size, device_id=device_id,
+                              num_threads=data.threads_per_rank(comm.local_size),
                               on_bad=cfg.bad_images, dtype=dtype)
     for images, labels in loader:
         data.feed(x, images)

@@ -22,7 +22,7 @@ class TrainStream:
 
     def __init__(self, train_set, cfg, comm, device_id, state=None, dtype="float"):
         self.layout = resize.EpochLayout(len(train_set), cfg.seed, comm.size, state)
-        threads = data.threads_per_rank(comm.local_size, on_gpu=device_id is not None)
+        threads = data.threads_per_rank(comm.local_size)
         self.make = lambda **kw: data.make_loader(
             train_set, rank=comm.rank, size=comm.size, train=True, image_size=cfg.image_size,
             seed=cfg.seed, device_id=device_id, num_threads=threads,

@@ -184,10 +184,30 @@ def test_issue19_dali_threads_come_from_the_cpu_count():
     assert data.threads_per_rank(4, cpus=2) == 1 and data.threads_per_rank(0, cpus=4) == 4
 
 
-def test_issue33_a_gpu_pipeline_shares_the_host_s_cpus_whatever_the_rank_s_binding(monkeypatch):
-    """Under ``mpirun --bind-to core`` a rank may use 1 CPU: its DALI got 1 thread. A GPU
-    pipeline counts the host's CPUs and pins its workers near its GPU (set_affinity)."""
-    monkeypatch.setattr(data.os, "sched_getaffinity", lambda pid: {3})   # bound to one core
+def test_issue47_threads_come_from_the_cpus_the_rank_was_given(monkeypatch):
+    """Issue 33 gave a GPU pipeline the host's share (os.cpu_count() / ranks) whatever the
+    rank's binding; issue 47: that ignores cgroups, taskset and Slurm's --cpus-per-task and
+    puts threads on cores another rank was given. Now: Slurm's CPUs per task, else the
+    affinity mask (shared by the host's ranks only when it is the whole host), capped."""
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     monkeypatch.setattr(data.os, "cpu_count", lambda: 64)
-    assert data.threads_per_rank(8) == 1                     # CPU pipeline: the rank's CPUs
-    assert data.threads_per_rank(8, on_gpu=True) == 8        # GPU pipeline: the host's share
+    monkeypatch.setattr(data.os, "sched_getaffinity", lambda pid: {3})   # bound to one core
+    assert data.threads_per_rank(8) == 1
+    monkeypatch.setattr(data.os, "sched_getaffinity", lambda pid: set(range(6)))  # 6 cores
+    assert data.threads_per_rank(8) == 6
+    monkeypatch.setattr(data.os, "sched_getaffinity", lambda pid: set(range(64)))  # unbound
+    assert data.threads_per_rank(8) == 8 and data.threads_per_rank(2) == data.MAX_THREADS
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "2")
+    assert data.threads_per_rank(8) == 2 and data.rank_cpus(8)[1] == "Slurm's --cpus-per-task"
+
+
+def test_issue47_only_the_first_batches_are_screened_before_the_first_batch(indexed,
+                                                                            monkeypatch):
+    """Every file of the shard was opened (head and tail) before the first batch: minutes on
+    NFS or Lustre. Now only the batches DALI reads first; the rest is found when read."""
+    opened = []
+    monkeypatch.setattr(data, "screen", lambda path: opened.append(path))
+    loader = data.make_loader(indexed, 2, rank=0, size=1, train=False, image_size=16,
+                              prefetch=1)
+    next(loader)
+    assert 0 < len(opened) <= (1 + 2) * 2 < len(indexed), (len(opened), len(indexed))
