@@ -27,9 +27,9 @@ _cpu_context = []  # nnabla_ext.cpu.context while set_device has replaced it
 # Stream model: the CUDA stream each collective and kernel is enqueued on, and the host syncs,
 # in order, as (stream, op, reads): ``reads`` the host addresses of the arrays it reads (lines
 # in ext multi_process_data_parallel_communicator.cu: see NCCLBackend.overlaps_backward).
-# ("legacy-default", op): reduce_scatter / all_gather, and all_reduce / reduce / bcast unless
-# in place on a list (stream 0 or nullptr); ("blocking", op): those in place on a list (streams
-# that wait for stream 0, see stream_kind); ("non-blocking", op): all_reduce_callback's
+# ("legacy-default", op): reduce_scatter / all_gather, and all_reduce / reduce / bcast packed
+# (stream 0 or nullptr); ("blocking", op): those in place, one array or a list (streams that
+# wait for stream 0, see stream_kind); ("non-blocking", op): all_reduce_callback's
 # packs (cudaStreamNonBlocking, ordered by events), reads = the gradients packed;
 # ("legacy-default", "F.<name>"): the CUDA_LIKE functions, kernels on the compute stream, reads
 # = their NdArray inputs; ("host-sync", what): synchronize(), Event.synchronize() and, per
@@ -262,11 +262,13 @@ class Event:
         complete()
 
 
-def stream_kind(data, inplace):
-    """The stream nnabla enqueues all_reduce / reduce / bcast on: an in-place list round-robins
-    over streams from plain cudaStreamCreate (ext .cu 434, 747), anything else passes nullptr,
-    the legacy default stream (754, 774, 874)."""
-    return "blocking" if inplace and isinstance(data, list) else "legacy-default"
+def stream_kind(inplace):
+    """The stream nnabla enqueues all_reduce / reduce / bcast on. Its Python binding wraps one
+    NdArray in a list (communicator.pyx ~241-250, ~361-370), so every call is the list form:
+    in place, round-robin over the communicator's streams from plain cudaStreamCreate (ext .cu
+    ~432-435, ~739-748: "blocking", ordered with stream 0); packed, nullptr (the legacy
+    default stream)."""
+    return "blocking" if inplace else "legacy-default"
 
 
 def enqueue(requests, finish, stream, op, reads=()):

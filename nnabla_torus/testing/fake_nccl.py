@@ -223,7 +223,7 @@ class FakeMultiProcessDataParallelCommunicator:
         for batch in batches:
             large, flats = self._pack(batch)
             self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f),
-                             stream_kind(data, inplace))
+                             stream_kind(inplace))
 
     def _rooted(self, group, root, data, inplace, op):
         """Member and root checks; (comm, position, batches of arrays NCCL moves)."""
@@ -248,7 +248,7 @@ class FakeMultiProcessDataParallelCommunicator:
             large, flats = self._pack(batch)
             flats = flats if me == dst else []
             self._gather_sum(comm, large, division, lambda total, f=flats: self._unpack(total, f),
-                             stream_kind(data, inplace), "reduce")
+                             stream_kind(inplace), "reduce")
 
     def bcast(self, data, src, inplace=False, group="world"):
         """ncclBcast from group position ``src``."""
@@ -257,7 +257,7 @@ class FakeMultiProcessDataParallelCommunicator:
             large, flats = self._pack(batch)
             enqueue([comm.Ibcast(raw(large), root=src)],
                      lambda large=large, flats=flats: self._unpack(large, flats),
-                     stream_kind(data, inplace), "bcast")
+                     stream_kind(inplace), "bcast")
 
     def all_gather(self, ndarray, ndarray_list, group="world"):
         """ncclAllGather: member i's ``ndarray`` lands at offset i * size of the list."""

@@ -235,3 +235,20 @@ def test_fake_device_rule_refuses_a_graph_on_another_gpu():
     fake_nccl.place(other, 0)
     with pytest.raises(RuntimeError, match="was given an array of fake GPU 0"):
         comm.all_reduce(other, inplace=True)
+
+
+def test_issue47_one_ndarray_in_place_runs_on_the_communicators_own_streams():
+    """nnabla's Python all_reduce / bcast wrap one NdArray in a list (communicator.pyx
+    ~241-250, ~361-370): in place, it runs on the communicator's blocking streams like a list;
+    packed, on the legacy default stream. The fake said stream 0 for one NdArray."""
+    comm = Fake(get_extension_context("cpu", type_config="float"))
+    comm.init()
+    fake_nccl.stream_log.clear()
+    for data, inplace in ((nn.NdArray.from_numpy_array(np.ones(4, np.float32)), True),
+                          ([nn.NdArray.from_numpy_array(np.ones(4, np.float32))], True),
+                          (nn.NdArray.from_numpy_array(np.ones(4, np.float32)), False)):
+        comm.all_reduce(data, inplace=inplace)
+        comm.bcast(data, 0, inplace=inplace)
+    fake_nccl.synchronize()
+    kinds = [e[0] for e in fake_nccl.stream_log if e[0] != "host-sync"]
+    assert kinds == ["blocking"] * 4 + ["legacy-default"] * 2, fake_nccl.stream_log

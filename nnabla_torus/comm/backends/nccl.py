@@ -52,13 +52,16 @@ class NCCLBackend(PaddedChunks, DeviceBuffers):
     """Torus primitives on nnabla-ext-cuda's NCCL communicator (``fake_device``: on that stand-in
     for ``nnabla_ext.cuda``, e.g. :mod:`nnabla_torus.testing.fake_nccl`)."""
 
-    # Every call this backend makes enqueues NCCL on CUDA's legacy default stream, the stream
-    # nnabla's kernels run on: reduce_scatter and all_gather pass stream 0, a single-NdArray
-    # all_reduce and bcast pass nullptr (ext src/nbla/cuda/communicator/
-    # multi_process_data_parallel_communicator.cu ~773, ~822-824, ~874, ~914-916). NCCL's
-    # kernels queue behind backward's, so all-reducing buckets during backward cannot overlap
-    # on the device; only nnabla's all_reduce_callback uses non-blocking streams (~998-1000,
-    # 1049-1050, 1119-1135).
+    # Every call this backend makes enqueues NCCL in order with the stream nnabla's kernels
+    # run on, CUDA's legacy default stream: reduce_scatter and all_gather pass stream 0 (ext
+    # src/nbla/cuda/communicator/multi_process_data_parallel_communicator.cu ~822-824,
+    # ~914-916); the in-place all_reduce and bcast of one NdArray reach the list form (nnabla
+    # python/src/nnabla/communicator.pyx ~241-250, ~361-370), which enqueues on the
+    # communicator's own streams, made by plain cudaStreamCreate (ext .cu ~432-435, ~739-748):
+    # blocking streams, which wait for stream 0's work and it for theirs. NCCL's kernels queue
+    # behind backward's, so all-reducing buckets during backward cannot overlap on the device;
+    # only nnabla's all_reduce_callback uses non-blocking streams (~998-1000, 1049-1050,
+    # 1119-1135).
     overlaps_backward = False
 
     def __init__(self, ctx, timeout=DEFAULTS["timeout"], fake_device=None):
