@@ -10,7 +10,9 @@ each with a validation per epoch; on the embedded digits (DALI over its JPEG cac
 folder of larger JPEGs of varied sizes (``write_jpeg_folder``; on a GPU decoded by nvJPEG,
 DALI's "mixed" decoder). Checked: exit 0, the validation and checkpoint lines, the resume, the
 overlap trial's legs (when the planner's choice started one: both configurations timed, one
-decision) and no stray device context (``ContextWatch`` on GPUs; the fake's device rule here).
+decision; on real GPUs of one host none must start: the planner keeps nnabla's own path,
+native with its callback, the most travelled one) and no stray device context
+(``ContextWatch`` on GPUs; the fake's device rule here).
 
 Example::
 
@@ -90,17 +92,20 @@ def e2e_cases(ranks, context, workdir, data_dir="", python=None, steps=E2E_STEPS
               "--warmup-epochs", "0", "--checkpoint-every", str(max(1, steps_per_epoch // 2)),
               "--progress", "0", "--seed", "5"]
     half = steps // 2
+    native = context != "cpu"     # one NCCL host: nnabla's own path (module doc)
     first = mpirun_command(ranks, common + ["--max-steps", str(half)], python=python)
     second = mpirun_command(ranks, common + ["--max-steps", str(steps), "--resume", "1"],
                             python=python)
     return [Case(f"train.py end to end, {name}, steps 0-{half}", first, {},
-                 lambda out, code: check_train(out, code, half, resumed=False)),
+                 lambda out, code: check_train(out, code, half, False, native)),
             Case(f"train.py end to end, {name}, resumed, steps {half}-{steps}", second, {},
-                 lambda out, code: check_train(out, code, steps, resumed=True))]
+                 lambda out, code: check_train(out, code, steps, True, native))]
 
 
-def check_train(out, code, steps, resumed):
-    """The detail line of a train.py launch that did what the case asks; CaseFailed if not."""
+def check_train(out, code, steps, resumed, native=False):
+    """The detail line of a train.py launch that did what the case asks; CaseFailed if not.
+    ``native``: the run must have kept nnabla's own path, native with its callback and no
+    overlap trial (what the planner chooses on one NCCL host)."""
     tail = "\n".join(out.splitlines()[-15:])
     _expect(code == 0, f"exit {code}: {tail}")
     _expect("fake device rule" not in out, "a graph or array on another GPU (fake device rule)")
@@ -110,8 +115,10 @@ def check_train(out, code, steps, resumed):
     _expect(summary and int(summary[-1]) == steps, f"not {steps} steps: {summary}")
     if resumed:
         _expect(re.search(r"^resumed from \S+: step \d+", out, re.M), "no 'resumed from' line")
-    return f"{steps} steps, validated, checkpointed{', resumed' if resumed else ''}; " + \
-        overlap_legs(out)
+    legs = overlap_legs(out)
+    _expect(not native or legs == "no overlap trial (planner's algorithm: native)",
+            f"one NCCL host left nnabla's own path (native, its callback): {legs}")
+    return f"{steps} steps, validated, checkpointed{', resumed' if resumed else ''}; {legs}"
 
 
 def overlap_legs(out):
