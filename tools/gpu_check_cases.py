@@ -80,9 +80,11 @@ def write_jpeg_folder(root, classes=4, per_class=48, val_per_class=8, seed=0):
 
 
 def e2e_cases(ranks, context, workdir, data_dir="", python=None, steps=E2E_STEPS,
-              steps_per_epoch=STEPS_PER_EPOCH):
-    """The two launches of the end-to-end case on ``ranks`` ranks (module doc); ``steps``
-    and ``steps_per_epoch`` fewer for the fake on a few CPU cores."""
+              steps_per_epoch=STEPS_PER_EPOCH, extra=()):
+    """The two launches of the end-to-end case on ``ranks`` ranks (module doc). The digits
+    train the demo's ResNet-18 x0.125, a JPEG folder the ImageNet recipe's ResNet-50 (its 161
+    gradients through nnabla's callback); ``steps``, ``steps_per_epoch`` and ``extra``
+    train.py flags (e.g. a smaller network) for the fake on a few CPU cores."""
     name = "jpeg folder" if data_dir else "embedded digits"
     out_dir = os.path.join(workdir, "e2e-" + ("jpeg" if data_dir else "digits"))
     common = [TRAIN, "--context", context, "--algorithm", "planned", "--data-dir", data_dir,
@@ -90,7 +92,7 @@ def e2e_cases(ranks, context, workdir, data_dir="", python=None, steps=E2E_STEPS
               "--image-size", "32", "--local-batch", str(LOCAL_BATCH), "--batch-schedule",
               f"0:{LOCAL_BATCH * ranks}", "--epochs", str(steps // steps_per_epoch + 1),
               "--warmup-epochs", "0", "--checkpoint-every", str(max(1, steps_per_epoch // 2)),
-              "--progress", "0", "--seed", "5"]
+              "--progress", "0", "--seed", "5", *extra]
     half = steps // 2
     native = context != "cpu"     # one NCCL host: nnabla's own path (module doc)
     first = mpirun_command(ranks, common + ["--max-steps", str(half)], python=python)

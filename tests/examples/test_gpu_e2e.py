@@ -26,8 +26,9 @@ def fake_env(tmp_path):
 @pytest.mark.parametrize("data", ["digits", "jpeg"])
 def test_the_end_to_end_case_passes_on_the_fake(tmp_path, data):
     data_dir = cases.write_jpeg_folder(str(tmp_path / "jpegs")) if data == "jpeg" else ""
+    small = ["--arch", "resnet18", "--width", "0.125"]    # a JPEG folder's recipe: ResNet-50
     runs = cases.e2e_cases(RANKS, "cpu", str(tmp_path), data_dir, steps=STEPS,
-                           steps_per_epoch=PER_EPOCH)
+                           steps_per_epoch=PER_EPOCH, extra=small if data_dir else ())
     assert [r.argv[r.argv.index("--max-steps") + 1] for r in runs] == ["16", "32"]
     for case in runs:
         done = gpu_check.run(case.argv, fake_env(tmp_path), 600)
