@@ -63,6 +63,10 @@ def own_gpu_only(local_rank):
                           text=True, check=True).stdout.splitlines()
     mine = sorted({int(gpus[uuid]) for pid, uuid in (a.split(", ") for a in apps)
                    if int(pid) == os.getpid()})
+    if not mine:   # in a container's PID namespace nvidia-smi lists the host's PIDs only
+        print(f"gpu_cases: nvidia-smi lists no process {os.getpid()} (another PID namespace?): "
+              f"GPU placement unchecked on rank with local rank {local_rank}", flush=True)
+        return
     assert len(mine) == 1, f"process {os.getpid()} is on GPUs {mine}, not on one"
     if "CUDA_VISIBLE_DEVICES" not in os.environ:
         assert mine == [local_rank], f"local rank {local_rank} is on GPU {mine[0]}"
