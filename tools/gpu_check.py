@@ -277,7 +277,10 @@ def device_checks(gpus, env, json_path):
         with cases.ContextWatch() as contexts:
             done = run(argv, dict(env, **extra), 3600)
         if case_check is not None:
-            verdicts.append(case_verdict(check, case_check, done, contexts.stray()))
+            check, verdict, detail = case_verdict(check, case_check, done, contexts.stray())
+            if not contexts.seen:   # a container's PID namespace hides the ranks' PIDs
+                detail += "; nvidia-smi listed no process: GPU placement unchecked"
+            verdicts.append((check, verdict, detail))
             continue
         if check == "allreduce_bench":
             results["allreduce"] = (json.load(open(bench_json)) if os.path.exists(bench_json)
