@@ -207,6 +207,8 @@ def test_issue47_only_the_first_batches_are_screened_before_the_first_batch(inde
     NFS or Lustre. Now only the batches DALI reads first; the rest is found when read."""
     opened = []
     monkeypatch.setattr(data, "screen", lambda path: opened.append(path))
+    monkeypatch.setattr(indexed, "screened", np.zeros_like(indexed.screened))  # the module's
+    # fixture is shared: earlier tests' loaders screened its files already
     loader = data.make_loader(indexed, 2, rank=0, size=1, train=False, image_size=16,
                               prefetch=1)
     next(loader)
