@@ -116,11 +116,11 @@ def save(folder, key, series, step_times, run, path=None):
     path = path or prior_path(folder, key)
     points = trusted_points(series)
     stored, stored_step_times = _stored(path, key)
-    if stored and merged(stored, points) is stored:
+    kept = merged(stored, points)
+    if stored and kept is stored:
         return path                              # nothing to add: the stored prior stays
-    points = merged(stored, points)
     saved = {"key": key, "run": run, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-             "noise_scale": points,
+             "noise_scale": kept,
              "step_times": step_times if step_times is not None else stored_step_times}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     temporary = f"{path}.tmp{os.getpid()}"
