@@ -10,7 +10,7 @@ each with a validation per epoch; on the embedded digits (DALI over its JPEG cac
 folder of larger JPEGs of varied sizes (``write_jpeg_folder``; on a GPU decoded by nvJPEG,
 DALI's "mixed" decoder). Checked: exit 0, the validation and checkpoint lines, the resume, the
 overlap trial's legs (when the planner's choice started one: both configurations timed, one
-decision; on real GPUs of one host the detail line notes a run that left nnabla's own path,
+decision; on real GPUs of one host none must start: the planner keeps nnabla's own path,
 native with its callback, the most travelled one) and no stray device context
 (``ContextWatch`` on GPUs; the fake's device rule here).
 
@@ -106,8 +106,8 @@ def e2e_cases(ranks, context, workdir, data_dir="", python=None, steps=E2E_STEPS
 
 def check_train(out, code, steps, resumed, native=False):
     """The detail line of a train.py launch that did what the case asks; CaseFailed if not.
-    ``native``: one NCCL host, where the run should keep nnabla's own path, native with its
-    callback and no overlap trial; the detail line notes it when the planner chose otherwise."""
+    ``native``: the run must have kept nnabla's own path, native with its callback and no
+    overlap trial (what the planner chooses on one NCCL host)."""
     tail = "\n".join(out.splitlines()[-15:])
     _expect(code == 0, f"exit {code}: {tail}")
     _expect("fake device rule" not in out, "a graph or array on another GPU (fake device rule)")
@@ -118,11 +118,8 @@ def check_train(out, code, steps, resumed, native=False):
     if resumed:
         _expect(re.search(r"^resumed from \S+: step \d+", out, re.M), "no 'resumed from' line")
     legs = overlap_legs(out)
-    if native and legs != "no overlap trial (planner's algorithm: native)":
-        # Reported, not failed: the planner's cost model charges nnabla's callback 161 host
-        # syncs a step and may prefer torus2d on one host; whether they hide behind backward
-        # is what this run on real GPUs shows (compare the trial's two legs in its log).
-        legs += "; NOTE: one NCCL host left nnabla's own path (native with its callback)"
+    _expect(not native or legs == "no overlap trial (planner's algorithm: native)",
+            f"one NCCL host left nnabla's own path (native, its callback): {legs}")
     return f"{steps} steps, validated, checkpointed{', resumed' if resumed else ''}; {legs}"
 
 

@@ -17,13 +17,13 @@ _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", 
              "reduce_ns_per_byte", "native_switch_bytes", "software", "models",
              "oversubscribed_wait_us", "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
              "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "calibration", "racks", "run",
-             "auto_tables"}
+             "auto_tables", "host_mpi_latency_us"}
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
 _MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host",
                "gflops_per_image",   # optional: training GFLOPs per image (model_cost)
                "grad_arrays",        # optional: gradient arrays per backward (overlap_choice)
-               "finite_check_us",    # optional: inf/NaN check per gradient array (framework)
+               "finite_check_us",    # optional: the inf/NaN check per step (framework)
                "params"}             # optional: parameters (checkpoint_interval's state size)
 _RACK_KEYS = {"hosts_per_rack", "spine", "oversubscription"}
 _AUTO_KEYS = {"ranks", "ranks_per_host", "bounds", "algorithms"}
@@ -151,7 +151,7 @@ def profile_from_dict(raw):
     required = _TOP_KEYS - {"description", "calibration", "software", "oversubscribed_wait_us",
                             "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
                             "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "racks", "run",
-                            "auto_tables"}
+                            "auto_tables", "host_mpi_latency_us"}
     _check_keys("top level", raw, _TOP_KEYS, required)
     _check_keys("links", raw["links"], {"intra", "inter"}, {"intra", "inter"})
     software = raw.get("software") or {}
@@ -174,7 +174,9 @@ def profile_from_dict(raw):
                       _flag("native_hierarchical", raw.get("native_hierarchical", False)),
                       _number(top, raw, "oversubscribed_hosts_wait_us", default=0.0) * 1e-6,
                       int(_number(top, raw, "torus_pipeline_MiB", default=0) * (1 << 20)),
-                      **_racks(raw.get("racks"), _number(top, raw, "hosts", 1, kind=int)))
+                      **_racks(raw.get("racks"), _number(top, raw, "hosts", 1, kind=int)),
+                      host_mpi_latency_s=_number(top, raw, "host_mpi_latency_us",
+                                                 default=0.0) * 1e-6)
     if network.cache_bytes and network.cache_bandwidth_Bps <= 0:
         raise ValueError("profile: cache_MiB > 0 needs cache_bandwidth_GBps > 0")
     _check_keys("models", raw["models"], raw["models"] or {})
@@ -210,6 +212,7 @@ def profile_to_dict(prof):
            "native_hierarchical": bool(net.native_hierarchical),
            "oversubscribed_hosts_wait_us": float(net.oversubscribed_hosts_wait_s * 1e6),
            "torus_pipeline_MiB": net.torus_pipeline_bytes / (1 << 20),
+           "host_mpi_latency_us": round(float(net.host_mpi_latency_s * 1e6), 6),
            "software": {k: {"step_us": float(v.step_s * 1e6),
                             "ns_per_byte": float(v.s_per_byte * 1e9)}
                         for k, v in (net.software or {}).items()},

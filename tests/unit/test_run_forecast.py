@@ -48,14 +48,16 @@ def test_held_out_check_on_the_published_runs():
     v1, v2 = run_forecast.load_recipe("sony-224s"), run_forecast.load_recipe("sony-122s")
     # 64.2 s before issue 48. Now the V100 compute is fitted to published runs (a = 3.256 ms for
     # every GPU, docs/fidelity.md) and the step pays what nnabla adds (the inf/NaN check), the
-    # start-up (57.6 s at 272 hosts) is charged but not held against the published time
+    # start-up (57.6 s at 272 hosts) is charged but not held against the published time.
+    # 59.1 s while the check waited once per gradient array (issue 47: one fused check)
     run = run_forecast.predict_run(prof, "resnet50", v1)
-    assert run.timed_s == pytest.approx(59.1, abs=0.1) and run.fixed["startup"] > 50
+    assert run.timed_s == pytest.approx(56.3, abs=0.1) and run.fixed["startup"] > 50
     b = run_forecast.fit_compute(prof, "resnet50", v1, v1.expected["time_s"])
-    assert b * 1e3 == pytest.approx(3.626, abs=0.01)          # ~119 ms of compute per step of 32
+    assert b * 1e3 == pytest.approx(3.676, abs=0.01)          # ~121 ms of compute per step of 32
     fitted = run_forecast.with_compute(prof, "resnet50", b)
     eff = run_forecast.predict_efficiency(fitted, "resnet50", v1.expected["scaling_gpus"], 32)
-    assert eff == pytest.approx(0.930, abs=1e-3)   # published 0.9162 (before: 0.9578; 4x272 grid)
+    assert eff == pytest.approx(0.925, abs=1e-3)   # published 0.9162 (4x272 grid; 0.930 before
+    # issue 47's one fused check, 0.9578 before issue 48)
     # v2's GPU count and schedule are not in the sources: v1's are kept, so 224 s again
     # (within the jump of the simplest grid inside the model's error: 0.3 %)
     assert run_forecast.predict_run(fitted, "resnet50", v2).timed_s == pytest.approx(224, rel=0.01)

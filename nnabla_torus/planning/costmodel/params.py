@@ -29,7 +29,9 @@ Network = namedtuple("Network", [
     "hosts_per_rack",         # hosts under one leaf level (default 0: no rack level)
     "spine",                  # Link between racks; bandwidth per host before oversubscription
     "oversubscription",       # rack downlink / uplink bandwidth (ABCI: 3)
-], defaults=[0.0, 0, 0.0, False, 0.0, 0, 0, None, 1.0])
+    "host_mpi_latency_s",     # seconds per step of a small host MPI message between ranks of one
+                              # host (shared memory): nnabla's callback checks (0: intra latency)
+], defaults=[0.0, 0, 0.0, False, 0.0, 0, 0, None, 1.0, 0.0])
 
 Software = namedtuple("Software", [
     "step_s",       # seconds per ring or doubling step (calls, Python, synchronisation)
@@ -46,7 +48,7 @@ Compute = namedtuple("Compute", [
     "slots_per_host",     # ranks of a host that compute at full speed at once (0: no sharing)
     "grad_arrays",        # gradient arrays per backward (parameter uses; ResNet-50: 161), each
                           # one blocking 1-byte MPI_Allreduce in nnabla's callback (default 0)
-    "finite_check_s",     # seconds of nnabla's inf/NaN check per gradient array (default 0)
+    "finite_check_s",     # seconds of the example's one fused inf/NaN check per step (default 0)
 ], defaults=[0, 0.0])
 
 
