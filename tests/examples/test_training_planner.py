@@ -200,3 +200,17 @@ def test_advice_held_inside_the_error_does_not_contradict_itself():
     assert "the 4 ranks as launched are kept on cpu-2core: 1 rank would be 1.14x as fast, a " \
            "gain inside the cost model's error" in line, line
     assert "fastest choice of cpu-2core" in run.advice(anywhere, plan)
+
+
+@pytest.mark.parametrize("argv, params", [
+    ([], DIGITS_PARAMS),                                          # the GPU check's digits run
+    (["--arch", "resnet50", "--width", "1", "--image-size", "32"], RESNET50_PARAMS),  # its JPEGs
+    (["-C", "resnet50-90ep"], RESNET50_PARAMS)])                  # the ImageNet recipe
+def test_one_dgx_a100_trains_on_nnablas_own_path(argv, params):
+    """Issue 47: the first run on one 8-GPU host keeps native through nnabla's callback (no
+    overlap trial starts from it), as tools/gpu_check_cases.py requires on real GPUs."""
+    cfg = parse_config(["--context", "cudnn", "--profile", "dgx-a100", "--hosts", "1",
+                        "--local-batch", "8", "--batch-schedule", "0:64", *argv])
+    run = TrainingPlanner.from_config(cfg, params, 8, 10000, applies=True, ranks_per_host=8)
+    best = run.best_here(batch_plan(64, 8, 8))
+    assert (best.algorithm, best.grid) == ("native", "8x1")
