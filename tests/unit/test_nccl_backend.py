@@ -385,3 +385,27 @@ def test_a_device_squared_norm_beyond_float32_is_finite(backend):
     assert backend.sqnorm(buf) == pytest.approx(17 * float(np.float32(1e20)) ** 2, rel=1e-5)
     buf.fill(3.0)
     assert backend.sqnorm(buf) == pytest.approx(153.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_issue47_a_fused_buffer_packs_through_nnabla_s_concatenate_in_its_dtype(backend, dtype):
+    """float16 gradients pack and unpack through one nnabla Concatenate in float16, the path a
+    GPU takes (before: float16 on the fake took one copy per array, so FP16 packing through
+    Concatenate ran only on a GPU). 17 and 5 elements: sizes no world divides."""
+    from nnabla_torus.comm.array_layout import Part
+    values = [np.arange(17) / 4 - 2, np.arange(5) * 3.0]
+    arrays = [nn.NdArray.from_numpy_array(v.astype(dtype)) for v in values]
+    part = Part(dtype, arrays, [np.dtype(dtype)] * 2)
+    buf = backend.empty(dtype, part.n)
+    backend.pack(part, buf)
+    fn = part.device[0]
+    assert type(fn).__name__ == "Function" and fn.name == "Concatenate"
+    assert fn.context.backend[0] == ("cpu:half" if dtype == np.float16 else "cpu:float")
+    packed = buf.narrow().data
+    assert packed.dtype == dtype
+    np.testing.assert_array_equal(packed, np.concatenate(values).astype(dtype))
+    backend.scale(buf, 0.5)
+    backend.unpack(buf, part)
+    for a, v in zip(arrays, values):
+        assert a.dtype == dtype
+        np.testing.assert_array_equal(a.data, (v / 2).astype(dtype))

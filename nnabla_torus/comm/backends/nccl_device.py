@@ -196,9 +196,11 @@ class DeviceBuffers:
         return DeviceSlice(buf.base, buf.start + start, stop - start, buf.ctx)
 
     def _native(self, dtype):
-        """Whether nnabla functions can write ``dtype`` here (NCCL's dtypes on the GPU; CPU
-        functions are float32 only; host dtypes are written with numpy)."""
-        return dtype in WIRE_TYPES and (not self.on_host or dtype == np.float32)
+        """Whether nnabla functions write ``dtype`` here: NCCL's dtypes, on the GPU and on the
+        fake alike (nnabla's CPU registers half kernels of Concatenate and MulScalar, so
+        float16 packs through the same function as on a GPU); host dtypes are written with
+        numpy."""
+        return dtype in WIRE_TYPES
 
     def read(self, buf, index):
         if buf.dtype not in WIRE_TYPES:   # host memory: numpy (a function would cast it)
