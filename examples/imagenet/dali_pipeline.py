@@ -13,7 +13,7 @@ DTYPES = {"float": "FLOAT", "half": "FLOAT16"}   # make_loader's dtype -> DALI o
 
 
 def build_pipeline(files, labels, batch_size, train, image_size, seed, device_id, num_threads,
-                   prefetch, crop_scale, flip, dtype, val_crop=VAL_CROP):
+                   prefetch, crop_scale, flip, val_crop, dtype):
     """Return the built DALI pipeline over ``files`` and ``labels``, read in the given order."""
     # DALI is imported here so that list tools and tests of the pure-Python parts run without it.
     from nvidia.dali import Pipeline, fn, types

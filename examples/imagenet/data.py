@@ -95,7 +95,7 @@ class Loader:
                         .generate_state(1)[0] & 0x7FFFFFFF)
         self._build = lambda files, labels: _build_pipeline(
             files, labels, batch_size, train, image_size, pipe_seed, device_id, num_threads,
-            prefetch, crop_scale, flip, dtype, val_crop)
+            prefetch, crop_scale, flip, val_crop, dtype)
         self._window = prefetch + 2      # batches DALI may have decoded ahead of the one asked
         if self.steps:
             self._start()

@@ -91,3 +91,20 @@ def test_sets_sit_beside_the_digits_cache(monkeypatch, tmp_path):
     assert embedded.default_root("shapes") == str(tmp_path / "shapes")
     with pytest.raises(ValueError, match="unknown embedded data set 'cifar'.*clusters, shapes"):
         embedded.ensure_dataset("cifar")
+
+
+def test_clusters_recipe_crops_pass_the_pixels_unchanged(tmp_path):
+    """min_crop_area 1 and val_crop 1 (clusters-mlp): training and validation both read the
+    whole 8 px image, normalised, unresized: the pixels are the features."""
+    made = synthetic.make_clusters(40, seed=6)
+    root = embedded.ensure(embedded.Build("test-v1", lambda: made, "class", "PNG"),
+                           str(tmp_path / "c"))
+    val = data.read_dataset(os.path.join(root, "val"), os.path.join(root, "val.txt"))
+    pixels = (made[0][made[3]].astype(np.float32) - data.PIXEL_MEAN) / data.PIXEL_STD
+    n = len(val)
+    for train, kwargs in ((False, dict(val_crop=1.0)),
+                          (True, dict(crop_scale=(1.0, 1.0), flip=False))):
+        images, _ = next(iter(data.make_loader(val, n, train=train, image_size=8, seed=0,
+                                               **kwargs)))
+        order = data.shard_plan(n, n, 0, 1, train, seed=0)[0]       # the rows' dataset indices
+        np.testing.assert_allclose(images.transpose(0, 2, 3, 1), pixels[order], atol=1e-4)
