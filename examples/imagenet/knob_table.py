@@ -85,8 +85,8 @@ class TrainConfig:
                              "with train.txt and val.txt lists; empty = the embedded --dataset")
     dataset: str = knob("digits", "embedded data set used without --data-dir, made here once: "
                                   "digits (scikit-learn's, 32 px) | clusters (100,000 noisy "
-                                  "8 px Gaussian clusters, 25 % label noise) | shapes (24,000 "
-                                  "32 px shapes of 6 classes); docs/tasks.md")
+                                  "8 px Gaussian clusters, 25 % label noise) | shapes (8,000 "
+                                  "16 px images of 4 shapes); docs/tasks.md")
     output_dir: str = knob("runs/imagenet", "folder for monitors, the plot and checkpoints")
     arch: str = knob("resnet50", "network: resnet18 | resnet34 | resnet50 | mlp")
     width: float = knob(1.0, "channel width multiplier")
