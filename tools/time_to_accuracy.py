@@ -9,11 +9,15 @@ file and two plots to --out::
     python tools/time_to_accuracy.py measure --cluster emu:2x2 --seeds 1 --out runs/tta-emu
     python tools/time_to_accuracy.py abci --noise-run runs/time_to_accuracy/adaptive-goodput-s1
     python tools/time_to_accuracy.py report              # table and plot again from --out
+    python tools/time_to_accuracy.py measure -C clusters-mlp --fixed 64,256,1024 --seeds 1
     python tools/time_to_accuracy.py report --pool runs/a,runs/b --out runs/ab   # pooled
     python tools/time_to_accuracy.py optimum --prior runs/x/batch_prior.json   # model's best
 
 ``measure`` times each policy (``POLICIES``) from launch to the first validation line with
-top-1 >= --target, on seeds drawn at random (printed; --seeds to give them). "adaptive (prior)"
+top-1 >= --target, on seeds drawn at random (printed; --seeds to give them). ``-C`` picks the
+task (a train.py recipe: digits-cpu, clusters-mlp, shapes-cpu; docs/tasks.md), its target
+``expected: target_top1`` of the recipe; ``--fixed`` replaces the digits' fixed policies by
+fixed batches spanning the task's range. "adaptive (prior)"
 decides on the prior of one earlier run: --prior, else one adaptive run on another random seed
 made first (its batch_prior.json); "adaptive (goodput)" runs with --batch-prior none.
 ``--cluster emu:HxR`` runs them on the emulated cluster (as root) with its profile; ``abci``
@@ -35,7 +39,7 @@ import abci_prediction
 import accuracy_report as rep
 import batch_optimum
 from emucluster.profile import emulated_profile
-from nnabla_torus.knobs import add_knob
+from nnabla_torus.knobs import add_knob, env_value
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.planning.controller import MIN_SAMPLES
 from nnabla_torus.planning.machine_profile import load_profile, save_profile
@@ -61,6 +65,7 @@ POLICIES = {                     # name: train.py flags (the digits recipe other
 USED_SEEDS = range(1, 16)        # seeds the rules were chosen on (adaptive-batch-measurements.md)
 PRIOR_FILE = "batch_prior.json"  # what an adaptive run writes into its --output-dir
 EMU_CLUSTER = re.compile(r"emu:(\d+)x(\d+)")
+DEFAULT_TARGET = 0.90            # digits-cpu's: a recipe without expected: target_top1
 
 
 def slug(policy):
@@ -73,6 +78,7 @@ class Launcher:
 
     def __init__(self, args):
         self.args, self.profile, self.emu = args, "", EMU_CLUSTER.fullmatch(args.cluster)
+        self.data = read_recipe(args.task)[0].get("dataset", "digits")
         if args.cluster != "local" and not self.emu:
             raise SystemExit(f"time_to_accuracy.py: --cluster {args.cluster!r}: expected "
                              f"local or emu:HOSTSxRANKS_PER_HOST, e.g. emu:2x2")
@@ -89,8 +95,8 @@ class Launcher:
     def where(self):
         """The machine, for titles and tables."""
         if not self.emu:
-            return f"digits, {self.ranks} ranks on this machine"
-        return (f"digits, emulated {self.hosts} hosts x {self.per_host} ranks, links "
+            return f"{self.data}, {self.ranks} ranks on this machine"
+        return (f"{self.data}, emulated {self.hosts} hosts x {self.per_host} ranks, links "
                 f"{self.args.emu_rate}")
 
     def command(self, train_argv):
@@ -107,14 +113,31 @@ class Launcher:
                 "--", sys.executable, TRAIN, *train_argv, "--profile", self.profile], env
 
 
+def task_policies(args):
+    """{name: train.py flags} of the task: ``POLICIES`` (digits' batches), or with --fixed the
+    recipe's own schedule, a fixed policy per batch of --fixed and the adaptive ones."""
+    if not args.fixed:
+        return POLICIES
+    schedule = read_recipe(args.task)[0]["batch_schedule"]
+    fixed = {f"fixed {b}": ["--batch-schedule", f"0:{b}"] for b in args.fixed.split(",")}
+    adaptive = {p: POLICIES[p] for p in (rep.ADAPTIVE, rep.ADAPTIVE_PRIOR)}
+    return {f"recipe {schedule}": [], **fixed, **adaptive}
+
+
+def task_target(args):
+    """--target, else the task recipe's ``expected: target_top1``, else 0.90 (digits')."""
+    expected = read_recipe(args.task)[0].get("expected") or {}
+    return args.target or expected.get("target_top1", DEFAULT_TARGET)
+
+
 def run_policy(policy, seed, launcher, out_dir, prior="", name=None):
     """One training run; returns its record (times from launch, validation curve, summary).
     ``prior``: the prior file of the "adaptive (prior)" policy; ``name``: its folder."""
     args = launcher.args
     run_dir = os.path.abspath(os.path.join(out_dir, name or f"{slug(policy)}-s{seed}"))
-    flags = POLICIES[policy] + ([prior] if policy == rep.ADAPTIVE_PRIOR else [])
-    cmd, env = launcher.command(["--seed", str(seed), "--output-dir", run_dir, "--log-every",
-                                 "0", *flags, *args.train_args.split()])
+    flags = task_policies(args)[policy] + ([prior] if policy == rep.ADAPTIVE_PRIOR else [])
+    cmd, env = launcher.command(["-C", args.task, "--seed", str(seed), "--output-dir", run_dir,
+                                 "--log-every", "0", *flags, *args.train_args.split()])
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -136,7 +159,8 @@ def measure(args):
     launcher = Launcher(args)
     os.makedirs(args.out, exist_ok=True)
     seeds = draw_seeds(args)
-    policies = [p for p in POLICIES if not args.policies or slug(p) in args.policies.split(",")]
+    policies = [p for p in task_policies(args)
+                if not args.policies or slug(p) in args.policies.split(",")]
     prior = args.prior
     if rep.ADAPTIVE_PRIOR in policies and not prior:
         seed = draw_seeds(args, 1, avoid=seeds)[0]
@@ -229,7 +253,11 @@ def add_measure_knobs(m):
              type=int)
     add_knob(m, "--prior", knob + "PRIOR", "", "the batch prior of the adaptive (prior) policy "
              "(a batch_prior.json; empty: one adaptive run on another random seed first)")
-    add_knob(m, "--target", knob + "TARGET", 0.90, "validation top-1 to reach", type=float)
+    add_knob(m, "--target", knob + "TARGET", 0.0, "validation top-1 to reach (0: the task "
+             f"recipe's expected: target_top1, else {DEFAULT_TARGET})", type=float)
+    add_knob(m, "--fixed", knob + "FIXED", "", "comma-separated global batches, each a fixed "
+             "policy, with the recipe's schedule and the adaptive ones (empty: the digits "
+             "policies above)")
     add_knob(m, "--policies", knob + "POLICIES", "", "comma-separated subset of "
              + ", ".join(slug(p) for p in POLICIES) + " (empty: all)")
     add_knob(m, "--before", knob + "BEFORE", "", "output folder of an earlier adaptive run "
@@ -265,7 +293,7 @@ def optimum(args, fractions=(0.5, 0.75)):
         sys.exit("time_to_accuracy.py optimum: give --prior (an adaptive run's batch_prior.json)")
     with open(args.prior) as f:
         saved = json.load(f)
-    recipe, _ = read_recipe("digits-cpu")
+    recipe, _ = read_recipe(args.task)
     base = BatchSchedule.parse(recipe["batch_schedule"]).batch(0)
     images = recipe["epochs"] * saved["key"]["data"]["images"]
     times = batch_optimum.schedule_times(saved, base, images, recipe["local_batch"], fractions)
@@ -286,6 +314,10 @@ def build_parser():
                              "optimum: the model's best schedule on --prior's run")
     add_knob(parser, "--out", "NNABLA_TORUS_TTA_OUT", "runs/time_to_accuracy",
              "folder for the runs, tables and plots")
+    parser.add_argument("-C", "--task", default=env_value("NNABLA_TORUS_TTA_TASK", "digits-cpu"),
+                        help="the task: a train.py recipe (digits-cpu, clusters-mlp, shapes-cpu: "
+                             "docs/tasks.md) or a YAML path (env: NNABLA_TORUS_TTA_TASK, "
+                             "default: digits-cpu)")
     add_knob(parser, "--pool", "NNABLA_TORUS_TTA_POOL", "", "report: comma-separated folders "
              "of earlier measurements, pooled into one table and verdict written to --out "
              "(each seed paired with the fixed batch of its own folder; empty: --out's own)")
@@ -296,6 +328,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    args.target = task_target(args)
     if args.command == "optimum":
         return optimum(args)
     if args.command == "report":

@@ -51,7 +51,7 @@ def validate(cfg):
     if cfg.data_dir and not os.path.isdir(os.path.expanduser(cfg.data_dir)):
         raise ValueError(f"data_dir = {cfg.data_dir!r} is not a folder; pass the root holding "
                          f"train/ and val/ (class folders, or with train.txt and val.txt) "
-                         f"(--data-dir), or none for the embedded digits data")
+                         f"(--data-dir), or none for the embedded data (--dataset)")
     if cfg.data_dir:                         # before the config dump, not after it
         for split in ("train", "val"):
             split_source(os.path.expanduser(cfg.data_dir), split)

@@ -1,19 +1,19 @@
 """The DALI pipeline of one rank's shard: decode, crop, resize, flip and normalise images.
 
 Training: a random-resized crop decoded from the crop window and a random flip; validation: the
-shorter side resized and a centre crop. ``data.Loader`` builds one per epoch (and rebuilds it
+shorter side resized and a centre crop covering ``val_crop`` of it. ``data.Loader`` builds one per epoch (and rebuilds it
 after a bad image), on the CPU or, with a GPU id, decoded with nvJPEG on that GPU.
 """
 
 # ImageNet channel statistics in 0-255 scale (RGB), as used by torchvision and nnabla-examples.
 PIXEL_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 PIXEL_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-VAL_RESIZE_RATIO = 0.875   # centre crop covers 87.5 % of the shorter side (224 of 256)
+VAL_CROP = 0.875   # default share of the shorter side the validation centre crop covers (224 of 256)
 DTYPES = {"float": "FLOAT", "half": "FLOAT16"}   # make_loader's dtype -> DALI output type
 
 
 def build_pipeline(files, labels, batch_size, train, image_size, seed, device_id, num_threads,
-                   prefetch, crop_scale, flip, dtype):
+                   prefetch, crop_scale, flip, val_crop, dtype):
     """Return the built DALI pipeline over ``files`` and ``labels``, read in the given order."""
     # DALI is imported here so that list tools and tests of the pure-Python parts run without it.
     from nvidia.dali import Pipeline, fn, types
@@ -41,7 +41,7 @@ def build_pipeline(files, labels, batch_size, train, image_size, seed, device_id
         else:
             images = fn.decoders.image(jpegs, device=decoder, output_type=types.RGB)
             images = fn.resize(images, device=device,
-                               resize_shorter=round(image_size / VAL_RESIZE_RATIO))
+                               resize_shorter=round(image_size / val_crop))
             mirror = 0
         images = fn.crop_mirror_normalize(images, device=device,
                                           dtype=getattr(types, DTYPES[dtype]),

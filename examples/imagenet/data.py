@@ -21,7 +21,7 @@ import platform
 
 import numpy as np
 
-from dali_pipeline import DTYPES, PIXEL_MEAN, PIXEL_STD  # noqa: F401  (PIXEL_*: tests read them)
+from dali_pipeline import DTYPES, PIXEL_MEAN, PIXEL_STD, VAL_CROP  # noqa: F401  (PIXEL_*: tests)
 from dali_pipeline import build_pipeline as _build_pipeline   # Loader's; tests patch it here
 from image_lists import PAD_LABEL, Dataset, decode_error, read_dataset, screen
 from input_feed import copy_to_array, feed  # noqa: F401  (the loader's users call data.feed)
@@ -77,7 +77,7 @@ class Loader:
 
     def __init__(self, dataset, batch_size, rank, size, train, image_size, seed, epoch,
                  start_image, device_id, num_threads, prefetch, crop_scale, flip, on_bad, dtype,
-                 order=None):
+                 order=None, val_crop=VAL_CROP):
         self.batch_size, self.train, self.epoch = batch_size, train, epoch
         self.on_device = device_id is not None
         self.labels_on_device = self.on_device and train     # validation masks on the host
@@ -95,7 +95,7 @@ class Loader:
                         .generate_state(1)[0] & 0x7FFFFFFF)
         self._build = lambda files, labels: _build_pipeline(
             files, labels, batch_size, train, image_size, pipe_seed, device_id, num_threads,
-            prefetch, crop_scale, flip, dtype)
+            prefetch, crop_scale, flip, val_crop, dtype)
         self._window = prefetch + 2      # batches DALI may have decoded ahead of the one asked
         if self.steps:
             self._start()
@@ -208,7 +208,7 @@ class Loader:
 def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, seed=0,
                 device_id=None, list_file=None, epoch=0, start_image=0, resume=None,
                 num_threads=1, prefetch=2, crop_scale=(0.08, 1.0), flip=True, on_bad="skip",
-                dtype="float", order=None):
+                dtype="float", order=None, val_crop=VAL_CROP):
     """Return a ``Loader`` over rank ``rank``'s batches of epoch ``epoch``.
 
     source: a ``Dataset`` or an image folder (read with ``read_dataset(source, list_file)``).
@@ -225,7 +225,9 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
     "stop" (raise BadImageError naming the file). dtype: "float" (float32 images) or "half"
     (float16, for FP16 training on a GPU: half the bytes of the copy in ``feed``, no cast before
     the first layer). order: the epoch's image order (indices into the dataset) instead of the
-    seeded one, for an epoch resharded over another world size (resize.py).
+    seeded one, for an epoch resharded over another world size (resize.py). val_crop: share of
+    the shorter side the validation centre crop covers (the side is resized to image_size /
+    val_crop first; 1: the whole image).
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -236,7 +238,7 @@ def make_loader(source, batch_size, rank=0, size=1, train=True, image_size=224, 
         batch_size, replay = resume["batch_size"], resume["consumed_steps"]
     loader = Loader(dataset, batch_size, rank, size, train, image_size, seed, epoch, start_image,
                     device_id, num_threads, prefetch, tuple(crop_scale), flip, on_bad, dtype,
-                    order)
+                    order, val_crop)
     for _ in range(replay):
         next(loader)
     return loader

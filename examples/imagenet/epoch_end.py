@@ -30,7 +30,7 @@ def validate(val_set, model, cfg, comm, device_id, log, dtype="float"):
     loader = data.make_loader(val_set, batch, comm.rank, comm.size, train=False,
                               image_size=cfg.image_size, device_id=device_id,
                               num_threads=data.threads_per_rank(comm.local_size),
-                              on_bad=cfg.bad_images, dtype=dtype)
+                              on_bad=cfg.bad_images, dtype=dtype, val_crop=cfg.val_crop)
     for images, labels in loader:
         data.feed(x, images)
         logits.forward(clear_buffer=True)

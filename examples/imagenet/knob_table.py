@@ -15,7 +15,8 @@ from nnabla_torus.planning.profile_reshape import MAX_GPUS_PER_HOST, MAX_HOSTS, 
 from nnabla_torus.planning.schedules import DECAYS
 
 CHOICES = {
-    "arch": ("resnet18", "resnet34", "resnet50"),      # models.ARCHS
+    "arch": ("resnet18", "resnet34", "resnet50", "mlp"),      # models.ARCHS
+    "dataset": ("digits", "clusters", "shapes"),              # embedded.ensure_dataset's sets
     "optimizer": ("momentum", "lars"),
     "lr_decay": DECAYS,
     "lr_scaling": LR_SCALINGS,
@@ -48,6 +49,7 @@ def steps_or_auto(text):
 RANGES = {
     "width": number(float, **POSITIVE), "image_size": number(int, low=1),
     "min_crop_area": number(float, low=0, strict=True, high=1),
+    "val_crop": number(float, low=0, strict=True, high=1),
     "train_images": number(int, low=0), "local_batch": number(int, low=1),
     "min_batch": number(int, low=0), "max_batch": number(int, low=0),
     "adaptive_min_samples": number(int, low=2), "adaptive_max_rse": number(float, **POSITIVE),
@@ -80,13 +82,19 @@ class TrainConfig:
     """All knobs of one training run; units in the comments."""
     # data and model
     data_dir: str = knob("", "root of an ImageNet layout: train/ and val/ of class folders, or "
-                             "with train.txt and val.txt lists; empty = the embedded digits data")
+                             "with train.txt and val.txt lists; empty = the embedded --dataset")
+    dataset: str = knob("digits", "embedded data set used without --data-dir, made here once: "
+                                  "digits (scikit-learn's, 32 px) | clusters (100,000 noisy "
+                                  "8 px Gaussian clusters, 25 % label noise) | shapes (8,000 "
+                                  "16 px images of 4 shapes); docs/tasks.md")
     output_dir: str = knob("runs/imagenet", "folder for monitors, the plot and checkpoints")
-    arch: str = knob("resnet50", "network: resnet18 | resnet34 | resnet50")
+    arch: str = knob("resnet50", "network: resnet18 | resnet34 | resnet50 | mlp")
     width: float = knob(1.0, "channel width multiplier")
     image_size: int = knob(224, "training crop and validation centre crop, pixels")
     min_crop_area: float = knob(0.08, "smallest area fraction of the random-resized training crop")
     flip: bool = knob(True, "random horizontal flips in training (off for digits and text)")
+    val_crop: float = knob(0.875, "share of the shorter side the validation centre crop covers "
+                                  "(0.875: 224 of 256 as He et al. 2016; 1: the whole image)")
     train_images: int = knob(0, "use only N training images, a subset drawn with --seed (0 = all)")
     bad_images: str = knob("skip", "undecodable images: skip (leave them out, count and name "
                                    "them each epoch) | stop (end the job naming the file)")

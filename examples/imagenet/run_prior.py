@@ -15,10 +15,10 @@ from nnabla_torus.planning import priors
 
 
 def data_name(cfg, train_set):
-    """The dataset's name in a prior's key and in the published figures: ``digits`` (the
-    embedded data), ``imagenet`` (1,000 classes), else the data folder."""
+    """The dataset's name in a prior's key and in the published figures: the embedded set's
+    (``digits``, --dataset), ``imagenet`` (1,000 classes), else the data folder."""
     if not cfg.data_dir:
-        return "digits"
+        return cfg.dataset
     return "imagenet" if train_set.num_classes == 1000 else os.path.abspath(cfg.data_dir)
 
 

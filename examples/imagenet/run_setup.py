@@ -21,7 +21,7 @@ from nnabla_torus.planning.model_cost import count_cost
 from nnabla_torus.planning.step_refit import StepTimeRefit
 from nnabla_torus.planning.schedules import BatchSchedule
 
-import digits
+import embedded
 import image_lists
 import report
 import resize
@@ -39,8 +39,9 @@ from training_planner import TrainingPlanner
 
 
 def open_datasets(cfg, log):
-    """Return (train_set, val_set); the embedded digits data when no --data-dir is given."""
-    root = os.path.expanduser(cfg.data_dir) if cfg.data_dir else digits.ensure_digits_dataset()
+    """Return (train_set, val_set); the embedded --dataset when no --data-dir is given."""
+    root = (os.path.expanduser(cfg.data_dir) if cfg.data_dir
+            else embedded.ensure_dataset(cfg.dataset))
     train_set = image_lists.read_dataset(*image_lists.split_source(root, "train"))
     val_set = image_lists.read_dataset(*image_lists.split_source(root, "val"),
                                        num_classes=train_set.num_classes,

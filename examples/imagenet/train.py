@@ -6,6 +6,8 @@ the same code path as ImageNet: DALI input sharded by rank, torus all-reduce ove
 backward, the batch-size controller, the planner, checkpoints::
 
     mpirun -np 4 python examples/imagenet/train.py          # any machine, no data, 4 CPU ranks
+    mpirun -np 4 python examples/imagenet/train.py -C clusters-mlp   # generated tasks:
+    mpirun -np 4 python examples/imagenet/train.py -C shapes-cpu     # docs/tasks.md
     mpirun -np 8 python examples/imagenet/train.py --data-dir /data/imagenet --context cudnn
     srun --mpi=pmix -n 8 python examples/imagenet/train.py ...   # Slurm (or train.sbatch)
 

@@ -226,3 +226,17 @@ def test_model_optimum_bounds_every_fixed_batch(phi, sync_s, best):
     assert times["optimum"][0] == pytest.approx(fixed[f"fixed {best}"][0])
     lines = batch_optimum.describe(times, (0.5, 1.0))
     assert lines[2].startswith("| optimum | ") and "(best fixed)" in lines[3]
+
+
+def test_a_task_brings_its_recipe_target_and_fixed_batches():
+    from tools import time_to_accuracy as tta
+    args = tta.build_parser().parse_args(["measure", "-C", "clusters-mlp", "--fixed", "64,1024"])
+    assert tta.task_target(args) == 0.82                          # the recipe's expected block
+    assert list(tta.task_policies(args)) == ["recipe 0:64", "fixed 64", "fixed 1024",
+                                             rep.ADAPTIVE, rep.ADAPTIVE_PRIOR]
+    assert tta.task_policies(args)["fixed 1024"] == ["--batch-schedule", "0:1024"]
+    digits = tta.build_parser().parse_args(["measure"])
+    assert digits.task == "digits-cpu" and tta.task_target(digits) == tta.DEFAULT_TARGET
+    assert tta.task_policies(digits) is tta.POLICIES
+    given = tta.build_parser().parse_args(["measure", "-C", "shapes-cpu", "--target", "0.5"])
+    assert tta.task_target(given) == 0.5
