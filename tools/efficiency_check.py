@@ -4,7 +4,8 @@ predicts (``python tools/time_to_accuracy.py efficiency``; no launching here).
 
 Efficiency is counted from the smallest fixed batch B_s: measured E(B) = epochs(B_s) /
 epochs(B) (means over seeds, half an epoch off each, accuracy_report.fixed_epochs), with its
-standard error. The models, each E(B) = (phi + B_s) / (phi + B) (goodput.py):
+standard error (at least the epoch's rounding, ``RESOLUTION``). The models, each
+E(B) = (phi + B_s) / (phi + B) (goodput.py):
 
 1. phi = B_simple, the noise scale the adaptive runs measured up to the target (the median of
    their medians): what the controller uses by default;
@@ -23,6 +24,9 @@ import statistics
 
 import accuracy_report as rep
 from nnabla_torus.planning import efficiency_fit, goodput
+
+RESOLUTION = 1.0    # epochs: train.py validates at each epoch's end, so a run's epochs to the
+#                     target are known to one epoch (efficiency_fit.fit_phi's resolution)
 
 
 def _band(phi, rse, batch, base):
@@ -45,18 +49,18 @@ def check(records):
                          f"{len(reached)} batch(es); it needs two or more (measure "
                          f"--policies fixed-64,fixed-128,fixed-256)")
     points = [(b, e) for b, runs in reached.items() for e in runs]
-    fit = efficiency_fit.fit_phi(*zip(*points))
+    fit = efficiency_fit.fit_phi(*zip(*points), resolution=RESOLUTION)
     measured = rep.measured_b_simple(records)
     b_simple = statistics.median(measured) if measured else None
     base = min(reached)
     mean = {b: statistics.mean(e) for b, e in reached.items()}
-    se = {b: (statistics.stdev(e) / math.sqrt(len(e)) if len(e) > 1 else math.inf)
-          for b, e in reached.items()}
+    se = {b: max(statistics.stdev(e) if len(e) > 1 else math.inf, RESOLUTION / math.sqrt(12))
+          / math.sqrt(len(e)) for b, e in reached.items()}
     rows = []
     for batch in sorted(reached):
         others = [(b, e) for b, e in points if b != batch]
-        loo = (efficiency_fit.fit_phi(*zip(*others)) if len({b for b, _ in others}) >= 2
-               else None)
+        loo = (efficiency_fit.fit_phi(*zip(*others), resolution=RESOLUTION)
+               if len({b for b, _ in others}) >= 2 else None)
         eff = mean[base] / mean[batch]
         rel = 0.0 if batch == base else math.hypot(se[base] / mean[base], se[batch] / mean[batch])
         loo_e, loo_band = _band(loo and loo.phi, loo.rse if loo else 0.0, batch, base)

@@ -47,12 +47,15 @@ Scale = namedtuple("Scale", [
 ])
 
 
-def fit_phi(batches, images):
+def fit_phi(batches, images, resolution=0.0):
     """Fit images to a target = a + b B over runs (one point per run, any unit of images, e.g.
     epochs); returns :class:`Fit` with phi = a / b and its relative standard error.
 
-    phi is inf when b <= 0 (a larger batch took no more images) and 0 when a <= 0 (images
-    proportional to B: no batch saved steps).
+    ``resolution``: how finely a run's images are known (1 epoch when the target is seen at
+    epoch-end validations); its rounding variance resolution^2 / 12 is the least residual
+    variance, so seeds that agree to the epoch do not make the error 0. phi is inf when b <= 0
+    (a larger batch took no more images) and 0 when a <= 0 (images proportional to B: no batch
+    saved steps).
     """
     b_, y = np.asarray(batches, float), np.asarray(images, float)
     n, distinct = len(b_), len(np.unique(b_))
@@ -67,7 +70,7 @@ def fit_phi(batches, images):
         return Fit(0.0, math.inf, n, distinct)
     if n < 3:
         return Fit(float(a / b), math.inf, n, distinct)
-    s2 = float(np.sum((y - x @ [a, b]) ** 2)) / (n - 2)
+    s2 = max(float(np.sum((y - x @ [a, b]) ** 2)) / (n - 2), resolution ** 2 / 12.0)
     (vaa, vab), (_, vbb) = s2 * np.linalg.inv(x.T @ x)
     var = vaa / a ** 2 + vbb / b ** 2 - 2.0 * vab / (a * b)     # of phi / phi, delta method
     return Fit(float(a / b), float(math.sqrt(max(var, 0.0))), n, distinct)

@@ -147,3 +147,14 @@ def test_the_check_predicts_each_fixed_batch(tmp_path):
     assert scale.factor == pytest.approx(3.2, rel=1e-6) and scale.rse == math.inf  # one run
     text = efficiency_check.table(rows, 0.90, fit, scale)
     assert "| 256 | 3 |" in text and "phi fitted to the other batches 0.000" in text
+
+
+def test_seeds_that_agree_to_the_epoch_leave_the_rounding_as_the_error():
+    b, y = np.repeat([64.0, 128.0, 256.0], 4), np.repeat([6.0, 7.0, 9.0], 4)
+    assert efficiency_fit.fit_phi(b, y).rse == pytest.approx(0.0, abs=1e-9)
+    rounded = efficiency_fit.fit_phi(b, y, resolution=1.0)
+    x = np.column_stack([np.ones(12), b])
+    (vaa, vab), (_, vbb) = np.linalg.inv(x.T @ x) / 12.0        # s^2 = 1 / 12 epoch^2
+    (a, slope), *_ = np.linalg.lstsq(x, y, rcond=None)
+    want = math.sqrt(vaa / a ** 2 + vbb / slope ** 2 - 2 * vab / (a * slope))
+    assert rounded.rse == pytest.approx(want)
