@@ -207,6 +207,12 @@ def report(records, args, where):
         text += (f"\n\nbefore ({args.before}): batches {b['batch_schedule']}, {b['steps']} steps / "
                  f"epoch {rep.fmt(b['epoch'], 0)} to {args.target:.0%}, best top-1 "
                  f"{b['best_top1']:.4f}, final {b['final_top1']:.4f}")
+    try:
+        rows, fit, scale = efficiency_check.check(records)
+        text += ("\n\nthe efficiency model at each fixed batch (`efficiency` writes its fit):\n"
+                 + efficiency_check.table(rows, args.target, fit, scale))
+    except ValueError:
+        pass                       # fewer than two fixed batches reached the target: no check
     with open(os.path.join(args.out, "measured.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(args.out, "measured.json"), "w") as f:
