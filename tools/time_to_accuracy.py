@@ -27,6 +27,7 @@ to read them: docs/adaptive-batch.md#time-to-accuracy-the-side-by-side-compariso
 """
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -295,9 +296,13 @@ def efficiency(records, args, where):
     with open(os.path.join(args.out, "efficiency.md"), "w") as f:
         f.write(text + "\n")
     print(text)
-    if scale:
+    if scale and math.isfinite(scale.rse):
         efficiency_fit.save(scale, os.path.join(args.out, "efficiency_fit.json"))
         print(f"wrote {args.out}/efficiency_fit.json (train.py --efficiency-fit)")
+    else:
+        print("efficiency_fit.json not written: the factor's error is unknown (it needs fixed "
+              "runs at two or more batches, three or more runs, and two or more adaptive runs "
+              "for B_simple)")
     return 0
 
 

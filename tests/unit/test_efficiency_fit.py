@@ -158,3 +158,22 @@ def test_seeds_that_agree_to_the_epoch_leave_the_rounding_as_the_error():
     (a, slope), *_ = np.linalg.lstsq(x, y, rcond=None)
     want = math.sqrt(vaa / a ** 2 + vbb / slope ** 2 - 2 * vab / (a * slope))
     assert rounded.rse == pytest.approx(want)
+
+
+def test_the_efficiency_command_writes_the_fit_train_py_reads(tmp_path, capsys):
+    import json
+
+    from tools import time_to_accuracy as tta
+    epochs = {64: [6.0, 6.0, 7.0], 128: [7.0, 8.0, 8.0], 256: [9.0, 9.0, 10.0]}
+    records = [epoch_record(tmp_path, f"fixed {b}", b, s, e) for b, runs in epochs.items()
+               for s, e in enumerate(runs)]
+    records += [epoch_record(tmp_path, rep.ADAPTIVE, 64, 10 + s, 7.0, f"1 {phi}\n")
+                for s, phi in enumerate((200, 240, 220))]
+    (tmp_path / "measured.json").write_text(json.dumps({"where": "here", "records": records}))
+    assert tta.main(["efficiency", "--out", str(tmp_path)]) == 0
+    scale = efficiency_fit.load(tmp_path / "efficiency_fit.json")
+    points = [(b, e - 0.5) for b, runs in epochs.items() for e in runs]
+    fit = efficiency_fit.fit_phi(*zip(*points), resolution=1.0)
+    assert scale.phi == pytest.approx(fit.phi) and scale.b_simple == 220.0
+    assert scale.factor == pytest.approx(fit.phi / 220.0) and fit.rse < scale.rse < 1.0
+    assert "| 128 | 3 | 7.17 +- 0.33 |" in (tmp_path / "efficiency.md").read_text()
