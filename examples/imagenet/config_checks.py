@@ -70,7 +70,11 @@ def validate(cfg):
                          f"the batch_prior.json an adaptive run wrote "
                          f"({flag_of('batch_prior')}, {env_of('batch_prior')})")
     if cfg.efficiency_fit:
-        efficiency_fit.load(os.path.expanduser(cfg.efficiency_fit))   # names what is wrong
+        try:
+            efficiency_fit.load(os.path.expanduser(cfg.efficiency_fit))
+        except ValueError as e:
+            raise ValueError(f"{e} ({flag_of('efficiency_fit')}, {env_of('efficiency_fit')})"
+                             ) from None
 
 
 def check_context(context):
