@@ -17,7 +17,7 @@ E(B) = (phi + B_s) / (phi + B) (goodput.py):
 The bands are E at phi x (1 -+ rse). Example::
 
     rows, fit, scale = check(records)
-    print(table(rows, 0.9))
+    print(table(rows, 0.9, fit, scale))
 """
 import math
 import statistics
