@@ -241,23 +241,37 @@ def implied_phi(small, large, ratio):
     return (small - ratio * large) / (ratio - 1.0)
 
 
-def efficiency_lines(records, target):
-    """The efficiency model checked on these runs: the phi that the epochs to ``target`` of
-    each two fixed batches imply (:func:`implied_phi`; an epoch's validation sees the target
-    reached on average half an epoch after it was, so half an epoch comes off each), against
-    the noise scale B_simple the adaptive runs measured up to the target (each run's median)."""
+def fixed_epochs(records):
+    """{batch: [epochs to the target, one per run]} of the fixed single-batch runs, each less
+    half an epoch: an epoch's validation sees the target reached on average half an epoch
+    after it was (None for a run that never reached it)."""
     epochs = {}
     for r in records:
         phases = r["batch_schedule"].split(",")
         if r["policy"] not in ADAPTIVES and len(phases) == 1:
-            epochs.setdefault(int(phases[0].split(":")[1]), []).append(r["epoch"])
-    mean = {batch: statistics.mean(e) - 0.5 for batch, e in epochs.items() if None not in e}
+            epochs.setdefault(int(phases[0].split(":")[1]), []).append(
+                None if r["epoch"] is None else r["epoch"] - 0.5)
+    return epochs
+
+
+def measured_b_simple(records):
+    """The noise scale B_simple each adaptive run measured up to the target (its median)."""
     measured = []
     for r in (r for r in records if r["policy"] in ADAPTIVES):
         noise = read_series(r["dir"], "noise_scale")
         noise = noise[noise[:, 0] <= (r["steps"] or math.inf)]
         if len(noise):
             measured.append(float(np.median(noise[:, 1])))
+    return measured
+
+
+def efficiency_lines(records, target):
+    """The efficiency model checked on these runs: the phi that the epochs to ``target`` of
+    each two fixed batches imply (:func:`implied_phi`, on :func:`fixed_epochs`' means),
+    against the noise scale B_simple the adaptive runs measured up to the target."""
+    mean = {batch: statistics.mean(e) for batch, e in fixed_epochs(records).items()
+            if None not in e}
+    measured = measured_b_simple(records)
     lines = []
     for small, large in itertools.combinations(sorted(mean), 2):
         phi = implied_phi(small, large, mean[small] / mean[large])

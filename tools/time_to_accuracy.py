@@ -12,6 +12,7 @@ file and two plots to --out::
     python tools/time_to_accuracy.py measure -C clusters-mlp --fixed 64,256,1024 --seeds 1
     python tools/time_to_accuracy.py report --pool runs/a,runs/b --out runs/ab   # pooled
     python tools/time_to_accuracy.py optimum --prior runs/x/batch_prior.json   # model's best
+    python tools/time_to_accuracy.py efficiency --pool runs/a,runs/b --out runs/ab  # E(B) checked
 
 ``measure`` times each policy (``POLICIES``) from launch to the first validation line with
 top-1 >= --target, on seeds drawn at random (printed; --seeds to give them). ``-C`` picks the
@@ -23,11 +24,14 @@ made first (its batch_prior.json); "adaptive (goodput)" runs with --batch-prior 
 ``--cluster emu:HxR`` runs them on the emulated cluster (as root) with its profile; ``abci``
 predicts ImageNet/ResNet-50 there (tools/abci_prediction.py); ``optimum`` bounds what any
 batch schedule could gain over a fixed batch, under the goodput model, on the noise scale and
-step times of the --prior run (tools/batch_optimum.py). The table, the verdict and how
+step times of the --prior run (tools/batch_optimum.py); ``efficiency`` checks the efficiency
+model against the fixed runs of --pool (or --out) and writes the fitted factor on B_simple that
+train.py's --efficiency-fit takes (tools/efficiency_check.py). The table, the verdict and how
 to read them: docs/adaptive-batch.md#time-to-accuracy-the-side-by-side-comparison.
 """
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -38,9 +42,11 @@ import time
 import abci_prediction
 import accuracy_report as rep
 import batch_optimum
+import efficiency_check
 from emucluster.profile import emulated_profile
 from nnabla_torus.knobs import add_knob, env_value
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
+from nnabla_torus.planning import efficiency_fit
 from nnabla_torus.planning.controller import MIN_SAMPLES
 from nnabla_torus.planning.machine_profile import load_profile, save_profile
 from nnabla_torus.planning.recipe_files import read_recipe
@@ -226,6 +232,12 @@ def report(records, args, where):
         text += (f"\n\nbefore ({args.before}): batches {b['batch_schedule']}, {b['steps']} steps / "
                  f"epoch {rep.fmt(b['epoch'], 0)} to {args.target:.0%}, best top-1 "
                  f"{b['best_top1']:.4f}, final {b['final_top1']:.4f}")
+    try:
+        rows, fit, scale = efficiency_check.check(records)
+        text += ("\n\nthe efficiency model at each fixed batch (`efficiency` writes its fit):\n"
+                 + efficiency_check.table(rows, args.target, fit, scale))
+    except ValueError:
+        pass                       # fewer than two fixed batches reached the target: no check
     with open(os.path.join(args.out, "measured.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(args.out, "measured.json"), "w") as f:
@@ -303,15 +315,36 @@ def optimum(args, fractions=(0.5, 0.75)):
     return 0
 
 
+def efficiency(records, args, where):
+    """Print and write (efficiency.md, efficiency_fit.json) the efficiency model checked at
+    each fixed batch of ``records``."""
+    rows, fit, scale = efficiency_check.check(records)
+    text = f"{where}\n" + efficiency_check.table(rows, args.target, fit, scale)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "efficiency.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    if scale and math.isfinite(scale.rse):
+        efficiency_fit.save(scale, os.path.join(args.out, "efficiency_fit.json"))
+        print(f"wrote {args.out}/efficiency_fit.json (train.py --efficiency-fit)")
+    else:
+        print("efficiency_fit.json not written: the factor's error is unknown (it needs fixed "
+              "runs at two or more batches, three or more runs, and two or more adaptive runs "
+              "for B_simple)")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("command", nargs="?", default="all",
-                        choices=("all", "measure", "abci", "report", "optimum"),
+                        choices=("all", "measure", "abci", "report", "optimum",
+                                 "efficiency"),
                         help="all (default): measure, then abci from the first adaptive run; "
                              "report: table and plot again from --out's measured.json; "
-                             "optimum: the model's best schedule on --prior's run")
+                             "optimum: the model's best schedule on --prior's run; "
+                             "efficiency: E(B) predicted against measured at each fixed batch")
     add_knob(parser, "--out", "NNABLA_TORUS_TTA_OUT", "runs/time_to_accuracy",
              "folder for the runs, tables and plots")
     parser.add_argument("-C", "--task", default=env_value("NNABLA_TORUS_TTA_TASK", "digits-cpu"),
@@ -331,8 +364,10 @@ def main(argv=None):
     args.target = task_target(args)
     if args.command == "optimum":
         return optimum(args)
-    if args.command == "report":
+    if args.command in ("report", "efficiency"):
         records, where = read_measurements(args.pool.split(",") if args.pool else [args.out])
+        if args.command == "efficiency":
+            return efficiency(records, args, where)
         report(records, args, where)
         return 0
     if args.command in ("all", "measure"):

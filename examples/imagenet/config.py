@@ -19,6 +19,7 @@ from config_checks import milestones, validate
 from knob_table import (CHOICES, RANGES, RENAMED_VALUES, TrainConfig, env_of, flag_of,
                         knob_fields)
 from nnabla_torus.comm import failfast
+from nnabla_torus.planning import efficiency_fit
 from nnabla_torus.planning.controller import BatchSizeController
 from nnabla_torus.knobs import add_knob, env_value
 from nnabla_torus.planning.recipe_files import RECIPE_DIR, read_recipe
@@ -165,6 +166,8 @@ def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_er
         max_batch=cfg.max_batch or None, throughput=throughput,
         min_samples=cfg.adaptive_min_samples, max_rse=cfg.adaptive_max_rse, refit=refit,
         adaptive_lr=cfg.adaptive_lr, prior=prior, epochs=cfg.epochs, epoch_images=epoch_images,
+        efficiency=(efficiency_fit.load(os.path.expanduser(cfg.efficiency_fit))
+                    if noise_scale and cfg.efficiency_fit else None),
         **({} if model_error is None else {"model_error": model_error}))
     lr_schedule = LearningRateSchedule(
         cfg.base_lr, cfg.epochs, warmup_epochs=cfg.warmup_epochs, decay=cfg.lr_decay,

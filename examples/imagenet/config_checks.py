@@ -9,6 +9,7 @@ from image_lists import split_source
 from knob_table import CHOICES, RANGES, env_of, flag_of
 from nnabla_torus.comm.settings import KNOBS
 from nnabla_torus.knobs import check_output_path, number
+from nnabla_torus.planning import efficiency_fit
 from nnabla_torus.planning.machine_profile import Shape, load_profile
 from nnabla_torus.planning.schedules import BatchSchedule
 from nnabla_torus.comm.topology import parse_grid
@@ -68,6 +69,12 @@ def validate(cfg):
         raise ValueError(f"batch_prior = {cfg.batch_prior!r} is not a file; pass auto, none or "
                          f"the batch_prior.json an adaptive run wrote "
                          f"({flag_of('batch_prior')}, {env_of('batch_prior')})")
+    if cfg.efficiency_fit:
+        try:
+            efficiency_fit.load(os.path.expanduser(cfg.efficiency_fit))
+        except ValueError as e:
+            raise ValueError(f"{e} ({flag_of('efficiency_fit')}, {env_of('efficiency_fit')})"
+                             ) from None
 
 
 def check_context(context):

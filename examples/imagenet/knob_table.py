@@ -122,6 +122,10 @@ class TrainConfig:
                             "auto (the stored prior of an earlier run of this model, data, rank "
                             "count and machine, else the published figures for the model) | "
                             "none (measure from B0) | a batch_prior.json path")
+    efficiency_fit: str = knob("", "adaptive mode: an efficiency_fit.json (tools/"
+                               "time_to_accuracy.py efficiency) whose factor, fitted to fixed "
+                               "runs of the task, scales phi = B_simple, its error added to "
+                               "phi's (empty: phi = B_simple)")
     min_batch: int = knob(0, "adaptive mode: lower bound of the global batch and the goodput "
                              "model's reference batch B0 (0 = the schedule's first batch)")
     max_batch: int = knob(0, "adaptive mode: upper bound of the global batch (0 = ranks x "
@@ -224,7 +228,8 @@ def knob_fields():
 
 # may differ: a host's own mount points, and rank 0's console; every other knob must be the
 # same on all ranks
-PER_HOST = ("data_dir", "output_dir", "init_params", "batch_prior", "progress", "log_every")
+PER_HOST = ("data_dir", "output_dir", "init_params", "batch_prior", "efficiency_fit", "progress",
+            "log_every")
 
 
 def agreement(cfg):

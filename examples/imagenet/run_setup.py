@@ -16,6 +16,7 @@ import numpy as np
 import nnabla as nn
 
 from nnabla_torus.loss_scaling import DynamicLossScaling
+from nnabla_torus.planning import efficiency_fit
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.model_cost import count_cost
 from nnabla_torus.planning.step_refit import StepTimeRefit
@@ -131,6 +132,9 @@ def set_up(cfg, log):
         cfg, comm.size, noise, throughput=planner and planner.throughput,
         model_error=planner and planner.model_error, refit=refit if adaptive_refit else None,
         prior=prior, epoch_images=len(train_set))
+    if ctrl.efficiency is not None:
+        log(f"goodput: efficiency fitted to fixed runs ({cfg.efficiency_fit}): "
+            + efficiency_fit.describe(ctrl.efficiency))
     if noise is not None:
         noise.reference_batch = ctrl.min_batch     # the EMA's memory: 0.95 per B0 samples,
         #                                            whatever batch the prior starts at

@@ -7,7 +7,9 @@ at the low end of phi's one-error band (``goodput.decide``). With a ``prior``
 (:mod:`~nnabla_torus.planning.priors`: an earlier run's or a published noise scale) the first
 decision is at step 0, or where the prior starts (``Prior.starts``), on the prior, until the
 run's own estimate is trustworthy; without one (and before the prior starts), the first
-decision waits while measuring pays for the run's length (``goodput.waiting``).
+decision waits while measuring pays for the run's length (``goodput.waiting``). With
+``efficiency`` (:mod:`~nnabla_torus.planning.efficiency_fit`: a factor on phi fitted to fixed runs
+of the task) phi is the noise scale times that factor, its error added to phi's.
 The throughput is the cost model's (``throughput``) until ``refit``
 (:class:`~nnabla_torus.planning.step_refit.StepTimeRefit`) has measured the batch in use. No
 decision before the noise scale is trustworthy (``min_samples``, ``max_rse``); a change only
@@ -92,7 +94,8 @@ class BatchSizeController(GoodputChoice):
                  base_batch=256, lr_scaling="linear", min_batch=None, max_batch=None,
                  lr_at_change="linear", throughput=None, model_error=goodput.MIN_GAIN,
                  min_samples=MIN_SAMPLES, max_rse=MAX_RSE, refit=None,
-                 adaptive_lr=ADAPTIVE_LRS[0], prior=None, epochs=None, epoch_images=None):
+                 adaptive_lr=ADAPTIVE_LRS[0], prior=None, epochs=None, epoch_images=None,
+                 efficiency=None):
         if (schedule is None) == (noise_scale is None):
             raise ValueError("give exactly one of schedule= (a BatchSchedule) or noise_scale= "
                              "(a NoiseScaleEstimator)")
@@ -121,6 +124,7 @@ class BatchSizeController(GoodputChoice):
         self.refit = refit          # adaptive: step_refit.StepTimeRefit of this run, or None
         self.measured = False       # adaptive: True once a decision used the refit
         self.prior = prior          # adaptive: priors.Prior to decide on before measuring, or None
+        self.efficiency = efficiency    # adaptive: efficiency_fit.Scale on phi, or None (B_simple)
         self.prior_overridden = False   # adaptive: True once the run's own phi replaced it
         self.epochs = epochs        # adaptive: the run's length in epochs (prior, pricing)
         self.run_images = (epochs * epoch_images if epochs and epoch_images else None)

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from . import goodput, step_refit
+from . import efficiency_fit, goodput, step_refit
 from .batch_candidates import one_split_per_batch
 
 PRICED_MAX_RSE = 1.0                 # MAX_RSE for the first decision of a run of known length,
@@ -59,6 +59,8 @@ class GoodputChoice:
         best_batch = int(batches[d.best])
         where = (f"{conf.samples} samples" if measured_phi else
                  f"the prior at {self._fraction(epoch):.0%} of training, {self.prior.kind}")
+        if self.efficiency is not None:
+            where += f"; {self.efficiency.factor:.2f} x B_simple, fitted"
         numbers = (f"phi = {phi:.0f} +- {rse:.0%} ({where}); batch "
                    f"{int(batches[now])} ({local[now]} x {accum[now]}) -> {best_batch} "
                    f"({local[d.best]} x {accum[d.best]}): throughput "
@@ -90,6 +92,8 @@ class GoodputChoice:
         if self.adaptive_lr == "scaling":
             return self.lr_factor(global_batch)
         phi = self.noise_scale.b_simple
+        if phi is not None:
+            phi = efficiency_fit.apply(self.efficiency, phi, 0.0)[0]
         return self.lr_factor(self.min_batch) * float(goodput.gain(global_batch, phi,
                                                                    self.min_batch))
 
@@ -125,7 +129,8 @@ class GoodputChoice:
     def _phi(self, epoch, conf):
         """(phi, rse, measured) to decide with, or None (no decision now): the run's own
         estimate once trustworthy, before that the prior's at this fraction of training (none
-        before the prior starts)."""
+        before the prior starts); with ``efficiency`` (a fitted factor, efficiency_fit.py)
+        times its factor, its error added."""
         fraction = self._fraction(epoch)
         if conf.ok:
             if self.prior is not None and not self.prior_overridden:
@@ -140,11 +145,12 @@ class GoodputChoice:
                 self._note(epoch, f"goodput: the measurement overrides the prior from now on: "
                                   f"phi = {self.noise_scale.b_simple:.0f} +- {conf.rse:.0%} "
                                   f"({conf.samples} samples) {against}")
-            return self.noise_scale.b_simple, conf.rse, True
+            return (*efficiency_fit.apply(self.efficiency, self.noise_scale.b_simple,
+                                          conf.rse), True)
         if (self.prior is not None and not self.prior_overridden and
                 fraction >= self.prior.starts):
             phi, rse = (float(v) for v in self.prior.phi_at(fraction))
-            return phi, rse, False
+            return (*efficiency_fit.apply(self.efficiency, phi, rse), False)
         return None
 
     def _waits(self, epoch, batches, speed, phi, rse, now, samples):

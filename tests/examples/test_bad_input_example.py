@@ -37,6 +37,8 @@ TRAIN = [
                                  "@ok-root/val.txt does not exist"),
     (["--init-params", "/no/such/model.h5"], "init_params = '/no/such/model.h5' is not a file"),
     (["--batch-prior", "/no/such/prior.json"], "batch_prior = '/no/such/prior.json' is not a file"),
+    (["--efficiency-fit", "/no/such/fit.json"], "efficiency fit '/no/such/fit.json' is "
+                                                "unreadable ([Errno 2] No such file"),
     (["--output-dir", FILE], "--output-dir = "),
     (["--arch", "vgg"], "invalid choice: 'vgg'"),
     (["--width", "0"], "argument --width: must be a finite number > 0, got '0'"),

@@ -172,17 +172,23 @@ def test_report_pools_measurements_and_names_a_folder_without_one(tmp_path, caps
         tta.main(["report", "--pool", str(tmp_path / "c"), "--out", str(out)])
 
 
+def epoch_record(tmp_path, policy, batch, seed, epoch, noise=None):
+    """The record of a run at ``batch`` that saw 90 % at ``epoch``, with a noise-scale series
+    ``noise`` (its file's text) when given."""
+    folder = tmp_path / f"{policy.replace(' ', '-')}-{seed}"
+    folder.mkdir()
+    (folder / "global_batch.series.txt").write_text(f"1 {batch}\n")
+    if noise:
+        (folder / "noise_scale.series.txt").write_text(noise)
+    lines = [(9.0, LOG[2].replace("epoch 2.00 step 46", f"epoch {epoch:.2f} step 2")),
+             (10.0, '{"val_top1": 0.91, "steps": 2, "batch_schedule": "0:%d", '
+                    '"images_per_sec": 400, "ranks": 4}\n' % batch)]
+    return rep.record_of(policy, seed, str(folder), lines, 0.90)
+
+
 def test_the_efficiency_model_is_checked_on_the_fixed_batches(tmp_path):
-    def record(policy, batch, seed, epoch, noise=None):
-        folder = tmp_path / f"{policy.replace(' ', '-')}-{seed}"
-        folder.mkdir()
-        (folder / "global_batch.series.txt").write_text(f"1 {batch}\n")
-        if noise:
-            (folder / "noise_scale.series.txt").write_text(noise)
-        lines = [(9.0, LOG[2].replace("epoch 2.00 step 46", f"epoch {epoch:.2f} step 2")),
-                 (10.0, '{"val_top1": 0.91, "steps": 2, "batch_schedule": "0:%d", '
-                        '"images_per_sec": 400, "ranks": 4}\n' % batch)]
-        return rep.record_of(policy, seed, str(folder), lines, 0.90)
+    def record(*args):
+        return epoch_record(tmp_path, *args)
 
     # runs/tta-emu-q4 in short: 64 saw 90 % at epoch 6 (5.5 on average), 256 at 9 (8.5)
     records = ([record("fixed 64", 64, s, 6) for s in range(3)] +

@@ -1,0 +1,179 @@
+"""The efficiency model fitted to measured images to a target (planning/efficiency_fit.py), the
+controller deciding on it, and its check against fixed runs (tools/efficiency_check.py)."""
+import doctest
+import math
+
+import numpy as np
+import pytest
+
+from nnabla_torus.planning import efficiency_fit, goodput
+from nnabla_torus.planning.controller import BatchSizeController
+from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
+from tools import accuracy_report as rep, efficiency_check
+from tests.unit.test_time_to_accuracy import epoch_record
+
+BATCHES = np.array([64, 128, 256, 512])
+
+
+def synthetic(phi, runs_per_batch, noise, seed):
+    """(batches, epochs): E_min (1 + B / phi) epochs per run (McCandlish eq. 2.11), E_min = 5,
+    each with relative Gaussian noise ``noise``."""
+    rng = np.random.default_rng(seed)
+    b = np.repeat(BATCHES, runs_per_batch).astype(float)
+    return b, 5.0 * (1.0 + b / phi) * (1.0 + noise * rng.standard_normal(len(b)))
+
+
+def test_doctest():
+    assert doctest.testmod(efficiency_fit).failed == 0
+
+
+@pytest.mark.parametrize("phi", [30.0, 300.0, 3000.0])
+def test_the_fit_recovers_a_known_phi(phi):
+    exact = efficiency_fit.fit_phi(*synthetic(phi, 2, 0.0, 0))
+    assert exact.phi == pytest.approx(phi, rel=1e-9) and exact.rse < 1e-6
+    fit = efficiency_fit.fit_phi(*synthetic(phi, 20, 0.02, 1))
+    assert abs(fit.phi - phi) < 3 * fit.rse * fit.phi
+    assert (fit.runs, fit.batches) == (80, 4)
+
+
+def test_the_error_is_a_least_squares_lines_against_numpy():
+    b, y = synthetic(300.0, 5, 0.05, 2)
+    fit = efficiency_fit.fit_phi(b, y)
+    (slope, intercept), cov = np.polyfit(b, y, 1, cov="unscaled")
+    s2 = np.sum((y - np.polyval([slope, intercept], b)) ** 2) / (len(b) - 2)
+    var_b, var_a, cov_ab = s2 * cov[0, 0], s2 * cov[1, 1], s2 * cov[0, 1]
+    phi = intercept / slope
+    rse = math.sqrt(var_a / intercept ** 2 + var_b / slope ** 2 - 2 * cov_ab / (intercept * slope))
+    assert fit.phi == pytest.approx(phi) and fit.rse == pytest.approx(rse)
+
+
+def test_the_error_is_calibrated_and_shrinks_with_more_runs():
+    # over many synthetic experiments the spread of phi matches the rse the fit states
+    fits = [efficiency_fit.fit_phi(*synthetic(300.0, 10, 0.03, seed)) for seed in range(400)]
+    phis = np.array([f.phi for f in fits])
+    assert np.std(phis) / 300.0 == pytest.approx(np.median([f.rse for f in fits]), rel=0.2)
+    # 16x the runs: a quarter of the error (1 / sqrt(runs))
+    few = np.median([efficiency_fit.fit_phi(*synthetic(300.0, 3, 0.03, s)).rse
+                     for s in range(50)])
+    many = np.median([efficiency_fit.fit_phi(*synthetic(300.0, 48, 0.03, s)).rse
+                      for s in range(50)])
+    assert many < few and many / few == pytest.approx(0.25, rel=0.3)
+
+
+def test_the_edges_of_the_fit():
+    assert efficiency_fit.fit_phi([64, 256], [6.0, 6.0]).phi == math.inf      # no more images
+    assert efficiency_fit.fit_phi([64, 256], [2.0, 9.0]).phi == 0.0           # no steps saved
+    two = efficiency_fit.fit_phi([64, 256], [5.5, 8.5])
+    assert two.phi == pytest.approx(rep.implied_phi(64, 256, 5.5 / 8.5)) and two.rse == math.inf
+    with pytest.raises(ValueError, match="two or more"):
+        efficiency_fit.fit_phi([64, 64, 64], [5.0, 6.0, 7.0])
+
+
+def test_adascales_gain_ratio_is_the_goodput_gain_at_b_simple():
+    # r = (sigma^2 + mu^2) / (sigma^2 / S + mu^2), sigma^2 = tr(S) / B0 (Johnson et al. 3.1)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        trace, grad_sq, base = 10 ** rng.uniform(0, 4), 10 ** rng.uniform(-2, 2), 64
+        scale = rng.uniform(1, 64)
+        sigma2 = trace / base
+        r = (sigma2 + grad_sq) / (sigma2 / scale + grad_sq)
+        assert r == pytest.approx(float(goodput.gain(scale * base, trace / grad_sq, base)))
+
+
+def test_scale_apply_and_file(tmp_path):
+    fit = efficiency_fit.Fit(450.0, 0.3, 12, 3)
+    scale = efficiency_fit.scale_of(fit, 300.0, 0.4)
+    assert scale.factor == 1.5 and scale.rse == pytest.approx(0.5)
+    assert efficiency_fit.apply(scale, 200.0, 0.0) == (300.0, pytest.approx(0.5))
+    assert efficiency_fit.apply(None, 200.0, 0.1) == (200.0, 0.1)
+    efficiency_fit.save(scale, tmp_path / "fit.json")
+    assert efficiency_fit.load(tmp_path / "fit.json") == scale
+    (tmp_path / "bad.json").write_text('{"factor": 1.0}')
+    with pytest.raises(ValueError, match="time_to_accuracy.py efficiency"):
+        efficiency_fit.load(tmp_path / "bad.json")
+
+
+def test_a_decision_does_not_move_when_the_gain_is_inside_the_models_error():
+    # throughput sublinear in B; at phi = 1.5 x 200 the point estimate gains > 10 % by moving
+    batches = np.array([64.0, 128.0, 256.0])
+    speed = batches / (0.1 + 0.001 * batches)
+    sure = efficiency_fit.Scale(1.5, 0.02, 300.0, 200.0)
+    unsure = efficiency_fit.Scale(1.5, 0.9, 300.0, 200.0)
+    for scale, moves in ((sure, True), (unsure, False)):
+        phi, rse = efficiency_fit.apply(scale, 200.0, 0.05)
+        d = goodput.decide(batches, speed, phi, rse, 64, 0, 0.05)
+        assert d.change is moves
+        assert goodput.goodput(speed, batches, phi, 64).argmax() != 0   # the point estimate
+        #                                                                would move both times
+
+
+def controller(efficiency):
+    est = NoiseScaleEstimator(smoothing=0.5)
+    ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=32, lr_scaling="none",
+                               min_batch=32, max_batch=4096, min_samples=2, max_rse=10.0,
+                               throughput=lambda local, accum: 1000.0 * local / (1 + local / 64),
+                               efficiency=efficiency)
+    ctrl.plan(0)
+    for _ in range(3):
+        est.update(2 + 400 / 8, 8, 2 + 400 / 64, 64)    # B_simple = 200
+    return ctrl
+
+
+def test_the_controller_decides_on_the_fitted_phi():
+    plain, fitted = controller(None), controller(efficiency_fit.Scale(4.0, 0.01, 800.0, 200.0))
+    p, f = plain.plan(0.3), fitted.plan(0.3)
+    assert "phi = 200" in (p.reason if p.changed else " ".join(plain.notes))
+    assert f.changed and "phi = 800" in f.reason and "4.00 x B_simple, fitted" in f.reason
+    assert f.global_batch > p.global_batch            # a larger phi: a larger batch pays
+    unsure = controller(efficiency_fit.Scale(4.0, 5.0, 800.0, 200.0))
+    assert unsure.plan(0.3).global_batch == 32        # inside the fitted factor's error: keep
+
+
+def test_the_check_predicts_each_fixed_batch(tmp_path):
+    # runs that follow E(B) at phi = 320 exactly (3.6, 4.2, 5.4 epochs, seen 0.5 after)
+    epochs = {b: 3.0 * (1 + b / 320) for b in (64, 128, 256)}
+    records = [epoch_record(tmp_path, f"fixed {b}", b, s, e + 0.5 + 0.01 * (s - 1))
+               for b, e in epochs.items() for s in range(3)]
+    records.append(epoch_record(tmp_path, rep.ADAPTIVE, 64, 9, 7.0, "1 100\n2 100\n"))
+    rows, fit, scale = efficiency_check.check(records)
+    assert [r["batch"] for r in rows] == [64, 128, 256] and rows[0]["measured"] == 1.0
+    assert fit.phi == pytest.approx(320.0, rel=1e-6)
+    for r in rows[1:]:
+        want = (320.0 + 64) / (320.0 + r["batch"])
+        assert r["measured"] == pytest.approx(want) and r["loo"] == pytest.approx(want, rel=1e-6)
+        assert r["b_simple"] == pytest.approx((100.0 + 64) / (100.0 + r["batch"]))
+    assert efficiency_check.mean_error(rows, "loo") < 1e-6 < efficiency_check.mean_error(
+        rows, "b_simple")
+    assert scale.factor == pytest.approx(3.2, rel=1e-6) and scale.rse == math.inf  # one run
+    text = efficiency_check.table(rows, 0.90, fit, scale)
+    assert "| 256 | 3 |" in text and "phi fitted to the other batches 0.000" in text
+
+
+def test_seeds_that_agree_to_the_epoch_leave_the_rounding_as_the_error():
+    b, y = np.repeat([64.0, 128.0, 256.0], 4), np.repeat([6.0, 7.0, 9.0], 4)
+    assert efficiency_fit.fit_phi(b, y).rse == pytest.approx(0.0, abs=1e-9)
+    rounded = efficiency_fit.fit_phi(b, y, resolution=1.0)
+    x = np.column_stack([np.ones(12), b])
+    (vaa, vab), (_, vbb) = np.linalg.inv(x.T @ x) / 12.0        # s^2 = 1 / 12 epoch^2
+    (a, slope), *_ = np.linalg.lstsq(x, y, rcond=None)
+    want = math.sqrt(vaa / a ** 2 + vbb / slope ** 2 - 2 * vab / (a * slope))
+    assert rounded.rse == pytest.approx(want)
+
+
+def test_the_efficiency_command_writes_the_fit_train_py_reads(tmp_path, capsys):
+    import json
+
+    from tools import time_to_accuracy as tta
+    epochs = {64: [6.0, 6.0, 7.0], 128: [7.0, 8.0, 8.0], 256: [9.0, 9.0, 10.0]}
+    records = [epoch_record(tmp_path, f"fixed {b}", b, s, e) for b, runs in epochs.items()
+               for s, e in enumerate(runs)]
+    records += [epoch_record(tmp_path, rep.ADAPTIVE, 64, 10 + s, 7.0, f"1 {phi}\n")
+                for s, phi in enumerate((200, 240, 220))]
+    (tmp_path / "measured.json").write_text(json.dumps({"where": "here", "records": records}))
+    assert tta.main(["efficiency", "--out", str(tmp_path)]) == 0
+    scale = efficiency_fit.load(tmp_path / "efficiency_fit.json")
+    points = [(b, e - 0.5) for b, runs in epochs.items() for e in runs]
+    fit = efficiency_fit.fit_phi(*zip(*points), resolution=1.0)
+    assert scale.phi == pytest.approx(fit.phi) and scale.b_simple == 220.0
+    assert scale.factor == pytest.approx(fit.phi / 220.0) and fit.rse < scale.rse < 1.0
+    assert "| 128 | 3 | 7.17 +- 0.33 |" in (tmp_path / "efficiency.md").read_text()
