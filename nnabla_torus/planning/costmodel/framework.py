@@ -8,7 +8,7 @@ nnabla's training step also pays, per optimizer step (:func:`.step.step_terms` a
    negative), and ``callback_sync``: the callback runs a blocking 1-byte ``MPI_Allreduce``
    (``MPI_C_BOOL``, ``MPI_LAND``: ``mpi_check_all``) of the world for every gradient array
    after its backward, before packing it (nnabla-ext-cuda v1.39.0
-   ``multi_process_data_parallel_communicator.cu`` 314-331, 1025-1030; ResNet-50: 161 arrays):
+   ``multi_process_data_parallel_communicator.cu`` 325-331, 1027; ResNet-50: 161 arrays):
    ``grad_arrays`` x a 1-byte recursive doubling whose steps inside a host cost the host's
    shared-memory MPI latency (``host_mpi_latency_s``; 0: the intra link's) and across hosts
    the inter link's; counted in full (*assumed*: a host far enough ahead of the GPU would
