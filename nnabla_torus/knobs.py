@@ -98,8 +98,9 @@ def parse_bool(text):
     raise BadValue(f"expected one of 1/0, true/false, yes/no, on/off, got {text!r}")
 
 
-def add_knob(parser, flag, env, default, help, type=str, **kwargs):
-    """Add ``flag`` to an argparse parser (or group) with ``env`` as its environment twin.
+def add_knob(parser, flag, env, default, help, type=str, short=None, **kwargs):
+    """Add ``flag`` (and its ``short`` form, e.g. "-C") to an argparse parser (or group) with
+    ``env`` as its environment twin.
 
     The environment value, when set, replaces ``default``; the help text ends with
     "(env: ENV, default: DEFAULT)". Booleans take an explicit value: ``--overlap 0``.
@@ -110,7 +111,7 @@ def add_knob(parser, flag, env, default, help, type=str, **kwargs):
         raise ValueError(f"environment variable {env}={value!r} is not one of "
                          f"{', '.join(map(str, choices))}")
     parse = parse_bool if type is bool else type
-    return parser.add_argument(flag, type=parse, default=value,
+    return parser.add_argument(*filter(None, (short, flag)), type=parse, default=value,
                                help=f"{help} (env: {env}, default: {default})", **kwargs)
 
 

@@ -44,7 +44,7 @@ import accuracy_report as rep
 import batch_optimum
 import efficiency_check
 from emucluster.profile import emulated_profile
-from nnabla_torus.knobs import add_knob, env_value
+from nnabla_torus.knobs import add_knob
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.planning import efficiency_fit
 from nnabla_torus.planning.controller import MIN_SAMPLES
@@ -347,10 +347,9 @@ def build_parser():
                              "efficiency: E(B) predicted against measured at each fixed batch")
     add_knob(parser, "--out", "NNABLA_TORUS_TTA_OUT", "runs/time_to_accuracy",
              "folder for the runs, tables and plots")
-    parser.add_argument("-C", "--task", default=env_value("NNABLA_TORUS_TTA_TASK", "digits-cpu"),
-                        help="the task: a train.py recipe (digits-cpu, clusters-mlp, shapes-cpu: "
-                             "docs/tasks.md) or a YAML path (env: NNABLA_TORUS_TTA_TASK, "
-                             "default: digits-cpu)")
+    add_knob(parser, "--task", "NNABLA_TORUS_TTA_TASK", "digits-cpu", "the task: a train.py "
+             "recipe (digits-cpu, clusters-mlp, shapes-cpu: docs/tasks.md) or a YAML path",
+             short="-C")
     add_knob(parser, "--pool", "NNABLA_TORUS_TTA_POOL", "", "report: comma-separated folders "
              "of earlier measurements, pooled into one table and verdict written to --out "
              "(each seed paired with the fixed batch of its own folder; empty: --out's own)")

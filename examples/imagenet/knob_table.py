@@ -5,6 +5,7 @@ Every field of ``TrainConfig`` is a knob: a CLI flag (``flag_of``), an environme
 """
 import dataclasses
 
+from dali_pipeline import VAL_CROP
 from nnabla_torus.comm.collectives import ALGORITHMS
 from nnabla_torus.planning import step_refit
 from nnabla_torus.planning.controller import (ADAPTIVE_LRS, LR_AT_CHANGE, LR_SCALINGS, MAX_RSE,
@@ -93,7 +94,7 @@ class TrainConfig:
     image_size: int = knob(224, "training crop and validation centre crop, pixels")
     min_crop_area: float = knob(0.08, "smallest area fraction of the random-resized training crop")
     flip: bool = knob(True, "random horizontal flips in training (off for digits and text)")
-    val_crop: float = knob(0.875, "share of the shorter side the validation centre crop covers "
+    val_crop: float = knob(VAL_CROP, "share of the shorter side the validation centre crop covers "
                                   "(0.875: 224 of 256 as He et al. 2016; 1: the whole image)")
     train_images: int = knob(0, "use only N training images, a subset drawn with --seed (0 = all)")
     bad_images: str = knob("skip", "undecodable images: skip (leave them out, count and name "
