@@ -54,8 +54,8 @@ def fit_phi(batches, images, resolution=0.0):
     ``resolution``: how finely a run's images are known (1 epoch when the target is seen at
     epoch-end validations); its rounding variance resolution^2 / 12 is the least residual
     variance, so seeds that agree to the epoch do not make the error 0. phi is inf when b <= 0
-    (a larger batch took no more images) and 0 when a <= 0 (images proportional to B: no batch
-    saved steps).
+    up to rounding (a larger batch took no more images) and 0 when a <= 0 (images proportional
+    to B: no batch saved steps).
     """
     b_, y = np.asarray(batches, float), np.asarray(images, float)
     n, distinct = len(b_), len(np.unique(b_))
@@ -64,7 +64,7 @@ def fit_phi(batches, images, resolution=0.0):
                          f"or more (add fixed runs at another batch)")
     x = np.column_stack([np.ones(n), b_])
     (a, b), *_ = np.linalg.lstsq(x, y, rcond=None)
-    if b <= 0:
+    if b * b_.max() <= 1e-9 * np.abs(y).max():  # 0 up to rounding: equal images at every batch
         return Fit(math.inf, math.inf, n, distinct)
     if a <= 0:
         return Fit(0.0, math.inf, n, distinct)

@@ -62,6 +62,8 @@ def test_the_error_is_calibrated_and_shrinks_with_more_runs():
 
 def test_the_edges_of_the_fit():
     assert efficiency_fit.fit_phi([64, 256], [6.0, 6.0]).phi == math.inf      # no more images
+    same = efficiency_fit.fit_phi([128] * 5 + [256] * 5, [2.5, 2.5, 3.5, 2.5, 1.5] * 2)
+    assert same.phi == math.inf          # least squares leaves a slope of ~1e-19, not 0
     assert efficiency_fit.fit_phi([64, 256], [2.0, 9.0]).phi == 0.0           # no steps saved
     two = efficiency_fit.fit_phi([64, 256], [5.5, 8.5])
     assert two.phi == pytest.approx(rep.implied_phi(64, 256, 5.5 / 8.5)) and two.rse == math.inf
