@@ -23,6 +23,7 @@ from nnabla_torus.planning.splits import split_batch
 ADAPTIVE = "adaptive (goodput)"
 ADAPTIVE_PRIOR = "adaptive (prior)"           # the same, deciding on an earlier run's prior
 ADAPTIVES = (ADAPTIVE, ADAPTIVE_PRIOR)
+RECIPE = "recipe"                              # the policy "recipe <its batch schedule>"
 BEFORE = "adaptive before (--before run)"
 VAL_LINE = re.compile(r"^(?:\d\d:\d\d:\d\d )?epoch (\S+) step (\d+): .*val top-1 (\S+)")  # time of day first
 SIZES = re.compile(r"(\d+) training / \d+ validation images")
@@ -177,7 +178,7 @@ def policy_stats(rows):
 
 def summarise(records, target):
     """{policy: stats} (policies in the order of their first record) and the verdict lines,
-    one verdict per adaptive policy against the best fixed one."""
+    one verdict per adaptive policy against the best fixed one (and, paired, the recipe)."""
     policies = list(dict.fromkeys(r["policy"] for r in records))
     stats = {p: policy_stats([r for r in records if r["policy"] == p]) for p in policies}
     fixed = {p: s for p, s in stats.items() if p not in ADAPTIVES and s["time_s"][0] < math.inf}
@@ -199,9 +200,11 @@ def summarise(records, target):
             verdict.append(f"load-free check, cost-model time of the steps to {target:.0%}: "
                            f"{name} {modelled[name]:.1f} s, best other {other} "
                            f"{modelled[other]:.1f} s (information, not the verdict)")
-        paired = paired_verdict(records, name, best)
-        if paired:
-            verdict.append(paired)
+        recipe = [p for p in stats if p.startswith(RECIPE + " ") and p != best]
+        for reference in [best] + recipe:
+            paired = paired_verdict(records, name, reference)
+            if paired:
+                verdict.append(paired)
         verdict.append(f"final top-1: {name} median {a['final_top1'][0]:.4f}, {best} seeds "
                        f"{b['final_top1'][1]:.4f}-{b['final_top1'][2]:.4f} (band: its lowest "
                        f"- 0.01): " + ("PASS" if band else "FAIL"))

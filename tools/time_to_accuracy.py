@@ -57,7 +57,7 @@ ROOT = os.path.dirname(HERE)
 
 TRAIN = os.path.join(ROOT, "examples", "imagenet", "train.py")
 POLICIES = {                     # name: train.py flags (the digits recipe otherwise)
-    "recipe 0:64,1:128": [],
+    f"{rep.RECIPE} 0:64,1:128": [],
     "fixed 64": ["--batch-schedule", "0:64"],
     "fixed 128": ["--batch-schedule", "0:128"],                     # 32 x 1: where adaptive
     #     runs held (the model: 1.04-1.13x the optimum)
@@ -127,7 +127,7 @@ def task_policies(args):
     schedule = read_recipe(args.task)[0]["batch_schedule"]
     fixed = {f"fixed {b}": ["--batch-schedule", f"0:{b}"] for b in args.fixed.split(",")}
     adaptive = {p: POLICIES[p] for p in (rep.ADAPTIVE, rep.ADAPTIVE_PRIOR)}
-    return {f"recipe {schedule}": [], **fixed, **adaptive}
+    return {f"{rep.RECIPE} {schedule}": [], **fixed, **adaptive}
 
 
 def task_target(args):

@@ -145,6 +145,11 @@ def test_per_seed_ratios_pair_each_seed_within_its_own_measurement(tmp_path):
               [record("x", rep.ADAPTIVE, s, 50.0) for s in range(5, 11)])
     assert "median 1.25, 96.9% interval 1.25-1.25 over 6 seeds (0 of them at most 1): behind" in \
         rep.paired_verdict(behind, rep.ADAPTIVE, "fixed 256")
+    # a recipe slower than the best fixed batch is paired too: "never behind the recipe"
+    recipe = behind + [record("x", f"{rep.RECIPE} 0:64", s, 80.0) for s in range(5, 11)]
+    assert (f"per seed, time to the target of {rep.ADAPTIVE} / {rep.RECIPE} 0:64: median 0.62, "
+            "96.9% interval 0.62-0.62 over 6 seeds (6 of them at most 1): ahead"
+            ) in "\n".join(rep.summarise(recipe, 0.90)[1])
 
 
 def test_report_pools_measurements_and_names_a_folder_without_one(tmp_path, capsys):
