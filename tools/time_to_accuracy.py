@@ -179,8 +179,9 @@ def measure(args):
         bar.set_description(f"{policy}, seed {seed}")
         r = run_policy(policy, seed, launcher, args.out, prior)
         records.append(r)
-        with open(os.path.join(args.out, "measured.json"), "w") as f:   # `report` works on a
-            json.dump({"where": launcher.where, "records": records}, f, indent=1)  # partial run
+        with open(os.path.join(args.out, "measured.json"), "w") as f:
+            json.dump({"where": launcher.where, "target": args.target, "records": records},
+                      f, indent=1)                                    # `report` on a partial run
         bar.write(f"{policy:22s} seed {seed}: {rep.fmt(r['time_s'])} s / {r['steps']} steps to "
                   f"{args.target:.0%}, best top-1 {r['best_top1']:.4f}, final "
                   f"{r['final_top1']:.4f}, {r['images_per_s']:.0f} images/s, batches "
@@ -199,8 +200,9 @@ def draw_seeds(args, count=None, avoid=()):
     return seeds
 
 
-def read_measurements(folders):
-    """(records, where) of the measured.json in each of ``folders``, pooled."""
+def read_measurements(folders, target):
+    """(records, where) of the measured.json in each of ``folders``, pooled; each must have
+    been measured to ``target`` (its times to the target were taken then)."""
     records, places = [], []
     for folder in folders:
         path = os.path.join(folder, "measured.json")
@@ -210,6 +212,10 @@ def read_measurements(folders):
         except (OSError, ValueError) as e:
             raise SystemExit(f"time_to_accuracy.py report: cannot read {path} ({e}); give "
                              f"folders a `measure` wrote")
+        if saved.get("target", target) != target:
+            raise SystemExit(f"time_to_accuracy.py report: {path} was measured to "
+                             f"{saved['target']:.0%}, not {target:.0%}: give its task (-C) or "
+                             f"--target {saved['target']:g}")
         records += saved["records"]
         places.append(saved.get("where", ""))
     where = "; ".join(dict.fromkeys(places))
@@ -241,8 +247,8 @@ def report(records, args, where):
     with open(os.path.join(args.out, "measured.md"), "w") as f:
         f.write(text + "\n")
     with open(os.path.join(args.out, "measured.json"), "w") as f:
-        json.dump({"where": where, "records": records, "stats": stats, "verdict": verdict}, f,
-                  indent=1)
+        json.dump({"where": where, "target": args.target, "records": records, "stats": stats,
+                   "verdict": verdict}, f, indent=1)
     print(text)
     print(f"wrote {args.out}/measured.md, measured.json, batch_over_epochs.png")
     return records
@@ -364,7 +370,8 @@ def main(argv=None):
     if args.command == "optimum":
         return optimum(args)
     if args.command in ("report", "efficiency"):
-        records, where = read_measurements(args.pool.split(",") if args.pool else [args.out])
+        records, where = read_measurements(args.pool.split(",") if args.pool else [args.out],
+                                           args.target)
         if args.command == "efficiency":
             return efficiency(records, args, where)
         report(records, args, where)

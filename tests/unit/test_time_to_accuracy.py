@@ -173,6 +173,11 @@ def test_report_pools_measurements_and_names_a_folder_without_one(tmp_path, caps
     text = (out / "measured.md").read_text()
     assert text.startswith(f"here (pooled: {tmp_path / 'a'}, {tmp_path / 'b'})")
     assert "median 1.12, 50.0% interval 1.00-1.25 over 2 seeds" in text    # seed 1 twice
+    assert json.loads((out / "measured.json").read_text())["target"] == 0.90
+    # the times were taken at the measurement's target: another target is refused, not relabelled
+    with pytest.raises(SystemExit, match=r"pooled/measured.json was measured to 90%, not 82%: "
+                                         r"give its task \(-C\) or --target 0.9"):
+        tta.main(["report", "-C", "clusters-mlp", "--out", str(out)])
     with pytest.raises(SystemExit, match=f"cannot read {tmp_path / 'c'}/measured.json"):
         tta.main(["report", "--pool", str(tmp_path / "c"), "--out", str(out)])
 
