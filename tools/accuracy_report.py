@@ -186,6 +186,7 @@ def summarise(records, target):
         return stats, []
     best = min(fixed, key=lambda p: fixed[p]["time_s"][0])
     b, verdict = fixed[best], []
+    references = [best] + [p for p in stats if p.startswith(RECIPE + " ") and p != best]
     modelled = {p: s["predicted_s"][0] for p, s in stats.items()
                 if s["predicted_s"][0] is not None}
     for name in (p for p in ADAPTIVES if p in stats):
@@ -200,8 +201,7 @@ def summarise(records, target):
             verdict.append(f"load-free check, cost-model time of the steps to {target:.0%}: "
                            f"{name} {modelled[name]:.1f} s, best other {other} "
                            f"{modelled[other]:.1f} s (information, not the verdict)")
-        recipe = [p for p in stats if p.startswith(RECIPE + " ") and p != best]
-        for reference in [best] + recipe:
+        for reference in references:
             paired = paired_verdict(records, name, reference)
             if paired:
                 verdict.append(paired)
