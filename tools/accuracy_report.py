@@ -26,18 +26,26 @@ ADAPTIVES = (ADAPTIVE, ADAPTIVE_PRIOR)
 RECIPE = "recipe"                              # the policy "recipe <its batch schedule>"
 BEFORE = "adaptive before (--before run)"
 VAL_LINE = re.compile(r"^(?:\d\d:\d\d:\d\d )?epoch (\S+) step (\d+): .*val top-1 (\S+)")  # time of day first
+VAL_SECONDS = re.compile(r"val top-1 \S+ top-5 \S+ \((\S+) s\)")   # the validation's own time
 SIZES = re.compile(r"(\d+) training / \d+ validation images")
 PARAMS = re.compile(r": ([\d,]+) parameters, ")
 
 
 def parse_log(lines):
     """(validation lines [(seconds, epoch, step, top1)], summary dict, training images,
-    parameters) of train.py's stdout, ``lines`` as (seconds since launch, text)."""
+    parameters) of train.py's stdout, ``lines`` as (seconds since launch, text). A validation's
+    seconds leave out the time every validation up to it took, where its line gives it: the
+    instrument is not the run (four validations an epoch cost clusters' 4 ranks ~25 % of it)."""
     vals, summary, dataset, params = [], None, None, None
+    validating = 0.0
     for now, line in lines:
         match = VAL_LINE.match(line)
+        if match:
+            took = VAL_SECONDS.search(line)
+            validating += float(took.group(1)) if took else 0.0
         if match and match.group(3) != "None":
-            vals.append((now, float(match.group(1)), int(match.group(2)), float(match.group(3))))
+            vals.append((now - validating, float(match.group(1)), int(match.group(2)),
+                         float(match.group(3))))
         elif line.startswith('{"val_top1"'):
             summary = json.loads(line)
         elif dataset is None and SIZES.search(line):
@@ -244,16 +252,26 @@ def implied_phi(small, large, ratio):
     return (small - ratio * large) / (ratio - 1.0)
 
 
+def val_interval(record):
+    """Epochs between the validation that saw the target and the one before (from 0 for the
+    first): how finely the run's epochs to the target are known (None if never reached)."""
+    if record["epoch"] is None:
+        return None
+    return record["epoch"] - max([v[1] for v in record["val"] if v[1] < record["epoch"]],
+                                 default=0.0)
+
+
 def fixed_epochs(records):
     """{batch: [epochs to the target, one per run]} of the fixed single-batch runs, each less
-    half an epoch: an epoch's validation sees the target reached on average half an epoch
-    after it was (None for a run that never reached it)."""
+    half its validation interval (:func:`val_interval`; half an epoch at epoch-end
+    validations): a validation sees the target reached on average half an interval after it
+    was (None for a run that never reached it)."""
     epochs = {}
     for r in records:
         phases = r["batch_schedule"].split(",")
         if r["policy"] not in ADAPTIVES and len(phases) == 1:
             epochs.setdefault(int(phases[0].split(":")[1]), []).append(
-                None if r["epoch"] is None else r["epoch"] - 0.5)
+                None if r["epoch"] is None else r["epoch"] - val_interval(r) / 2)
     return epochs
 
 
@@ -279,8 +297,8 @@ def efficiency_lines(records, target):
     for small, large in itertools.combinations(sorted(mean), 2):
         phi = implied_phi(small, large, mean[small] / mean[large])
         lines.append(f"efficiency model: fixed {small} and fixed {large} reached {target:.0%} "
-                     f"after {mean[small]:.1f} and {mean[large]:.1f} epochs (means, half an epoch "
-                     f"before the validation that saw it), as E(B) predicts at phi = "
+                     f"after {mean[small]:.1f} and {mean[large]:.1f} epochs (means, half a validation "
+                     f"interval before the validation that saw it), as E(B) predicts at phi = "
                      + ("infinity (the larger batch cost no more epochs)" if phi == math.inf
                         else f"{phi:.0f}") + "; the adaptive runs measured B_simple "
                      + (span(spread(measured), 0) + " (each run's median up to the target)"

@@ -3,8 +3,9 @@ statistical efficiency its measured epochs to the target imply, against what eac
 predicts (``python tools/time_to_accuracy.py efficiency``; no launching here).
 
 Efficiency is counted from the smallest fixed batch B_s: measured E(B) = epochs(B_s) /
-epochs(B) (means over seeds, half an epoch off each, accuracy_report.fixed_epochs), with its
-standard error (at least the epoch's rounding, ``RESOLUTION``). The models, each
+epochs(B) (means over seeds, half a validation interval off each, accuracy_report.fixed_epochs),
+with its standard error (at least the rounding to the validation interval, :func:`resolution`).
+The models, each
 E(B) = (phi + B_s) / (phi + B) (goodput.py):
 
 1. phi = B_simple, the noise scale the adaptive runs measured up to the target (the median of
@@ -25,8 +26,12 @@ import statistics
 import accuracy_report as rep
 from nnabla_torus.planning import efficiency_fit, goodput
 
-RESOLUTION = 1.0    # epochs: train.py validates at each epoch's end, so a run's epochs to the
-#                     target are known to one epoch (efficiency_fit.fit_phi's resolution)
+def resolution(records):
+    """Epochs to which the fixed runs' epochs to the target are known (efficiency_fit.fit_phi's
+    resolution): their longest validation interval up to the target (1 at train.py's default
+    of a validation at each epoch's end, 0.25 with --val-every 0.25)."""
+    return max((rep.val_interval(r) for r in records
+                if r["policy"] not in rep.ADAPTIVES and r["epoch"] is not None), default=1.0)
 
 
 def _band(phi, rse, batch, base):
@@ -49,17 +54,18 @@ def check(records):
                          f"{len(reached)} batch(es); it needs two or more (measure "
                          f"--policies fixed-64,fixed-128,fixed-256)")
     points = [(b, e) for b, runs in reached.items() for e in runs]
-    fit = efficiency_fit.fit_phi(*zip(*points), resolution=RESOLUTION)
+    step = resolution(records)
+    fit = efficiency_fit.fit_phi(*zip(*points), resolution=step)
     measured = rep.measured_b_simple(records)
     b_simple = statistics.median(measured) if measured else None
     base = min(reached)
     mean = {b: statistics.mean(e) for b, e in reached.items()}
-    se = {b: max(statistics.stdev(e) if len(e) > 1 else math.inf, RESOLUTION / math.sqrt(12))
+    se = {b: max(statistics.stdev(e) if len(e) > 1 else math.inf, step / math.sqrt(12))
           / math.sqrt(len(e)) for b, e in reached.items()}
     rows = []
     for batch in sorted(reached):
         others = [(b, e) for b, e in points if b != batch]
-        loo = (efficiency_fit.fit_phi(*zip(*others), resolution=RESOLUTION)
+        loo = (efficiency_fit.fit_phi(*zip(*others), resolution=step)
                if len({b for b, _ in others}) >= 2 else None)
         eff = mean[base] / mean[batch]
         rel = 0.0 if batch == base else math.hypot(se[base] / mean[base], se[batch] / mean[batch])

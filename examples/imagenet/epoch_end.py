@@ -1,14 +1,17 @@
-"""What the ranks do together at the end of an epoch: agree on the undecodable images, make
-the BN statistics one model's, and measure accuracy over the whole validation set.
+"""What the ranks do together at the end of an epoch (or of each ``--val-every`` part of one):
+agree on the undecodable images, make the BN statistics one model's, and measure accuracy over
+the whole validation set.
 
 Every function here is collective: call it on every rank. Example::
 
     share_bad_images(train_set, comm, reported, log, epoch)
     average_running_stats(comm)
     top1, top5 = validate(val_set, model, cfg, comm, device_id, log)
-    end_of_epoch(run)            # all of it for train.py's run, with the epoch's log line
+    if validation_due(run, epoch_before_the_step):
+        end_of_epoch(run)        # all of it for train.py's run, with the epoch's log line
 """
 import math
+import time
 
 import nnabla as nn
 import numpy as np
@@ -72,11 +75,20 @@ def average_running_stats(comm):
         comm.all_reduce(stats, division=True, inplace=False)
 
 
+def validation_due(run, epoch):
+    """True when the step that began at fractional ``epoch`` crossed a multiple of
+    ``--val-every`` epochs (1: each epoch's end; 0.25: four times an epoch)."""
+    every = run.settings.cfg.val_every
+    return math.floor(run.data.stream.epoch() / every) > math.floor(epoch / every)
+
+
 def end_of_epoch(run):
-    """Share the undecodable images found, average BN statistics, validate, log the epoch
-    (its own mean loss, images/s and time, the run's ETA) and start the next one's meter."""
+    """Share the undecodable images found, average BN statistics, validate, log the epoch or
+    the part of it since the last validation (its own mean loss, images/s and time, the run's
+    ETA, the seconds all this took) and start the next one's meter."""
     settings, data, progress = run.settings, run.data, run.progress
     comm, epoch = run.parallel.comm, data.stream.epoch()
+    started = time.time()
     share_bad_images(data.train_set, comm, data.reported_bad, settings.log, epoch)
     average_running_stats(comm)
     progress.top1, progress.top5 = validate(data.val_set, run.net.model, settings.cfg, comm,
@@ -89,5 +101,5 @@ def end_of_epoch(run):
         progress.best_top1 = progress.top1
     progress.epoch_meter.share_loss(comm)
     settings.log(progress.epoch_meter.line(epoch, progress.step, progress.top1, progress.top5,
-                                           settings.cfg.epochs))
+                                           settings.cfg.epochs, time.time() - started))
     progress.epoch_meter = report.EpochMeter(epoch)

@@ -56,6 +56,7 @@ RANGES = {
     "adaptive_min_samples": number(int, low=2), "adaptive_max_rse": number(float, **POSITIVE),
     "adaptive_refit_steps": number(int, low=0), "adaptive_refit_warmup": number(int, low=0),
     "epochs": number(float, low=0, strict=True, high=MAX_EPOCHS),
+    "val_every": number(float, low=0, strict=True, high=MAX_EPOCHS),
     "base_lr": number(float, **POSITIVE),
     "reference_batch": number(int, low=1), "warmup_epochs": number(float, low=0),
     "gamma": number(float, low=0, strict=True, high=1), "power": number(float, **POSITIVE),
@@ -133,6 +134,8 @@ class TrainConfig:
                              "local_batch x 64)")
     # optimisation
     epochs: float = knob(90.0, "passes over the training data (fractions allowed)")
+    val_every: float = knob(1.0, "epochs between validations (0.25: four an epoch; the run's "
+                                 "last step validates too): finer times to a target accuracy")
     optimizer: str = knob("momentum", "momentum SGD or LARS: momentum | lars")
     base_lr: float = knob(0.1, "learning rate at reference_batch images per step")
     reference_batch: int = knob(256, "the batch base_lr is meant for; lr follows lr_scaling "

@@ -92,16 +92,22 @@ class EpochMeter:
     def images_per_s(self):
         return self.images / self.seconds if self.seconds > 0 else math.nan
 
-    def line(self, epoch, step, top1, top5, epochs):
-        """The epoch line at fractional ``epoch`` of ``epochs``; the ETA at this epoch's pace
+    def line(self, epoch, step, top1, top5, epochs, val_seconds=None):
+        """The epoch line at fractional ``epoch`` of ``epochs`` (a part's line with
+        ``--val-every`` below 1: its mean loss and time since ``start_epoch``), with the
+        seconds its validation took (``val_seconds``: tools take them out of times to a target); the ETA at this epoch's pace
         (its steps, validation and checkpoints, over the epochs since ``start_epoch``: a short
         first epoch of a resumed run, or one that ends a step past the boundary, 1.04 -> 2.09)."""
         wall = time.time() - self.started
         part = epoch - self.start_epoch
         left = (epochs - epoch) * wall / part if part > 0 else math.inf
+        whole = part > 0.99          # an epoch (or its end); else a --val-every part of one
+        mean, took = (("epoch mean", "epoch") if whole else
+                      (f"mean since epoch {self.start_epoch:.2f}", "part"))
         return (f"{clock()} epoch {epoch:.2f} step {step}: train loss {self.mean_loss:.4f} "
-                f"(epoch mean), val top-1 {json_value(top1)} top-5 {json_value(top5)}, "
-                f"{self.images_per_s:.0f} images/s, epoch {duration(self.seconds)}, "
+                f"({mean}), val top-1 {json_value(top1)} top-5 {json_value(top5)}"
+                + ("" if val_seconds is None else f" ({val_seconds:.2f} s)") + ", "
+                f"{self.images_per_s:.0f} images/s, {took} {duration(self.seconds)}, "
                 f"ETA {duration(left)}")
 
 

@@ -15,7 +15,6 @@ Every knob is a flag, an environment variable and a recipe key (``python train.p
 Other commands, how the loop reads, the modules beside this file, output, resuming and the
 exit statuses: docs/imagenet.md; Slurm and PBS: docs/clusters.md.
 """
-import math
 import sys
 import time
 
@@ -35,7 +34,7 @@ import resize
 from checkpoint import CheckpointError
 from config import parse_config
 from divergence import EXIT_DIVERGED, diverged
-from epoch_end import end_of_epoch
+from epoch_end import end_of_epoch, validation_due
 from run_end import summary
 from run_setup import resume_or_start, set_up
 from run_step import plan_step, take_step
@@ -75,7 +74,7 @@ def main(argv=None):
         if diverged(run):
             status = EXIT_DIVERGED
             break
-        if math.floor(stream.epoch()) > math.floor(epoch) or finished(run):
+        if validation_due(run, epoch) or finished(run):
             end_of_epoch(run)
         stopping = cfg.elastic and run.parallel.comm.allreduce_numpy(
             np.array([len(progress.stop_signal)], np.float32))[0] > 0   # every rank stops together

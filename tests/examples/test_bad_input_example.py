@@ -120,6 +120,8 @@ TRAIN = [
     (["--bucket-mib", "1e308"], "argument --bucket-mib: must be a finite number > 0 and <= "
                                 "1e+06, got '1e308'"),   # before: OverflowError
     (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be an integer >= 0"),
+    (["--val-every", "0"], "argument --val-every: must be a finite number > 0 and <= 1e+06, "
+                           "got '0'"),
     (["--max-nonfinite-steps", "-1"], "argument --max-nonfinite-steps: must be an integer >= 0, "
                                       "got '-1'"),
     (["--resume", "maybe"], "argument --resume"),

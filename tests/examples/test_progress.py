@@ -25,9 +25,19 @@ def test_the_epoch_line_is_the_epochs_own(monkeypatch):
     meter = report.EpochMeter(1.0)
     for loss in (2.0, 1.0, 3.0):
         meter.add(loss, 64, 0.5)                                   # 3 steps of 64 images
-    line = meter.line(2.0, 46, 0.91, 0.99, epochs=5)
+    line = meter.line(2.0, 46, 0.91, 0.99, epochs=5, val_seconds=0.4)
     assert line[8:] == (" epoch 2.00 step 46: train loss 2.0000 (epoch mean), val top-1 0.91 "
-                        "top-5 0.99, 128 images/s, epoch 2 s, ETA 1 min 30 s"), line
+                        "top-5 0.99 (0.40 s), 128 images/s, epoch 2 s, ETA 1 min 30 s"), line
+
+
+def test_a_val_every_part_says_it_is_a_part(monkeypatch):
+    clock = iter([100.0, 103.0])
+    monkeypatch.setattr(report.time, "time", lambda: next(clock))
+    meter = report.EpochMeter(1.25)
+    meter.add(2.0, 64, 0.5)
+    line = meter.line(1.5, 50, 0.8, 0.99, epochs=4, val_seconds=0.25)
+    assert line[8:] == (" epoch 1.50 step 50: train loss 2.0000 (mean since epoch 1.25), val "
+                        "top-1 0.8 top-5 0.99 (0.25 s), 128 images/s, part 0 s, ETA 30 s"), line
 
 
 def test_the_eta_of_an_epoch_that_ends_past_its_boundary(monkeypatch):

@@ -23,3 +23,9 @@ def test_task_trains_a_few_steps_at_two_ranks(tmp_path, recipe, arch):
     loss = np.loadtxt(tmp_path / "train_loss.series.txt", ndmin=2)[:, 1]
     assert len(loss) >= 1 and np.isfinite(loss).all(), loss
     assert 0 <= summary["val_top1"] <= 1
+    # clusters-mlp validates four times an epoch (--val-every 0.25; 8 steps an epoch here),
+    # shapes-cpu at each epoch's end and the run's last step
+    validated = [line.split(": train loss")[0][9:] for line in out.splitlines()
+                 if "val top-1" in line and "train loss" in line]
+    assert validated == (["epoch 0.25 step 2", "epoch 0.50 step 4"] if recipe == "clusters-mlp"
+                         else ["epoch 0.50 step 4"]), out[-3000:]

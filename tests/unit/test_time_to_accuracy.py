@@ -1,6 +1,8 @@
 """tools/time_to_accuracy.py: its log parsing (tools/accuracy_report.py), the abci prediction's
 invariants (tools/abci_prediction.py), the model's optimum (tools/batch_optimum.py) and the
 emulated cluster's profile."""
+import math
+
 import numpy as np
 import pytest
 
@@ -25,6 +27,19 @@ def test_time_and_steps_to_the_target_come_from_the_first_line_that_reaches_it(t
     assert (r["best_top1"], r["final_top1"], r["dataset"], r["params"]) == (0.95, 0.95, 1438,
                                                                             176402)
     assert rep.record_of("fixed 64", 1, str(tmp_path), lines, 0.99)["time_s"] is None
+
+
+def test_quarter_epoch_validations_time_the_target_without_the_validations(tmp_path):
+    """--val-every 0.25: the target is known to a quarter epoch, and the seconds each
+    validation took (its line's "(0.50 s)") are not the run's."""
+    lines = [(4.0, "10:00:04 epoch 0.25 step 5: train loss 2.0 (mean since epoch 0.00), val "
+                   "top-1 0.5 top-5 0.9 (0.50 s), 100 images/s, part 3 s, ETA 9 s"),
+             (6.0, "10:00:06 epoch 0.50 step 10: train loss 1.5 (mean since epoch 0.25), val "
+                   "top-1 0.91 top-5 0.99 (0.75 s), 100 images/s, part 1 s, ETA 6 s"),
+             (7.0, '{"val_top1": 0.91, "steps": 10, "batch_schedule": "0:64"}')]
+    r = rep.record_of("fixed 64", 1, str(tmp_path), lines, 0.90)
+    assert (r["time_s"], r["epoch"], rep.val_interval(r)) == (4.75, 0.5, 0.25)
+    assert rep.fixed_epochs([r]) == {64: [0.375]}       # half its interval before the line
 
 
 @pytest.mark.parametrize("phi", [1e3, 1e5, 1e8])
@@ -190,7 +205,9 @@ def epoch_record(tmp_path, policy, batch, seed, epoch, noise=None):
     (folder / "global_batch.series.txt").write_text(f"1 {batch}\n")
     if noise:
         (folder / "noise_scale.series.txt").write_text(noise)
-    lines = [(9.0, LOG[2].replace("epoch 2.00 step 46", f"epoch {epoch:.2f} step 2")),
+    before = [epoch - k for k in range(math.ceil(epoch) - 1, 0, -1)]   # validations 1 apart
+    lines = [(e, LOG[1].replace("epoch 1.00", f"epoch {e:.2f}")) for e in before]
+    lines += [(9.0, LOG[2].replace("epoch 2.00 step 46", f"epoch {epoch:.2f} step 2")),
              (10.0, '{"val_top1": 0.91, "steps": 2, "batch_schedule": "0:%d", '
                     '"images_per_sec": 400, "ranks": 4}\n' % batch)]
     return rep.record_of(policy, seed, str(folder), lines, 0.90)
@@ -206,7 +223,8 @@ def test_the_efficiency_model_is_checked_on_the_fixed_batches(tmp_path):
                [record(rep.ADAPTIVE, 64, s, 7, "1 150\n2 250\n3 9999\n") for s in range(2)])
     line = rep.efficiency_lines(records, 0.90)[0]
     assert line == ("efficiency model: fixed 64 and fixed 256 reached 90% after 5.5 and 8.5 "
-                    "epochs (means, half an epoch before the validation that saw it), as E(B) "
+                    "epochs (means, half a validation interval before the validation that saw it), "
+                    "as E(B) "
                     "predicts at phi = 288; the adaptive runs measured B_simple 200 [200-200] "
                     "(each run's median up to the target)")     # step 3's 9999: after 90 %
     assert line in rep.summarise(records, 0.90)[1]
