@@ -15,7 +15,7 @@ E(B) = (phi + B_s) / (phi + B) (goodput.py):
 3. phi fitted to all of them: what ``--efficiency-fit`` hands the controller (as a factor on
    B_simple, written to efficiency_fit.json); its residual, not a prediction.
 
-The bands are E at phi x (1 -+ rse). Example::
+The bands are E at phi / (1 +- rse) (the fit's error is symmetric in 1 / phi). Example::
 
     rows, fit, scale = check(records)
     print(table(rows, 0.9, fit, scale))
@@ -35,14 +35,15 @@ def resolution(records):
 
 
 def _band(phi, rse, batch, base):
-    """(E at phi, (E at phi (1 - rse), E at phi (1 + rse))) relative to ``base``; Nones
-    without phi."""
+    """(E at phi, (E at phi / (1 + rse), E at phi / (1 - rse))) relative to ``base`` (the fit's
+    band, symmetric in 1 / phi: efficiency_fit.low_end); Nones without phi."""
     if phi is None:
         return None, (None, None)
 
     def at(p):
         return float(goodput.efficiency(batch, p, base)) if math.isfinite(p) else 1.0
-    return at(phi), (at(phi * max(0.0, 1.0 - rse)), at(phi * (1.0 + rse)))
+    high = phi / (1.0 - rse) if rse < 1.0 else math.inf
+    return at(phi), (at(phi * (1.0 - efficiency_fit.low_end(rse))), at(high))
 
 
 def check(records):

@@ -86,7 +86,8 @@ def test_scale_apply_and_file(tmp_path):
     fit = efficiency_fit.Fit(450.0, 0.3, 12, 3)
     scale = efficiency_fit.scale_of(fit, 300.0, 0.4)
     assert scale.factor == 1.5 and scale.rse == pytest.approx(0.5)
-    assert efficiency_fit.apply(scale, 200.0, 0.0) == (300.0, pytest.approx(0.5))
+    # counted in 1 / phi: one error low is 300 / 1.5 = 200, i.e. 300 x (1 - 1/3)
+    assert efficiency_fit.apply(scale, 200.0, 0.0) == (300.0, pytest.approx(1 / 3))
     assert efficiency_fit.apply(None, 200.0, 0.1) == (200.0, 0.1)
     efficiency_fit.save(scale, tmp_path / "fit.json")
     assert efficiency_fit.load(tmp_path / "fit.json") == scale
@@ -100,7 +101,7 @@ def test_a_decision_does_not_move_when_the_gain_is_inside_the_models_error():
     batches = np.array([64.0, 128.0, 256.0])
     speed = batches / (0.1 + 0.001 * batches)
     sure = efficiency_fit.Scale(1.5, 0.02, 300.0, 200.0)
-    unsure = efficiency_fit.Scale(1.5, 0.9, 300.0, 200.0)
+    unsure = efficiency_fit.Scale(1.5, 9.0, 300.0, 200.0)      # one error low: 30
     for scale, moves in ((sure, True), (unsure, False)):
         phi, rse = efficiency_fit.apply(scale, 200.0, 0.05)
         d = goodput.decide(batches, speed, phi, rse, 64, 0, 0.05)
@@ -127,8 +128,23 @@ def test_the_controller_decides_on_the_fitted_phi():
     assert "phi = 200" in (p.reason if p.changed else " ".join(plain.notes))
     assert f.changed and "phi = 800" in f.reason and "4.00 x B_simple, fitted" in f.reason
     assert f.global_batch > p.global_batch            # a larger phi: a larger batch pays
+    # one error low, 800 / (1 + 5) = 133 < 200: no larger a batch than without the fit
     unsure = controller(efficiency_fit.Scale(4.0, 5.0, 800.0, 200.0))
-    assert unsure.plan(0.3).global_batch == 32        # inside the fitted factor's error: keep
+    assert 32 < unsure.plan(0.3).global_batch <= p.global_batch
+
+
+def test_a_slope_within_its_error_of_zero_still_bounds_phi_from_below():
+    """Clusters on one host, quarter-epoch validations: every batch 64-1024 took ~2 epochs, a
+    fit of phi 9,582 +- 122 %. Counted in phi its low end was 0 (the controller could never
+    move); counted in 1 / phi, where the line's error is symmetric, it is 9,582 / 2.22."""
+    phi, rse = efficiency_fit.apply(efficiency_fit.Scale(11.9, 1.22, 9582.0, 805.0), 805.0, 0.0)
+    assert phi * (1 - rse) == pytest.approx(9582.0 / 2.22, rel=1e-3)
+    inside = []                               # and the low end holds the truth as often as stated
+    for seed in range(400):
+        b, y = synthetic(2000.0, 9, 0.08, seed)
+        fit = efficiency_fit.fit_phi(b, y)
+        inside.append(fit.phi * (1 - efficiency_fit.low_end(fit.rse)) <= 2000.0)
+    assert 0.75 < np.mean(inside) < 0.92      # one-sided one-error coverage: 84 %
 
 
 def test_the_check_predicts_each_fixed_batch(tmp_path):
