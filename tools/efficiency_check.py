@@ -76,7 +76,7 @@ def check(records):
                         b_simple=_band(b_simple, 0.0, batch, base)[0],
                         loo=loo_e, loo_band=loo_band, loo_phi=loo and loo.phi,
                         fit=_band(fit.phi, 0.0, batch, base)[0]))
-    scale = (efficiency_fit.scale_of(fit, b_simple, _median_rse(measured))
+    scale = (efficiency_fit.scale_of(fit, b_simple, _median_rse(measured), max(reached))
              if b_simple else None)
     return rows, fit, scale
 

@@ -9,7 +9,8 @@ decision is at step 0, or where the prior starts (``Prior.starts``), on the prio
 run's own estimate is trustworthy; without one (and before the prior starts), the first
 decision waits while measuring pays for the run's length (``goodput.waiting``). With
 ``efficiency`` (:mod:`~nnabla_torus.planning.efficiency_fit`: a factor on phi fitted to fixed runs
-of the task) phi is the noise scale times that factor, its error added to phi's.
+of the task) phi is the noise scale times that factor, its error added to phi's, and
+``max_batch`` is at most the largest batch of those runs.
 The throughput is the cost model's (``throughput``) until ``refit``
 (:class:`~nnabla_torus.planning.step_refit.StepTimeRefit`) has measured the batch in use. No
 decision before the noise scale is trustworthy (``min_samples``, ``max_rse``); a change only
@@ -128,6 +129,13 @@ class BatchSizeController(GoodputChoice):
         self.prior_overridden = False   # adaptive: True once the run's own phi replaced it
         self.epochs = epochs        # adaptive: the run's length in epochs (prior, pricing)
         self.run_images = (epochs * epoch_images if epochs and epoch_images else None)
+        fitted_up_to = efficiency.largest_batch if efficiency is not None else None
+        if noise_scale is not None and fitted_up_to and fitted_up_to < self.max_batch:
+            capped = max(self.min_batch, fitted_up_to)
+            self.notes.append(f"goodput: max_batch {self.max_batch} -> {capped}: the efficiency "
+                              f"fit's runs went up to batch {fitted_up_to}, and its factor is "
+                              f"not taken past them")
+            self.max_batch = capped
         if noise_scale is not None:
             self.candidates = candidate_table(self.world_size, self.max_local_batch,
                                               self.min_batch, self.max_batch, throughput)

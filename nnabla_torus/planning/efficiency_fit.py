@@ -47,7 +47,8 @@ Scale = namedtuple("Scale", [
     "rse",       # relative standard error of k: the fit's and B_simple's, in quadrature
     "phi",       # the fitted phi, samples
     "b_simple",  # the B_simple it is relative to, samples
-])
+    "largest_batch",   # the largest batch of the runs fitted, samples (None: not recorded)
+], defaults=[None])
 
 
 def fit_phi(batches, images, resolution=0.0):
@@ -79,13 +80,18 @@ def fit_phi(batches, images, resolution=0.0):
     return Fit(float(a / b), float(math.sqrt(max(var, 0.0))), n, distinct)
 
 
-def scale_of(fit, b_simple, b_simple_rse):
+def scale_of(fit, b_simple, b_simple_rse, largest_batch=None):
     """:class:`Scale` of ``fit`` over the noise scale ``b_simple`` measured on the same task
-    (with its relative standard error ``b_simple_rse``)."""
+    (with its relative standard error ``b_simple_rse``); ``largest_batch``: the largest batch
+    of the runs fitted, beyond which the controller does not take the factor (the line is
+    measured up to it, and the learning rate's stability is not in it: on clusters,
+    emulated, a factor fitted up to 1024 moved one run to 2032 at step 28, whose linearly
+    scaled rate of 1.59 diverged)."""
     if not b_simple > 0:
         raise ValueError(f"scale_of: b_simple = {b_simple} must be > 0 (an adaptive run's "
                          f"measured noise scale)")
-    return Scale(fit.phi / b_simple, math.hypot(fit.rse, b_simple_rse), fit.phi, b_simple)
+    return Scale(fit.phi / b_simple, math.hypot(fit.rse, b_simple_rse), fit.phi, b_simple,
+                 None if largest_batch is None else int(largest_batch))
 
 
 def low_end(rse):
@@ -113,7 +119,8 @@ def apply(scale, phi, rse):
 def describe(scale):
     """One line for the log: the factor, its error and where it comes from."""
     return (f"phi = {scale.factor:.2f} +- {scale.rse:.0%} x B_simple (fitted phi "
-            f"{scale.phi:.0f} over a measured B_simple of {scale.b_simple:.0f})")
+            f"{scale.phi:.0f} over a measured B_simple of {scale.b_simple:.0f}"
+            + (f", runs up to batch {scale.largest_batch}" if scale.largest_batch else "") + ")")
 
 
 def save(scale, path):
@@ -127,11 +134,15 @@ def load(path):
     try:
         with open(path) as f:
             saved = json.load(f)
-        scale = Scale(**{k: float(saved[k]) for k in Scale._fields})
+        largest = saved.get("largest_batch")     # absent in files written before it
+        scale = Scale(*(float(saved[k]) for k in Scale._fields[:4]),
+                      None if largest is None else int(largest))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"efficiency fit {path!r} is unreadable ({e}); write it with "
                          f"`python tools/time_to_accuracy.py efficiency`") from e
-    if not (scale.factor > 0 and math.isfinite(scale.factor) and scale.rse >= 0):
+    if not (scale.factor > 0 and math.isfinite(scale.factor) and scale.rse >= 0
+            and (scale.largest_batch is None or scale.largest_batch >= 1)):
         raise ValueError(f"efficiency fit {path!r}: factor {scale.factor} must be finite and "
-                         f"> 0 and rse {scale.rse} >= 0")
+                         f"> 0, rse {scale.rse} >= 0 and largest_batch "
+                         f"{scale.largest_batch} >= 1")
     return scale

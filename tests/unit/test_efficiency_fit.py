@@ -195,3 +195,21 @@ def test_the_efficiency_command_writes_the_fit_train_py_reads(tmp_path, capsys):
     assert scale.phi == pytest.approx(fit.phi) and scale.b_simple == 220.0
     assert scale.factor == pytest.approx(fit.phi / 220.0) and fit.rse < scale.rse < 1.0
     assert "| 128 | 3 | 7.17 +- 0.33 |" in (tmp_path / "efficiency.md").read_text()
+
+
+def test_the_fitted_factor_is_not_taken_past_the_batches_it_was_fitted_on(tmp_path):
+    """Clusters, emulated: a factor of 31 fitted to runs up to 1024 moved one run to 2032 at
+    step 28, where its linearly scaled rate (1.59) diverged to chance accuracy."""
+    scale = efficiency_fit.scale_of(efficiency_fit.Fit(4000.0, 0.5, 9, 3), 200.0, 0.1, 256)
+    assert scale.largest_batch == 256 and "runs up to batch 256" in efficiency_fit.describe(scale)
+    efficiency_fit.save(scale, tmp_path / "fit.json")
+    assert efficiency_fit.load(tmp_path / "fit.json") == scale
+    ctrl = controller(scale)                              # phi = 20 x 200: 4096 would pay
+    assert ctrl.max_batch == 256 and "fit's runs went up to batch 256" in ctrl.notes[0]
+    for epoch in (0.3, 0.6, 0.9):
+        assert ctrl.plan(epoch).global_batch <= 256
+    assert ctrl.current.global_batch > 32
+    # a file written before largest_batch loads with no bound
+    (tmp_path / "old.json").write_text('{"factor": 2.0, "rse": 0.3, "phi": 400, "b_simple": 200}')
+    assert efficiency_fit.load(tmp_path / "old.json").largest_batch is None
+    assert controller(efficiency_fit.load(tmp_path / "old.json")).max_batch == 4096
