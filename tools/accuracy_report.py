@@ -298,8 +298,9 @@ def efficiency_lines(records, target):
     for small, large in itertools.combinations(sorted(mean), 2):
         phi = implied_phi(small, large, mean[small] / mean[large])
         lines.append(f"efficiency model: fixed {small} and fixed {large} reached {target:.0%} "
-                     f"after {mean[small]:.1f} and {mean[large]:.1f} epochs (means, half a validation "
-                     f"interval before the validation that saw it), as E(B) predicts at phi = "
+                     f"after {mean[small]:.1f} and {mean[large]:.1f} epochs (means, half a "
+                     f"validation interval before the validation that saw it), as E(B) predicts "
+                     f"at phi = "
                      + ("infinity (the larger batch cost no more epochs)" if phi == math.inf
                         else f"{phi:.0f}") + "; the adaptive runs measured B_simple "
                      + (span(spread(measured), 0) + " (each run's median up to the target)"

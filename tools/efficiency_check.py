@@ -26,6 +26,7 @@ import statistics
 import accuracy_report as rep
 from nnabla_torus.planning import efficiency_fit, goodput
 
+
 def resolution(records):
     """Epochs to which the fixed runs' epochs to the target are known (efficiency_fit.fit_phi's
     resolution): their longest validation interval up to the target (1 at train.py's default

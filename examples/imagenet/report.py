@@ -95,7 +95,8 @@ class EpochMeter:
     def line(self, epoch, step, top1, top5, epochs, val_seconds=None):
         """The epoch line at fractional ``epoch`` of ``epochs`` (a part's line with
         ``--val-every`` below 1: its mean loss and time since ``start_epoch``), with the
-        seconds its validation took (``val_seconds``: tools take them out of times to a target); the ETA at this epoch's pace
+        seconds its validation took (``val_seconds``: tools take them out of times to a
+        target); the ETA at this epoch's pace
         (its steps, validation and checkpoints, over the epochs since ``start_epoch``: a short
         first epoch of a resumed run, or one that ends a step past the boundary, 1.04 -> 2.09)."""
         wall = time.time() - self.started

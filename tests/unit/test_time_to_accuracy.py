@@ -223,10 +223,9 @@ def test_the_efficiency_model_is_checked_on_the_fixed_batches(tmp_path):
                [record(rep.ADAPTIVE, 64, s, 7, "1 150\n2 250\n3 9999\n") for s in range(2)])
     line = rep.efficiency_lines(records, 0.90)[0]
     assert line == ("efficiency model: fixed 64 and fixed 256 reached 90% after 5.5 and 8.5 "
-                    "epochs (means, half a validation interval before the validation that saw it), "
-                    "as E(B) "
-                    "predicts at phi = 288; the adaptive runs measured B_simple 200 [200-200] "
-                    "(each run's median up to the target)")     # step 3's 9999: after 90 %
+                    "epochs (means, half a validation interval before the validation that saw "
+                    "it), as E(B) predicts at phi = 288; the adaptive runs measured B_simple "
+                    "200 [200-200] (each run's median up to the target)")     # step 3's 9999: after 90 %
     assert line in rep.summarise(records, 0.90)[1]
     # the larger batch saved no steps (phi 0), or cost no images (inf)
     assert rep.implied_phi(64, 256, 0.25) == 0.0 and rep.implied_phi(64, 256, 1.0) == float("inf")
