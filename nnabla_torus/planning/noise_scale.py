@@ -6,7 +6,11 @@ tr(S); numerator and denominator are smoothed separately (bias-corrected EMA) an
 and the EMA also gives the ratio's relative standard error (``rse``, a lower bound). The EMA's
 memory is in samples, not steps (as AdaptDL's ``theta = smoothing ** scale``, petuum/adaptdl
 ``adaptdl/torch/gradient_noise_scale.py``): a step at k times the first global batch decays
-the past as k steps would. Formulas and the error's derivation: docs/adaptive-batch.md
+the past as k steps would, but never by more than ``1 - 1 / min_memory_steps`` (the estimate
+always rests on about ``min_memory_steps`` steps: each step's tr(S) comes from the same number
+of ranks whatever the batch, and at 16x B0 the samples alone, 0.95 ** 16 = 0.44, left about
+two steps, over which clusters' estimate swung 10x). Formulas and
+the error's derivation: docs/adaptive-batch.md
 (#the-objective, #acting-on-an-estimate-confidence-smoothing-hysteresis). Example::
 
     est = NoiseScaleEstimator(smoothing=0.95)
@@ -29,14 +33,19 @@ LOG = logging.getLogger("nnabla_torus.planning.controller")   # rank 0's, as the
 class NoiseScaleEstimator:
     """Online B_simple from pairs of (small-batch, large-batch) squared gradient norms."""
 
-    def __init__(self, smoothing=0.95, reference_batch=None):
+    def __init__(self, smoothing=0.95, reference_batch=None, min_memory_steps=5):
         """``smoothing``: EMA factor per ``reference_batch`` samples (None: the first
-        observation's global batch); a step at global batch B decays by smoothing ** (B / ref)."""
+        observation's global batch); a step at global batch B decays by smoothing ** (B / ref),
+        or by ``1 - 1 / min_memory_steps`` if that is larger (and at most ``smoothing``; 1: no
+        floor, the memory is in samples only)."""
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing={smoothing} must be in [0, 1) (0: no smoothing)")
         if reference_batch is not None and not reference_batch > 0:
             raise ValueError(f"reference_batch={reference_batch} must be > 0 (or None)")
+        if not min_memory_steps >= 1:
+            raise ValueError(f"min_memory_steps={min_memory_steps} must be >= 1 (1: no floor)")
         self.smoothing, self.reference_batch = smoothing, reference_batch
+        self.decay_floor = min(smoothing, 1.0 - 1.0 / min_memory_steps)
         self._sums = np.zeros(5)   # EMA of |G|^2, tr(S), their squares and their product
         self._weight = 0.0         # EMA of 1, for bias correction
         self._weight_sq = 0.0      # sum of the squared EMA weights, for n_eff
@@ -68,7 +77,7 @@ class NoiseScaleEstimator:
         trace = (local_sqnorm - global_sqnorm) / (1.0 / b - 1.0 / big_b)
         if self.reference_batch is None:
             self.reference_batch = big_b
-        m = self.smoothing ** (big_b / self.reference_batch)
+        m = max(self.smoothing ** (big_b / self.reference_batch), self.decay_floor)
         obs = np.array([grad_sq, trace, grad_sq ** 2, trace ** 2, grad_sq * trace])
         self._sums = m * self._sums + (1.0 - m) * obs
         self._weight = m * self._weight + (1.0 - m)

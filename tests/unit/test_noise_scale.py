@@ -75,21 +75,24 @@ def test_non_finite_norms_are_skipped_counted_and_logged(caplog):
     assert est.b_simple is None
 
 
+def observe(est, trace, big_b):
+    """One step at global batch ``big_b`` (4 ranks of big_b / 4) with |G|^2 = 2 exactly."""
+    est.update(2 + trace / (big_b / 4), big_b / 4, 2 + trace / big_b, big_b)
+
+
 def test_memory_is_in_samples_not_steps():
-    # phi moves from 100 to 400 (tr(S) 200 -> 800, |G|^2 = 2). Four steps at batch 64 and one
-    # step at batch 256 see the same samples, so they move the estimate alike; numpy reference:
+    # phi moves from 100 to 400 (tr(S) 200 -> 800, |G|^2 = 2). Two steps at batch 64 and one
+    # step at batch 128 see the same samples, so they move the estimate alike; numpy reference:
     # the EMA's weights (1 - m_i) prod_{j > i} m_j with m_i = 0.9 ** (B_i / 64).
-    def observe(est, trace, big_b):
-        est.update(2 + trace / 16, 16, 2 + trace / big_b, big_b)
     small, big = NoiseScaleEstimator(smoothing=0.9), NoiseScaleEstimator(smoothing=0.9)
     for est in (small, big):
         for _ in range(30):
             observe(est, 200.0, 64)
-    for _ in range(4):
+    for _ in range(2):
         observe(small, 800.0, 64)
-    observe(big, 800.0, 256)
+    observe(big, 800.0, 128)
     assert big.trace_cov == pytest.approx(small.trace_cov, rel=1e-12)
-    batches = [64] * 30 + [256]
+    batches = [64] * 30 + [128]
     traces = np.array([200.0] * 30 + [800.0])
     m = 0.9 ** (np.array(batches) / 64)
     w = (1 - m) * np.append(np.cumprod(m[::-1])[::-1][1:], 1.0)
@@ -97,6 +100,30 @@ def test_memory_is_in_samples_not_steps():
     assert big.b_simple == pytest.approx(big.trace_cov / 2.0)
     with pytest.raises(ValueError, match="reference_batch=0 must be > 0"):
         NoiseScaleEstimator(reference_batch=0)
+    with pytest.raises(ValueError, match="min_memory_steps=0.5 must be >= 1"):
+        NoiseScaleEstimator(min_memory_steps=0.5)
+
+
+@pytest.mark.parametrize("big_b", [256, 1024])
+def test_a_large_batch_step_keeps_at_least_min_memory_steps(big_b):
+    # At 16x B0 the samples alone decay by 0.95 ** 16 = 0.44 a step; the floor keeps 0.8
+    # (min_memory_steps 5): numpy reference with m = max(0.95 ** (B / 64), 0.8). At 4x B0
+    # (0.95 ** 4 = 0.81) the floor does not bind and the memory is in samples.
+    est = NoiseScaleEstimator(smoothing=0.95, reference_batch=64)
+    unfloored = NoiseScaleEstimator(smoothing=0.95, reference_batch=64, min_memory_steps=1)
+    traces = [200.0] * 20 + [800.0, 100.0, 800.0]
+    batches = [64] * 20 + [big_b] * 3
+    for trace, b in zip(traces, batches):
+        observe(est, trace, b)
+        observe(unfloored, trace, b)
+    m = np.maximum(0.95 ** (np.array(batches) / 64), 0.8)
+    w = (1 - m) * np.append(np.cumprod(m[::-1])[::-1][1:], 1.0)
+    assert est.trace_cov == pytest.approx(w @ np.array(traces) / w.sum(), rel=1e-12)
+    if big_b == 256:
+        assert est.trace_cov == pytest.approx(unfloored.trace_cov, rel=1e-12)
+    else:   # the last step alone weighs 0.56 without the floor, 0.2 with it
+        assert unfloored.trace_cov > 1.3 * est.trace_cov
+        assert NoiseScaleEstimator(smoothing=0.0).decay_floor == 0.0   # 0 still means none
 
 
 def test_a_squared_norm_beyond_float32_is_finite():
