@@ -168,6 +168,7 @@ def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_er
         adaptive_lr=cfg.adaptive_lr, prior=prior, epochs=cfg.epochs, epoch_images=epoch_images,
         efficiency=(efficiency_fit.load(os.path.expanduser(cfg.efficiency_fit))
                     if noise_scale and cfg.efficiency_fit else None),
+        shrink=cfg.adaptive_shrink,
         **({} if model_error is None else {"model_error": model_error}))
     lr_schedule = LearningRateSchedule(
         cfg.base_lr, cfg.epochs, warmup_epochs=cfg.warmup_epochs, decay=cfg.lr_decay,

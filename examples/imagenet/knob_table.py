@@ -120,6 +120,9 @@ class TrainConfig:
     adaptive_lr: str = knob(ADAPTIVE_LRS[0], "adaptive mode: lr at a batch B: scaling "
                             "(lr_scaling at B, as the fixed policies) | gain (B0's lr x the "
                             "goodput gain, Pollux/AdaScale)")
+    adaptive_shrink: bool = knob(False, "adaptive mode: let decisions after the first one on "
+                                 "the run's own noise scale lower the batch (off: from then on "
+                                 "it only grows, as Sony's batch-size control)")
     batch_prior: str = knob("auto", "adaptive mode: what decisions use before the run measures: "
                             "auto (the stored prior of an earlier run of this model, data, rank "
                             "count and machine, else the published figures for the model) | "

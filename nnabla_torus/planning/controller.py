@@ -7,7 +7,8 @@ at the low end of phi's one-error band (``goodput.decide``). With a ``prior``
 (:mod:`~nnabla_torus.planning.priors`: an earlier run's or a published noise scale) the first
 decision is at step 0, or where the prior starts (``Prior.starts``), on the prior, until the
 run's own estimate is trustworthy; without one (and before the prior starts), the first
-decision waits while measuring pays for the run's length (``goodput.waiting``). With
+decision waits while measuring pays for the run's length (``goodput.waiting``). After the
+first decision on the run's own estimate the batch only grows (``shrink=True``: both ways). With
 ``efficiency`` (:mod:`~nnabla_torus.planning.efficiency_fit`: a factor on phi fitted to fixed runs
 of the task) phi is the noise scale times that factor, its error added to phi's, and
 ``max_batch`` is at most the largest batch of those runs.
@@ -96,7 +97,7 @@ class BatchSizeController(GoodputChoice):
                  lr_at_change="linear", throughput=None, model_error=goodput.MIN_GAIN,
                  min_samples=MIN_SAMPLES, max_rse=MAX_RSE, refit=None,
                  adaptive_lr=ADAPTIVE_LRS[0], prior=None, epochs=None, epoch_images=None,
-                 efficiency=None):
+                 efficiency=None, shrink=False):
         if (schedule is None) == (noise_scale is None):
             raise ValueError("give exactly one of schedule= (a BatchSchedule) or noise_scale= "
                              "(a NoiseScaleEstimator)")
@@ -120,6 +121,8 @@ class BatchSizeController(GoodputChoice):
         self.model_error, self.min_samples, self.max_rse = float(model_error), min_samples, max_rse
         self.current = None
         self.decisions = 0          # adaptive: decisions taken (0: still waiting for confidence)
+        self.own_decisions = 0      # adaptive: those on the run's own noise scale (not a prior)
+        self.shrink = shrink        # adaptive: may a decision after the first own one lower B?
         self._held = set()          # adaptive: epochs whose held-back batch was logged
         self.notes = []             # adaptive: decisions that kept the batch, for the caller's log
         self.refit = refit          # adaptive: step_refit.StepTimeRefit of this run, or None
@@ -219,13 +222,15 @@ class BatchSizeController(GoodputChoice):
     def state(self):
         """The adaptive decisions so far, for a checkpoint (JSON-able): a resumed run continues
         them instead of starting the first-decision rules (confidence, price, prior) again."""
-        return {"decisions": self.decisions, "measured": self.measured,
-                "prior_overridden": self.prior_overridden}
+        return {"decisions": self.decisions, "own_decisions": self.own_decisions,
+                "measured": self.measured, "prior_overridden": self.prior_overridden}
 
     def load_state(self, state):
         """Continue from :meth:`state`; returns one line for the log."""
         self.decisions, self.measured, self.prior_overridden = (
             int(state["decisions"]), bool(state["measured"]), bool(state["prior_overridden"]))
+        self.own_decisions = int(state.get("own_decisions", self.decisions))   # older
+        #                                                  checkpoints: every decision counted
         return (f"the batch-size controller continues after {self.decisions} decision(s)"
                 + (", on measured step times" if self.measured else "")
                 + (", on the run's own noise scale (not the prior)" if self.prior_overridden

@@ -1,5 +1,6 @@
 """The adaptive controller's decision rule: the batch of the highest goodput, on the run's own
-noise scale once trustworthy (on a prior before), changed only when the gain exceeds the error.
+noise scale once trustworthy (on a prior before), changed only when the gain exceeds the error,
+and after the first decision on the run's own noise scale only upwards (unless ``shrink``).
 
 ``GoodputChoice`` is mixed into :class:`~nnabla_torus.planning.controller.BatchSizeController`:
 it decides on the state the controller keeps (``current``, ``candidates``, ``decisions``,
@@ -71,18 +72,30 @@ class GoodputChoice:
                    f"goodput {d.goodput[now]:.0f} -> {d.goodput[d.best]:.0f} ({d.gain:.3f}x) "
                    f"against a prediction error of {d.threshold:.1%}; throughput from {source}")
         self.decisions += 1
+        grows_only = self.own_decisions > 0 and not self.shrink   # after the first own decision
+        self.own_decisions += measured_phi
+        if d.change and best_batch < int(batches[now]) and grows_only:
+            self._hold(epoch, f"goodput: keep: the batch only grows after the first decision on "
+                              f"the run's own noise scale (--adaptive-shrink lets it fall), "
+                              f"{numbers}")
+            return self._refresh_lr(changed=fresh)
         if d.change:
             self._held.clear()
             return self._set(epoch, best_batch, "goodput: change, " + numbers,
                              factor=self._adaptive_lr_factor(best_batch),
                              split=(int(local[d.best]), int(accum[d.best])))
-        if self.decisions == 1 or switched or (d.best != now and
-                                               math.floor(epoch) not in self._held):
-            self._held.add(math.floor(epoch))
-            verdict = ("keep: the best batch is the one in use" if d.best == now else
-                       "keep: the gain is inside the prediction error")
-            self._note(epoch, f"goodput: {verdict}, {numbers}")
+        verdict = ("keep: the best batch is the one in use" if d.best == now else
+                   "keep: the gain is inside the prediction error")
+        self._hold(epoch, f"goodput: {verdict}, {numbers}",
+                   always=self.decisions == 1 or switched, quiet=d.best == now)
         return self._refresh_lr(changed=fresh)
+
+    def _hold(self, epoch, text, always=False, quiet=False):
+        """Note a decision that keeps the batch: always when ``always``, else once per epoch
+        unless ``quiet``."""
+        if always or (not quiet and math.floor(epoch) not in self._held):
+            self._held.add(math.floor(epoch))
+            self._note(epoch, text)
 
     def _adaptive_lr_factor(self, global_batch):
         """lr_factor(B0) x gain(B): the rate at B0, raised by the goodput model's gain (or

@@ -54,6 +54,35 @@ def test_noise_scale_drives_the_batch_through_goodput():
     assert plan.changed and "phi = 4000" in plan.reason
 
 
+@pytest.mark.parametrize("shrink", [False, True])
+def test_after_the_first_own_decision_the_batch_only_grows_unless_shrink(shrink, caplog):
+    # phi = 4000 moves 32 -> 256; then phi falls to 20 (its best batch is B0 = 32): refused
+    # and noted unless shrink; a later rise is taken either way. The state keeps the count.
+    est = NoiseScaleEstimator(smoothing=0.5)
+    ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=32, lr_scaling="none",
+                               min_batch=32, max_batch=4096, min_samples=2, max_rse=10.0,
+                               throughput=lambda local, accum: 1000.0 * local / (local + 8),
+                               shrink=shrink)
+    assert ctrl.plan(0).global_batch == 32
+    for _ in range(3):
+        est.update(2 + 8000 / 8, 8, 2 + 8000 / 64, 64)     # B_simple = 4000
+    assert ctrl.plan(0.3).global_batch == 256 and ctrl.own_decisions == 1
+    for _ in range(40):
+        est.update(2 + 40 / 64, 64, 2 + 40 / 256, 256)     # B_simple -> 20
+    with caplog.at_level(logging.INFO, logger="nnabla_torus.planning.controller"):
+        low = ctrl.plan(0.6)
+    assert low.global_batch == (32 if shrink else 256)
+    held = [r.message for r in caplog.records if "only grows" in r.message]
+    assert len(held) == (0 if shrink else 1) and all("-> 32" in m for m in held)
+    resumed = BatchSizeController(4, 64, noise_scale=est, base_batch=32, min_batch=32,
+                                  max_batch=4096, min_samples=2, max_rse=10.0)
+    resumed.load_state(ctrl.state())
+    assert resumed.own_decisions == ctrl.own_decisions >= 2
+    older = {k: v for k, v in ctrl.state().items() if k != "own_decisions"}
+    resumed.load_state(older)                              # a checkpoint from before the count
+    assert resumed.own_decisions == ctrl.decisions
+
+
 def test_non_finite_gradient_norm_keeps_the_batch():
     # An fp16 overflow gives an inf/NaN norm; it used to crash split_batch with a NaN target.
     est = NoiseScaleEstimator(smoothing=0.5)
