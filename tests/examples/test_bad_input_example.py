@@ -94,6 +94,7 @@ TRAIN = [
     (["--adaptive-max-rse", "0"], "argument --adaptive-max-rse: must be a finite number > 0"),
     (["--adaptive-refit-steps", "-1"], "argument --adaptive-refit-steps: must be an integer >= 0"),
     (["--adaptive-refit-warmup", "1.5"], "argument --adaptive-refit-warmup: must be an integer"),
+    (["--adaptive-shrink", "maybe"], "argument --adaptive-shrink"),
     (["--bn-statistics", "global"], "invalid choice: 'global'"),
     (["--context", "gpu"], "invalid choice: 'gpu'"),
     (["--type-config", "double"], "invalid choice: 'double'"),
