@@ -9,9 +9,9 @@ memory is in samples, not steps (as AdaptDL's ``theta = smoothing ** scale``, pe
 the past as k steps would, but never by more than ``1 - 1 / min_memory_steps`` (the estimate
 always rests on about ``min_memory_steps`` steps: each step's tr(S) comes from the same number
 of ranks whatever the batch, and at 16x B0 the samples alone, 0.95 ** 16 = 0.44, left about
-two steps, over which clusters' estimate swung 10x). Formulas and
-the error's derivation: docs/adaptive-batch.md
-(#the-objective, #acting-on-an-estimate-confidence-smoothing-hysteresis). Example::
+two steps, over which clusters' estimate swung 10x). Formulas and the error's derivation:
+docs/adaptive-batch.md (#the-objective, #acting-on-an-estimate-confidence-smoothing-hysteresis).
+Example::
 
     est = NoiseScaleEstimator(smoothing=0.95)
     comm.track_sqnorms = True

@@ -57,7 +57,7 @@ def test_noise_scale_drives_the_batch_through_goodput():
 @pytest.mark.parametrize("shrink", [False, True])
 def test_after_the_first_own_decision_the_batch_only_grows_unless_shrink(shrink, caplog):
     # phi = 4000 moves 32 -> 256; then phi falls to 20 (its best batch is B0 = 32): refused
-    # and noted unless shrink; a later rise is taken either way. The state keeps the count.
+    # and noted unless shrink. A checkpoint's state keeps the count of own decisions.
     est = NoiseScaleEstimator(smoothing=0.5)
     ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=32, lr_scaling="none",
                                min_batch=32, max_batch=4096, min_samples=2, max_rse=10.0,
