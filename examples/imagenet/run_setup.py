@@ -28,6 +28,7 @@ import report
 import resize
 from checkpoint import remove_stale_temporaries, set_aside_earlier_run
 from config import build_schedules
+from divergence import GradientAbsSum
 from models import get_model, load_initial_parameters
 from run_checkpoint import restore_checkpoint
 from run_context import make_context_and_comm
@@ -139,7 +140,7 @@ def set_up(cfg, log):
         noise.reference_batch = ctrl.min_batch     # the EMA's memory: 0.95 per B0 samples,
         #                                            whatever batch the prior starts at
     return RunState(settings, Parallel(comm), Data(train_set, val_set),
-                    Network(model, params, grads, solvers),
+                    Network(model, params, grads, solvers, GradientAbsSum(grads)),
                     Planning(planner, noise, refit, ctrl, lr_schedule, prior_key=key))
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:      # for the annotations only: the communicator's module sta
     from nnabla_torus.planning.step_refit import StepTimeRefit
     from config import TrainConfig
     from image_lists import Dataset
+    from divergence import GradientAbsSum
     from overlap_trial import OverlapTrial
     from report import EpochMeter, RankZeroLog
     from resize import ResizeAdvisor
@@ -72,15 +73,17 @@ class Data:
 
 @dataclasses.dataclass(slots=True)
 class Network:
-    """The model: ``model(x, test)``, its parameters by name and their gradient arrays, the
-    solvers (set_up; take_step updates them, resume_or_start restores them); the record a
-    checkpoint must match, {arch, width, classes, image_size, recipe} (resume_or_start); the
-    training graph (x, t, loss, objective, logits) and its key (local batch, accumulation
-    steps), rebuilt by graph_for when the key changes."""
+    """The model: ``model(x, test)``, its parameters by name and their gradient arrays (and the
+    sum of their absolute values, the divergence check's), the solvers (set_up; take_step
+    updates them, resume_or_start restores them); the record a checkpoint must match, {arch,
+    width, classes, image_size, recipe} (resume_or_start); the training graph (x, t, loss,
+    objective, logits) and its key (local batch, accumulation steps), rebuilt by graph_for
+    when the key changes."""
     model: object
     params: dict
     grads: list
     solvers: SolverGroup
+    grad_abs_sum: GradientAbsSum            # of ``grads``: the divergence check's one read
     model_meta: Optional[dict] = None
     graph: Optional[tuple] = None
     graph_key: Optional[tuple] = None
