@@ -65,7 +65,7 @@ def test_non_finite_steps_are_counted_in_a_row_from_the_first():
 def test_issue47_the_fused_sum_sees_what_check_inf_or_nan_grad_sees():
     """GradientAbsSum over several gradients (zeroing ones left out) is finite exactly when
     nnabla's own check finds no inf or NaN in any of them; one instance follows the gradients
-    as they change, and as the set of zeroing ones changes, without being built again."""
+    as they are written in place, and as the set of zeroing ones changes."""
     rng = np.random.default_rng(0)
     nn.clear_parameters()
     params = {f"w{k}": nn.parameter.get_parameter_or_create(f"w{k}", (int(n),))
