@@ -53,14 +53,14 @@ class GradientAbsSum:
 
     def __init__(self, grads):
         self.grads = grads
-        self._live = None           # the non-zeroing gradients the graph sums
-        self._total = None
+        self._key = None            # ids of the non-zeroing gradients the graph sums (the
+        self._total = None          # graph holds them, so no id is reused while it lives)
 
     def __call__(self):
         live = [g for g in self.grads if not g.zeroing]
-        if self._live is None or len(live) != len(self._live) or any(
-                a is not b for a, b in zip(live, self._live)):
-            self._live, self._total = live, _abs_sum_graph(live)
+        key = [id(g) for g in live]
+        if key != self._key:
+            self._key, self._total = key, _abs_sum_graph(live)
         if self._total is None:
             return nn.NdArray.from_numpy_array(np.zeros(1, np.float32))
         self._total.forward(clear_buffer=True)

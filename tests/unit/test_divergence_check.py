@@ -83,7 +83,10 @@ def test_issue47_the_fused_sum_sees_what_check_inf_or_nan_grad_sees():
         zeroing = f"w{trial % 5}" if trial % 2 else None
         if zeroing:
             params[zeroing].grad.zero()            # zeroing: skipped by both, left zeroing
+        before = {k: v.g.copy() for k, v in params.items() if k != zeroing}
         total = abs_sum()
+        for k, g in before.items():          # the graph reads the gradients, leaves them be
+            np.testing.assert_array_equal(params[k].g, g)
         assert total.shape == (1,)
         assert math.isfinite(float(total.data[0])) == (not solver.check_inf_or_nan_grad())
         if zeroing:
