@@ -60,3 +60,21 @@ def test_a_large_batch_no_larger_than_the_runs_or_than_the_data_is_refused():
     nn.clear_parameters()
     with pytest.raises(SystemExit, match="larger than the 1438 training images of digits"):
         be.main(["-C", "digits-cpu", "--large-batch", "4096"])
+
+
+def test_the_command_prints_a_row_per_branch_and_their_median(capsys):
+    nn.clear_parameters()
+    rows = be.main(["-C", "digits-cpu", "--batch", "16", "--large-batch", "32", "--at",
+                    "0,0.05", "--branch-epochs", "0.03", "--probe-images", "32"])
+    out = capsys.readouterr().out
+    assert [r["epoch"] for r in rows][0] == 0 and rows[1]["epoch"] >= 0.05
+    assert "E(32) / E(16)" in out and f"over {len(rows)} branches" in out
+    for r in rows:
+        assert f"| {be.shown(r['efficiency'])}" in out
+
+
+@pytest.mark.parametrize("at", ["1,0.5", "x", "-1"])
+def test_branch_points_out_of_order_or_not_numbers_are_refused(at, capsys):
+    with pytest.raises(SystemExit):
+        be.parse_args(["--at", at])
+    assert "--at: " in capsys.readouterr().err
