@@ -12,7 +12,7 @@ at the end of the second. The efficiency of the large batch relative to the smal
 images the small batch needed to reach the large branch's loss over the images the large branch
 used: McCandlish et al.'s definition (arXiv:1812.06162, section 2.3), measured over one branch
 instead of a whole run. From the first branch's end the run goes on at ``--batch``. Fixed runs
-give the same ratio over the whole run (``time_to_accuracy.py efficiency``)::
+measure the ratio over whole runs instead (``time_to_accuracy.py efficiency``)::
 
     python tools/branch_efficiency.py -C clusters-mlp --large-batch 1024 --seed 1
 
