@@ -4,7 +4,7 @@ same weights: a check of what any efficiency model fitted within a run could see
 At each point ``--at`` (epochs) of a single-process run at ``--batch`` (default: the recipe's
 first batch), the weights, BN statistics and momentum buffers are saved and two branches of
 ``--branch-epochs`` of images start from them: one at ``--batch``, one at ``--large-batch``
-(the recipe's learning-rate schedule and scaling at each batch; the momentum buffer as it is,
+on the same images in the same order (the recipe's learning-rate schedule and scaling at each batch; the momentum buffer as it is,
 or multiplied by the rate's ratio with ``--momentum-scale rate``, Goyal et al.'s correction,
 arXiv:1706.02677, section 2.2, which the controller applies at a batch change). The training
 loss on a fixed set of ``--probe-images`` training images is read along the first branch and
@@ -117,8 +117,7 @@ class Branches:
         probe = min(args.probe_images, self.images)
         self.probe = next(batches(self.train_set, cfg, probe, cfg.seed + 7919))
         self.probe_graph = build_graph(self.model, probe, cfg.image_size, cfg.label_smoothing, 1)
-        self.streams = {b: batches(self.train_set, cfg, b, cfg.seed + b)
-                        for b in (args.batch, args.large_batch)}
+        self.stream = batches(self.train_set, cfg, args.batch, cfg.seed)
 
     def graph(self, batch):
         if batch not in self.graphs:
@@ -126,10 +125,12 @@ class Branches:
                                              self.cfg.label_smoothing, 1)
         return self.graphs[batch]
 
-    def step(self, batch, epoch):
+    def step(self, batch, epoch, images_labels=None):
+        """One step at ``batch`` on ``images_labels`` (default: the run's next batch); returns
+        the epoch after it."""
         x, t, loss, objective, _ = self.graph(batch)
-        x.d, t.d = (np.asarray(a).reshape(v.shape) for a, v in zip(next(self.streams[batch]),
-                                                                     (x, t)))
+        x.d, t.d = (np.asarray(a).reshape(v.shape) for a, v in
+                    zip(images_labels or next(self.stream), (x, t)))
         self.solvers.zero_grad()
         objective.forward(clear_no_need_grad=True)
         objective.backward(clear_buffer=True)
@@ -165,21 +166,24 @@ def probe_at(run, epoch):
     """Both branches from the state at ``epoch``; returns (row dict, the epoch after the small
     branch, whose state is then in force)."""
     small, large, args = run.args.batch, run.args.large_batch, run.args
-    steps_small = max(1, round(args.branch_epochs * run.images / small))
-    steps_large = max(1, round(steps_small * small / large))
+    per_large = large // small                  # small batches in one large one
+    steps_large = max(1, round(args.branch_epochs * run.images / large))
+    steps_small = steps_large * per_large
     start, start_loss = run.save(), run.probe_loss()
-    curve, e = [(0, start_loss)], epoch
+    curve, e, seen = [(0, start_loss)], epoch, []
     every = max(1, steps_small // CURVE_POINTS)
     for i in range(1, steps_small + 1):
-        e = run.step(small, e)
+        seen.append(next(run.stream))
+        e = run.step(small, e, seen[-1])
         if i % every == 0 or i == steps_small:
             curve.append((i * small, run.probe_loss()))
     end_small = run.save()
     rate_ratio = run.controller.lr_factor(large) / run.controller.lr_factor(small)
     run.restore(start, rate_ratio if args.momentum_scale == "rate" else 1.0)
     e_large = epoch
-    for _ in range(steps_large):
-        e_large = run.step(large, e_large)
+    for i in range(steps_large):               # the same images in the same order
+        group = seen[i * per_large:(i + 1) * per_large]
+        e_large = run.step(large, e_large, tuple(np.concatenate(part) for part in zip(*group)))
     large_loss = run.probe_loss()
     run.restore(end_small)
     ratio = images_to_reach(curve, large_loss) / (steps_large * large)
@@ -191,9 +195,10 @@ def main(argv=None):
     args = parse_args(argv)
     cfg = parse_config(["-C", args.config, "--seed", str(args.seed)])
     args.batch = args.batch or BatchSchedule.parse(cfg.batch_schedule).batch(0)
-    if args.large_batch <= args.batch:
+    if args.large_batch <= args.batch or args.large_batch % args.batch:
         raise SystemExit(f"branch_efficiency.py: error: --large-batch {args.large_batch} must "
-                         f"be larger than the run's batch {args.batch}")
+                         f"be a multiple (> 1) of the run's batch {args.batch}: the large "
+                         f"branch trains on the small branch's images")
     run = Branches(cfg, args)
     print(f"{args.config}, seed {args.seed}: branches of {args.branch_epochs:g} epochs at "
           f"{args.batch} and {args.large_batch} (momentum buffer: {args.momentum_scale}); "

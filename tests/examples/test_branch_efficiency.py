@@ -37,7 +37,7 @@ def trained(probe):
         row, epoch = be.probe_at(run, epoch)
         assert row["efficiency"] >= 0 and row["start_loss"] > 0
     else:
-        for _ in range(max(1, round(0.05 * run.images / 16))):
+        for _ in range(2 * max(1, round(0.05 * run.images / 32))):
             epoch = run.step(16, epoch)
     weights, (momentum, _) = run.save()
     return weights, momentum, epoch
@@ -54,12 +54,35 @@ def test_a_probe_leaves_the_run_where_its_small_batch_alone_takes_it():
         np.testing.assert_array_equal(m_probe[k], m_plain[k], err_msg=k)
 
 
-def test_a_large_batch_no_larger_than_the_runs_or_than_the_data_is_refused():
-    with pytest.raises(SystemExit, match="must be larger"):
-        be.main(["-C", "digits-cpu", "--batch", "64", "--large-batch", "64"])
+@pytest.mark.parametrize("large", [64, 96])
+def test_a_large_batch_not_a_multiple_of_the_runs_is_refused(large):
+    with pytest.raises(SystemExit, match="must be a multiple"):
+        be.main(["-C", "digits-cpu", "--batch", "64", "--large-batch", str(large)])
+
+
+def test_a_large_batch_larger_than_the_data_is_refused():
     nn.clear_parameters()
     with pytest.raises(SystemExit, match="larger than the 1438 training images of digits"):
         be.main(["-C", "digits-cpu", "--large-batch", "4096"])
+
+
+def test_the_large_branch_trains_on_the_small_branchs_images_in_their_order(monkeypatch):
+    nn.clear_parameters()
+    args = be.parse_args(["-C", "digits-cpu", "--batch", "16", "--large-batch", "48",
+                          "--branch-epochs", "0.1", "--probe-images", "16", "--at", "0"])
+    run = be.Branches(parse_config(["-C", "digits-cpu"]), args)
+    fed = {16: [], 48: []}
+    step = run.step
+
+    def recording(batch, epoch, images_labels=None):
+        fed[batch].append(images_labels)
+        return step(batch, epoch, images_labels)
+    monkeypatch.setattr(run, "step", recording)
+    be.probe_at(run, 0.0)
+    assert len(fed[16]) == 3 * len(fed[48]) > 0
+    for part in (0, 1):       # images, labels
+        np.testing.assert_array_equal(np.concatenate([b[part] for b in fed[16]]),
+                                      np.concatenate([b[part] for b in fed[48]]))
 
 
 def test_the_command_prints_a_row_per_branch_and_their_median(capsys):
