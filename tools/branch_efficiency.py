@@ -23,6 +23,7 @@ digits' about 3 and shapes' (6,400 probe images through a ResNet) about 12.
 """
 import argparse
 import math
+from types import SimpleNamespace
 
 import _example  # noqa: F401  (examples/imagenet on sys.path)
 import nnabla as nn
@@ -34,6 +35,7 @@ from models import get_model
 from run_setup import open_datasets
 from solvers import SolverGroup
 from step import build_graph
+from stream import TrainStream
 from nnabla_torus.knobs import add_knob, number
 from nnabla_torus.planning.schedules import BatchSchedule
 
@@ -74,16 +76,6 @@ def parse_args(argv=None):
     return args
 
 
-def batches(train_set, cfg, batch, seed):
-    """Endless (images, labels) batches of ``batch`` over the training set, epoch after epoch."""
-    epoch = 0
-    while True:
-        yield from data.make_loader(train_set, batch, train=True, image_size=cfg.image_size,
-                                    seed=seed, epoch=epoch, crop_scale=(cfg.min_crop_area, 1.0),
-                                    flip=cfg.flip, val_crop=cfg.val_crop)
-        epoch += 1
-
-
 def images_to_reach(curve, loss):
     """Images along ``curve`` [(images, loss), ...] (from 0) until its running minimum first
     reaches ``loss``, linearly interpolated; inf when it never does, 0 when it starts there."""
@@ -115,9 +107,13 @@ class Branches:
         self.solvers = SolverGroup(cfg, nn.get_parameters())
         self.controller, self.lr_schedule = build_schedules(cfg, 1)
         probe = min(args.probe_images, self.images)
-        self.probe = next(batches(self.train_set, cfg, probe, cfg.seed + 7919))
+        self.probe = next(data.make_loader(
+            self.train_set, probe, train=True, image_size=cfg.image_size, seed=cfg.seed + 7919,
+            crop_scale=(cfg.min_crop_area, 1.0), flip=cfg.flip, val_crop=cfg.val_crop))
         self.probe_graph = build_graph(self.model, probe, cfg.image_size, cfg.label_smoothing, 1)
-        self.stream = batches(self.train_set, cfg, args.batch, cfg.seed)
+        # the example's training stream, of one process
+        self.stream = TrainStream(self.train_set, cfg,
+                                  SimpleNamespace(rank=0, size=1, local_size=1), None)
 
     def graph(self, batch):
         if batch not in self.graphs:
@@ -130,7 +126,7 @@ class Branches:
         the epoch after it."""
         x, t, loss, objective, _ = self.graph(batch)
         x.d, t.d = (np.asarray(a).reshape(v.shape) for a, v in
-                    zip(images_labels or next(self.stream), (x, t)))
+                    zip(images_labels or self.next_batch(), (x, t)))
         self.solvers.zero_grad()
         objective.forward(clear_no_need_grad=True)
         objective.backward(clear_buffer=True)
@@ -140,26 +136,37 @@ class Branches:
         self.solvers.update()
         return epoch + batch / self.images
 
+    def next_batch(self):
+        """The run's next (images, labels) at ``--batch``."""
+        return self.stream.next_batch(self.args.batch)
+
     def save(self):
-        weights = {k: v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
-        return weights, self.solvers.state_arrays()
+        return weights(), self.solvers.state_arrays()
 
     def restore(self, saved, momentum=1.0):
-        weights, (arrays, steps) = saved
-        for k, v in nn.get_parameters(grad_only=False).items():
-            v.d = weights[k]
+        saved_weights, (arrays, steps) = saved
+        set_weights(saved_weights)
         self.solvers.load_state_arrays(arrays, steps)
         self.solvers.scale_momentum(momentum)
 
     def probe_loss(self):
         """Mean training loss over the probe images; BN statistics left as they were."""
-        saved = {k: v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
+        saved = weights()
         x, t, loss, _, _ = self.probe_graph
         x.d, t.d = (np.asarray(a).reshape(v.shape) for a, v in zip(self.probe, (x, t)))
         loss.forward(clear_no_need_grad=True)
-        for k, v in nn.get_parameters(grad_only=False).items():
-            v.d = saved[k]
+        set_weights(saved)
         return float(loss.d)
+
+
+def weights():
+    """A copy of every parameter, BN statistics included."""
+    return {k: v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
+
+
+def set_weights(saved):
+    for k, v in nn.get_parameters(grad_only=False).items():
+        v.d = saved[k]
 
 
 def probe_at(run, epoch):
@@ -173,7 +180,7 @@ def probe_at(run, epoch):
     curve, e, seen = [(0, start_loss)], epoch, []
     every = max(1, steps_small // CURVE_POINTS)
     for i in range(1, steps_small + 1):
-        seen.append(next(run.stream))
+        seen.append(run.next_batch())
         e = run.step(small, e, seen[-1])
         if i % every == 0 or i == steps_small:
             curve.append((i * small, run.probe_loss()))
