@@ -200,7 +200,10 @@ def probe_at(run, epoch):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = parse_config(["-C", args.config, "--seed", str(args.seed)])
+    try:
+        cfg = parse_config(["-C", args.config, "--seed", str(args.seed)])
+    except ValueError as e:                    # an unknown recipe, a bad value in one
+        raise SystemExit(f"branch_efficiency.py: error: {e}") from None
     args.batch = args.batch or BatchSchedule.parse(cfg.batch_schedule).batch(0)
     if args.large_batch <= args.batch or args.large_batch % args.batch:
         raise SystemExit(f"branch_efficiency.py: error: --large-batch {args.large_batch} must "

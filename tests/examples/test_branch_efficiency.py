@@ -60,6 +60,11 @@ def test_a_large_batch_not_a_multiple_of_the_runs_is_refused(large):
         be.main(["-C", "digits-cpu", "--batch", "64", "--large-batch", str(large)])
 
 
+def test_an_unknown_recipe_is_refused_in_one_line():
+    with pytest.raises(SystemExit, match="branch_efficiency.py: error: recipe 'nosuch' not found"):
+        be.main(["-C", "nosuch"])
+
+
 def test_a_large_batch_larger_than_the_data_is_refused():
     nn.clear_parameters()
     with pytest.raises(SystemExit, match="larger than the 1438 training images of digits"):
