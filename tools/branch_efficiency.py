@@ -42,18 +42,47 @@ from nnabla_torus.planning.schedules import BatchSchedule
 CURVE_POINTS = 16    # probe-loss readings along the small batch's branch
 
 
+def add_run_knobs(parser, env_prefix, at_default):
+    """The single-process run's knobs, shared with hessian_noise_scale.py: the recipe, its
+    batch, the points ``--at`` and the seed; env twins ``<env_prefix>_CONFIG`` and so on."""
+    add_knob(parser, "--config", f"{env_prefix}_CONFIG", "clusters-mlp",
+             "the recipe (train.py's -C)", short="-C")
+    add_knob(parser, "--batch", f"{env_prefix}_BATCH", 0,
+             "the run's batch (0: the recipe's first batch)", type=number(int, low=0))
+    add_knob(parser, "--at", f"{env_prefix}_AT", at_default,
+             "epochs of the run at which to measure, comma-separated, increasing")
+    add_knob(parser, "--seed", f"{env_prefix}_SEED", 1, "the run's seed (weights, order)",
+             type=number(int, low=0))
+
+
+def check_run_knobs(parser, args):
+    """``args.at`` as a list of epochs, or a parser error."""
+    try:
+        args.at = [float(v) for v in args.at.split(",")]
+    except ValueError:
+        parser.error(f"--at: comma-separated epochs, got {args.at!r}")
+    if sorted(args.at) != args.at or args.at[0] < 0:
+        parser.error(f"--at: epochs >= 0 in increasing order, got {args.at}")
+    return args
+
+
+def recipe_of(args, tool):
+    """The recipe of ``args.config`` at ``args.seed``, and ``args.batch`` set to its first batch
+    if 0; an unknown recipe or a bad value in one ends the tool in one line."""
+    try:
+        cfg = parse_config(["-C", args.config, "--seed", str(args.seed)])
+    except ValueError as e:
+        raise SystemExit(f"{tool}: error: {e}") from None
+    args.batch = args.batch or BatchSchedule.parse(cfg.batch_schedule).batch(0)
+    return cfg
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_knob(parser, "--config", "NNABLA_TORUS_BRANCH_CONFIG", "clusters-mlp",
-             "the recipe (train.py's -C)", short="-C")
-    add_knob(parser, "--batch", "NNABLA_TORUS_BRANCH_BATCH", 0,
-             "the run's batch and the small branch's (0: the recipe's first batch)",
-             type=number(int, low=0))
+    add_run_knobs(parser, "NNABLA_TORUS_BRANCH", "0.43,0.84,1.25,1.66,2.07")
     add_knob(parser, "--large-batch", "NNABLA_TORUS_BRANCH_LARGE_BATCH", 1024,
              "the large branch's batch", type=number(int, low=1))
-    add_knob(parser, "--at", "NNABLA_TORUS_BRANCH_AT", "0.43,0.84,1.25,1.66,2.07",
-             "epochs at which the branches start, comma-separated, increasing")
     add_knob(parser, "--branch-epochs", "NNABLA_TORUS_BRANCH_EPOCHS", 0.4096,
              "images per branch, in epochs of the training set (clusters: 32,768 images, 32 "
              "steps at 1024)",
@@ -64,16 +93,7 @@ def parse_args(argv=None):
     add_knob(parser, "--momentum-scale", "NNABLA_TORUS_BRANCH_MOMENTUM_SCALE", "none",
              "the large branch's momentum buffer: as it is (none) or times the rates' ratio "
              "(rate, the controller's rule)", choices=("none", "rate"))
-    add_knob(parser, "--seed", "NNABLA_TORUS_BRANCH_SEED", 1, "the run's seed (weights, order)",
-             type=number(int, low=0))
-    args = parser.parse_args(argv)
-    try:
-        args.at = [float(v) for v in args.at.split(",")]
-    except ValueError:
-        parser.error(f"--at: comma-separated epochs, got {args.at!r}")
-    if sorted(args.at) != args.at or args.at[0] < 0:
-        parser.error(f"--at: epochs >= 0 in increasing order, got {args.at}")
-    return args
+    return check_run_knobs(parser, parser.parse_args(argv))
 
 
 def images_to_reach(curve, loss):
@@ -200,11 +220,7 @@ def probe_at(run, epoch):
 
 def main(argv=None):
     args = parse_args(argv)
-    try:
-        cfg = parse_config(["-C", args.config, "--seed", str(args.seed)])
-    except ValueError as e:                    # an unknown recipe, a bad value in one
-        raise SystemExit(f"branch_efficiency.py: error: {e}") from None
-    args.batch = args.batch or BatchSchedule.parse(cfg.batch_schedule).batch(0)
+    cfg = recipe_of(args, "branch_efficiency.py")
     if args.large_batch <= args.batch or args.large_batch % args.batch:
         raise SystemExit(f"branch_efficiency.py: error: --large-batch {args.large_batch} must "
                          f"be a multiple (> 1) of the run's batch {args.batch}: the large "
