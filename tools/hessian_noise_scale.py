@@ -22,8 +22,9 @@ gradient, H the Hessian of the training loss, G its gradient):
   gradients g_i, G_a the mean of the first half's: unbiased, as G_a and g_i are independent.
 
 Each is a mean; its standard error comes from the spread of its terms, and a ratio's relative
-error is its two parts' in quadrature (their correlation left out). The weights, BN statistics
-and momentum are restored after each point, so the run goes on as if unmeasured.
+error is its two parts' in quadrature (their correlation left out). The weights and BN
+statistics are restored after each point and the solver does not step, so the run goes on as if
+unmeasured.
 """
 import argparse
 
