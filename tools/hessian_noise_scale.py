@@ -60,7 +60,6 @@ class HessianVector:
     in its graph, by double backward; vectors are flat float64 arrays."""
 
     def __init__(self, loss, params):
-        self.params = params
         grads = nn.grad([loss], params)
         self.vectors = [nn.Variable(p.shape) for p in params]
         g_dot_v = F.sum(F.stack(*[F.sum(g * v) for g, v in zip(grads, self.vectors)]))
@@ -105,8 +104,8 @@ class Measure:
         self.run, self.args = run, args
         self.params = list(nn.get_parameters().values())
         cfg = run.cfg
-        self.images = {n: self.batches(n, cfg.seed + salt) for n, salt in
-                       ((args.batch, 202), (args.hessian_images, 101))}
+        self.gradient_images = self.batches(args.batch, cfg.seed + 202)
+        self.hessian_images = self.batches(args.hessian_images, cfg.seed + 101)
         x, t, loss, _, _ = run.graph(args.hessian_images)
         self.hessian_inputs = (x, t)
         self.hessian_vector = HessianVector(loss, self.params)
@@ -123,7 +122,7 @@ class Measure:
 
     def gradient(self):
         x, t, _, objective, _ = self.run.graph(self.args.batch)
-        feed((x, t), next(self.images[self.args.batch]))
+        feed((x, t), next(self.gradient_images))
         for p in self.params:
             p.grad.zero()
         objective.forward(clear_no_need_grad=True)
@@ -133,7 +132,7 @@ class Measure:
     def __call__(self):
         saved = weights()               # forward in training mode moves the BN statistics
         grads = np.array([self.gradient() for _ in range(self.args.micro_batches)])
-        feed(self.hessian_inputs, next(self.images[self.args.hessian_images]))
+        feed(self.hessian_inputs, next(self.hessian_images))
         scales = noise_scales(grads, self.hessian_vector, self.args.batch)
         set_weights(saved)
         return scales
