@@ -4,9 +4,10 @@ same weights: a check of what any efficiency model fitted within a run could see
 At each point ``--at`` (epochs) of a single-process run at ``--batch`` (default: the recipe's
 first batch), the weights, BN statistics and momentum buffers are saved and two branches of
 ``--branch-epochs`` of images start from them: one at ``--batch``, one at ``--large-batch``
-on the same images in the same order (the recipe's learning-rate schedule and scaling at each batch; the momentum buffer as it is,
-or multiplied by the rate's ratio with ``--momentum-scale rate``, Goyal et al.'s correction,
-arXiv:1706.02677, section 2.2, which the controller applies at a batch change). The training
+on the same images in the same order (the recipe's learning-rate schedule and scaling at each
+batch; the momentum buffer as it is, or multiplied by the rate's ratio with ``--momentum-scale
+rate``, Goyal et al.'s correction, arXiv:1706.02677, section 2.2, which the controller applies
+at a batch change). The training
 loss on a fixed set of ``--probe-images`` training images is read along the first branch and
 at the end of the second. The efficiency of the large batch relative to the small one is the
 images the small batch needed to reach the large branch's loss over the images the large branch
