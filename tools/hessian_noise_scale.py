@@ -25,6 +25,14 @@ Each is a mean; its standard error comes from the spread of its terms, and a rat
 error is its two parts' in quadrature (their correlation left out). The weights and BN
 statistics are restored after each point and the solver does not step, so the run goes on as if
 unmeasured.
+
+E(B) = (B_noise + B0) / (B_noise + B) is the efficiency at the rate that lowers the loss most at
+each batch, eps_opt(B) = (|G|^2 / G^T H G) / (1 + B_noise / B) (McCandlish et al., eq. 2.6).
+The last column is the step the run takes over that one at ``--batch``: the recipe's rate at
+the point, over (1 - momentum) as a momentum buffer takes on a steady gradient, over
+eps_opt(--batch). Above 2 the step raises the quadratic model's loss in expectation, and the
+model's E(B) describes steps the run does not take. (LARS recipes get no figure: their rate is
+per layer.)
 """
 import argparse
 
@@ -143,6 +151,14 @@ def feed(variables, arrays):
         v.d = np.asarray(a).reshape(v.shape)
 
 
+def rate_over_optimum(rate, momentum, scales, batch):
+    """The step ``rate`` / (1 - ``momentum``) over McCandlish et al.'s optimal step at ``batch``
+    (eq. 2.6), from the parts in ``scales`` (``noise_scales``): 1 is the optimum, above 2 the
+    step raises the quadratic model's loss in expectation."""
+    optimum = scales["g_sq"] / scales["g_h_g"] / (1 + scales["b_noise"] / batch)
+    return rate / (1 - momentum) / optimum
+
+
 def main(argv=None):
     args = parse_args(argv)
     cfg = recipe_of(args, "hessian_noise_scale.py")
@@ -156,20 +172,30 @@ def main(argv=None):
     measure = Measure(run, args)
     print(f"{args.config}, seed {args.seed}: {args.micro_batches} gradients at {args.batch} "
           f"and the Hessian on {args.hessian_images} images per point")
-    print("epoch | |G|^2 | tr(S) | B_simple | G^T H G | tr(H S) | B_noise | B_noise / B_simple")
+    print("epoch | |G|^2 | tr(S) | B_simple | G^T H G | tr(H S) | B_noise | B_noise / B_simple | "
+          "rate / (1 - momentum) | over the optimal step")
     epoch, rows = 0.0, []
     for at in args.at:
         while epoch < at:
             epoch = run.step(args.batch, epoch)
-        row = dict(measure(), epoch=epoch)
+        rate = run.lr_schedule.lr(epoch) * run.controller.lr_factor(args.batch)
+        row = dict(measure(), epoch=epoch, step=rate / (1 - cfg.momentum))
+        row["over_optimum"] = (rate_over_optimum(rate, cfg.momentum, row, args.batch)
+                               if cfg.optimizer == "momentum" else float("nan"))
         rows.append(row)
         print(f"{epoch:.3f} | {row['g_sq']:.4g} | {row['trace_s']:.4g} | "
               f"{row['b_simple']:.0f} +- {row['b_simple_rse']:.0%} | {row['g_h_g']:.4g} | "
               f"{row['trace_hs']:.4g} | {row['b_noise']:.0f} +- {row['b_noise_rse']:.0%} | "
-              f"{row['b_noise'] / row['b_simple']:.2f}", flush=True)
+              f"{row['b_noise'] / row['b_simple']:.2f} | {row['step']:.4g} | "
+              f"{row['over_optimum']:.2f}", flush=True)
     ratios = [r["b_noise"] / r["b_simple"] for r in rows]
     print(f"median B_noise / B_simple over {len(rows)} points: {np.median(ratios):.2f} "
           f"(range {min(ratios):.2f} to {max(ratios):.2f})")
+    if cfg.optimizer == "momentum":
+        over = [r["over_optimum"] for r in rows]
+        print(f"the run's step over the optimal step at {args.batch}: median "
+              f"{np.median(over):.2f} (range {min(over):.2f} to {max(over):.2f}; above 2 a "
+              f"step raises the quadratic model's loss)")
     return rows
 
 

@@ -47,6 +47,24 @@ def test_the_noise_scales_come_out_at_their_true_values():
     assert scales["b_simple_rse"] < 0.05 and scales["b_noise_rse"] < 0.05
 
 
+@pytest.mark.parametrize("over_optimum, sign", [(1, -1), (2, 0), (3, 1)])
+def test_a_step_over_twice_the_optimal_raises_the_quadratic_loss(over_optimum, sign):
+    """On L(w) = (w - w*)^T H (w - w*) / 2 with gradients at batch 8 of noise S / 8, the mean
+    change of the loss over 200,000 noisy steps falls below 0 at the optimal step, is 0 at
+    twice it and rises above 0 beyond."""
+    rng, batch, offset = np.random.default_rng(4), 8, G / H
+    scales = {"g_sq": G @ G, "g_h_g": G @ (H * G), "b_noise": B_NOISE}
+    rate = over_optimum / hns.rate_over_optimum(1.0, 0.0, scales, batch)
+    assert hns.rate_over_optimum(rate / 10, 0.9, scales, batch) == pytest.approx(over_optimum)
+    after = offset - rate * gradients(rng, 200_000, batch, G, SD)
+    change = (after ** 2 * H).sum(axis=1) / 2 - offset @ (H * offset) / 2
+    mean, error = change.mean(), change.std() / np.sqrt(change.size)
+    if sign:
+        assert np.sign(mean) == sign and abs(mean) > 4 * error
+    else:
+        assert abs(mean) < 4 * error
+
+
 def test_each_part_is_unbiased_from_as_few_as_eight_gradients():
     """|mean g|^2 would be |G|^2 + tr(S) / (B M): 5.2 instead of 2 here."""
     rng = np.random.default_rng(3)
@@ -110,7 +128,12 @@ def test_the_command_prints_a_row_per_point_and_their_median(capsys):
     assert rows[0]["epoch"] == 0 and rows[1]["epoch"] >= 0.05
     assert f"median B_noise / B_simple over 2 points" in out
     for r in rows:
-        assert f"| {r['b_noise'] / r['b_simple']:.2f}\n" in out
+        assert (f"| {r['b_noise'] / r['b_simple']:.2f} | {r['step']:.4g} | "
+                f"{r['over_optimum']:.2f}\n") in out
+    # digits-cpu: 0.05 at 64 after a one-epoch linear warm-up, linear scaling, momentum 0.9
+    warm_rate = 0.05 * rows[1]["epoch"] / 1 * 16 / 64
+    assert rows[1]["step"] == pytest.approx(warm_rate / (1 - 0.9))
+    assert "the run's step over the optimal step at 16: median" in out
 
 
 @pytest.mark.parametrize("argv, message", [
