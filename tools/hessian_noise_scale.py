@@ -33,6 +33,12 @@ the point, over (1 - momentum) as a momentum buffer takes on a steady gradient, 
 eps_opt(--batch). Above 2 the step raises the quadratic model's loss in expectation, and the
 model's E(B) describes steps the run does not take. (LARS recipes get no figure: their rate is
 per layer.)
+
+With ``--sharpness-iterations N`` the tool also finds the Hessian's largest eigenvalue,
+lambda_max, by N power iterations on the Hessian images (a lower bound that N tightens), and
+prints rate x lambda_max: heavy-ball momentum (nnabla's ``v <- m v + rate g``) is stable on a
+quadratic while it is below 2 (1 + m). Linear scaling multiplies it by the batch's factor, so
+it says how far the rate is from where a large batch's steps could no longer converge.
 """
 import argparse
 
@@ -56,6 +62,9 @@ def parse_args(argv=None):
              type=number(int, low=4))
     add_knob(parser, "--hessian-images", "NNABLA_TORUS_HESSIAN_IMAGES", 2048,
              "images of the batch whose loss gives the Hessian", type=number(int, low=1))
+    add_knob(parser, "--sharpness-iterations", "NNABLA_TORUS_HESSIAN_SHARPNESS_ITERATIONS", 0,
+             "power iterations for the Hessian's largest eigenvalue (0: not measured)",
+             type=number(int, low=0))
     args = parser.parse_args(argv)
     if args.micro_batches % 2:
         parser.error(f"--micro-batches: an even number (pairs and halves), got "
@@ -104,6 +113,18 @@ def noise_scales(grads, hessian_vector, batch):
             "b_noise_rse": np.hypot(ths_e, ghg_e)}
 
 
+def largest_eigenvalue(hessian_vector, size, iterations, seed=0):
+    """lambda_max of the Hessian behind ``hessian_vector`` (vectors of ``size``) after
+    ``iterations`` power iterations from a random start: the Rayleigh quotient of the last
+    vector, which approaches the eigenvalue of largest magnitude from below."""
+    vector = np.random.default_rng(seed).standard_normal(size)
+    for _ in range(iterations):
+        vector /= np.linalg.norm(vector)
+        product = hessian_vector(vector)
+        quotient, vector = vector @ product, product
+    return quotient
+
+
 class Measure:
     """Gradients and Hessian-vector products at the run's current weights, on images of their
     own (the run's stream is left alone)."""
@@ -142,6 +163,9 @@ class Measure:
         grads = np.array([self.gradient() for _ in range(self.args.micro_batches)])
         feed(self.hessian_inputs, next(self.hessian_images))
         scales = noise_scales(grads, self.hessian_vector, self.args.batch)
+        if self.args.sharpness_iterations:
+            scales["sharpness"] = largest_eigenvalue(self.hessian_vector, grads.shape[1],
+                                                     self.args.sharpness_iterations)
         set_weights(saved)
         return scales
 
@@ -172,8 +196,10 @@ def main(argv=None):
     measure = Measure(run, args)
     print(f"{args.config}, seed {args.seed}: {args.micro_batches} gradients at {args.batch} "
           f"and the Hessian on {args.hessian_images} images per point")
+    sharpness = args.sharpness_iterations > 0
     print("epoch | |G|^2 | tr(S) | B_simple | G^T H G | tr(H S) | B_noise | B_noise / B_simple | "
-          "rate / (1 - momentum) | over the optimal step")
+          "rate / (1 - momentum) | over the optimal step"
+          + (" | lambda_max | rate x lambda_max" if sharpness else ""))
     epoch, rows = 0.0, []
     for at in args.at:
         while epoch < at:
@@ -182,12 +208,16 @@ def main(argv=None):
         row = dict(measure(), epoch=epoch, step=rate / (1 - cfg.momentum))
         row["over_optimum"] = (rate_over_optimum(rate, cfg.momentum, row, args.batch)
                                if cfg.optimizer == "momentum" else float("nan"))
+        if sharpness:
+            row["rate_sharpness"] = rate * row["sharpness"]
         rows.append(row)
         print(f"{epoch:.3f} | {row['g_sq']:.4g} | {row['trace_s']:.4g} | "
               f"{row['b_simple']:.0f} +- {row['b_simple_rse']:.0%} | {row['g_h_g']:.4g} | "
               f"{row['trace_hs']:.4g} | {row['b_noise']:.0f} +- {row['b_noise_rse']:.0%} | "
               f"{row['b_noise'] / row['b_simple']:.2f} | {row['step']:.4g} | "
-              f"{row['over_optimum']:.2f}", flush=True)
+              f"{row['over_optimum']:.2f}"
+              + (f" | {row['sharpness']:.4g} | {row['rate_sharpness']:.3g}" if sharpness else ""),
+              flush=True)
     ratios = [r["b_noise"] / r["b_simple"] for r in rows]
     print(f"median B_noise / B_simple over {len(rows)} points: {np.median(ratios):.2f} "
           f"(range {min(ratios):.2f} to {max(ratios):.2f})")
@@ -196,6 +226,12 @@ def main(argv=None):
         print(f"the run's step over the optimal step at {args.batch}: median "
               f"{np.median(over):.2f} (range {min(over):.2f} to {max(over):.2f}; above 2 a "
               f"step raises the quadratic model's loss)")
+    if sharpness:
+        products = [r["rate_sharpness"] for r in rows]
+        print(f"rate x lambda_max at {args.batch}: median {np.median(products):.3g} (range "
+              f"{min(products):.3g} to {max(products):.3g}; momentum {cfg.momentum} is stable "
+              f"below {2 * (1 + cfg.momentum):.2f}, and linear scaling multiplies it by the "
+              f"batch's factor)")
     return rows
 
 

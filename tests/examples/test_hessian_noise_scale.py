@@ -23,6 +23,15 @@ def test_hessian_vector_products_are_least_squares_exact_hessian():
         np.testing.assert_allclose(hessian_vector(v), x.T @ x / 50 @ v, rtol=1e-4, atol=1e-5)
 
 
+def test_power_iterations_find_the_largest_eigenvalue_from_below():
+    rng = np.random.default_rng(5)
+    basis, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+    hessian = basis @ np.diag([5.0, 3.0, 1.0, 0.5, -0.5, 0.1]) @ basis.T
+    few = hns.largest_eigenvalue(lambda v: hessian @ v, 6, 3)
+    assert 3.0 < few <= 5.0
+    assert hns.largest_eigenvalue(lambda v: hessian @ v, 6, 100) == pytest.approx(5.0)
+
+
 def gradients(rng, count, batch, mean, noise_sd):
     """``count`` gradients, each the mean over ``batch`` images whose gradients are
     ``mean`` + N(0, diag(noise_sd^2))."""
@@ -134,12 +143,26 @@ def test_the_command_prints_a_row_per_point_and_their_median(capsys):
     warm_rate = 0.05 * rows[1]["epoch"] / 1 * 16 / 64
     assert rows[1]["step"] == pytest.approx(warm_rate / (1 - 0.9))
     assert "the run's step over the optimal step at 16: median" in out
+    assert "lambda_max" not in out
+
+
+def test_the_sharpness_columns_are_the_rate_times_the_largest_eigenvalue(capsys):
+    nn.clear_parameters()
+    rows = hns.main(["-C", "clusters-mlp", "--at", "0.01", "--micro-batches", "4",
+                     "--hessian-images", "64", "--sharpness-iterations", "30"])
+    out = capsys.readouterr().out
+    row = rows[0]
+    assert row["sharpness"] > 0
+    assert row["rate_sharpness"] == pytest.approx(row["step"] * (1 - 0.9) * row["sharpness"])
+    assert f"| {row['sharpness']:.4g} | {row['rate_sharpness']:.3g}\n" in out
+    assert "rate x lambda_max at 64: median" in out and "stable below 3.80" in out
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--micro-batches", "5"], "--micro-batches: an even number"),
     (["--micro-batches", "2"], "--micro-batches"),
     (["--at", "1,0.5"], "--at: epochs >= 0 in increasing order"),
+    (["--sharpness-iterations", "-1"], "--sharpness-iterations"),
 ])
 def test_bad_flags_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit):
