@@ -34,8 +34,8 @@ eps_opt(--batch). Above 2 the step raises the quadratic model's loss in expectat
 model's E(B) describes steps the run does not take. (LARS recipes get no figure: their rate is
 per layer.)
 
-With ``--sharpness-iterations N`` the tool also finds the Hessian's largest eigenvalue,
-lambda_max, by N power iterations on the Hessian images (a lower bound that N tightens), and
+With ``--sharpness-iterations N`` the tool also estimates the Hessian's largest eigenvalue,
+lambda_max, by N power iterations on the Hessian images (the estimate is never above it), and
 prints rate x lambda_max: heavy-ball momentum (nnabla's ``v <- m v + rate g``) is stable on a
 quadratic while it is below 2 (1 + m). Linear scaling multiplies it by the batch's factor, so
 it says how far the rate is from where a large batch's steps could no longer converge.
@@ -116,7 +116,8 @@ def noise_scales(grads, hessian_vector, batch):
 def largest_eigenvalue(hessian_vector, size, iterations, seed=0):
     """lambda_max of the Hessian behind ``hessian_vector`` (vectors of ``size``) after
     ``iterations`` power iterations from a random start: the Rayleigh quotient of the last
-    vector, which approaches the eigenvalue of largest magnitude from below."""
+    vector, never above lambda_max, and converging to it when no negative eigenvalue is
+    larger in magnitude."""
     vector = np.random.default_rng(seed).standard_normal(size)
     for _ in range(iterations):
         vector /= np.linalg.norm(vector)
