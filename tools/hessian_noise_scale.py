@@ -28,8 +28,8 @@ unmeasured.
 
 E(B) = (B_noise + B0) / (B_noise + B) is the efficiency at the rate that lowers the loss most at
 each batch, eps_opt(B) = (|G|^2 / G^T H G) / (1 + B_noise / B) (McCandlish et al., eq. 2.6).
-The last column is the step the run takes over that one at ``--batch``: the recipe's rate at
-the point, over (1 - momentum) as a momentum buffer takes on a steady gradient, over
+The next two columns are the step the run takes, the recipe's rate at the point over
+(1 - momentum) as a momentum buffer takes on a steady gradient, and that step over
 eps_opt(--batch). Above 2 the step raises the quadratic model's loss in expectation, and the
 model's E(B) describes steps the run does not take. (LARS recipes get no figure: their rate is
 per layer.)
