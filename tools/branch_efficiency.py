@@ -151,11 +151,14 @@ class Branches:
         self.solvers.zero_grad()
         objective.forward(clear_no_need_grad=True)
         objective.backward(clear_buffer=True)
-        self.solvers.set_learning_rate(self.lr_schedule.lr(epoch) *
-                                       self.controller.lr_factor(batch))
+        self.solvers.set_learning_rate(self.rate(batch, epoch))
         self.solvers.weight_decay(self.cfg.weight_decay)
         self.solvers.update()
         return epoch + batch / self.images
+
+    def rate(self, batch, epoch):
+        """The recipe's learning rate at ``batch`` and ``epoch`` (its schedule and scaling)."""
+        return self.lr_schedule.lr(epoch) * self.controller.lr_factor(batch)
 
     def next_batch(self):
         """The run's next (images, labels) at ``--batch``."""

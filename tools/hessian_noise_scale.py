@@ -205,7 +205,7 @@ def main(argv=None):
     for at in args.at:
         while epoch < at:
             epoch = run.step(args.batch, epoch)
-        rate = run.lr_schedule.lr(epoch) * run.controller.lr_factor(args.batch)
+        rate = run.rate(args.batch, epoch)
         row = dict(measure(), epoch=epoch, step=rate / (1 - cfg.momentum))
         row["over_optimum"] = (rate_over_optimum(rate, cfg.momentum, row, args.batch)
                                if cfg.optimizer == "momentum" else float("nan"))
