@@ -154,23 +154,37 @@ class TrainingPlanner:
     def use_measured(self, fit):
         """Plan every later decision (algorithm and grid, rank-count advice, elastic resizes,
         the adaptive controller's prediction) with the run's measured step time: the estimate
-        rescaled to ``fit`` (step_refit.measured_compute; None: nothing measured yet). Returns
-        the log line when it first takes effect, else None."""
+        rescaled to ``fit`` (step_refit.measured_compute; None: nothing measured yet), plus
+        the wait the fit measured beyond the model's all-reduce at the plan in force
+        (``Compute.step_wait_s``, on every plan of more than one rank: rank skew or a busy
+        scheduler, which the model has no term for; a model slower than the run keeps its
+        own). Returns the log line when it first takes effect, else None."""
         if fit is None:
             return None
         first = self.measured is None
         self.measured = fit
-        self.prof.models[self.model] = step_refit.measured_compute(
-            self.estimate, fit, self.compute_line(self.estimate))
-        if not first or self.in_force is None:
+        comp = step_refit.measured_compute(self.estimate, fit, self.compute_line(self.estimate))
+        self.prof.models[self.model] = comp
+        if self.in_force is None:
             return None
         batch_plan, algorithm, grid = self.in_force
+        modelled = self.score(batch_plan, algorithm, grid).step_time_s
+        measured = float(step_refit.step_time(fit, batch_plan.local_batch,
+                                              batch_plan.accum_steps))
+        wait = max(0.0, measured - modelled) if self.world_size > 1 else 0.0
+        self.prof.models[self.model] = comp._replace(step_wait_s=wait)
+        if self.summary is not None:        # the monitors' prediction follows the newest fit
+            self.summary["in_use"] = plan_dict(self.score(*self.in_force))
+        if not first:
+            return None
         now = self.score(batch_plan, algorithm, grid)
         before = self.first_estimate["images_per_s"] if self.first_estimate else float("nan")
+        waits = (f"; {wait * 1e3:.1f} ms a step of it is waiting the model's all-reduce does "
+                 f"not explain, added to every plan on more than one rank" if wait else "")
         return (f"planner: the run's measured step time replaces the estimate from now on: "
                 f"{algorithm} on {grid} at {batch_plan.local_batch} x {batch_plan.accum_steps} "
                 f"per rank, estimated {rate(before)} -> measured {rate(now.images_per_s)} images/s "
-                f"({step_refit.describe(fit)})")
+                f"({step_refit.describe(fit)}{waits})")
 
     def run_summary(self):
         """The plan for the run's summary JSON: the plan in force at the end priced with the

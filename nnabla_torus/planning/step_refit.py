@@ -202,8 +202,9 @@ def measured_compute(comp, fit, model_line):
 
     ``model_line`` = (a_s, b_s): the cost model's compute per micro-batch of ``comp`` at the
     fit's ranks (TrainingPlanner.compute_line). Its fixed and per-sample parts are scaled by the
-    measured ones, so the cost model then predicts the measured step at these ranks and keeps
-    its own shape (slot sharing) at other rank counts::
+    measured ones, so the cost model then predicts the measured compute at these ranks and keeps
+    its own shape (slot sharing) at other rank counts (the wait beyond the model's all-reduce
+    is the caller's: ``Compute.step_wait_s``)::
 
         >>> from nnabla_torus.planning.costmodel import Compute
         >>> comp = Compute(0.01, 0.002, 1.0, 256, 1000, 0)

@@ -6,7 +6,7 @@ import pytest
 
 from examples.imagenet.config import parse_config
 from examples.imagenet.training_planner import TrainingPlanner, find_compute, local_batch_choices
-from nnabla_torus.planning import planner
+from nnabla_torus.planning import costmodel, planner
 from nnabla_torus.planning.controller import BatchPlan
 from nnabla_torus.planning.splits import split_batch
 from nnabla_torus.planning.machine_profile import load_profile
@@ -115,6 +115,39 @@ def test_measured_steps_replace_the_estimate_for_every_decision():
     assert summary["first_estimate"]["images_per_s"] == estimate
     assert summary["in_use"]["images_per_s"] == pytest.approx(measured, rel=0.05)
     assert run.use_measured(refit.fit()) is None          # said once
+
+
+def test_a_wait_the_model_lacks_is_measured_into_every_multi_rank_plan():
+    """As the clusters MLP on 4 ranks of 2 cores: a few ms of compute a step and 10 ms of
+    waiting in the all-reduce, where the model prices the exposed all-reduce near 0. The
+    planner then predicts the measured step at the plan in force (it used to predict 2.3x the
+    measured images/s and call it measured), one rank is not charged the wait, and a model
+    slower than the run keeps its own communication."""
+    run, cfg = digits_planner(world=4)
+    bp = batch_plan(64, 4, cfg.local_batch)
+    run.replan(bp, ("native", "4x1"))
+    refit = StepTimeRefit(4, run.compute_line(), min_steps=2, warmup_steps=0)
+    for m in (16, 32):
+        for _ in range(3):
+            refit.observe(m, 1, 0.002 + 0.0001 * m + 0.010, 0.010)
+    line = run.use_measured(refit.fit())
+    comp = run.prof.models[run.model]
+    measured = 64 / (0.002 + 0.0001 * 16 + 0.010)
+    assert run.score(bp, "native", "4x1").images_per_s == pytest.approx(measured, rel=1e-6)
+    assert run.run_summary()["in_use"]["images_per_s"] == pytest.approx(measured, rel=1e-5)
+    assert run.summary["in_use"]["images_per_s"] == pytest.approx(measured, rel=1e-5)  # monitor
+    run.prof.models[run.model] = comp._replace(step_wait_s=0.0)
+    modelled = run.score(bp, "native", "4x1").step_time_s
+    run.prof.models[run.model] = comp
+    assert 0.005 < comp.step_wait_s == pytest.approx(64 / measured - modelled, rel=1e-9)
+    assert f"{comp.step_wait_s * 1e3:.1f} ms a step of it is waiting the model's" in line
+    terms = costmodel.step_terms(run.here.network, comp, "native", np.array([1, 2, 8]), 16)
+    assert list(terms["measured_wait"]) == [0.0, comp.step_wait_s, comp.step_wait_s]
+    fast = StepTimeRefit(4, run.compute_line(run.estimate), min_steps=2, warmup_steps=0)
+    for m in (16, 32):
+        for _ in range(3):
+            fast.observe(m, 1, 0.002 + 0.0001 * m, 0.0)
+    assert run.use_measured(fast.fit()) is None and run.prof.models[run.model].step_wait_s == 0
 
 
 def test_sony_recipe_on_abci_plans_both_phases_quickly():

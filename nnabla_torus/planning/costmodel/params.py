@@ -49,7 +49,10 @@ Compute = namedtuple("Compute", [
     "grad_arrays",        # gradient arrays per backward (parameter uses; ResNet-50: 161), each
                           # one blocking 1-byte MPI_Allreduce in nnabla's callback (default 0)
     "finite_check_s",     # seconds of the example's one fused inf/NaN check per step (default 0)
-], defaults=[0, 0.0])
+    "step_wait_s",        # seconds per step on more than one rank that a run measured beyond
+                          # the model (rank skew, a busy scheduler): 0 in a profile; set from
+                          # the run's steps (examples' TrainingPlanner.use_measured)
+], defaults=[0, 0.0, 0.0])
 
 
 

@@ -26,9 +26,10 @@ def step_terms(net, comp, algorithm, ranks, local_batch, accum_steps=1, grid_x=N
     adds (``costmodel.framework``), total.
 
     With s accumulation micro-batches only the last overlaps the all-reduce:
-    total = (s-1) T_c + (T_c^gamma + T_n^gamma)^(1/gamma) + finite_check (+ for ``native``
-    with ``grad_arrays``, nnabla's all_reduce_callback: callback_sync minus the all-reduce hidden
-    behind backward); one rank does no all-reduce.
+    total = (s-1) T_c + (T_c^gamma + T_n^gamma)^(1/gamma) + finite_check + measured_wait (+
+    for ``native`` with ``grad_arrays``, nnabla's all_reduce_callback: callback_sync minus the
+    all-reduce hidden behind backward); one rank does no all-reduce and no measured_wait
+    (``Compute.step_wait_s``: what a run measured beyond the model on several ranks).
     Raises ValueError if ``local_batch`` exceeds the memory limit ``max_local_batch``.
     """
     local_batch = np.asarray(local_batch)
@@ -42,6 +43,8 @@ def step_terms(net, comp, algorithm, ranks, local_batch, accum_steps=1, grid_x=N
     t_n = sum(comm.values())
     s = np.asarray(accum_steps, float)
     nnabla = {"finite_check": finite_check_s(comp) + 0.0 * t_c}
+    if comp.step_wait_s:
+        nnabla["measured_wait"] = np.where(p > 1, comp.step_wait_s, 0.0) + 0.0 * t_c
     if algorithm == "native" and comp.grad_arrays:   # nnabla's callback, during backward
         nnabla["overlap_with_backward"] = -np.minimum(BACKWARD_SHARE * t_c, t_n)
         nnabla["callback_sync"] = callback_sync_s(net, comp, p) + 0.0 * t_c
