@@ -173,11 +173,11 @@ class TrainingPlanner:
                                               batch_plan.accum_steps))
         wait = max(0.0, measured - modelled) if self.world_size > 1 else 0.0
         self.prof.models[self.model] = comp._replace(step_wait_s=wait)
+        now = self.score(batch_plan, algorithm, grid)
         if self.summary is not None:        # the monitors' prediction follows the newest fit
-            self.summary["in_use"] = plan_dict(self.score(*self.in_force))
+            self.summary["in_use"] = plan_dict(now)
         if not first:
             return None
-        now = self.score(batch_plan, algorithm, grid)
         before = self.first_estimate["images_per_s"] if self.first_estimate else float("nan")
         waits = (f"; {wait * 1e3:.1f} ms a step of it is waiting the model's all-reduce does "
                  f"not explain, added to every plan on more than one rank" if wait else "")
