@@ -71,6 +71,7 @@ POLICIES = {                     # name: train.py flags (the digits recipe other
 USED_SEEDS = range(1, 16)        # seeds the rules were chosen on (adaptive-batch-measurements.md)
 PRIOR_FILE = "batch_prior.json"  # what an adaptive run writes into its --output-dir
 EMU_CLUSTER = re.compile(r"emu:(\d+)x(\d+)")
+DEFAULT_TASK = "digits-cpu"      # -C's default
 DEFAULT_TARGET = 0.90            # digits-cpu's: a recipe without expected: target_top1
 
 
@@ -200,10 +201,13 @@ def draw_seeds(args, count=None, avoid=()):
     return seeds
 
 
-def read_measurements(folders, target):
-    """(records, where) of the measured.json in each of ``folders``, pooled; each must have
-    been measured to ``target`` (its times to the target were taken then)."""
-    records, places = [], []
+def read_measurements(folders, asked=0.0):
+    """(records, where, target) of the measured.json in each of ``folders``, pooled. Their
+    times were taken at the target each was measured to: all must share one, which is the
+    target (a measurement that recorded none: ``asked``, else DEFAULT_TARGET). ``asked``: the
+    target the user asked for (--target, or an explicit -C's recipe; 0: none); another one is
+    refused, not relabelled."""
+    records, places, targets = [], [], {}
     for folder in folders:
         path = os.path.join(folder, "measured.json")
         try:
@@ -212,15 +216,21 @@ def read_measurements(folders, target):
         except (OSError, ValueError) as e:
             raise SystemExit(f"time_to_accuracy.py report: cannot read {path} ({e}); give "
                              f"folders a `measure` wrote")
-        if saved.get("target", target) != target:
+        measured = saved.get("target", asked or DEFAULT_TARGET)
+        if asked and measured != asked:
             raise SystemExit(f"time_to_accuracy.py report: {path} was measured to "
-                             f"{saved['target']:.0%}, not {target:.0%}: give its task (-C) or "
-                             f"--target {saved['target']:g}")
+                             f"{measured:.0%}, not {asked:.0%}: give its task (-C) or "
+                             f"--target {measured:g}, or neither")
+        targets.setdefault(measured, path)
         records += saved["records"]
         places.append(saved.get("where", ""))
+    if len(targets) > 1:
+        raise SystemExit("time_to_accuracy.py report: the measurements were taken to different "
+                         "targets (" + ", ".join(f"{t:.0%} in {p}" for t, p in targets.items())
+                         + "): pool measurements of one target")
     where = "; ".join(dict.fromkeys(places))
     return records, (where if len(folders) == 1 else
-                     f"{where} (pooled: {', '.join(folders)})")
+                     f"{where} (pooled: {', '.join(folders)})"), next(iter(targets))
 
 
 def report(records, args, where):
@@ -353,8 +363,9 @@ def build_parser():
                              "efficiency: E(B) predicted against measured at each fixed batch")
     add_knob(parser, "--out", "NNABLA_TORUS_TTA_OUT", "runs/time_to_accuracy",
              "folder for the runs, tables and plots")
-    add_knob(parser, "--task", "NNABLA_TORUS_TTA_TASK", "digits-cpu", "the task: a train.py "
-             "recipe (digits-cpu, clusters-mlp, shapes-cpu: docs/tasks.md) or a YAML path",
+    add_knob(parser, "--task", "NNABLA_TORUS_TTA_TASK", DEFAULT_TASK, "the task: a train.py "
+             "recipe (digits-cpu, clusters-mlp, shapes-cpu: docs/tasks.md) or a YAML path; "
+             "report and efficiency take the target their measurements were taken to",
              short="-C")
     add_knob(parser, "--pool", "NNABLA_TORUS_TTA_POOL", "", "report: comma-separated folders "
              "of earlier measurements, pooled into one table and verdict written to --out "
@@ -366,16 +377,17 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    args.target = task_target(args)
-    if args.command == "optimum":
-        return optimum(args)
     if args.command in ("report", "efficiency"):
-        records, where = read_measurements(args.pool.split(",") if args.pool else [args.out],
-                                           args.target)
+        asked = args.target or (task_target(args) if args.task != DEFAULT_TASK else 0.0)
+        records, where, args.target = read_measurements(
+            args.pool.split(",") if args.pool else [args.out], asked)
         if args.command == "efficiency":
             return efficiency(records, args, where)
         report(records, args, where)
         return 0
+    args.target = task_target(args)
+    if args.command == "optimum":
+        return optimum(args)
     if args.command in ("all", "measure"):
         records = measure(args)
         adaptive = [r for r in records if r["policy"] == rep.ADAPTIVE]

@@ -191,8 +191,18 @@ def test_report_pools_measurements_and_names_a_folder_without_one(tmp_path, caps
     assert json.loads((out / "measured.json").read_text())["target"] == 0.90
     # the times were taken at the measurement's target: another target is refused, not relabelled
     with pytest.raises(SystemExit, match=r"pooled/measured.json was measured to 90%, not 82%: "
-                                         r"give its task \(-C\) or --target 0.9"):
+                                         r"give its task \(-C\) or --target 0.9, or neither"):
         tta.main(["report", "-C", "clusters-mlp", "--out", str(out)])
+    # with neither, a measurement is read at its own target; pooled, all must share one
+    saved = json.loads((out / "measured.json").read_text())
+    other = tmp_path / "at-82"
+    other.mkdir()
+    (other / "measured.json").write_text(json.dumps(dict(saved, target=0.82)))
+    assert tta.main(["report", "--out", str(other)]) == 0
+    assert json.loads((other / "measured.json").read_text())["target"] == 0.82
+    assert "time to 82%" in (other / "measured.md").read_text()
+    with pytest.raises(SystemExit, match=r"taken to different targets \(90% in .*, 82% in "):
+        tta.main(["report", "--pool", f"{out},{other}", "--out", str(tmp_path / "mixed")])
     with pytest.raises(SystemExit, match=f"cannot read {tmp_path / 'c'}/measured.json"):
         tta.main(["report", "--pool", str(tmp_path / "c"), "--out", str(out)])
 
