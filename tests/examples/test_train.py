@@ -120,6 +120,31 @@ def test_a_prior_decides_where_it_starts_then_the_runs_own_measurements(tmp_path
 
 
 @pytest.mark.slow
+def test_an_efficiency_fit_file_prices_every_decision_and_caps_the_batch(tmp_path):
+    # What `time_to_accuracy.py efficiency` writes, as a user passes it: the controller decides
+    # on phi = factor x B_simple, says so at each decision, and never trains past the largest
+    # batch of the runs the factor was fitted on (its --max-batch 128 capped at 96).
+    from nnabla_torus.planning import efficiency_fit
+    fit = tmp_path / "efficiency_fit.json"
+    efficiency_fit.save(efficiency_fit.Scale(50.0, 0.05, 10000.0, 200.0, 96), fit)
+    out = run_mpi(2, [PROG] + SMALL + ["--adaptive-batch", "1", "--max-batch", "128",
+                                       "--adaptive-min-samples", "4", "--adaptive-max-rse", "5",
+                                       "--batch-prior", "none", "--efficiency-fit", str(fit),
+                                       "--epochs", "2", "--output-dir", str(tmp_path / "run")],
+                  timeout=180)
+    assert "PARAMS_EQUAL" in out, out
+    assert (f"goodput: efficiency fitted to fixed runs ({fit}): phi = 50.00 +- 5% x B_simple "
+            f"(fitted phi 10000 over a measured B_simple of 200, runs up to batch 96)") in out, out
+    assert ("goodput: max_batch 128 -> 96: the efficiency fit's runs went up to batch 96, and "
+            "its factor is not taken past them") in out, out
+    decisions = [line for line in out.splitlines() if "goodput: keep" in line
+                 or "goodput: change" in line]
+    assert decisions and all("x B_simple, fitted)" in d for d in decisions), decisions
+    batches = np.loadtxt(tmp_path / "run" / "global_batch.series.txt", ndmin=2)[:, 1]
+    assert batches.max() <= 96, batches
+
+
+@pytest.mark.slow
 def test_adaptive_resume_keeps_the_measured_step_times(tmp_path):
     # The checkpoint at step 11 holds the refit's steps (exchanged at step 10): the resumed
     # run restores them, and its decisions price batches with them, not with the cost model
