@@ -282,7 +282,8 @@ def add_measure_knobs(m):
     add_knob(m, "--prior", knob + "PRIOR", "", "the batch prior of the adaptive (prior) policy "
              "(a batch_prior.json; empty: one adaptive run on another random seed first)")
     add_knob(m, "--target", knob + "TARGET", 0.0, "validation top-1 to reach (0: the task "
-             f"recipe's expected: target_top1, else {DEFAULT_TARGET})", type=float)
+             f"recipe's expected: target_top1, else {DEFAULT_TARGET}; report and efficiency: "
+             "the one the measurements were taken to)", type=float)
     add_knob(m, "--fixed", knob + "FIXED", "", "comma-separated global batches, each a fixed "
              "policy, with the recipe's schedule and the adaptive ones (empty: the digits "
              "policies above)")
