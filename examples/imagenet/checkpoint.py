@@ -21,10 +21,11 @@ import io
 import json
 import os
 import re
-import shutil
 import time
 
 import numpy as np
+
+from nnabla_torus.files import free_space, fsync_directory
 
 MAGIC = b"NNTCKPT1"
 TRAILER_BYTES = len(MAGIC) + 32          # magic + SHA-256 digest
@@ -75,15 +76,6 @@ def save_checkpoint(directory, step, arrays, meta, keep=3):
     return path
 
 
-def free_space(directory):
-    """"N MB free on the file system of ``directory``", or why that is unknown."""
-    try:
-        return f"{shutil.disk_usage(directory).free / 1e6:.1f} MB free on the file system " \
-               f"of {directory}"
-    except OSError as e:
-        return f"free space of {directory} unknown ({e.strerror or e})"
-
-
 def remove_stale_temporaries(directory, log=print):
     """Remove ``ckpt-*.tmp<pid>`` files of writers that crashed (call once as a run starts,
     on the rank that writes); returns their paths."""
@@ -93,15 +85,6 @@ def remove_stale_temporaries(directory, log=print):
             os.remove(path)
         log(f"checkpoint: removed {path}, left by a write that did not finish")
     return stale
-
-
-def fsync_directory(directory):
-    """Flush ``directory``'s entries (new and renamed names) to disk."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def list_checkpoints(directory):

@@ -1,0 +1,74 @@
+"""Files written whole or not at all: a temporary beside the target, flushed, then renamed.
+
+A reader (or a run that resumes after a crash or a full disk) sees either the old file or the
+complete new one, never half of one. A failed write raises :class:`WriteError`, one line that
+names the file, the cause and the free space. Example::
+
+    with atomic_open("runs/x/summary.json", "w") as f:
+        json.dump(summary, f)
+    with atomic_path("runs/x/model.h5") as temporary:     # for writers that take a path
+        nn.save_parameters(temporary)
+"""
+import contextlib
+import os
+import shutil
+
+
+class WriteError(RuntimeError):
+    """A file could not be written (disk full, quota, permissions...); the old file is kept."""
+
+
+def temporary_path(path):
+    """The temporary that :func:`atomic_path` writes for ``path``: same folder, same extension
+    (writers such as nnabla's ``save_parameters`` pick the format from it), the writer's pid:
+    ``runs/x/model.h5`` -> ``runs/x/model.tmp1234.h5``."""
+    root, extension = os.path.splitext(path)
+    return f"{root}.tmp{os.getpid()}{extension}"
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yield a temporary path to write ``path``'s new content to; on success flush it to disk
+    and rename it over ``path`` (atomic on POSIX within one file system). On any error the
+    temporary is removed, ``path`` is left as it was, and an OSError becomes WriteError."""
+    folder = os.path.dirname(os.path.abspath(path))
+    temporary = temporary_path(path)
+    try:
+        yield temporary
+        with open(temporary, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+        fsync_directory(folder)            # the rename itself survives a power loss
+    except OSError as e:
+        raise WriteError(f"cannot write {path}: {e.strerror or e}; {free_space(folder)}. "
+                         f"Free some space or write elsewhere") from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)           # only left when writing or renaming failed
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode="w"):
+    """Open a temporary for writing (``mode`` "w" or "wb"), renamed over ``path`` on success:
+    :func:`atomic_path` for code that writes to a file object."""
+    with atomic_path(path) as temporary:
+        with open(temporary, mode) as f:
+            yield f
+
+
+def free_space(directory):
+    """"N MB free on the file system of ``directory``", or why that is unknown."""
+    try:
+        return f"{shutil.disk_usage(directory).free / 1e6:.1f} MB free on the file system " \
+               f"of {directory}"
+    except OSError as e:
+        return f"free space of {directory} unknown ({e.strerror or e})"
+
+
+def fsync_directory(directory):
+    """Flush ``directory``'s entries (new and renamed names) to disk."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
