@@ -1,0 +1,5 @@
+"""The public API for a user's own nnabla training loop (docs/own-script.md).
+
+``State`` (checkpoint and restart under nnabla-torus-run) and ``AdaptiveBatch`` (the batch
+size from the state of learning) are what examples/imagenet/train.py uses too.
+"""
