@@ -12,7 +12,7 @@ from nnabla_torus.planning.controller import (ADAPTIVE_LRS, LR_AT_CHANGE, LR_SCA
                                              MIN_SAMPLES)
 from nnabla_torus.knobs import number
 from nnabla_torus.planning.machine_profile import GPU_PROFILES
-from nnabla_torus.planning.profile_reshape import MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_INTER_GBPS
+from nnabla_torus.planning.profile_reshape import MAX_GPUS_PER_HOST, MAX_HOSTS, inter_bandwidth
 from nnabla_torus.planning.schedules import DECAYS
 
 CHOICES = {
@@ -70,7 +70,7 @@ RANGES = {
     "max_steps": number(int, low=0), "log_every": number(int, low=0),
     "hosts": number(int, low=0, high=MAX_HOSTS),
     "gpus_per_host": number(int, low=0, high=MAX_GPUS_PER_HOST),
-    "inter_bandwidth": number(float, low=0, high=MAX_INTER_GBPS),
+    "inter_bandwidth": inter_bandwidth,
 }
 
 

@@ -4,7 +4,7 @@ change."""
 import json
 from collections import namedtuple
 
-from ..knobs import add_knob, number
+from ..knobs import BadValue, add_knob, number
 from .profile_files import GPU_PROFILES, read_profile_file
 
 
@@ -23,6 +23,17 @@ SHAPE_ENVS = {"hosts": "NNABLA_TORUS_HOSTS", "gpus_per_host": "NNABLA_TORUS_GPUS
 MAX_HOSTS = 16384
 MAX_GPUS_PER_HOST = 64
 MAX_INTER_GBPS = 10000.0
+MIN_INTER_GBPS = 0.01   # 80 Mb/s; below it a plan's times ran to hundreds of digits (issue 65)
+
+
+def inter_bandwidth(text):
+    """--inter-bandwidth's value: 0 (the profile's) or MIN_INTER_GBPS..MAX_INTER_GBPS GB/s;
+    else BadValue naming that range."""
+    value = number(float, low=0, high=MAX_INTER_GBPS)(text)
+    if 0 < value < MIN_INTER_GBPS:
+        raise BadValue(f"must be 0 (the profile's) or a number from {MIN_INTER_GBPS:g} to "
+                       f"{MAX_INTER_GBPS:g} GB/s, got {text!r}")
+    return value
 
 
 def add_shape_knobs(parser):
@@ -39,7 +50,7 @@ def add_shape_knobs(parser):
     add_knob(parser, "--inter-bandwidth", SHAPE_ENVS["inter_GBps"], None,
              "inter-host bandwidth per host in GB/s, all its NICs together (8 x 400 Gb/s "
              "NDR: 400; None or 0: the profile's)",
-             type=number(float, low=0, high=MAX_INTER_GBPS), dest="shape_inter_GBps")
+             type=inter_bandwidth, dest="shape_inter_GBps")
     add_knob(parser, "--gpu-model", SHAPE_ENVS["gpu_model"], None,
              "per-GPU compute of this GPU model's shipped profile (" +
              ", ".join(f"{k}: {v}" for k, v in GPU_PROFILES.items()) + "; None: the profile's)",

@@ -149,6 +149,8 @@ PLAN = [
                           "'x'"),
     ("--inter-bandwidth -1", "argument --inter-bandwidth: must be a finite number >= 0 and <= "
                              "10000"),
+    ("--inter-bandwidth 1e-300", "argument --inter-bandwidth: must be 0 (the profile's) or a "
+                                 "number from 0.01 to 10000 GB/s, got '1e-300'"),
     ("--gpu-model p100", "argument --gpu-model: invalid choice: 'p100'"),
     ("--hosts 2 --max-gpus 100", "100 GPUs is more than the 8 GPUs of profile 'abci' (2 hosts "
                                  "x 4)"),
