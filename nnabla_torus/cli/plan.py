@@ -6,6 +6,12 @@ Examples::
     nnabla-torus-plan --profile abci --noise-scale 20000 --max-gpus 4096 --plot plan.png --explain
     nnabla-torus-plan --profile cpu-2core --model resnet18-w0.125-16px --json -
     nnabla-torus-plan --profile abci --recipe sony-122s --fit-recipe sony-224s
+    nnabla-torus-plan --profile dgx-h100 --hosts 2 --nnp digits.nnp --dataset-size 60000
+
+``--nnp FILE`` or ``--model-fn MODULE:FUNCTION`` plans for a model of your own: its parameter
+arrays, bytes and FLOPs are counted from its nnabla graph, and start-up, validation and the
+input pipeline come from your data (``--startup-s``, ``--val-images``, ``--loader-rate``)
+or are left out, each with a line saying so.
 
 Prints one row per candidate GPU count (its best grid, algorithm and batch), then the
 recommendation. With ``--recipe`` it predicts the recipe's end-to-end training time instead
@@ -21,7 +27,9 @@ import sys
 import numpy as np
 
 from ..planning import large_batch, model_cost, planner
+from ..planning.fixed_costs import run_costs, with_own_data
 from ..planning.machine_profile import load_profile, resolve_profile, shape_of
+from ..planning.model_source import own_model_cost
 from .plan_knobs import add_plan_knobs, refuse_ignored
 from .plan_output import (HEADER, explain, format_row, native_line, plot, provenance, shown,
                           simulated)
@@ -45,7 +53,8 @@ def run_schedule(args, prof, common, report, out):
     for start, best in phases:
         print(f"{start:6g} " + format_row(best), file=out)
         if args.explain:
-            print("\n".join(explain(prof, args.model, best)), file=out)
+            print("\n".join(explain(prof, args.model, best, args.dataset_size, args.epochs)),
+                  file=out)
     lines, entries = provenance(prof, args.model, report["model_note"], phases[-1][1],
                                 args.dataset_size, args.epochs)
     print("\n".join(["# each phase's time to train is the whole run's at that phase's plan"] +
@@ -94,7 +103,8 @@ def run_table(args, prof, common, report, out):
     print("\n".join(lines), file=out)
     report.update(entries, kept=result.kept)
     if args.explain:
-        print("\n".join(explain(prof, args.model, best)), file=out)
+        print("\n".join(explain(prof, args.model, best, args.dataset_size, args.epochs)),
+              file=out)
     if args.plot:
         plot(args.plot, result)
     if args.simulate:
@@ -107,40 +117,76 @@ def run_table(args, prof, common, report, out):
 
 
 def priced_model(args, prof):
-    """(profile, note): ``prof`` with ``args.model`` priced from --gflops-per-image and
-    --params when the profile does not know it (note: how; '' when it does)."""
-    given = args.gflops_per_image is not None or args.params is not None
-    if args.model in prof.models:
-        if given:
-            raise ValueError(f"profile {prof.name!r} has model {args.model!r} calibrated: "
-                             f"leave out --gflops-per-image and --params, or use another name")
-        return prof, ""
-    if args.gflops_per_image is None or args.params is None:
-        raise ValueError(f"profile {prof.name!r} has no model {args.model!r}; it has "
-                         f"{sorted(prof.models)}: give --gflops-per-image and --params to price "
-                         f"it from its own cost, or calibrate it with tools/calibrate.py")
-    ref = prof.models[model_cost.reference_model(prof, args.gflops_per_image) or
-                      sorted(prof.models)[0]]
-    comp, note = model_cost.priced_compute(prof, args.gflops_per_image, 2 * args.params,
-                                           ref.max_local_batch)
-    return prof._replace(models={**prof.models, args.model: comp}), f"model {args.model}: {note}"
+    """(profile, model name, note, report entries): ``prof`` with the model to plan: one of
+    the profile's (--model; note ''), or one priced from its own cost, counted from --nnp /
+    --model-fn or given by --gflops-per-image, --params and --param-arrays."""
+    name, cost = own_model_cost(args.nnp, args.nnp_network, args.model_fn)
+    if name is not None:
+        gflops, params, arrays = cost.gflops_per_image, cost.params, len(cost.param_shapes)
+        counted = (f"counted from its graph: {arrays} parameter arrays, {params:,} "
+                   f"parameters ({2 * params / 1e6:.3g} MB of FP16 gradients)" +
+                   (f", multiply-adds of {', '.join(cost.uncounted)} not counted"
+                    if cost.uncounted else "") + "; ")
+    else:
+        name, counted = args.model, ""
+        given = args.gflops_per_image is not None or args.params is not None
+        if name in prof.models:
+            if given:
+                raise ValueError(f"profile {prof.name!r} has model {name!r} calibrated: leave "
+                                 f"out --gflops-per-image and --params, or use another name")
+            return prof, name, "", {}
+        if args.gflops_per_image is None or args.params is None:
+            raise ValueError(f"profile {prof.name!r} has no model {name!r}; it has "
+                             f"{sorted(prof.models)}: give --gflops-per-image and --params to "
+                             f"price it from its own cost (--nnp FILE or --model-fn "
+                             f"MODULE:FUNCTION counts them), or calibrate it with "
+                             f"tools/calibrate.py")
+        gflops, params, arrays = args.gflops_per_image, args.params, args.param_arrays or 0
+    ref = prof.models[model_cost.reference_model(prof, gflops) or sorted(prof.models)[0]]
+    comp, note = model_cost.priced_compute(prof, gflops, 2 * params, ref.max_local_batch,
+                                           arrays)
+    if not arrays:
+        note += ("; its parameter arrays are unknown: nnabla's per-array callback checks are "
+                 "left out (--param-arrays gives them)")
+    entries = {"gflops_per_image": gflops, "params": params, "param_arrays": arrays,
+               "param_shapes": [list(s) for s in cost.param_shapes] if cost else None}
+    return (prof._replace(models={**prof.models, name: comp}), name,
+            f"model {name}: {counted}{note}", entries)
 
 
-def describe(prof, why, model_note):
-    """The plan's first lines: the profile and why it was used, its reshaping, the model."""
+def own_data(args, prof, model, own):
+    """(profile, notes): ``prof`` with its run: block's start-up, validation and input pipeline
+    from --startup-s, --val-images and --loader-rate, or, for a model of the user's own
+    (``own``), left out where not given; ``args.dataset_size`` resolved (ImageNet's for the
+    profile's own models, which are ImageNet models)."""
+    if args.dataset_size is None:
+        if own:
+            raise ValueError(f"model {model}: give --dataset-size (training images per epoch); "
+                             f"ImageNet's {planner.IMAGENET_TRAIN_IMAGES:,} is for the "
+                             f"profile's own models")
+        args.dataset_size = planner.IMAGENET_TRAIN_IMAGES
+    run, notes = with_own_data(run_costs(prof), prof.models[model].b_s, own, args.startup_s,
+                               args.val_images, args.validate_every, args.loader_rate)
+    return prof._replace(extra={**prof.extra, "run": run}), notes
+
+
+def describe(prof, why, model_note, data_notes):
+    """The plan's first lines: the profile and why it was used, its reshaping, the model, what
+    of the run is left out."""
     lines = [f"# profile {prof.name} ({why}): {prof.hosts} hosts x "
              f"{prof.network.gpus_per_host} GPUs, inter-host "
              f"{prof.network.inter.bandwidth_Bps / 1e9:g} GB/s per host"]
     lines += [f"# reshaped: {n}" for n in prof.extra.get("shape", [])]
     lines += [f"# {model_note}"] if model_note else []
-    return lines
+    return lines + [f"# {note}" for note in data_notes]
 
 
 def run(args, out=sys.stdout):
     name, why = resolve_profile(args.profile, gpus=True)
     prof = load_profile(name, shape_of(args))
-    prof, model_note = priced_model(args, prof)
-    head = describe(prof, why, model_note)
+    prof, args.model, model_note, model_entries = priced_model(args, prof)   # args: resolved
+    prof, data_notes = own_data(args, prof, args.model, bool(model_entries))
+    head = describe(prof, why, model_note, data_notes)
     if args.recipe:
         print("\n".join(head), file=out)
         return {"profile": prof.name, "model": args.model, **run_recipe(args, prof, out)}
@@ -155,6 +201,7 @@ def run(args, out=sys.stdout):
     print("\n".join(head + [f"# {stat.line}"]), file=out)
     report = {"profile": prof.name, "profile_reason": why, "model": args.model,
               "reshaped": prof.extra.get("shape", []), "model_note": model_note,
+              "model_cost": model_entries, "left_out": data_notes,
               "statistical_efficiency_source": stat.kind, "statistical_efficiency": stat.line}
     if args.schedule:
         return run_schedule(args, prof, common, report, out)

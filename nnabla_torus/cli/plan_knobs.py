@@ -11,6 +11,13 @@ from ..planning.machine_profile import add_profile_knob, add_shape_knobs, list_p
 from ..planning.schedules import BatchSchedule
 
 DEFAULT_EPOCHS = 90.0   # --epochs; with --recipe, another value replaces the recipe's
+# Upper bounds of the model's and data's sizes (issue 65: --gflops-per-image 1e308 printed
+# 400-digit times): a million training GFLOPs per image (30x a ViT-22B image), 10^12
+# parameters, images or images/s, 10^5 epochs, a start-up of 10^6 s.
+MAX_GFLOPS_PER_IMAGE = 1e6
+MAX_COUNT = 10 ** 12
+MAX_EPOCHS = 1e5
+MAX_STARTUP_S = 1e6
 
 
 def gpu_list(text):
@@ -35,12 +42,15 @@ def _add_search_knobs(parser):
              "model: one of the profile's, or any name with --gflops-per-image and --params")
     add_knob(parser, "--gflops-per-image", "NNABLA_TORUS_PLAN_GFLOPS_PER_IMAGE", None,
              "training GFLOPs per image of a model the profile does not know (6 x its forward "
-             "multiply-adds; model_cost.count_cost counts them from an nnabla graph): its step "
-             "time is scaled from the profile's calibrated model", 
-             type=number(float, low=0, strict=True))
+             "multiply-adds; --nnp or --model-fn counts them): its step time is scaled from "
+             "the profile's calibrated model",
+             type=number(float, low=0, strict=True, high=MAX_GFLOPS_PER_IMAGE))
     add_knob(parser, "--params", "NNABLA_TORUS_PLAN_PARAMS", None,
              "parameters of that model (all-reduced as FP16: 2 bytes each)",
-             type=number(int, low=1))
+             type=number(int, low=1, high=MAX_COUNT))
+    add_knob(parser, "--param-arrays", "NNABLA_TORUS_PLAN_PARAM_ARRAYS", None,
+             "parameter arrays of that model (nnabla's all_reduce_callback checks each; None: "
+             "unknown, those checks left out)", type=number(int, low=1, high=MAX_COUNT))
     add_knob(parser, "--max-gpus", "NNABLA_TORUS_PLAN_MAX_GPUS", None,
              "largest GPU count to consider (None: every GPU of the profile)",
              type=number(int, low=1))
@@ -65,6 +75,36 @@ def _add_search_knobs(parser):
              type=number(int, low=1))
 
 
+def _add_own_model_knobs(parser):
+    """A model of the user's own, its cost counted from its nnabla graph (model_source)."""
+    add_knob(parser, "--nnp", "NNABLA_TORUS_PLAN_NNP", None,
+             "plan for the model in this .nnp file (nnabla.utils.save.save): its parameter "
+             "arrays, bytes and FLOPs per image counted from its graph")
+    add_knob(parser, "--nnp-network", "NNABLA_TORUS_PLAN_NNP_NETWORK", None,
+             "the network of --nnp to count (None: the file's only network)")
+    add_knob(parser, "--model-fn", "NNABLA_TORUS_PLAN_MODEL_FN", None,
+             "plan for the model a Python function builds, MODULE:FUNCTION or FILE.py:FUNCTION; "
+             "FUNCTION(batch_size) returns the loss Variable of a graph of batch_size images")
+
+
+def _add_own_data_knobs(parser):
+    """The user's data: start-up, validation and the input pipeline (fixed_costs)."""
+    add_knob(parser, "--val-images", "NNABLA_TORUS_PLAN_VAL_IMAGES", None,
+             "validation images, one forward pass each (None: the profile's validation for its "
+             "own models, none for yours)", type=number(int, low=1, high=MAX_COUNT))
+    add_knob(parser, "--validate-every", "NNABLA_TORUS_PLAN_VALIDATE_EVERY", 1.0,
+             "epochs between validation passes of --val-images",
+             type=number(float, low=0, strict=True, high=MAX_EPOCHS))
+    add_knob(parser, "--loader-rate", "NNABLA_TORUS_PLAN_LOADER_RATE", None,
+             "images/s one host's input pipeline delivers, measured or given (None: the "
+             "profile's for its own models, not modelled for yours)",
+             type=number(float, low=0, strict=True, high=MAX_COUNT))
+    add_knob(parser, "--startup-s", "NNABLA_TORUS_PLAN_STARTUP_S", None,
+             "seconds from launch to the first step on one host; the profile's growth per "
+             "doubling of hosts is added (None: the profile's for its own models, none for "
+             "yours)", type=number(float, low=0, high=MAX_STARTUP_S))
+
+
 def _add_objective_knobs(parser):
     """What a plan is scored by: noise scale, dataset, epochs, scaling efficiency."""
     add_knob(parser, "--noise-scale", "NNABLA_TORUS_PLAN_NOISE_SCALE", None,
@@ -72,11 +112,13 @@ def _add_objective_knobs(parser):
              type=number(float, low=0, strict=True))
     add_knob(parser, "--base-batch", "NNABLA_TORUS_PLAN_BASE_BATCH", 256,
              "reference batch B0 of the statistical efficiency", type=number(int, low=1))
-    add_knob(parser, "--dataset-size", "NNABLA_TORUS_PLAN_DATASET_SIZE",
-             planner.IMAGENET_TRAIN_IMAGES, "training samples per epoch", type=number(int, low=1))
+    add_knob(parser, "--dataset-size", "NNABLA_TORUS_PLAN_DATASET_SIZE", None,
+             f"training images per epoch (None: ImageNet's {planner.IMAGENET_TRAIN_IMAGES:,} "
+             f"for the profile's own models; required for yours)",
+             type=number(int, low=1, high=MAX_COUNT))
     add_knob(parser, "--epochs", "NNABLA_TORUS_PLAN_EPOCHS", DEFAULT_EPOCHS,
              "epochs to train (with --recipe: instead of the recipe's)",
-             type=number(float, low=0, strict=True))
+             type=number(float, low=0, strict=True, high=MAX_EPOCHS))
     add_knob(parser, "--min-efficiency", "NNABLA_TORUS_PLAN_MIN_EFFICIENCY", 0.0,
              "minimum scaling efficiency of a plan (0..1)", type=number(float, low=0, high=1))
 
@@ -103,7 +145,8 @@ def _add_output_knobs(parser):
 def _add_explain_and_simulate_knobs(parser):
     """The recommendation's terms and the re-ranking by a timed simulation."""
     add_knob(parser, "--explain", "NNABLA_TORUS_PLAN_EXPLAIN", False,
-             "print the compute and all-reduce phase terms of the recommendation", type=bool,
+             "print every term of the recommendation's step time, scaling efficiency and "
+             "time to train (they sum to the table's values)", type=bool,
              nargs="?", const=True)
     add_knob(parser, "--simulate", "NNABLA_TORUS_PLAN_SIMULATE", 0,
              "re-rank the K best candidates (the best plan of each GPU count, by goodput; "
@@ -120,8 +163,8 @@ def _add_explain_and_simulate_knobs(parser):
 
 def add_plan_knobs(parser):
     """Every flag of nnabla-torus-plan, in its groups, on ``parser``."""
-    for add in (_add_search_knobs, _add_objective_knobs, _add_output_knobs,
-                _add_explain_and_simulate_knobs):
+    for add in (_add_search_knobs, _add_own_model_knobs, _add_objective_knobs,
+                _add_own_data_knobs, _add_output_knobs, _add_explain_and_simulate_knobs):
         add(parser)
 
 
@@ -141,11 +184,21 @@ IGNORED = [
      for flag in ("--max-gpus", "--gpus", "--allow-beyond-profile", "--schedule", "--batch",
                   "--nearest-batch", "--local-batch", "--noise-scale", "--base-batch",
                   "--min-efficiency", "--rows", "--plot", "--explain",
-                  "--simulate")]
+                  "--simulate")] + [
+    (flag, "--recipe", "a recipe trains the profile's model")
+    for flag in ("--nnp", "--model-fn")] + [
+    (flag, mode, f"{mode} is the model") for mode in ("--nnp", "--model-fn")
+    for flag in ("--model", "--gflops-per-image", "--params", "--param-arrays")] + [
+    ("--nnp", "--model-fn", "plan one model at a time")]
+# Flags that only act with another: (flag, the flag it needs, why).
+NEEDS = [("--nnp-network", "--nnp", "it names a network of --nnp"),
+         ("--validate-every", "--val-images", "it spaces the passes over --val-images"),
+         ("--param-arrays", "--params", "it describes the model of --params")]
 
 
 def refuse_ignored(parser, args):
-    """``parser.error`` for a flag that the mode of ``args`` would ignore (``IGNORED``)."""
+    """``parser.error`` for a flag that the mode of ``args`` would ignore (``IGNORED``) or
+    that lacks the flag it acts with (``NEEDS``)."""
     def given(flag):
         name = flag[2:].replace("-", "_")
         return getattr(args, name) != parser.get_default(name)
@@ -153,3 +206,6 @@ def refuse_ignored(parser, args):
         if given(flag) and (given(mode) if mode else not args.simulate):
             with_mode = f"with {mode}" if mode else "without --simulate"
             parser.error(f"{flag} has no effect {with_mode} ({why}): leave one of them out")
+    for flag, needed, why in NEEDS:
+        if given(flag) and not given(needed):
+            parser.error(f"{flag} has no effect without {needed} ({why}): give {needed} too")

@@ -5,18 +5,22 @@ from ..comm.collectives import registry_entry
 from ..comm.topology import parse_grid
 from ..planning import costmodel, goodput, planner
 from ..planning.costmodel import ALGORITHMS
+from ..planning.fixed_costs import run_costs
 from ..planning.machine_profile import model_of
 
-# (Plan field, column title, value format); every title is the full name, no legend needed.
-COLUMNS = [("gpus", "GPUs", "{:d}"), ("grid", "grid", "{}"), ("algorithm", "algorithm", "{}"),
-           ("local_batch", "per-GPU batch", "{:d}"), ("accum_steps", "accumulation", "{:d}"),
-           ("global_batch", "global batch", "{:,d}"), ("step_time_s", "step time (s)", "{:.4f}"),
-           ("images_per_s", "images/s", "{:,.0f}"),
-           ("scaling_efficiency", "scaling efficiency", "{:.1%}"),
-           ("statistical_efficiency", "statistical efficiency", "{:.1%}"),
-           ("time_to_train_s", "time to train (s)", "{:,.1f}")]
-WIDTHS = [max(len(title), 10) for _, title, _ in COLUMNS]
-HEADER = "  ".join(title.rjust(w) for (_, title, _), w in zip(COLUMNS, WIDTHS))
+# (Plan field, column title, value format, scale); every title is the full name, no legend
+# needed. --explain prints the step time and time to train in the same units and digits.
+COLUMNS = [("gpus", "GPUs", "{:d}", 1), ("grid", "grid", "{}", 1),
+           ("algorithm", "algorithm", "{}", 1), ("local_batch", "per-GPU batch", "{:d}", 1),
+           ("accum_steps", "accumulation", "{:d}", 1),
+           ("global_batch", "global batch", "{:,d}", 1),
+           ("step_time_s", "step time (ms)", "{:.3f}", 1e3),
+           ("images_per_s", "images/s", "{:,.0f}", 1),
+           ("scaling_efficiency", "scaling efficiency", "{:.1%}", 1),
+           ("statistical_efficiency", "statistical efficiency", "{:.1%}", 1),
+           ("time_to_train_s", "time to train (s)", "{:,.1f}", 1)]
+WIDTHS = [max(len(title), 10) for _, title, _, _ in COLUMNS]
+HEADER = "  ".join(title.rjust(w) for (_, title, _, _), w in zip(COLUMNS, WIDTHS))
 
 
 def simulated(prof, model, plans, max_wall, engine=None):
@@ -60,9 +64,9 @@ def provenance(prof, model, model_note, best, dataset_size, epochs):
     source = model_note or f"model {model}: {compute_source(prof, model)}"
     includes = (f"{epochs:g} epochs of {dataset_size:,} images at the predicted images/s "
                 f"({best.training_s:,.1f} s) + start-up, validation and input stalls "
-                f"({best.fixed_s:,.1f} s, the profile's run: block)")
+                f"({best.fixed_s:,.1f} s; --explain gives each)")
     lines = [f"# time to train: {includes}",
-             f"# compute: {source}; a {comp.a_s * 1e3:.3f} ms + b {comp.b_s * 1e3:.4f} ms per "
+             f"# compute: {source}; a {comp.a_s * 1e3:.3f} ms + b {comp.b_s * 1e3:.4g} ms per "
              f"image, gamma {comp.gamma:g}; model error {error:.1%}"]
     return lines, {"epochs": epochs, "dataset_size": dataset_size,
                    "time_to_train_includes": includes, "model_note": source,
@@ -96,8 +100,8 @@ def native_line(prof, model, result):
 
 def format_row(plan):
     values = plan._asdict()
-    return "  ".join(fmt.format(values[name]).rjust(w)
-                     for (name, _, fmt), w in zip(COLUMNS, WIDTHS))
+    return "  ".join(fmt.format(values[name] * scale).rjust(w)     # a text's scale is 1
+                     for (name, _, fmt, scale), w in zip(COLUMNS, WIDTHS))
 
 
 def shown(per_gpus, best, rows):
@@ -107,20 +111,58 @@ def shown(per_gpus, best, rows):
     return [p for p in per_gpus if p.gpus & (p.gpus - 1) == 0 or p.gpus == best.gpus]
 
 
-def explain(prof, model, plan):
-    """Lines giving each term of ``plan``'s step time (seconds, milliseconds shown)."""
-    comp = model_of(prof, model)
-    grid_x = parse_grid(plan.grid).x
-    terms = costmodel.step_terms(prof.network, comp, plan.algorithm, plan.gpus,
-                                 plan.local_batch, plan.accum_steps, grid_x)
-    lines = [f"step time of {plan.gpus} GPUs, {plan.algorithm} on {plan.grid}, "
-             f"{plan.local_batch} x {plan.accum_steps} per GPU, "
-             f"{comp.grad_bytes / 1e6:.1f} MB of gradients, gamma={comp.gamma:g}:"]
-    for name, value in terms.items():
-        lines.append(f"  {name:<36s} {float(value) * 1e3:10.3f} ms")
+def _term(name, value_s, indent=2):
+    """One --explain line: a term in milliseconds, as the table's step time."""
+    return f"{' ' * indent}{name:<{40 - indent}s} {value_s * 1e3:10.3f} ms"
+
+
+def step_lines(prof, model, plan):
+    """--explain's lines of ``plan``'s step time: terms indented by two spaces sum to it (the
+    all-reduce's phases, by four, sum to the all-reduce), then its scaling efficiency."""
+    comp, net, run = model_of(prof, model), prof.network, run_costs(prof)
+    b, s = plan.local_batch, plan.accum_steps
+    terms = {k: float(v) for k, v in planner.step_terms(
+        net, comp, run, plan.algorithm, plan.gpus, b, s, parse_grid(plan.grid).x).items()}
+    keys = list(terms)
+    phases = keys[1:keys.index("allreduce")]   # step_terms: compute, phases, allreduce, ...
+    added = [k for k in keys if k not in ["compute", "allreduce", "total"] + phases]
+    t_c, t_n = terms["compute"], terms["allreduce"]
+    lines = [f"step time of {plan.gpus} GPUs, {plan.algorithm} on {plan.grid}, {b} x {s} per "
+             f"GPU, {comp.grad_bytes / 1e6:.3g} MB of gradients in {comp.grad_arrays or '?'} "
+             f"arrays (the terms sum to it):",
+             _term(f"compute, {s} x {b} images", s * t_c),
+             _term("all-reduce" + (" (one GPU: none)" if plan.gpus == 1 else ""), t_n)]
+    lines += [_term(k, terms[k], 4) for k in phases if plan.gpus > 1]
+    if comp.gamma != 1:
+        hidden = float(costmodel.overlap(t_c, t_n, comp.gamma)) - t_c - t_n
+        lines.append(_term(f"overlap of compute and all-reduce (gamma {comp.gamma:g})", hidden))
+    lines += [_term(k, terms[k]) for k in added]
+    lines.append(_term("step time", terms["total"]))
+    one = float(planner.one_gpu_step_s(net, comp, run, b, s))
+    lines.append(f"scaling efficiency: one GPU's step {one * 1e3:.3f} ms / "
+                 f"{terms['total'] * 1e3:.3f} ms = {one / terms['total']:.1%}")
+    return lines
+
+
+def train_lines(prof, plan, dataset_size, epochs):
+    """--explain's lines of ``plan``'s time to train: terms indented by two spaces sum to it."""
+    fixed = planner.run_fixed_seconds(run_costs(prof), prof.network.gpus_per_host, plan.gpus,
+                                      plan.global_batch, dataset_size, epochs)
+    lines = ["time to train (the terms sum to it):",
+             f"  {'training: ' + f'{epochs:g} epochs of {dataset_size:,} images':<38s} "
+             f"{plan.training_s:10,.1f} s"]
+    lines += [f"  {name.replace('_', ' '):<38s} {float(v):10,.1f} s" for name, v in fixed.items()]
+    return lines + [f"  {'time to train':<38s} {plan.time_to_train_s:10,.1f} s"]
+
+
+def explain(prof, model, plan, dataset_size, epochs):
+    """Lines giving each term of ``plan``'s row: its step time (ms) and scaling efficiency, the
+    grid's links, its time to train (s); each sum is the table's value to its last digit."""
+    lines = step_lines(prof, model, plan)
     net = prof.network
     if registry_entry(plan.algorithm).layout != "world" and plan.gpus > 1:
-        x, y = grid_x, plan.gpus // grid_x
+        x = parse_grid(plan.grid).x
+        y = plan.gpus // x
         for rows, label in ((True, "row phases"), (False, "column phases")):
             crosses, flows = costmodel.grid_links(x, y, net.gpus_per_host, rows)
             line = f"  {label}: " + (f"cross hosts, {int(flows)} flow(s) out of a host"
@@ -130,7 +172,7 @@ def explain(prof, model, plan):
                 line += (f"; cross the spine, {int(flows)} flow(s) out of a rack" if crosses
                          else "; inside each rack")
             lines.append(line)
-    return lines
+    return lines + train_lines(prof, plan, dataset_size, epochs)
 
 
 def plot(path, result):

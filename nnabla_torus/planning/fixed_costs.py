@@ -9,7 +9,9 @@ input-loader stalls, from a profile's ``run:`` block.
 Start-up grows with the hosts that must join (process launch, NCCL set-up; MLPerf's published
 initialisation, init_start to run_start, rises about 4 s per doubling of nodes); one validation
 pass spreads the validation set over the run's GPUs (``validation_gpu_s``: its seconds on one
-GPU). :func:`.fidelity.run_costs_fit` fits both to the published runs. Example::
+GPU). :func:`.fidelity.run_costs_fit` fits both to the published runs. A profile's block
+describes its calibrated models' ImageNet runs; :func:`with_own_data` replaces its terms by
+the user's data, and leaves them out for a model the profile does not know. Example::
 
     >>> run = {"startup_s": 47.3, "startup_s_per_doubling": 4.1, "validation_gpu_s": 3.9,
     ...        "validate_every_epochs": 4.0, "loader_stall_ms": 0.0}
@@ -18,6 +20,7 @@ GPU). :func:`.fidelity.run_costs_fit` fits both to the published runs. Example::
 """
 import numpy as np
 
+from .costmodel.framework import BACKWARD_SHARE
 from .profile_schema import RUN_KEYS
 
 
@@ -46,3 +49,39 @@ def input_wait_s(run, images_per_host, step_s):
     if not rate:
         return 0.0 * np.asarray(step_s)
     return np.maximum(0.0, np.asarray(images_per_host, float) / rate - step_s)
+
+
+def with_own_data(run, b_s, own_model, startup_s=None, val_images=None, validate_every=1.0,
+                  loader_images_per_s=None):
+    """(run block, notes): ``run`` with start-up, validation and the input pipeline from the
+    user's data where given; for ``own_model`` (a model the profile does not know) each term
+    not given is left out (0) and named in a note with its flag, never the profile's.
+
+    ``startup_s``: launch to first step on one host (the profile's growth per doubling of
+    hosts is kept); ``val_images``: one validation pass every ``validate_every`` epochs, each
+    image a forward pass, *assumed* ``1 - BACKWARD_SHARE`` of the training ``b_s`` seconds;
+    ``loader_images_per_s``: what one host's input pipeline delivers.
+
+    >>> run, notes = with_own_data(dict(RUN_KEYS, startup_s=45.0), 3e-4, True, val_images=1000)
+    >>> run["startup_s"], round(run["validation_gpu_s"], 3), notes[0].split(":")[0]
+    (0.0, 0.1, 'start-up left out')
+    """
+    run, notes = dict(run), []
+    if startup_s is not None:
+        run["startup_s"] = startup_s
+    elif own_model:
+        run.update(startup_s=0.0, startup_s_per_doubling=0.0)
+        notes.append("start-up left out: --startup-s gives your launch-to-first-step seconds")
+    if val_images is not None:
+        run.update(validation_s=0.0, validations=0, validate_every_epochs=validate_every,
+                   validation_gpu_s=val_images * (1 - BACKWARD_SHARE) * b_s)
+    elif own_model:
+        run.update(validation_s=0.0, validations=0, validation_gpu_s=0.0)
+        notes.append("validation left out: --val-images gives your validation images")
+    if loader_images_per_s is not None:
+        run.update(loader_images_per_s=loader_images_per_s, loader_stall_ms=0.0)
+    elif own_model:
+        run.update(loader_images_per_s=0.0, loader_stall_ms=0.0)
+        notes.append("input pipeline left out: --loader-rate gives the images/s one host's "
+                     "loader delivers")
+    return run, notes

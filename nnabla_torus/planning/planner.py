@@ -49,6 +49,32 @@ BEYOND_PROFILE = 16  # beyond_profile plans up to this many times the profile's 
 # (abci: 69,632 GPUs, ~0.45 GB and ~3.5 s; memory grows ~6.5 KB per GPU of max_gpus)
 
 
+def step_terms(net, comp, run, algorithm, p, b, s, x):
+    """Seconds of one optimizer step by term: :func:`.costmodel.step_terms` and, where ``run``
+    (a profile's ``run:`` block) has a loader rate, ``input_wait`` (its ``total`` included)."""
+    terms = costmodel.step_terms(net, comp, algorithm, p, b, s, x)
+    if run.get("loader_images_per_s"):
+        terms["input_wait"] = input_wait_s(run, b * s * np.minimum(p, net.gpus_per_host),
+                                           terms["total"])
+        terms["total"] = terms["total"] + terms["input_wait"]
+    return terms
+
+
+def one_gpu_step_s(net, comp, run, b, s):
+    """Seconds of the same step on one GPU, the reference of scaling efficiency: no all-reduce,
+    the host's loader to itself."""
+    single = (s * costmodel.compute_time(comp, 1, b, net.gpus_per_host)
+              + costmodel.finite_check_s(comp))
+    return single + input_wait_s(run, b * s, single)
+
+
+def run_fixed_seconds(run, gpus_per_host, p, global_batch, dataset_size, epochs):
+    """{startup, validation, loader_stalls: seconds} of a run on ``p`` GPUs at
+    ``global_batch`` (:func:`.fixed_costs.fixed_seconds`)."""
+    return fixed_seconds(run, -(-p // gpus_per_host), p, epochs,
+                         np.ceil(dataset_size * epochs / global_batch))
+
+
 def score(net, comp, p, algo, x, b, s, b_noise=None, base_batch=256,
           dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90, run=None):
     """Score candidate arrays; returns {column: array} with the columns of Plan. ``run``: a
@@ -58,19 +84,17 @@ def score(net, comp, p, algo, x, b, s, b_noise=None, base_batch=256,
     for a, name in enumerate(ALGORITHMS):
         m = algo == a
         if m.any():
-            step[m] = costmodel.step_time(net, comp, name, p[m], b[m], s[m], x[m])
-    step = step + input_wait_s(run, b * s * np.minimum(p, net.gpus_per_host), step)
-    single = (s * costmodel.compute_time(comp, 1, b, net.gpus_per_host)  # one GPU: no all-reduce
-              + costmodel.finite_check_s(comp))
+            step[m] = step_terms(net, comp, run, name, p[m], b[m], s[m], x[m])["total"]
     global_batch = p * b * s
     throughput = global_batch / step
     stat = goodput.efficiency(global_batch, b_noise, base_batch)
     training = dataset_size * epochs / (throughput * stat)
-    fixed = sum(fixed_seconds(run, -(-p // net.gpus_per_host), p, epochs,
-                              np.ceil(dataset_size * epochs / global_batch)).values())
+    fixed = sum(run_fixed_seconds(run, net.gpus_per_host, p, global_batch, dataset_size,
+                                  epochs).values())
     return {"gpus": p, "grid_x": x, "grid_y": p // x, "algorithm": algo, "local_batch": b,
             "accum_steps": s, "global_batch": global_batch, "step_time_s": step,
-            "images_per_s": throughput, "scaling_efficiency": single / step,
+            "images_per_s": throughput,
+            "scaling_efficiency": one_gpu_step_s(net, comp, run, b, s) / step,
             "statistical_efficiency": stat, "goodput": throughput * stat,
             "time_to_train_s": training + fixed, "training_s": training,
             "fixed_s": fixed + 0.0 * training}

@@ -126,8 +126,9 @@ PLAN = [
     ("--noise-scale -1", "argument --noise-scale: must be a finite number > 0, got '-1'"),
     ("--noise-scale 0", "argument --noise-scale: must be a finite number > 0"),
     ("--base-batch 0", "argument --base-batch: must be an integer >= 1"),
-    ("--dataset-size -3", "argument --dataset-size: must be an integer >= 1, got '-3'"),
-    ("--epochs -1", "argument --epochs: must be a finite number > 0, got '-1'"),
+    ("--dataset-size -3", "argument --dataset-size: must be an integer >= 1 and <= "
+                          "1000000000000, got '-3'"),
+    ("--epochs -1", "argument --epochs: must be a finite number > 0 and <= 100000, got '-1'"),
     ("--epochs nan", "argument --epochs: must be a finite number > 0"),
     ("--min-efficiency 2", "argument --min-efficiency: must be a finite number >= 0 and <= 1"),
     ("--gpus 64 --min-efficiency 0.9999", "no plan reaches scaling efficiency 0.9999"),
@@ -139,9 +140,34 @@ PLAN = [
     ("--model vgg", "profile 'abci' has no model 'vgg'"),
     ("--model vgg --gflops-per-image 15", "give --gflops-per-image and --params to price it"),
     ("--model vgg --gflops-per-image 0", "argument --gflops-per-image: must be a finite number "
-                                         "> 0, got '0'"),
-    ("--model vgg --params 0", "argument --params: must be an integer >= 1, got '0'"),
+                                         "> 0 and <= 1e+06, got '0'"),
+    ("--model vgg --params 0", "argument --params: must be an integer >= 1 and <= "
+                               "1000000000000, got '0'"),
     ("--gflops-per-image 15 --params 100", "profile 'abci' has model 'resnet50' calibrated"),
+    # issue 65: sizes are bounded (before: 1e308 printed times of 400 digits)
+    ("--model vgg --gflops-per-image 1e308 --params 100", "argument --gflops-per-image: must be "
+                                                          "a finite number > 0 and <= 1e+06"),
+    ("--model vgg --gflops-per-image 15 --params 1e13", "argument --params: must be an integer "
+                                                        ">= 1 and <= 1000000000000"),
+    ("--model vgg --gflops-per-image 15 --params 100 --param-arrays 0", "argument "
+                                                                       "--param-arrays: must "
+                                                                       "be an integer >= 1"),
+    ("--param-arrays 8", "--param-arrays has no effect without --params"),
+    # issue 64: a model of the user's own, never ImageNet's data
+    ("--model vgg --gflops-per-image 15 --params 100", "model vgg: give --dataset-size "
+                                                       "(training images per epoch)"),
+    ("--nnp /nonexistent/m.nnp --dataset-size 100", "--nnp /nonexistent/m.nnp: no such file"),
+    ("--nnp m.nnp --model-fn m:f", "--nnp has no effect with --model-fn"),
+    ("--nnp m.nnp --recipe sony-224s", "--nnp has no effect with --recipe"),
+    ("--nnp-network training", "--nnp-network has no effect without --nnp"),
+    ("--model-fn build", "--model-fn 'build': expected MODULE:FUNCTION or FILE.py:FUNCTION"),
+    ("--model-fn m:f --model vgg", "--model has no effect with --model-fn"),
+    ("--val-images 0", "argument --val-images: must be an integer >= 1"),
+    ("--validate-every 2", "--validate-every has no effect without --val-images"),
+    ("--val-images 100 --validate-every 0", "argument --validate-every: must be a finite number "
+                                            "> 0"),
+    ("--loader-rate 0", "argument --loader-rate: must be a finite number > 0"),
+    ("--startup-s 1e300", "argument --startup-s: must be a finite number >= 0 and <= 1e+06"),
     # the cluster's shape from flags (before: copy abci.yaml and edit it)
     # (0 is the profile's value in every tool since issue 50, as in train.py; bounded above)
     ("--hosts 16385", "argument --hosts: must be an integer >= 0 and <= 16384, got '16385'"),

@@ -45,7 +45,7 @@ def test_a_model_is_priced_from_the_nearest_calibrated_model():
 def test_the_cli_prices_an_unknown_model_and_says_so(tmp_path, capsys):
     plan_cli.main(["--profile", "dgx-h100", "--hosts", "4", "--model", "resnet18",
                    "--gflops-per-image", "10.88", "--params", "11699112",
-                   "--json", str(tmp_path / "p.json")])
+                   "--dataset-size", "1281167", "--json", str(tmp_path / "p.json")])
     out = capsys.readouterr().out
     assert "# model resnet18: priced from its own cost: 10.9 training GFLOPs" in out
     assert "no statistical limit known" in out
