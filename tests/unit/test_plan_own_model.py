@@ -112,6 +112,26 @@ def test_a_model_function_counts_as_its_nnp(digits, capsys, tmp_path, monkeypatc
     assert by_file["recommendation"] == by_nnp["recommendation"]
 
 
+def test_the_model_and_data_flags_have_environment_twins(digits, capsys, tmp_path,
+                                                          monkeypatch):
+    for env, value in (("NNABLA_TORUS_PLAN_NNP", digits[0]), ("NNABLA_TORUS_PLAN_NNP_NETWORK",
+                                                              "training"),
+                       ("NNABLA_TORUS_PLAN_DATASET_SIZE", "1797"),
+                       ("NNABLA_TORUS_PLAN_STARTUP_S", "7"),
+                       ("NNABLA_TORUS_PLAN_VAL_IMAGES", "360"),
+                       ("NNABLA_TORUS_PLAN_VALIDATE_EVERY", "3"),
+                       ("NNABLA_TORUS_PLAN_LOADER_RATE", "9000")):
+        monkeypatch.setenv(env, value)
+    text, report = plan(capsys, tmp_path, "--profile", "dgx-h100", "--hosts", "1")
+    assert report["model"] == "digits.nnp" and "left out" not in text
+    assert "90 epochs of 1,797 images" in text
+    monkeypatch.setenv("NNABLA_TORUS_PLAN_MODEL_FN", f"{digits[1]}:build")
+    monkeypatch.delenv("NNABLA_TORUS_PLAN_NNP")
+    monkeypatch.delenv("NNABLA_TORUS_PLAN_NNP_NETWORK")
+    _, by_function = plan(capsys, tmp_path, "--profile", "dgx-h100", "--hosts", "1")
+    assert by_function["model_cost"] == report["model_cost"]
+
+
 def test_the_users_data_gives_start_up_validation_and_the_loader(digits, capsys, tmp_path):
     """Each fixed cost from its flag: start-up (+ the profile's growth per doubling of hosts),
     ceil(epochs / every) validation passes of val images spread over the GPUs, the loader."""
