@@ -108,7 +108,8 @@ def test_cli_table_json_plot_and_env_twin(tmp_path, monkeypatch, capsys):
     "planning.costmodel", "planning.costmodel.links", "planning.costmodel.phases",
     "planning.costmodel.han", "planning.costmodel.allreduce", "planning.machine_profile",
     "planning.planner", "planning.schedules", "planning.controller", "planning.goodput",
-    "planning.overlap_choice", "overlap"])
+    "planning.overlap_choice", "overlap", "planning.fixed_costs", "planning.model_source",
+    "planning.model_cost"])
 def test_docstring_examples(module):
     import doctest
     import importlib
