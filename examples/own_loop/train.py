@@ -12,6 +12,11 @@ a user adds to a single-process script (docs/own-script.md): the communicator
 import argparse
 import sys
 
+# nnabla logs INFO lines at import (nnabla/logger.py, line 91 at v1.39.0) unless the root
+# logger is configured first.
+import logging
+logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+
 import nnabla as nn
 import nnabla.functions as F
 import nnabla.parametric_functions as PF
@@ -25,6 +30,8 @@ from nnabla_torus.files import atomic_path
 from nnabla_torus.knobs import add_knob
 from nnabla_torus.overlap import BucketedAllReduce
 from nnabla_torus.training import State
+from nnabla_torus.training.checkpoint_file import CheckpointError
+from nnabla_torus.training.run_lock import RunFolderBusy
 
 GLOBAL_BATCH = 64        # images per optimizer step, on any rank count
 MAX_LOCAL_BATCH = 32     # images per rank and forward pass; more ranks' worth accumulate
@@ -112,7 +119,7 @@ def main(argv=None):
                 reducer.backward(loss, clear_buffer=True)   # averaged over ranks on return
         solver.update()
         state.step += 1
-        state.epoch, state.images_seen = state.step / steps_per_epoch, state.step * GLOBAL_BATCH
+        state.epoch, state.images_seen = state.step / steps_per_epoch, state.step * state.global_batch
         if state.step % steps_per_epoch == 0 or state.step % args.checkpoint_every == 0:
             state.progress(f"loss {float(loss.d) * accum:.4f}")
             state.save()
@@ -134,4 +141,7 @@ def accuracy(images, labels):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (RunFolderBusy, CheckpointError, FileNotFoundError, ValueError) as error:
+        sys.exit(f"train.py: error: {error}")          # raised alike on every rank

@@ -27,3 +27,9 @@ def test_a_python_block_runs(tmp_path, index):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "step 40" in done.stdout, done.stdout
     assert list(tmp_path.glob("**/params.h5")), os.listdir(tmp_path)
+    if "State(" in BLOCKS[index]:                         # restartable: a second run resumes
+        again = subprocess.run([sys.executable, str(script), "--resume", "1"], cwd=tmp_path,
+                               env=env, timeout=300, capture_output=True, text=True)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "resumed from runs/mine/ckpt-000000040.npz.chk: step 40" in again.stdout, \
+            again.stdout
