@@ -119,7 +119,8 @@ def main(argv=None):
                 reducer.backward(loss, clear_buffer=True)   # averaged over ranks on return
         solver.update()
         state.step += 1
-        state.epoch, state.images_seen = state.step / steps_per_epoch, state.step * state.global_batch
+        state.epoch = state.step / steps_per_epoch
+        state.images_seen = state.step * state.global_batch
         if state.step % steps_per_epoch == 0 or state.step % args.checkpoint_every == 0:
             state.progress(f"loss {float(loss.d) * accum:.4f}")
             state.save()

@@ -69,7 +69,8 @@ def save_checkpoint(directory, step, arrays, meta, keep=3):
 def remove_stale_temporaries(directory, log=print):
     """Remove the temporaries of checkpoint writers that crashed (call once as a run starts,
     on the rank that writes, holding the folder's lock); returns their paths."""
-    stale = sorted(p for pattern in TEMPORARIES for p in glob.glob(os.path.join(directory, pattern)))
+    stale = sorted(path for pattern in TEMPORARIES
+                   for path in glob.glob(os.path.join(directory, pattern)))
     for path in stale:
         os.remove(path)
         log(f"checkpoint: removed {path}, left by a write that did not finish")
@@ -132,8 +133,8 @@ def load_latest_checkpoint(directory, log=print):
             continue
         return arrays, meta, path
     raise CheckpointError(f"no intact checkpoint in {directory}: " + "; ".join(problems) +
-                          " (each renamed to *.bad). Start without --resume, or resume from a copy of a "
-                          "good checkpoint")
+                          " (each renamed to *.bad). Start without --resume, or resume from a "
+                          "copy of a good checkpoint")
 
 
 def set_aside_earlier_run(directory, run_files=(), log=print):

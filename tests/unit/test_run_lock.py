@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from nnabla_torus.launching.elastic_protocol import ENV_LAUNCH
@@ -105,24 +104,3 @@ def test_a_model_without_checkpoints_is_set_aside_too(tmp_path):
     assert (tmp_path / "model.h5").exists() is False
     assert "no checkpoints, its model or plots" in lines[0] and "--resume" not in lines[0]
 
-
-def test_state_round_trip_on_another_rank_count(tmp_path):
-    """Counters, extras, a Generator's state and the global batch come back; split re-splits
-    the global batch over this rank count."""
-    rng = np.random.default_rng(5)
-    state = State(None, str(tmp_path), {}, rng=rng, global_batch=96, log=print)
-    state.start(resume=False)
-    rng.random(3)
-    state.step, state.epoch, state.images_seen = 12, 1.5, 1152
-    state.extras = {"loss": 0.25}
-    state.save()
-    expected = rng.random(2)
-    state.close()
-    again = State(None, str(tmp_path), {}, rng=np.random.default_rng(0), log=print)
-    again.start(resume=True)
-    assert (again.step, again.epoch, again.images_seen, again.global_batch) == (12, 1.5, 1152, 96)
-    assert again.extras == {"loss": 0.25} and again.saved_ranks == 1
-    np.testing.assert_array_equal(again.rng.random(2), expected)
-    again.size = 5
-    assert again.split(max_local_batch=8) == (6, 3)     # 5 ranks x 6 x 3 = 90, the nearest
-    again.close()
