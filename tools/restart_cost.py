@@ -45,7 +45,7 @@ def in_process(args):
 
     import data
     import digits
-    from checkpoint import read_checkpoint, save_checkpoint
+    from nnabla_torus.training.checkpoint_file import read_checkpoint, save_checkpoint
     from models import get_model
     from train import build_graph
 

@@ -1,123 +1,84 @@
-"""What a training run keeps in a checkpoint, and how every rank gets the same one back.
+"""What a training run keeps in a checkpoint, through the package's State
+(nnabla_torus/training/state.py: the file, its atomic write, which one every rank restores).
 
-checkpoint.py is the file (atomic, checksummed, the newest intact one); this module is the
-run's side of it: rank 0 saves the parameters (BN statistics included), the solver states, the
-step, the data position, the batch-size controller's plan and its decisions so far, the
-noise-scale estimator and the step-time refit; on ``--resume`` rank 0 picks the newest intact
-file, every rank reads exactly that one, and a checkpoint of another world size is resplit and
-resharded (resize.py); ``save`` writes the run's checkpoint now, from its ``run``::
+Besides what the State keeps (parameters with BN statistics, solver states, step, epoch,
+images seen, run id), a checkpoint of train.py holds the data position, the batch-size
+controller's plan and its decisions so far, the noise-scale estimator, the step-time refit
+and the run's record; a checkpoint of another world size is resplit and resharded
+(resize.py). Example::
 
-    save(run)                                                                # every rank
-    write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra)   # every rank
-    meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta)
+    save(run)                                  # every rank: BN averaged, rank 0 writes
+    meta = restore_checkpoint(run)             # every rank, --resume
 """
-import json
-import time
-
-import nnabla as nn
 import numpy as np
 
 import resize
-from checkpoint import (CheckpointError, check_model, checkpoint_path, checkpoint_step,
-                        load_latest_checkpoint, read_checkpoint, save_checkpoint)
 from epoch_end import average_running_stats
-from nnabla_torus.launching.elastic_protocol import CHECKPOINT_PREFIX
 from nnabla_torus.planning import priors
 from nnabla_torus.planning.controller import BatchPlan
 from report import ranks
 
-
-def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
-    """Save params, solver states, step, data position and controller state (rank 0 writes);
-    return the file's path on rank 0, None elsewhere.
-
-    Call it on every rank after the BN statistics were averaged (one model everywhere).
-    Under ``--elastic`` rank 0 then announces it to nnabla-torus-run (``CHECKPOINT_PREFIX``
-    with the step, the path and the seconds the write took)."""
-    if comm.rank != 0:
-        return
-    start = time.perf_counter()
-    arrays = {f"param/{k}": v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
-    solver_arrays, solver_steps = solvers.state_arrays()
-    arrays.update(solver_arrays)
-    meta = dict(extra, step=step, ranks=comm.size, solver_steps=solver_steps,
-                loader=stream.state(),
-                plan=list(ctrl.current) if ctrl.current else None,
-                noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
-                       for k, v in vars(noise).items()} if noise else None,
-                refit=ctrl.refit.state() if ctrl.refit is not None else None,
-                decisions=ctrl.state() if noise else None)
-    path = save_checkpoint(cfg.output_dir, step, arrays, meta)
-    if cfg.elastic:
-        print(CHECKPOINT_PREFIX + json.dumps({"step": step, "path": path, "seconds": round(
-            time.perf_counter() - start, 4)}), flush=True)
-    return path
+MODEL_FLAGS = {"arch": "--arch", "width": "--width", "classes": "the training list's labels",
+               "recipe": "-C"}
+# What a run writes into its --output-dir besides its checkpoints (run_end, report): set
+# aside with them when a new run starts there.
+RUN_FILES = ("model.h5", "model.nnp", "batch_prior.json", "*.series.txt", "training.png",
+             "speed.png")
 
 
-def load_agreed_checkpoint(directory, comm, log):
-    """(arrays, meta, path) of the checkpoint rank 0 finds newest and intact, on every rank.
+def check_model(meta, path, model, shapes, arrays):
+    """Raise ValueError unless the checkpoint at ``path`` holds this run's model.
 
-    On a shared file system that lags, ranks could see different newest files and then
-    issue mismatched collectives: rank 0 chooses, every other rank reads exactly that file.
-    Raises on every rank when rank 0 finds none or any rank cannot read rank 0's choice.
+    ``model``: this run's {arch, width, classes, image_size, recipe}, compared with the one
+    the checkpoint recorded (``meta["model"]``); ``shapes``: parameter name -> shape of this
+    run, compared with the checkpoint's ``arrays`` (also for checkpoints without the record).
+    Another recipe is refused too (its schedule and optimizer would continue another run's
+    state). Returns a note for the log when only the image size differs (it changes the
+    training, not the parameters), else "".
     """
-    found, error = None, None
-    if comm.rank == 0:
-        try:
-            found = load_latest_checkpoint(directory, log=log)
-        except (FileNotFoundError, CheckpointError) as e:
-            error = e
-    # Two float32 halves carry any step exactly (float32 is exact only below 2**24).
-    sent = nn.NdArray.from_numpy_array(np.array(
-        divmod(checkpoint_step(found[2]) if found else -1, 1 << 20), np.float32))
-    comm.bcast([sent], src=0, inplace=True)
-    high, low = (int(v) for v in sent.data)
-    step = high * (1 << 20) + low
-    if step < 0:
-        raise error or CheckpointError(f"--resume: rank 0 found no intact checkpoint in "
-                                       f"{directory} (its log says why)")
-    path = checkpoint_path(directory, step)
-    if comm.rank != 0:
-        try:
-            found = (*read_checkpoint(path), path)
-        except (OSError, CheckpointError) as e:
-            error = e
-    failed = comm.allreduce_numpy(np.array([error is not None], np.float32))[0]
-    if failed:
-        raise CheckpointError(f"--resume: {int(failed)} rank(s) could not read {path}, the "
-                              f"newest intact checkpoint on rank 0" +
-                              (f" ({error})" if error else "") + "; make --output-dir the same "
-                              f"shared folder on every host, or wait until every host sees it")
-    return found
+    saved = meta.get("model") or {}
+    differ = [f"{key} {saved[key]!r} (this run: {model[key]!r}, {flag})"
+              for key, flag in MODEL_FLAGS.items() if key in saved and saved[key] != model[key]]
+    wrong = [name for name, shape in shapes.items()
+             if name not in arrays or arrays[name].shape != tuple(shape)]
+    if differ or wrong:
+        what = ", ".join(differ) if differ else (
+            f"parameters that do not fit this model (first: {wrong[0]}, "
+            f"{arrays[wrong[0]].shape if wrong[0] in arrays else 'missing'} there, "
+            f"{tuple(shapes[wrong[0]])} here)")
+        raise ValueError(f"--resume: {path} was written with {what}; resume with that run's "
+                         f"settings, or start a new run in another --output-dir")
+    changed = [f"{key} {saved[key]!r} -> {model[key]!r}" for key in ("image_size",)
+               if key in saved and saved[key] != model[key]]
+    return f"resume: changed since the checkpoint: {', '.join(changed)}" if changed else ""
 
 
-def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
-    """Load the newest intact checkpoint; return its meta (the loop continues from it).
+def restore_checkpoint(run):
+    """Restore the newest intact checkpoint (run.state.start); return its meta.
 
     Raises ValueError on every rank when it was written for another model. A checkpoint of
     another world size resumes with the global batch split anew and the rest of the epoch
     resharded (resize.py).
     """
-    arrays, meta, path = load_agreed_checkpoint(cfg.output_dir, comm, log)
-    params = nn.get_parameters(grad_only=False)
-    note = check_model(meta, path, model_meta,
-                       {f"param/{k}": v.shape for k, v in params.items()}, arrays)
-    if note:
-        log(note)
-    for name, var in params.items():
-        var.d = arrays[f"param/{name}"]
-    solvers.load_state_arrays(arrays, meta["solver_steps"])
-    saved_ranks = meta.get("ranks", comm.size)
-    if meta["plan"] and saved_ranks != comm.size:
+    state, comm, log = run.state, run.parallel.comm, run.settings.log
+    ctrl, noise = run.planning.ctrl, run.planning.noise
+
+    def check(meta, path, arrays):
+        note = check_model(meta, path, run.net.model_meta,
+                           {f"param/{k}": v.shape for k, v in state.params.items()}, arrays)
+        if note:
+            log(note)
+    meta = state.start(resume=True, check=check)
+    if meta["plan"] and state.saved_ranks != comm.size:
         old = BatchPlan(*meta["plan"])
         ctrl.current, message = resize.resplit(meta["plan"], comm.size, ctrl.max_local_batch,
                                                ctrl.lr_factor)
         meta["loader"] = resize.resized_loader_state(
-            meta["loader"], saved_ranks, old.local_batch * old.accum_steps, comm.size,
+            meta["loader"], state.saved_ranks, old.local_batch * old.accum_steps, comm.size,
             ctrl.current)
         meta["comm"] = None          # the planner's grid was for the old size: plan anew
-        log(f"checkpoint {path} was written by {ranks(saved_ranks)}, this run has {comm.size}: "
-            + message)
+        log(f"checkpoint {state.checkpoint} was written by {ranks(state.saved_ranks)}, this "
+            f"run has {comm.size}: " + message)
     elif meta["plan"]:
         ctrl.current = BatchPlan(*meta["plan"])
     if noise and meta["noise"] and len(meta["noise"]["_sums"]) != len(noise._sums):
@@ -132,8 +93,6 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
             log(f"resume: {note}")
     if noise and meta.get("decisions") is not None:
         log(f"resume: {ctrl.load_state(meta['decisions'])}")
-    log(f"resumed from {path}: step {meta['step']}, epoch {meta['epoch']:.3f}, run "
-        f"{meta.get('run_id') or 'of an earlier version (no run id)'}")
     return meta
 
 
@@ -141,22 +100,27 @@ def save(run):
     """A checkpoint of the run now (collective: BN statistics averaged, rank 0 writes); none
     while the gradients are not finite, so that the kept checkpoints are from before a
     divergence."""
-    scaler, comm = run.parallel.scaler, run.parallel.comm
-    cfg, progress = run.settings.cfg, run.progress
+    scaler, comm, state = run.parallel.scaler, run.parallel.comm, run.state
+    progress, ctrl, noise = run.progress, run.planning.ctrl, run.planning.noise
     if progress.nonfinite_steps:
         run.settings.log(f"step {progress.step}: no checkpoint: the gradients have not been "
                          f"finite since step {progress.first_nonfinite}")
         return
     average_running_stats(comm)
-    extra = dict(epoch=run.data.stream.epoch(), images_seen=progress.images_seen,
-                 train_time=progress.train_time, history=progress.history, seed=cfg.seed,
-                 loss_scale=scaler and scaler.scale,
-                 comm=[comm.algorithm, str(comm.grid)], model=run.net.model_meta,
-                 run_id=progress.run_id,
-                 noise_series=priors.trusted_points(progress.noise_series),
-                 **{name: None if value is None else float(value) for name, value in (
-                     ("top1", progress.top1), ("top5", progress.top5),
-                     ("best_top1", progress.best_top1))})
-    progress.checkpoint = write_checkpoint(cfg, comm, run.net.solvers, progress.step,
-                                           run.data.stream, run.planning.ctrl,
-                                           run.planning.noise, extra)
+    state.step, state.epoch = progress.step, run.data.stream.epoch()
+    state.images_seen = progress.images_seen
+    state.global_batch = ctrl.current.global_batch if ctrl.current else None
+    state.extras = dict(
+        train_time=progress.train_time, history=progress.history,
+        seed=run.settings.cfg.seed, loss_scale=scaler and scaler.scale,
+        comm=[comm.algorithm, str(comm.grid)], model=run.net.model_meta,
+        noise_series=priors.trusted_points(progress.noise_series),
+        loader=run.data.stream.state(), plan=list(ctrl.current) if ctrl.current else None,
+        noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
+               for k, v in vars(noise).items()} if noise else None,
+        refit=ctrl.refit.state() if ctrl.refit is not None else None,
+        decisions=ctrl.state() if noise else None,
+        **{name: None if value is None else float(value) for name, value in (
+            ("top1", progress.top1), ("top5", progress.top5),
+            ("best_top1", progress.best_top1))})
+    progress.checkpoint = state.save()

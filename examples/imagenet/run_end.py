@@ -36,6 +36,7 @@ def summary(run, status, request, t_start):
         print(json.dumps(report.summary_json(run, time.time() - t_start)), flush=True)
     if status:
         comm.barrier()               # rank 0's checkpoint is on disk before any rank exits
+        run.state.close()            # the folder's lock: the relaunch takes it
         comm.close()                 # NCCL communicators freed before the interpreter exits
         return status
     wall = time.time() - t_start
@@ -48,4 +49,5 @@ def summary(run, status, request, t_start):
         for line in report.closing_summary(run, wall, plots):
             log(line)
         print(json.dumps(report.summary_json(run, wall)), flush=True)
+    run.state.close()
     comm.close()                     # NCCL communicators freed before the interpreter exits

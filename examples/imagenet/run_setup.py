@@ -9,8 +9,6 @@ the batch prior the controller starts from, run_prior.py's. Example (train.main 
 """
 import os
 import signal
-import socket
-import time
 
 import numpy as np
 import nnabla as nn
@@ -21,16 +19,16 @@ from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.model_cost import count_cost
 from nnabla_torus.planning.step_refit import StepTimeRefit
 from nnabla_torus.planning.schedules import BatchSchedule
+from nnabla_torus.training import State
 
 import embedded
 import image_lists
 import report
 import resize
-from checkpoint import remove_stale_temporaries, set_aside_earlier_run
 from config import build_schedules
 from divergence import GradientAbsSum
 from models import get_model, load_initial_parameters
-from run_checkpoint import restore_checkpoint
+from run_checkpoint import RUN_FILES, restore_checkpoint
 from run_context import make_context_and_comm
 from run_prior import batch_prior
 from run_state import Data, Network, Parallel, Planning, RunState, Settings
@@ -139,9 +137,11 @@ def set_up(cfg, log):
     if noise is not None:
         noise.reference_batch = ctrl.min_batch     # the EMA's memory: 0.95 per B0 samples,
         #                                            whatever batch the prior starts at
+    state = State(comm, cfg.output_dir, nn.get_parameters(grad_only=False), solvers.solvers,
+                  run_files=RUN_FILES, announce=cfg.elastic, log=log)
     return RunState(settings, Parallel(comm), Data(train_set, val_set),
                     Network(model, params, grads, solvers, GradientAbsSum(grads)),
-                    Planning(planner, noise, refit, ctrl, lr_schedule, prior_key=key))
+                    Planning(planner, noise, refit, ctrl, lr_schedule, prior_key=key), state)
 
 
 def resume_or_start(run):
@@ -154,19 +154,11 @@ def resume_or_start(run):
     loader_state, resumed_at, loss_scale = None, None, cfg.loss_scale
     net.model_meta = dict(arch=cfg.arch, width=cfg.width, classes=data.train_set.num_classes,
                           image_size=cfg.image_size, recipe=cfg.recipe)
-    if comm.rank == 0:
-        remove_stale_temporaries(cfg.output_dir, log)
-        if not cfg.resume:
-            set_aside_earlier_run(cfg.output_dir, log)
-    progress.run_id = (f"{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}-"
-                       f"{os.getpid()}")               # rank 0's is the one its checkpoints keep
     if cfg.resume:
-        meta = restore_checkpoint(cfg, comm, net.solvers, planning.ctrl, planning.noise, log,
-                                  net.model_meta)
+        meta = restore_checkpoint(run)
         progress.step, progress.images_seen, progress.train_time = (
             meta["step"], meta["images_seen"], meta["train_time"])
         progress.history, loader_state = meta["history"], meta["loader"]
-        progress.run_id = meta.get("run_id") or progress.run_id
         progress.top1, progress.top5, progress.best_top1 = (
             meta.get("top1"), meta.get("top5"), meta.get("best_top1"))
         progress.noise_series = [tuple(p) for p in meta.get("noise_series") or []]
@@ -175,6 +167,8 @@ def resume_or_start(run):
         if planning.planner is not None and planning.planner.applies and meta.get("comm"):
             comm.set_algorithm(*meta["comm"])    # the planner's choice in force at the checkpoint
             planning.planner.settled = True
+    else:
+        run.state.start(resume=False)
     data.stream = TrainStream(data.train_set, cfg, comm, run.settings.device_id, loader_state,
                               dtype=run.settings.type_config)
     planning.advisor = None if planning.planner is None else resize.ResizeAdvisor(

@@ -7,7 +7,7 @@ a misspelt name fails loudly instead of adding an attribute nobody reads. Exampl
 
     run = RunState(Settings(cfg, log, "float", None), Parallel(comm),
                    Data(train_set, val_set), Network(model, params, grads, solvers),
-                   Planning(planner, noise, refit, ctrl, lr_schedule))
+                   Planning(planner, noise, refit, ctrl, lr_schedule), state)
     run.progress.step += 1
     run.progress.stpe = 2        # AttributeError: 'Progress' object has no attribute 'stpe'
 """
@@ -25,6 +25,7 @@ if TYPE_CHECKING:      # for the annotations only: the communicator's module sta
     from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
     from nnabla_torus.planning.schedules import LearningRateSchedule
     from nnabla_torus.planning.step_refit import StepTimeRefit
+    from nnabla_torus.training import State
     from config import TrainConfig
     from image_lists import Dataset
     from divergence import GradientAbsSum
@@ -121,8 +122,7 @@ class Progress:
     steps in a row whose all-reduced gradients were not finite, and the first of them
     (take_step; 0 and None while finite); the last checkpoint written (save); (fraction
     of the run, noise scale, its relative error) of each adaptive step (take_step; the batch
-    prior the run leaves, summary); the run's identity, kept in its checkpoints (its start
-    time, host and rank 0's process id; resume_or_start)."""
+    prior the run leaves, summary)."""
     step: int = 0
     images_seen: int = 0
     train_time: float = 0.0
@@ -138,16 +138,17 @@ class Progress:
     first_nonfinite: Optional[int] = None
     checkpoint: Optional[str] = None
     noise_series: list = dataclasses.field(default_factory=list)
-    run_id: Optional[str] = None
     auto_checkpoint_every: int = 0     # --checkpoint-every auto's interval, once chosen
 
 
 @dataclasses.dataclass(slots=True)
 class RunState:
-    """One training run: the groups above, each with what it holds and who changes it."""
+    """One training run: the groups above, each with what it holds and who changes it, and
+    its checkpoints' State (set_up; resume_or_start starts it, run_checkpoint saves it)."""
     settings: Settings
     parallel: Parallel
     data: Data
     net: Network
     planning: Planning
+    state: State
     progress: Progress = dataclasses.field(default_factory=Progress)

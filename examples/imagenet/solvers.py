@@ -8,6 +8,8 @@ Example::
 """
 import nnabla.solvers as S
 
+from nnabla_torus.training.state import get_solver_arrays, load_solver_arrays
+
 from models import is_bn_or_bias
 
 
@@ -67,19 +69,7 @@ class SolverGroup:
 
     def state_arrays(self):
         """Solver states as (name -> ndarray, name -> step count t)."""
-        arrays, steps = {}, {}
-        for group, solver in self.solvers.items():
-            for name, state in solver.get_states().items():
-                steps[f"{group}/{name}"] = state.t
-                for key, var in state.pstate.items():
-                    arrays[f"solver/{group}/{name}/{key}"] = var.d.copy()
-        return arrays, steps
+        return get_solver_arrays(self.solvers)
 
     def load_state_arrays(self, arrays, steps):
-        for group, solver in self.solvers.items():
-            states = solver.get_states()
-            for name, state in states.items():
-                state.t = steps[f"{group}/{name}"]
-                for key, var in state.pstate.items():
-                    var.d = arrays[f"solver/{group}/{name}/{key}"]
-            solver.set_states(states)
+        load_solver_arrays(self.solvers, arrays, steps)

@@ -27,11 +27,12 @@ logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 import numpy as np
 
 from nnabla_torus.launching import elastic
+from nnabla_torus.training.checkpoint_file import CheckpointError
+from nnabla_torus.training.run_lock import RunFolderBusy
 
 import checkpoint_policy
 import report
 import resize
-from checkpoint import CheckpointError
 from config import parse_config
 from divergence import EXIT_DIVERGED, diverged
 from epoch_end import end_of_epoch, validation_due
@@ -97,7 +98,7 @@ def finished(run):
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (ValueError, FileNotFoundError, CheckpointError) as error:
+    except (ValueError, FileNotFoundError, CheckpointError, RunFolderBusy) as error:
         # A message, not a traceback; abort_job ends every rank even when only this one raised
         # (after sys.exit it would wait in MPI_Finalize while the others wait for it).
         from nnabla_torus.comm import failfast

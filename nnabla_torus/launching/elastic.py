@@ -23,9 +23,11 @@ import collections
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 from ..knobs import add_knob, number
 from .hostlists import allocation, read_hostfile
@@ -34,8 +36,8 @@ from ..planning.machine_profile import (PROFILE_ENV, RUN_KEYS, SHAPE_ENVS, add_p
                                         add_shape_knobs, load_profile, local_gpu_name,
                                         resolve_profile, shape_of)
 from ..planning.schedules import BatchSchedule
-from .elastic_protocol import (ENV_COST, ENV_ELASTIC, ENV_RANKS, ENV_SLOTS, REQUEST_PREFIX,
-                               parse_request)
+from .elastic_protocol import (ENV_COST, ENV_ELASTIC, ENV_LAUNCH, ENV_RANKS, ENV_SLOTS,
+                               REQUEST_PREFIX, parse_request)
 from .launcher_log import log
 from .membership import HostPool, discovered_hosts, host_source
 from .rank_decision import decide_phase, fit_ranks, launch_sequence, phase_images, restart_cost
@@ -129,11 +131,12 @@ def run(args, prof):
         + (f" ({note})" if note else ""))
     env = dict(os.environ, **getattr(args, "job_env", {}),
                **{ENV_ELASTIC: "1", ENV_SLOTS: str(args.total_slots),
-                  ENV_COST: str(restart_cost(prof, args.restart_cost))})
+                  ENV_COST: str(restart_cost(prof, args.restart_cost)),
+                  ENV_LAUNCH: f"{socket.gethostname()}-{os.getpid()}-{time.time():.0f}"})
     if args.ranks_schedule:
         env[ENV_RANKS] = args.ranks_schedule
     library = mpi_library(mpirun_path())
-    told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS,
+    told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS, ENV_LAUNCH,
                               *getattr(args, "job_env", {})) if name in env]
     source = host_source(args)
     pool = HostPool(source, args.exclude_cooldown) if source else None

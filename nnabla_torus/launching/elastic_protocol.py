@@ -16,7 +16,7 @@ EXIT_RESIZE = 75          # the script checkpointed and asks to run on another r
 EXIT_STOPPED = 76         # the script checkpointed after SIGUSR1 (the launcher's Ctrl-C)
 REQUEST_PREFIX = "nnabla-torus-elastic: "   # + JSON {"ranks", "reason", ...} on stdout
 # Under --elastic, rank 0 prints this + JSON {"step", "path", "seconds"} after each checkpoint
-# (examples/imagenet/run_checkpoint.py): the launcher then relaunches a failed job with
+# (nnabla_torus/training/state.py's State.save): the launcher then relaunches a failed job with
 # --resume 1, and knows what a checkpoint costs.
 CHECKPOINT_PREFIX = "nnabla-torus-checkpoint: "
 # Lines of train.py the launcher reads for a restart's figures: a progress or epoch line
@@ -30,6 +30,9 @@ ENV_ELASTIC = "NNABLA_TORUS_ELASTIC"
 ENV_SLOTS = "NNABLA_TORUS_ELASTIC_SLOTS"
 ENV_RANKS = "NNABLA_TORUS_ELASTIC_RANKS"
 ENV_COST = "NNABLA_TORUS_RESTART_COST"
+# The launcher's identity (host, pid, start): a job's run-folder lock names it, so that the
+# next job of the same launcher takes the lock over (nnabla_torus/training/run_lock.py).
+ENV_LAUNCH = "NNABLA_TORUS_LAUNCH_ID"
 
 
 def parse_request(line):

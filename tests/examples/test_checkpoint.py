@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from examples.imagenet.checkpoint import (CheckpointError, list_checkpoints,
+from nnabla_torus.training.checkpoint_file import (CheckpointError, list_checkpoints,
                                           load_latest_checkpoint, remove_stale_temporaries,
                                           save_checkpoint)
 
@@ -88,7 +88,7 @@ def folder(path, monkeypatch):
 
 def not_an_archive(path, monkeypatch):       # a valid trailer over bytes numpy refuses
     import hashlib
-    from examples.imagenet.checkpoint import MAGIC
+    from nnabla_torus.training.checkpoint_file import MAGIC
     open(path, "wb").write(b"junk" + MAGIC + hashlib.sha256(b"junk").digest())
 
 
@@ -141,11 +141,13 @@ def test_clean_up_never_deletes_the_newest_intact_checkpoint(tmp_path):
 
 def test_stale_temporaries_are_removed_at_start(tmp_path):
     """Before: each ckpt-*.tmp<pid> of a crashed writer (a whole checkpoint) stayed forever."""
-    stale = tmp_path / "ckpt-000000040.npz.chk.tmp4242"
-    stale.write_bytes(b"x" * 1000)
+    stale = [tmp_path / "ckpt-000000040.npz.chk.tmp4242", tmp_path / "ckpt-000000050.npz.tmp77.chk"]
+    for path in stale:
+        path.write_bytes(b"x" * 1000)
     messages = []
-    assert remove_stale_temporaries(str(tmp_path), messages.append) == [str(stale)]
-    assert not stale.exists() and "left by a write that did not finish" in messages[0]
+    assert remove_stale_temporaries(str(tmp_path), messages.append) == sorted(map(str, stale))
+    assert not any(p.exists() for p in stale)
+    assert "left by a write that did not finish" in messages[0]
 
 
 def test_a_write_error_names_the_path_and_the_free_space(tmp_path, monkeypatch):
@@ -155,7 +157,8 @@ def test_a_write_error_names_the_path_and_the_free_space(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError) as error:
         save_checkpoint(str(tmp_path), 7, arrays_at(7), {"step": 7})
     text = str(error.value)
-    assert f"cannot write checkpoint {tmp_path}/ckpt-000000007.npz.chk (" in text, text
+    assert f"checkpoint of " in text and f"cannot write {tmp_path}/ckpt-000000007.npz.chk:" \
+        in text, text
     assert "No space left on device" in text and f"MB free on the file system of {tmp_path}" \
         in text, text
 
@@ -191,14 +194,15 @@ def test_a_new_run_sets_an_earlier_runs_files_aside(tmp_path):
     """A new run (no --resume) into a folder of another run's checkpoints: they move, with the
     model, prior, series and plots the run wrote, into earlier-run-<time>/, and a line says
     so and how to continue it; nothing is deleted. An empty folder is left alone."""
-    from examples.imagenet.checkpoint import checkpoint_step, set_aside_earlier_run
+    from nnabla_torus.training.checkpoint_file import checkpoint_step, set_aside_earlier_run
     lines = []
-    assert set_aside_earlier_run(str(tmp_path), lines.append) is None and lines == []
+    run_files = ("model.h5", "*.series.txt", "training.png")
+    assert set_aside_earlier_run(str(tmp_path), run_files, lines.append) is None and lines == []
     for step in (135, 155):
         save_checkpoint(str(tmp_path), step, {"w": np.zeros(2)}, {"step": step})
     for name in ("model.h5", "train_loss.series.txt", "training.png", "notes.txt"):
         (tmp_path / name).write_text(name)
-    aside = set_aside_earlier_run(str(tmp_path), lines.append)
+    aside = set_aside_earlier_run(str(tmp_path), run_files, lines.append)
     assert os.path.dirname(aside) == str(tmp_path)
     assert os.path.basename(aside).startswith("earlier-run-")
     assert [checkpoint_step(p) for p in list_checkpoints(aside)] == [135, 155]

@@ -85,7 +85,7 @@ def test_resplit_keeps_the_global_batch_or_says_why_not():
 
 def test_another_model_or_recipe_is_refused_by_name_another_image_size_is_noted():
     # checkpoint.check_model (examples/imagenet) guards every resume, on any rank count.
-    from checkpoint import check_model
+    from run_checkpoint import check_model
     saved = {"model": {"arch": "resnet18", "width": 0.125, "classes": 10, "image_size": 16,
                        "recipe": "digits-cpu"}}
     here = dict(saved["model"])

@@ -1,13 +1,9 @@
 """Resume: every rank loads the checkpoint rank 0 chose, even when it sees a newer one."""
-import os
-import sys
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
-from run_checkpoint import load_agreed_checkpoint  # noqa: E402
-from checkpoint import CheckpointError, save_checkpoint  # noqa: E402
+from nnabla_torus.training import State
+from nnabla_torus.training.checkpoint_file import CheckpointError, save_checkpoint
 
 
 class RankOneComm:
@@ -24,6 +20,10 @@ class RankOneComm:
     def allreduce_numpy(self, array):
         array += self.other_failures
         return array
+
+
+def load_agreed_checkpoint(directory, comm, log):
+    return State(comm, directory, {}, log=log).load_agreed()
 
 
 def test_other_ranks_load_rank_zeros_choice(tmp_path):

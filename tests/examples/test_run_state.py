@@ -10,7 +10,7 @@ def test_a_misspelt_field_raises():
     with pytest.raises(AttributeError, match="stpe"):
         progress.stpe = 2
     run = RunState(Settings(cfg=None, log=print, type_config="float", device_id=None),
-                   Parallel(comm=None), data=None, net=None, planning=None)
+                   Parallel(comm=None), data=None, net=None, planning=None, state=None)
     with pytest.raises(AttributeError, match="comm"):
         run.comm = None                      # a field of run.parallel, not of the run
     assert run.progress.step == 0 and run.progress.history == []

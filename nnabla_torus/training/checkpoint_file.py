@@ -1,20 +1,18 @@
-"""Checkpoints that survive crashes: atomic writes, a checksum, and fallback to an older one.
+"""Checkpoint files that survive crashes: atomic writes, a checksum, fallback to an older one.
 
 A checkpoint is one file ``ckpt-<step>.npz.chk``: an ``.npz`` archive (named numpy arrays plus
-a JSON ``meta`` entry) followed by a trailer, ``MAGIC`` + SHA-256 of the archive. It is written
-to a temporary file in the same folder, flushed to disk and renamed (then the folder is
-flushed), so a reader sees either the old set of files or the complete new one, never half a
-file. A file that cannot be read (truncated, corrupt, not a file, not readable: any reason)
-is renamed aside to ``<name>.bad`` when the newest intact one is looked for, with its reason
-logged, so that it never counts among the ``keep`` newest that clean-up spares; clean-up
-never deletes the file it has just written. Temporary files of a writer that crashed
-(``ckpt-*.tmp<pid>``, each a whole checkpoint) are removed by ``remove_stale_temporaries``
-when a run starts. Example::
+a JSON ``meta`` entry) followed by a trailer, ``MAGIC`` + SHA-256 of the archive, written
+through :func:`nnabla_torus.files.atomic_path` (a reader sees the old set of files or the
+complete new one). A file that cannot be read (truncated, corrupt, not a file, not readable:
+any reason) is renamed aside to ``<name>.bad`` when the newest intact one is looked for, with
+its reason logged, so that it never counts among the ``keep`` newest that clean-up spares;
+clean-up never deletes the file it has just written. Temporaries of a writer that crashed
+(``ckpt-*.tmp<pid>*``) are removed by ``remove_stale_temporaries`` when a run starts, under
+the run folder's lock (run_lock.py), so never a live writer's. Example::
 
     save_checkpoint("runs/x", step=100, arrays={"conv/W": w}, meta={"epoch": 1.5})
     arrays, meta, path = load_latest_checkpoint("runs/x")   # skips unreadable files, says so
 """
-import contextlib
 import glob
 import hashlib
 import io
@@ -25,16 +23,18 @@ import time
 
 import numpy as np
 
-from nnabla_torus.files import free_space, fsync_directory
+from nnabla_torus.files import WriteError, atomic_path
 
 MAGIC = b"NNTCKPT1"
 TRAILER_BYTES = len(MAGIC) + 32          # magic + SHA-256 digest
 NAME = re.compile(r"ckpt-(\d+)\.npz\.chk$")
 BAD_SUFFIX = ".bad"                      # an unreadable checkpoint, renamed aside
+# temporaries of files.atomic_path (ckpt-N.npz.tmp<pid>.chk) and of earlier versions
+TEMPORARIES = ("ckpt-*.npz.tmp*.chk", "ckpt-*.npz.chk.tmp*")
 
 
 class CheckpointError(RuntimeError):
-    """No intact checkpoint could be read."""
+    """No intact checkpoint could be read, or one could not be written."""
 
 
 def checkpoint_path(directory, step):
@@ -54,22 +54,12 @@ def save_checkpoint(directory, step, arrays, meta, keep=3):
     np.savez(buffer, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
     payload = buffer.getvalue()
     path = checkpoint_path(directory, step)
-    temp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(temp, "wb") as f:
+        with atomic_path(path) as temporary, open(temporary, "wb") as f:
             f.write(payload)
             f.write(MAGIC + hashlib.sha256(payload).digest())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)            # atomic on POSIX within one file system
-        fsync_directory(directory)        # the rename itself survives a power loss
-    except OSError as e:
-        raise CheckpointError(f"cannot write checkpoint {path} ({len(payload) + TRAILER_BYTES} "
-                              f"bytes): {e.strerror or e}; {free_space(directory)}. Free some "
-                              f"space or point --output-dir elsewhere") from e
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(temp)               # only left when writing or renaming failed
+    except WriteError as e:
+        raise CheckpointError(f"checkpoint of {len(payload) + TRAILER_BYTES} bytes: {e}") from e
     older = [p for p in list_checkpoints(directory) if p != path]
     for old in older[:max(0, len(older) - (keep - 1))]:
         os.remove(old)
@@ -77,12 +67,12 @@ def save_checkpoint(directory, step, arrays, meta, keep=3):
 
 
 def remove_stale_temporaries(directory, log=print):
-    """Remove ``ckpt-*.tmp<pid>`` files of writers that crashed (call once as a run starts,
-    on the rank that writes); returns their paths."""
-    stale = glob.glob(os.path.join(directory, "ckpt-*.npz.chk.tmp*"))
+    """Remove the temporaries of checkpoint writers that crashed (call once as a run starts,
+    on the rank that writes, holding the folder's lock); returns their paths."""
+    stale = sorted(path for pattern in TEMPORARIES
+                   for path in glob.glob(os.path.join(directory, pattern)))
     for path in stale:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
+        os.remove(path)
         log(f"checkpoint: removed {path}, left by a write that did not finish")
     return stale
 
@@ -143,26 +133,23 @@ def load_latest_checkpoint(directory, log=print):
             continue
         return arrays, meta, path
     raise CheckpointError(f"no intact checkpoint in {directory}: " + "; ".join(problems) +
-                          " (each renamed to *.bad). Start without --resume, or resume from a copy of a "
-                          "good checkpoint")
+                          " (each renamed to *.bad). Start without --resume, or resume from a "
+                          "copy of a good checkpoint")
 
 
-# What a run writes into its --output-dir besides its checkpoints (run_end, report).
-RUN_FILES = ("model.h5", "model.nnp", "batch_prior.json", "*.series.txt", "training.png",
-             "speed.png")
-
-
-def set_aside_earlier_run(directory, log=print):
-    """Move the checkpoints an earlier run left in ``directory``, with the model, prior,
-    monitor series and plots it wrote, into ``directory/earlier-run-<time of its newest
-    checkpoint>`` before a new run (no --resume) writes there; returns that folder, or None
-    when there are no checkpoints. A new run then never mixes its checkpoints with another
-    run's, so ``--resume 1`` continues this run, and the earlier run's files stay whole (it
-    resumes from the new folder)."""
+def set_aside_earlier_run(directory, run_files=(), log=print):
+    """Move what an earlier run left in ``directory`` (its checkpoints, and the files matching
+    the patterns ``run_files``: its model, plots...) into ``directory/earlier-run-<time of its
+    newest file>`` before a new run (no --resume) writes there; returns that folder, or None
+    when there is nothing. A new run then never mixes its checkpoints with another run's nor
+    overwrites its model, and the earlier run's files stay whole (it resumes from the new
+    folder)."""
     found = list_checkpoints(directory)
-    if not found:
+    moved = [p for pattern in ("ckpt-*.npz.chk*",) + tuple(run_files)
+             for p in glob.glob(os.path.join(directory, pattern)) if os.path.isfile(p)]
+    if not moved:
         return None
-    newest = max(os.path.getmtime(p) for p in found)
+    newest = max(os.path.getmtime(p) for p in found or moved)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(newest))
     aside = os.path.join(directory, f"earlier-run-{stamp}")
     suffix = 1
@@ -170,13 +157,12 @@ def set_aside_earlier_run(directory, log=print):
         suffix += 1
         aside = os.path.join(directory, f"earlier-run-{stamp}-{suffix}")
     os.makedirs(aside)
-    moved = [p for pattern in ("ckpt-*.npz.chk*",) + RUN_FILES
-             for p in glob.glob(os.path.join(directory, pattern)) if os.path.isfile(p)]
     for path in moved:
         os.replace(path, os.path.join(aside, os.path.basename(path)))
-    log(f"warning: {directory} held an earlier run (checkpoints of steps "
-        f"{checkpoint_step(found[0])}-{checkpoint_step(found[-1])}): its {len(moved)} files "
-        f"moved to {aside} (continue it with --output-dir {aside} --resume 1)")
+    held = (f"checkpoints of steps {checkpoint_step(found[0])}-{checkpoint_step(found[-1])}"
+            if found else "no checkpoints, its model or plots")
+    log(f"warning: {directory} held an earlier run ({held}): its {len(moved)} files moved to "
+        f"{aside}" + (f" (continue it with --output-dir {aside} --resume 1)" if found else ""))
     return aside
 
 
@@ -187,34 +173,3 @@ def set_aside(path):
     except OSError as e:
         return f"could not rename it aside ({e.strerror or e}), left in place"
     return f"renamed to {os.path.basename(path) + BAD_SUFFIX}"
-
-
-MODEL_FLAGS = {"arch": "--arch", "width": "--width", "classes": "the training list's labels",
-               "recipe": "-C"}
-
-
-def check_model(meta, path, model, shapes, arrays):
-    """Raise ValueError unless the checkpoint at ``path`` holds this run's model.
-
-    ``model``: this run's {arch, width, classes, image_size, recipe}, compared with the one
-    the checkpoint recorded (``meta["model"]``); ``shapes``: parameter name -> shape of this
-    run, compared with the checkpoint's ``arrays`` (also for checkpoints without the record).
-    Another recipe is refused too (its schedule and optimizer would continue another run's
-    state). Returns a note for the log when only the image size differs (it changes the
-    training, not the parameters), else "".
-    """
-    saved = meta.get("model") or {}
-    differ = [f"{key} {saved[key]!r} (this run: {model[key]!r}, {flag})"
-              for key, flag in MODEL_FLAGS.items() if key in saved and saved[key] != model[key]]
-    wrong = [name for name, shape in shapes.items()
-             if name not in arrays or arrays[name].shape != tuple(shape)]
-    if differ or wrong:
-        what = ", ".join(differ) if differ else (
-            f"parameters that do not fit this model (first: {wrong[0]}, "
-            f"{arrays[wrong[0]].shape if wrong[0] in arrays else 'missing'} there, "
-            f"{tuple(shapes[wrong[0]])} here)")
-        raise ValueError(f"--resume: {path} was written with {what}; resume with that run's "
-                         f"settings, or start a new run in another --output-dir")
-    changed = [f"{key} {saved[key]!r} -> {model[key]!r}" for key in ("image_size",)
-               if key in saved and saved[key] != model[key]]
-    return f"resume: changed since the checkpoint: {', '.join(changed)}" if changed else ""

@@ -1,0 +1,35 @@
+"""Every Python block of docs/own-script.md runs as written (one process, in a fresh folder)."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.mpirun import REPO
+
+PAGE = os.path.join(REPO, "docs", "own-script.md")
+BLOCKS = re.findall(r"^```python\n(.*?)^```$", open(PAGE).read(), re.M | re.S)
+
+
+def test_the_page_has_its_two_scripts():
+    assert len(BLOCKS) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_a_python_block_runs(tmp_path, index):
+    script = tmp_path / "script.py"
+    script.write_text(BLOCKS[index])
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, timeout=300,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "step 40" in done.stdout, done.stdout
+    assert list(tmp_path.glob("**/params.h5")), os.listdir(tmp_path)
+    if "State(" in BLOCKS[index]:                         # restartable: a second run resumes
+        again = subprocess.run([sys.executable, str(script), "--resume", "1"], cwd=tmp_path,
+                               env=env, timeout=300, capture_output=True, text=True)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "resumed from runs/mine/ckpt-000000040.npz.chk: step 40" in again.stdout, \
+            again.stdout
