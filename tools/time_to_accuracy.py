@@ -44,6 +44,7 @@ import accuracy_report as rep
 import batch_optimum
 import efficiency_check
 from emucluster.profile import emulated_profile
+from nnabla_torus.files import atomic_open
 from nnabla_torus.knobs import add_knob
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.planning import efficiency_fit
@@ -151,7 +152,7 @@ def run_policy(policy, seed, launcher, out_dir, prior="", name=None):
     lines = [(time.monotonic() - start, line) for line in proc.stdout]
     status = proc.wait()
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "stdout.log"), "w") as f:
+    with atomic_open(os.path.join(run_dir, "stdout.log")) as f:
         f.writelines(line for _, line in lines)
     if status != 0 or rep.parse_log(lines)[1] is None:
         raise RuntimeError(f"{policy} seed {seed}: train.py exited with status {status}; "
@@ -180,7 +181,7 @@ def measure(args):
         bar.set_description(f"{policy}, seed {seed}")
         r = run_policy(policy, seed, launcher, args.out, prior)
         records.append(r)
-        with open(os.path.join(args.out, "measured.json"), "w") as f:
+        with atomic_open(os.path.join(args.out, "measured.json")) as f:
             json.dump({"where": launcher.where, "target": args.target, "records": records},
                       f, indent=1)                                    # `report` on a partial run
         bar.write(f"{policy:22s} seed {seed}: {rep.fmt(r['time_s'])} s / {r['steps']} steps to "
@@ -199,6 +200,20 @@ def draw_seeds(args, count=None, avoid=()):
     seeds = random.SystemRandom().sample(pool, count or args.seed_count)
     print(f"seeds drawn at random: {','.join(map(str, seeds))} (repeat with --seeds)", flush=True)
     return seeds
+
+
+def measurement_folders(args):
+    """The folders whose measured.json ``report`` and ``efficiency`` read: --pool's, else
+    --out. A pool written into one of its own folders is refused: that folder's table, verdict
+    and fit would then describe the pool, not its measurement."""
+    if not args.pool:
+        return [args.out]
+    folders = args.pool.split(",")
+    if len(folders) > 1 and os.path.realpath(args.out) in map(os.path.realpath, folders):
+        raise SystemExit(f"time_to_accuracy.py {args.command}: --out {args.out} is one of "
+                         f"--pool's folders; give the pool a folder of its own, e.g. --out "
+                         f"{args.out.rstrip('/')}-pooled")
+    return folders
 
 
 def read_measurements(folders, asked=0.0):
@@ -234,7 +249,8 @@ def read_measurements(folders, asked=0.0):
 
 
 def report(records, args, where):
-    """Write the table, verdict, JSON and plot of ``records``; returns them."""
+    """Write the table, verdict, JSON and plot of ``records`` (measured.md, report.json,
+    batch_over_epochs.png; never the measurements' measured.json); returns them."""
     for r in records:
         r["predicted_s"] = rep.predicted_seconds(r)
     before = [rep.before_record(args.before, args.target)] if args.before else []
@@ -254,13 +270,13 @@ def report(records, args, where):
                  + efficiency_check.table(rows, args.target, fit, scale))
     except ValueError:
         pass                       # fewer than two fixed batches reached the target: no check
-    with open(os.path.join(args.out, "measured.md"), "w") as f:
+    with atomic_open(os.path.join(args.out, "measured.md")) as f:
         f.write(text + "\n")
-    with open(os.path.join(args.out, "measured.json"), "w") as f:
+    with atomic_open(os.path.join(args.out, "report.json")) as f:
         json.dump({"where": where, "target": args.target, "records": records, "stats": stats,
                    "verdict": verdict}, f, indent=1)
     print(text)
-    print(f"wrote {args.out}/measured.md, measured.json, batch_over_epochs.png")
+    print(f"wrote {args.out}/measured.md, report.json, batch_over_epochs.png")
     return records
 
 
@@ -338,7 +354,7 @@ def efficiency(records, args, where):
     rows, fit, scale = efficiency_check.check(records)
     text = f"{where}\n" + efficiency_check.table(rows, args.target, fit, scale)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "efficiency.md"), "w") as f:
+    with atomic_open(os.path.join(args.out, "efficiency.md")) as f:
         f.write(text + "\n")
     print(text)
     if scale and math.isfinite(scale.rse):
@@ -359,7 +375,7 @@ def build_parser():
                         choices=("all", "measure", "abci", "report", "optimum",
                                  "efficiency"),
                         help="all (default): measure, then abci from the first adaptive run; "
-                             "report: table and plot again from --out's measured.json; "
+                             "report: table and plot again from --out's measured.json (never rewritten); "
                              "optimum: the model's best schedule on --prior's run; "
                              "efficiency: E(B) predicted against measured at each fixed batch")
     add_knob(parser, "--out", "NNABLA_TORUS_TTA_OUT", "runs/time_to_accuracy",
@@ -369,8 +385,9 @@ def build_parser():
              "report and efficiency take the target their measurements were taken to",
              short="-C")
     add_knob(parser, "--pool", "NNABLA_TORUS_TTA_POOL", "", "report: comma-separated folders "
-             "of earlier measurements, pooled into one table and verdict written to --out "
-             "(each seed paired with the fixed batch of its own folder; empty: --out's own)")
+             "of earlier measurements, pooled into one table and verdict written to --out, "
+             "a folder outside the pool (each seed paired with the fixed batch of its own "
+             "folder; empty: --out's own)")
     add_measure_knobs(parser.add_argument_group("measure"))
     add_abci_knobs(parser.add_argument_group("abci"))
     return parser
@@ -380,8 +397,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command in ("report", "efficiency"):
         asked = args.target or (task_target(args) if args.task != DEFAULT_TASK else 0.0)
-        records, where, args.target = read_measurements(
-            args.pool.split(",") if args.pool else [args.out], asked)
+        records, where, args.target = read_measurements(measurement_folders(args), asked)
         if args.command == "efficiency":
             return efficiency(records, args, where)
         report(records, args, where)

@@ -181,30 +181,63 @@ def test_report_pools_measurements_and_names_a_folder_without_one(tmp_path, caps
             lines = [(1.0, LOG[0]), (t, LOG[2]), (t + 1, '{"val_top1": 0.91, "steps": 2, "batch_schedule": '
                                           '"0:256", "images_per_sec": 400, "ranks": 4}\n')]
             records.append(rep.record_of(policy, 1, str(run), lines, 0.90))
-        (folder / "measured.json").write_text(json.dumps({"where": "here", "records": records}))
+        (folder / "measured.json").write_text(json.dumps({"where": "here", "target": 0.90,
+                                                          "records": records}))
     out = tmp_path / "pooled"
     assert tta.main(["report", "--pool", f"{tmp_path / 'a'},{tmp_path / 'b'}", "--out",
                      str(out)]) == 0
     text = (out / "measured.md").read_text()
     assert text.startswith(f"here (pooled: {tmp_path / 'a'}, {tmp_path / 'b'})")
     assert "median 1.12, 50.0% interval 1.00-1.25 over 2 seeds" in text    # seed 1 twice
-    assert json.loads((out / "measured.json").read_text())["target"] == 0.90
+    assert json.loads((out / "report.json").read_text())["target"] == 0.90
+    assert not (out / "measured.json").exists()       # a report is not a measurement
     # the times were taken at the measurement's target: another target is refused, not relabelled
-    with pytest.raises(SystemExit, match=r"pooled/measured.json was measured to 90%, not 82%: "
+    with pytest.raises(SystemExit, match=r"a/measured.json was measured to 90%, not 82%: "
                                          r"give its task \(-C\) or --target 0.9, or neither"):
-        tta.main(["report", "-C", "clusters-mlp", "--out", str(out)])
+        tta.main(["report", "-C", "clusters-mlp", "--out", str(tmp_path / "a")])
     # with neither, a measurement is read at its own target; pooled, all must share one
-    saved = json.loads((out / "measured.json").read_text())
+    saved = json.loads((tmp_path / "a" / "measured.json").read_text())
     other = tmp_path / "at-82"
     other.mkdir()
     (other / "measured.json").write_text(json.dumps(dict(saved, target=0.82)))
     assert tta.main(["report", "--out", str(other)]) == 0
-    assert json.loads((other / "measured.json").read_text())["target"] == 0.82
+    assert json.loads((other / "report.json").read_text())["target"] == 0.82
     assert "time to 82%" in (other / "measured.md").read_text()
     with pytest.raises(SystemExit, match=r"taken to different targets \(90% in .*, 82% in "):
-        tta.main(["report", "--pool", f"{out},{other}", "--out", str(tmp_path / "mixed")])
+        tta.main(["report", "--pool", f"{tmp_path / 'a'},{other}", "--out",
+                  str(tmp_path / "mixed")])
     with pytest.raises(SystemExit, match=f"cannot read {tmp_path / 'c'}/measured.json"):
         tta.main(["report", "--pool", str(tmp_path / "c"), "--out", str(out)])
+
+
+def test_a_report_never_rewrites_the_measurements(tmp_path):
+    """`report --pool A,B --out A` once replaced A's records by the pool's (each repeat counted
+    B again: adaptive's median 45.0 -> 50.0 s); now refused, and no report touches measured.json."""
+    import json
+
+    from tools import time_to_accuracy as tta
+    for name, seconds in (("a", 40.0), ("b", 50.0)):
+        run = tmp_path / name / "adaptive-1"
+        run.mkdir(parents=True)
+        (run / "global_batch.series.txt").write_text("1 256\n")
+        lines = [(1.0, LOG[0]), (seconds, LOG[2]), (seconds + 1, '{"val_top1": 0.91, "steps": 2, '
+                 '"batch_schedule": "0:256", "images_per_sec": 400, "ranks": 4}\n')]
+        record = rep.record_of(rep.ADAPTIVE, 1, str(run), lines, 0.90)
+        (tmp_path / name / "measured.json").write_text(json.dumps({"where": "here",
+                                                                   "records": [record]}))
+    a, b = tmp_path / "a", tmp_path / "b"
+    measured = (a / "measured.json").read_bytes()
+    for _ in range(2):
+        with pytest.raises(SystemExit, match=rf"^time_to_accuracy.py report: --out {a}/ is one "
+                                             rf"of --pool's folders; give the pool a folder of "
+                                             rf"its own, e.g. --out {a}-pooled$"):
+            tta.main(["report", "--pool", f"{a},{b}", "--out", f"{a}/"])
+    with pytest.raises(SystemExit, match="efficiency: --out"):
+        tta.main(["efficiency", "--pool", f"{b},{a}", "--out", str(a)])
+    assert tta.main(["report", "--out", str(a)]) == 0
+    assert (a / "measured.json").read_bytes() == measured
+    stats = json.loads((a / "report.json").read_text())["stats"]
+    assert stats[rep.ADAPTIVE]["time_s"][0] == 40.0
 
 
 def epoch_record(tmp_path, policy, batch, seed, epoch, noise=None):
