@@ -1,7 +1,8 @@
 """Knobs: every setting is a CLI flag with an environment-variable twin and a documented default.
 
-Precedence is CLI > environment > default (a config file, where a tool has one, sits between
-CLI and environment). Example::
+Precedence is CLI > environment > default; a file of settings, where a tool has one (the
+example's recipes), ranks below the environment (docs/imagenet.md, "Where each setting comes
+from"). Example::
 
     parser = argparse.ArgumentParser()
     add_knob(parser, "--grid", env="NNABLA_TORUS_GRID", default=None,
