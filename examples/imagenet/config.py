@@ -17,7 +17,7 @@ import os
 
 from config_checks import check_context  # noqa: F401  (tests import it from here)
 from config_checks import milestones, validate
-from knob_table import (CHOICES, RANGES, RENAMED_VALUES, TrainConfig, env_of, flag_of,
+from knob_table import (CHOICES, RANGES, RENAMED_VALUES, WORDS, TrainConfig, env_of, flag_of,
                         knob_fields)
 from nnabla_torus.comm import failfast
 from nnabla_torus.planning import efficiency_fit
@@ -87,14 +87,20 @@ def load_recipe(name):
 
 
 def coerce(key, type_, value, where):
-    """Convert a YAML value to the field's type (int -> float, list -> "a,b"), or raise."""
+    """Convert a YAML value to the field's type (int -> float, list -> "a,b") or one of the
+    knob's ``WORDS`` (``checkpoint_every: auto``), or raise."""
+    words = WORDS.get(key, ())
+    if isinstance(value, str) and value.strip().lower() in words:
+        return value.strip().lower()
     if type_ is str and isinstance(value, (list, tuple)):
         value = ",".join(str(v) for v in value)
     ok = (type_ is float and isinstance(value, (int, float)) and not isinstance(value, bool)) or \
          (type_ is int and isinstance(value, int) and not isinstance(value, bool)) or \
          (type_ is bool and isinstance(value, bool)) or (type_ is str and isinstance(value, str))
     if not ok:
-        raise ValueError(f"{where}: {key} = {value!r} must be a {type_.__name__}")
+        article = "an" if type_.__name__[0] in "aeiou" else "a"
+        raise ValueError(f"{where}: {key} = {value!r} must be {article} {type_.__name__}"
+                         + "".join(f" or {word}" for word in words))
     return type_(value)
 
 

@@ -40,9 +40,13 @@ MAX_EPOCHS = 1e6        # passes over the data: far beyond any recipe, below int
 MAX_BUCKET_MIB = 1e6    # one all-reduce bucket, MiB (1 TB: more than any model's gradients)
 # Allowed range of every numeric knob: a parser for the flag, the variable and the recipe value.
 POSITIVE, FRACTION = dict(low=0, strict=True), dict(low=0, high=1, strict_high=True)
+# Words a numeric knob takes besides its numbers, as a flag, a variable and a recipe value.
+WORDS = {"checkpoint_every": ("auto",)}
+
+
 def steps_or_auto(text):
     """``auto`` or optimizer steps, an integer >= 0 (--checkpoint-every)."""
-    if str(text).strip().lower() == "auto":
+    if str(text).strip().lower() in WORDS["checkpoint_every"]:
         return "auto"
     return number(int, low=0, hint="or auto")(text)
 

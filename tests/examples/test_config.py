@@ -49,6 +49,24 @@ def test_precedence_flag_env_recipe_default_recipe_builtin(monkeypatch):
     assert (cfg.epochs, cfg.overlap) == (2.0, False)
 
 
+def test_a_recipe_says_checkpoint_every_auto(tmp_path, monkeypatch):
+    """The flag and the variable took ``auto``; the recipe key, typed int, refused it."""
+    monkeypatch.delenv("NNABLA_TORUS_CHECKPOINT_EVERY", raising=False)
+    path = tmp_path / "auto.yaml"
+    for text in ("auto", "Auto", "'auto'"):
+        path.write_text(f"checkpoint_every: {text}\n")
+        cfg = parse_config(["-C", str(path)])
+        assert (cfg.checkpoint_every, cfg.source["checkpoint_every"]) == ("auto", "recipe")
+    path.write_text("checkpoint_every: 40\n")
+    assert parse_config(["-C", str(path)]).checkpoint_every == 40
+    path.write_text("checkpoint_every: often\n")
+    with pytest.raises(ValueError, match="checkpoint_every = 'often' must be an int or auto$"):
+        parse_config(["-C", str(path)])
+    path.write_text("checkpoint_every: -3\n")
+    with pytest.raises(ValueError, match="checkpoint_every must be an integer >= 0 .or auto."):
+        parse_config(["-C", str(path)])
+
+
 def test_sony_recipe_published_values():
     recipe = load_recipe("sony-224s")
     assert recipe["batch_schedule"] == "0:34816,5:69632"
