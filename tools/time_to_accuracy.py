@@ -357,14 +357,48 @@ def efficiency(records, args, where):
     with atomic_open(os.path.join(args.out, "efficiency.md")) as f:
         f.write(text + "\n")
     print(text)
-    if scale and math.isfinite(scale.rse):
-        efficiency_fit.save(scale, os.path.join(args.out, "efficiency_fit.json"))
-        print(f"wrote {args.out}/efficiency_fit.json (train.py --efficiency-fit)")
+    task = fitted_task(records)
+    if scale and math.isfinite(scale.rse) and task:
+        efficiency_fit.save(scale._replace(task=task),
+                            os.path.join(args.out, "efficiency_fit.json"))
+        print(f"wrote {args.out}/efficiency_fit.json (train.py --efficiency-fit) for "
+              f"{efficiency_fit.describe_task(task)}")
+    elif scale and math.isfinite(scale.rse):
+        print(f"efficiency_fit.json not written: no adaptive run left its {PRIOR_FILE}, which "
+              f"names the model and data the fit is for")
     else:
         print("efficiency_fit.json not written: the factor's error is unknown (it needs fixed "
               "runs at two or more batches, three or more runs, and two or more adaptive runs "
               "for B_simple)")
     return 0
+
+
+def fitted_task(records):
+    """The task ``records`` trained (efficiency_fit.task_of: model and data), as the
+    adaptive runs' batch_prior.json name it; None when none left one. Runs of different
+    tasks are refused: a fit of their pool would describe neither."""
+    tasks = {}
+    for r in (r for r in records if r["policy"] in rep.ADAPTIVES):
+        path = os.path.join(r["dir"], PRIOR_FILE)
+        try:
+            with open(path) as f:
+                task = efficiency_fit.task_of(json.load(f)["key"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue                          # a run that left no prior: others may name it
+        tasks.setdefault(json.dumps(task, sort_keys=True), (task, path))
+    if not tasks:
+        return None
+    (task, path), *others = tasks.values()
+    sizes = (task["model"].get("parameters"), task["data"].get("images"))
+    unlike = [f"{efficiency_fit.describe_task(t)} in {p}" for t, p in others] + [
+        f"{r['params']:,} parameters on {r['dataset']:,} images in {r['dir']}" for r in records
+        if None not in (r.get("params"), r.get("dataset"))
+        and (r["params"], r["dataset"]) != sizes]
+    if unlike:
+        raise SystemExit(f"time_to_accuracy.py efficiency: the runs trained different tasks "
+                         f"({efficiency_fit.describe_task(task)} in {path}; {unlike[0]}): "
+                         f"pool measurements of one task")
+    return task
 
 
 def build_parser():
