@@ -227,10 +227,10 @@ def write_added_model(prof, name, source, out):
     ``grad_arrays``, ``run``, racks) and every comment (the sources of its values) stays as it
     was; a model of that name keeps the keys the calibration does not measure."""
     from ruamel.yaml import YAML
-    path, _ = read_profile_file(source)
-    yaml = YAML()                    # round-trip mode: comments, order and style kept
+    path, _ = read_profile_file(source)    # refuses aliases (safe_yaml) before ruamel reads it
+    round_trip = YAML()              # round-trip mode: comments, order and style kept
     with open(path) as f:
-        document = yaml.load(f)
+        document = round_trip.load(f)
     measured = profile_to_dict(prof)["models"][name]
     if name in document["models"]:
         document["models"][name].update(measured)
@@ -238,7 +238,7 @@ def write_added_model(prof, name, source, out):
         document["models"][name] = measured
     temporary = f"{out}.tmp{os.getpid()}"
     with open(temporary, "w") as f:
-        yaml.dump(document, f)
+        round_trip.dump(document, f)
     os.replace(temporary, out)
 
 
