@@ -61,6 +61,17 @@ def number(kind=float, low=None, strict=False, high=None, hint="", strict_high=F
     return parse
 
 
+def short_repr(value, limit=40):
+    """``repr(value)`` cut to ``limit`` characters: a bad value in a one-line error, whatever
+    its size (a damaged file's list of thousands of items).
+
+    >>> short_repr(list(range(100)), 20)
+    '[0, 1, 2, 3, 4, 5...'
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def knob_value(value, kwarg, env, default, type=str):
     """``type(value)`` when keyword argument ``kwarg`` was given (not None), else
     ``env_value(env, default, type)``; an invalid value raises ValueError naming both."""

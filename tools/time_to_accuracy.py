@@ -45,9 +45,9 @@ import batch_optimum
 import efficiency_check
 from emucluster.profile import emulated_profile
 from nnabla_torus.files import atomic_open
-from nnabla_torus.knobs import add_knob
+from nnabla_torus.knobs import add_knob, short_repr
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
-from nnabla_torus.planning import efficiency_fit
+from nnabla_torus.planning import efficiency_fit, priors
 from nnabla_torus.planning.controller import MIN_SAMPLES
 from nnabla_torus.planning.machine_profile import load_profile, save_profile
 from nnabla_torus.planning.recipe_files import read_recipe
@@ -231,6 +231,10 @@ def read_measurements(folders, asked=0.0):
         except (OSError, ValueError) as e:
             raise SystemExit(f"time_to_accuracy.py report: cannot read {path} ({e}); give "
                              f"folders a `measure` wrote")
+        problem = measurement_problem(saved)
+        if problem:
+            raise SystemExit(f"time_to_accuracy.py report: {path} {problem}: it is not what "
+                             f"`measure` writes; measure again or move the file out")
         measured = saved.get("target", asked or DEFAULT_TARGET)
         if asked and measured != asked:
             raise SystemExit(f"time_to_accuracy.py report: {path} was measured to "
@@ -246,6 +250,24 @@ def read_measurements(folders, asked=0.0):
     where = "; ".join(dict.fromkeys(places))
     return records, (where if len(folders) == 1 else
                      f"{where} (pooled: {', '.join(folders)})"), next(iter(targets))
+
+
+def measurement_problem(saved):
+    """What is wrong with a measured.json's content ``saved``, in a few words; None if
+    nothing: an object whose target is a fraction in (0, 1] and whose records are a list of
+    accuracy_report records (rep.record_problem)."""
+    if not isinstance(saved, dict):
+        return f"holds a JSON {type(saved).__name__}, not an object"
+    target = saved.get("target", DEFAULT_TARGET)
+    if isinstance(target, bool) or not isinstance(target, rep.NUMBER) or not 0 < target <= 1:
+        return f"has target = {short_repr(target)}, not a top-1 in (0, 1]"
+    if not isinstance(saved.get("records"), list):
+        return f"has records = {short_repr(saved.get('records'))}, not a list of runs"
+    for i, record in enumerate(saved["records"]):
+        problem = rep.record_problem(record)
+        if problem:
+            return f"record {i} {problem}"
+    return None
 
 
 def report(records, args, where):
@@ -336,16 +358,44 @@ def optimum(args, fractions=(0.5, 0.75)):
     batch)."""
     if not args.prior:
         sys.exit("time_to_accuracy.py optimum: give --prior (an adaptive run's batch_prior.json)")
-    with open(args.prior) as f:
-        saved = json.load(f)
+    key, prior = read_prior(args.prior)
     recipe, _ = read_recipe(args.task)
     base = BatchSchedule.parse(recipe["batch_schedule"]).batch(0)
-    images = recipe["epochs"] * saved["key"]["data"]["images"]
-    times = batch_optimum.schedule_times(saved, base, images, recipe["local_batch"], fractions)
-    print(f"the model's time to B0-progress on {args.prior} ({saved['key']['machine']}; "
+    images = recipe["epochs"] * key["data"]["images"]
+    times = batch_optimum.schedule_times(prior, base, images, recipe["local_batch"], fractions)
+    print(f"the model's time to B0-progress on {args.prior} ({key['machine']}; "
           f"B0 = {base}, {images:,} images in the run):")
     print("\n".join(batch_optimum.describe(times, fractions)))
     return 0
+
+
+def read_prior(path):
+    """(key, prior spec) of the batch_prior.json at ``path`` (priors.read_file's checks, and
+    the key's training images and machine, and step times, which ``optimum`` needs);
+    SystemExit, one line, when it lacks any."""
+    def refuse(why):
+        raise SystemExit(f"time_to_accuracy.py optimum: --prior {path} {why}; give the "
+                         f"batch_prior.json of an adaptive run (its --output-dir)")
+    try:
+        with open(path) as f:
+            key = json.load(f)["key"]
+        images, machine = key["data"]["images"], key["machine"]
+    except OSError as e:
+        refuse(f"cannot be read ({e.strerror or e})")
+    except ValueError as e:
+        refuse(f"is not JSON ({e})")
+    except (KeyError, TypeError):
+        refuse("has no key with data.images and machine")
+    if isinstance(images, bool) or not isinstance(images, int) or images < 1 or \
+            not isinstance(machine, str):
+        refuse(f"has images {short_repr(images)} and machine {short_repr(machine)}, not a count "
+               f">= 1 and a name")
+    prior, line = priors.read_file(path, key)
+    if prior is None:        # priors' line: "batch prior: <why>; measuring from B0"
+        refuse("is not usable: " + line[len("batch prior: "):].rsplit("; measuring", 1)[0])
+    if prior["step_times"] is None:
+        refuse("has no step times (a run that never refitted them)")
+    return key, prior
 
 
 def efficiency(records, args, where):
@@ -432,9 +482,12 @@ def main(argv=None):
     if args.command in ("report", "efficiency"):
         asked = args.target or (task_target(args) if args.task != DEFAULT_TASK else 0.0)
         records, where, args.target = read_measurements(measurement_folders(args), asked)
-        if args.command == "efficiency":
-            return efficiency(records, args, where)
-        report(records, args, where)
+        try:
+            if args.command == "efficiency":
+                return efficiency(records, args, where)
+            report(records, args, where)
+        except ValueError as e:          # a run folder's series, --before, too few batches
+            raise SystemExit(f"time_to_accuracy.py {args.command}: {e}") from None
         return 0
     args.target = task_target(args)
     if args.command == "optimum":

@@ -36,6 +36,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..files import atomic_open
+from ..knobs import short_repr
 
 Fit = namedtuple("Fit", [
     "phi",       # B_crit = a / b of images = a + b B, samples (inf: larger batches cost nothing)
@@ -186,7 +187,7 @@ def load(path):
                   saved.get("task"))
     if not (isinstance(scale.task, dict) and isinstance(scale.task.get("model"), dict)
             and isinstance(scale.task.get("data"), dict)):
-        raise ValueError(f"efficiency fit {path!r}: task = {_short(scale.task)} must name the "
+        raise ValueError(f"efficiency fit {path!r}: task = {short_repr(scale.task)} must name the "
                          f"model and data it was fitted on; {REWRITE}")
     return scale._replace(largest_batch=None if scale.largest_batch is None
                           else int(scale.largest_batch))
@@ -200,13 +201,7 @@ def _field(path, saved):
             return None
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not (ok and math.isfinite(value) and allowed(value)):
-            raise ValueError(f"efficiency fit {path!r}: {name} = {_short(value)} must be a "
+            raise ValueError(f"efficiency fit {path!r}: {name} = {short_repr(value)} must be a "
                              f"finite number {text}; {REWRITE}")
         return float(value)
     return number
-
-
-def _short(value, limit=40):
-    """``repr(value)``, cut to ``limit`` characters: a bad file's value in one short line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
