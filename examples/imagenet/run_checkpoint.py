@@ -113,8 +113,7 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
         ctrl.current, message = resize.resplit(meta["plan"], comm.size, ctrl.max_local_batch,
                                                ctrl.lr_factor)
         meta["loader"] = resize.resized_loader_state(
-            meta["loader"], saved_ranks, old.local_batch * old.accum_steps, comm.size,
-            ctrl.current)
+            meta["loader"], saved_ranks, old.local_batch * old.accum_steps, ctrl.current)
         meta["comm"] = None          # the planner's grid was for the old size: plan anew
         log(f"checkpoint {path} was written by {ranks(saved_ranks)}, this run has {comm.size}: "
             + message)
