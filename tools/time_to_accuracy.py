@@ -216,12 +216,12 @@ def measurement_folders(args):
     return folders
 
 
-def read_measurements(folders, asked=0.0):
+def read_measurements(folders, asked=0.0, command="report"):
     """(records, where, target) of the measured.json in each of ``folders``, pooled. Their
     times were taken at the target each was measured to: all must share one, which is the
     target (a measurement that recorded none: ``asked``, else DEFAULT_TARGET). ``asked``: the
     target the user asked for (--target, or an explicit -C's recipe; 0: none); another one is
-    refused, not relabelled."""
+    refused, not relabelled. ``command``: report or efficiency, for the error lines."""
     records, places, targets = [], [], {}
     for folder in folders:
         path = os.path.join(folder, "measured.json")
@@ -229,23 +229,24 @@ def read_measurements(folders, asked=0.0):
             with open(path) as f:
                 saved = json.load(f)
         except (OSError, ValueError) as e:
-            raise SystemExit(f"time_to_accuracy.py report: cannot read {path} ({e}); give "
+            raise SystemExit(f"time_to_accuracy.py {command}: cannot read {path} ({e}); give "
                              f"folders a `measure` wrote")
         problem = measurement_problem(saved)
         if problem:
-            raise SystemExit(f"time_to_accuracy.py report: {path} {problem}: it is not what "
+            raise SystemExit(f"time_to_accuracy.py {command}: {path} {problem}: it is not what "
                              f"`measure` writes; measure again or move the file out")
         measured = saved.get("target", asked or DEFAULT_TARGET)
         if asked and measured != asked:
-            raise SystemExit(f"time_to_accuracy.py report: {path} was measured to "
+            raise SystemExit(f"time_to_accuracy.py {command}: {path} was measured to "
                              f"{measured:.0%}, not {asked:.0%}: give its task (-C) or "
                              f"--target {measured:g}, or neither")
         targets.setdefault(measured, path)
         records += saved["records"]
         places.append(saved.get("where", ""))
     if len(targets) > 1:
-        raise SystemExit("time_to_accuracy.py report: the measurements were taken to different "
-                         "targets (" + ", ".join(f"{t:.0%} in {p}" for t, p in targets.items())
+        raise SystemExit(f"time_to_accuracy.py {command}: the measurements were taken to "
+                         "different targets ("
+                         + ", ".join(f"{t:.0%} in {p}" for t, p in targets.items())
                          + "): pool measurements of one target")
     where = "; ".join(dict.fromkeys(places))
     return records, (where if len(folders) == 1 else
@@ -481,7 +482,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command in ("report", "efficiency"):
         asked = args.target or (task_target(args) if args.task != DEFAULT_TASK else 0.0)
-        records, where, args.target = read_measurements(measurement_folders(args), asked)
+        records, where, args.target = read_measurements(measurement_folders(args), asked,
+                                                        args.command)
         try:
             if args.command == "efficiency":
                 return efficiency(records, args, where)

@@ -350,7 +350,7 @@ def test_malformed_measurements_are_one_line(tmp_path, saved, message):
     for command in ("report", "efficiency"):
         with pytest.raises(SystemExit) as caught:
             tta.main([command, "--out", str(tmp_path)])
-        assert str(caught.value) == (f"time_to_accuracy.py report: {tmp_path}/measured.json "
+        assert str(caught.value) == (f"time_to_accuracy.py {command}: {tmp_path}/measured.json "
                                      f"{message}: it is not what `measure` writes; measure "
                                      f"again or move the file out")
 
