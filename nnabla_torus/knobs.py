@@ -1,7 +1,8 @@
 """Knobs: every setting is a CLI flag with an environment-variable twin and a documented default.
 
-Precedence is CLI > environment > default (a config file, where a tool has one, sits between
-CLI and environment). Example::
+Precedence is CLI > environment > default; a file of settings, where a tool has one (the
+example's recipes), ranks below the environment (docs/imagenet.md, "Where each setting comes
+from"). Example::
 
     parser = argparse.ArgumentParser()
     add_knob(parser, "--grid", env="NNABLA_TORUS_GRID", default=None,
@@ -58,6 +59,17 @@ def number(kind=float, low=None, strict=False, high=None, hint="", strict_high=F
         return value
     parse.__name__ = what
     return parse
+
+
+def short_repr(value, limit=40):
+    """``repr(value)`` cut to ``limit`` characters: a bad value in a one-line error, whatever
+    its size (a damaged file's list of thousands of items).
+
+    >>> short_repr(list(range(100)), 20)
+    '[0, 1, 2, 3, 4, 5...'
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def knob_value(value, kwarg, env, default, type=str):

@@ -18,6 +18,7 @@ import statistics
 import numpy as np
 
 import _example  # noqa: F401  (examples/imagenet on sys.path, for its config and training_planner)
+from nnabla_torus.knobs import short_repr
 from nnabla_torus.planning.splits import split_batch
 
 ADAPTIVE = "adaptive (goodput)"
@@ -69,11 +70,56 @@ def record_of(policy, seed, run_dir, lines, target, profile="", ranks_per_host=0
             "profile": profile, "ranks_per_host": ranks_per_host, "val": vals}
 
 
+# The fields of a record that the tables, verdicts and plots read: (types, None allowed).
+NUMBER = (int, float)
+RECORD_FIELDS = {
+    "policy": (str, False), "seed": (int, False), "dir": (str, False),
+    "batch_schedule": (str, False), "best_top1": (NUMBER, False), "final_top1": (NUMBER, False),
+    "time_s": (NUMBER, True), "steps": (int, True), "epoch": (NUMBER, True),
+    "images_per_s": (NUMBER, True), "ranks": (int, True), "dataset": (int, True),
+    "params": (int, True), "profile": (str, False), "ranks_per_host": (int, False),
+    "val": (list, False),
+}
+
+
+def record_problem(record):
+    """What is wrong with ``record`` (a record_of dict read back from JSON), in a few words:
+    the first field of RECORD_FIELDS missing, of another type or not finite; None if nothing."""
+    if not isinstance(record, dict):
+        return f"is a JSON {type(record).__name__}, not an object"
+    for key, (types, optional) in RECORD_FIELDS.items():
+        if key not in record:
+            return f"has no {key!r}"
+        value = record[key]
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types) or (
+                isinstance(value, float) and not math.isfinite(value)):
+            kinds = " or ".join(t.__name__ for t in (types if isinstance(types, tuple)
+                                                     else (types,)))
+            return f"has {key} = {short_repr(value)}, not a finite {kinds}" + (
+                " or null" if optional else "")
+    if not all(isinstance(v, list) and len(v) == 4 and all(
+            isinstance(x, NUMBER) and not isinstance(x, bool) for x in v) for v in record["val"]):
+        return "has a val entry that is not [seconds, epoch, step, top-1]"
+    return None
+
+
 def before_record(run_dir, target):
     """The record of an earlier adaptive run (``--before``: its output folder with its
     stdout in stdout.log; no arrival times, so only its batches and accuracy count)."""
-    with open(os.path.join(run_dir, "stdout.log"), errors="replace") as f:
-        lines = [(0.0, line) for line in f]
+    path = os.path.join(run_dir, "stdout.log")
+    try:
+        with open(path, errors="replace") as f:
+            lines = [(0.0, line) for line in f]
+    except OSError as e:
+        raise ValueError(f"--before {run_dir}: cannot read {path} ({e.strerror or e}); give "
+                         f"the output folder of an adaptive run, with its stdout in stdout.log"
+                         ) from None
+    vals, summary = parse_log(lines)[:2]
+    if summary is None or not vals:
+        raise ValueError(f"--before {run_dir}: {path} has no validation line or no summary "
+                         f"line of train.py")
     return record_of(BEFORE, 0, run_dir, lines, target)
 
 
@@ -82,8 +128,8 @@ def predicted_seconds(record):
     planned with (load-free, start-up and validation excluded): train.py's own TrainingPlanner."""
     from config import parse_config
     from training_planner import TrainingPlanner
-    if record["steps"] is None:
-        return None
+    if None in (record["steps"], record["ranks"], record["params"], record["dataset"]):
+        return None                              # not reached, or a log without the sizes
     ranks = record["ranks"]
     cfg = parse_config(["--seed", str(record["seed"])]
                        + (["--profile", record["profile"]] if record["profile"] else []))
@@ -91,6 +137,8 @@ def predicted_seconds(record):
                                  record["ranks_per_host"] or ranks)
     batch = read_series(record["dir"], "global_batch")
     batch = batch[batch[:, 0] <= record["steps"], 1].astype(int)
+    if not len(batch):
+        return None                              # its run folder moved: no batch series
     local, accum = np.array([split_batch(b, ranks, cfg.local_batch) for b in batch]).T
     return float(np.sum(batch / run.throughput(local, accum)))
 
@@ -175,14 +223,16 @@ def batch_range(record):
 
 def policy_stats(rows):
     """Medians and spreads over the seeds of one policy's records."""
-    batches = [batch_range(r) for r in rows]
+    batches = [b for b in map(batch_range, rows) if b[0] is not None]   # moved run folders
+    #                                                                        have no series
     return {"runs": len(rows), "reached": sum(r["time_s"] is not None for r in rows),
             # a seed that never reached the target is slower than every one that did: its
             # time is inf, not left out (3 seeds of 5 at 35-37 s and 2 never is not 36 s)
             **{key: spread([r.get(key) for r in rows], math.inf) for key in REACHED_KEYS},
             **{key: spread([r.get(key) for r in rows])
                for key in ("predicted_s", "best_top1", "final_top1", "images_per_s")},
-            "batches": (min(b[0] for b in batches), max(b[1] for b in batches))}
+            "batches": (min((b[0] for b in batches), default=None),
+                        max((b[1] for b in batches), default=None))}
 
 
 def summarise(records, target):
@@ -330,7 +380,8 @@ def table(stats, target, seeds):
             f"| --- |")
     rows = [f"| {policy} | {span(s['time_s'])} | {span(s['steps'], 0)} | "
             f"{fmt(s['epoch'][0], 0)} | {span(s['predicted_s'])} | "
-            f"{span(s['images_per_s'], 0)} | {s['batches'][0]}-{s['batches'][1]} | "
+            f"{span(s['images_per_s'], 0)} | "
+            f"{fmt(s['batches'][0], 0)}-{fmt(s['batches'][1], 0)} | "
             f"{s['best_top1'][0]:.4f} | {span(s['final_top1'], 4)} | "
             f"{s['reached']}/{s['runs']} |" for policy, s in stats.items()]
     return "\n".join([f"seeds {seeds}", head] + rows)
@@ -341,7 +392,15 @@ def read_series(run_dir, name):
     path = os.path.join(run_dir, f"{name}.series.txt")
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return np.zeros((0, 2))
-    return np.loadtxt(path, ndmin=2)
+    try:
+        rows = np.loadtxt(path, ndmin=2)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read {path} ({' '.join(str(e).split())}): train.py writes "
+                         f"'step value' lines; measure the run again or move it out") from None
+    if rows.shape[1] != 2 or not np.all(np.isfinite(rows)):
+        raise ValueError(f"{path}: not 'step value' lines of finite numbers; measure the run "
+                         f"again or move it out")
+    return rows
 
 
 def epoch_of_step(record, steps):

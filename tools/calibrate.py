@@ -25,6 +25,7 @@ with ``--allreduce-json`` / ``--train-json`` needs no benchmark run. Run it alon
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,7 +34,7 @@ import tempfile
 import numpy as np
 
 import _example  # noqa: F401  (examples/imagenet on sys.path, for the model's gradient size)
-from nnabla_torus.knobs import add_knob
+from nnabla_torus.knobs import add_knob, short_repr
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.planning.calibrate import base_network, calibrated_profile, fit_network
 from nnabla_torus.planning import model_cost
@@ -144,8 +145,13 @@ def _ints(text):
 
 def _load_or_measure(path, measure, save_dir, name):
     if path:
-        with open(path) as f:
-            return json.load(f)
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot read {path} ({getattr(e, 'strerror', None) or e}); give "
+                             f"the --json file of tools/{name[:-len('.json')]}_bench.py"
+                             ) from None
     records = measure()
     if save_dir:
         os.makedirs(save_dir, exist_ok=True)
@@ -187,6 +193,43 @@ def fit_line(records):
                                                                     np.dot(batches, batches)))
 
 
+def step_record_problem(record):
+    """What is wrong with one train_bench.py --json record for a fit, in a few words; None if
+    nothing: ranks (optional) and local_batch integers >= 1, step_time_s finite and > 0."""
+    if not isinstance(record, dict):
+        return f"is a JSON {type(record).__name__}, not an object"
+    for key, optional in (("ranks", True), ("local_batch", False)):
+        value = record.get(key, 1 if optional else None)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"has {key} = {short_repr(value)}, not an integer >= 1"
+    seconds = record.get("step_time_s")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
+            not math.isfinite(seconds) or seconds <= 0:
+        return f"has step_time_s = {short_repr(seconds)}, not a finite number of seconds > 0"
+    return None
+
+
+def one_rank_steps(records, source):
+    """The one-rank records among train_bench.py's ``records`` (from ``source``), which
+    --add-model-to fits; ValueError, one line, on a record it cannot fit or on none at one
+    rank (a profile of a NaN or negative step time would price every plan wrongly)."""
+    if not isinstance(records, list):
+        raise ValueError(f"{source} holds a JSON {type(records).__name__}, not the list of "
+                         f"records tools/train_bench.py --json writes")
+    for i, record in enumerate(records):
+        problem = step_record_problem(record)
+        if problem:
+            raise ValueError(f"{source}: record {i} {problem}; measure again (without "
+                             f"--train-json) or correct the record")
+    one = [r for r in records if r.get("ranks", 1) == 1]
+    if not one:
+        ranks = sorted({r["ranks"] for r in records})
+        raise ValueError(f"{source} has no one-rank records (ranks {ranks}): --add-model-to "
+                         f"fits one rank's step times; measure without --train-json or give "
+                         f"train_bench.py records at ranks 1")
+    return one
+
+
 def add_model(args, log=print):
     """(Profile, model name, out path): ``--add-model-to``'s profile with this model added."""
     prof = load_profile(args.add_model_to)
@@ -197,7 +240,10 @@ def add_model(args, log=print):
                   "--overlap", "0"]
     steps = _load_or_measure(args.train_json, lambda: measure_steps(
         [1], _ints(args.batches), bench_args, args.algorithm, log), args.save_json, "train.json")
-    a, b = fit_line([r for r in steps if int(r.get("ranks", 1)) == 1])
+    a, b = fit_line(one_rank_steps(steps, args.train_json or "the measured step records"))
+    if not (math.isfinite(a) and math.isfinite(b) and a >= 0 and b > 0):
+        raise ValueError(f"the step times fit {a} s + {b} s per image, not a >= 0 and b > 0; "
+                         f"no profile written: measure again")
     cost = example_cost(args.arch, args.width, args.classes, args.image_size)
     models = dict(prof.models)
     # ranks share the host's compute as the profile's calibrated models do (CPU cores: 1 slot)
@@ -227,10 +273,10 @@ def write_added_model(prof, name, source, out):
     ``grad_arrays``, ``run``, racks) and every comment (the sources of its values) stays as it
     was; a model of that name keeps the keys the calibration does not measure."""
     from ruamel.yaml import YAML
-    path, _ = read_profile_file(source)
-    yaml = YAML()                    # round-trip mode: comments, order and style kept
+    path, _ = read_profile_file(source)    # refuses aliases (safe_yaml) before ruamel reads it
+    round_trip = YAML()              # round-trip mode: comments, order and style kept
     with open(path) as f:
-        document = yaml.load(f)
+        document = round_trip.load(f)
     measured = profile_to_dict(prof)["models"][name]
     if name in document["models"]:
         document["models"][name].update(measured)
@@ -238,14 +284,17 @@ def write_added_model(prof, name, source, out):
         document["models"][name] = measured
     temporary = f"{out}.tmp{os.getpid()}"
     with open(temporary, "w") as f:
-        yaml.dump(document, f)
+        round_trip.dump(document, f)
     os.replace(temporary, out)
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.add_model_to:
-        prof, name, out = add_model(args)
+        try:
+            prof, name, out = add_model(args)
+        except ValueError as e:          # the source profile, the step records: nothing written
+            sys.exit(f"calibrate: error: {e}")
         write_added_model(prof, name, args.add_model_to, out)
         print(f"wrote {out} ({args.add_model_to} with model {name} added by tools/calibrate.py "
               f"--add-model-to: one-rank step times, FLOPs counted from the nnabla graph)")

@@ -44,9 +44,10 @@ import accuracy_report as rep
 import batch_optimum
 import efficiency_check
 from emucluster.profile import emulated_profile
-from nnabla_torus.knobs import add_knob
+from nnabla_torus.files import atomic_open
+from nnabla_torus.knobs import add_knob, short_repr
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
-from nnabla_torus.planning import efficiency_fit
+from nnabla_torus.planning import efficiency_fit, priors
 from nnabla_torus.planning.controller import MIN_SAMPLES
 from nnabla_torus.planning.machine_profile import load_profile, save_profile
 from nnabla_torus.planning.recipe_files import read_recipe
@@ -151,7 +152,7 @@ def run_policy(policy, seed, launcher, out_dir, prior="", name=None):
     lines = [(time.monotonic() - start, line) for line in proc.stdout]
     status = proc.wait()
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "stdout.log"), "w") as f:
+    with atomic_open(os.path.join(run_dir, "stdout.log")) as f:
         f.writelines(line for _, line in lines)
     if status != 0 or rep.parse_log(lines)[1] is None:
         raise RuntimeError(f"{policy} seed {seed}: train.py exited with status {status}; "
@@ -180,7 +181,7 @@ def measure(args):
         bar.set_description(f"{policy}, seed {seed}")
         r = run_policy(policy, seed, launcher, args.out, prior)
         records.append(r)
-        with open(os.path.join(args.out, "measured.json"), "w") as f:
+        with atomic_open(os.path.join(args.out, "measured.json")) as f:
             json.dump({"where": launcher.where, "target": args.target, "records": records},
                       f, indent=1)                                    # `report` on a partial run
         bar.write(f"{policy:22s} seed {seed}: {rep.fmt(r['time_s'])} s / {r['steps']} steps to "
@@ -201,12 +202,26 @@ def draw_seeds(args, count=None, avoid=()):
     return seeds
 
 
-def read_measurements(folders, asked=0.0):
+def measurement_folders(args):
+    """The folders whose measured.json ``report`` and ``efficiency`` read: --pool's, else
+    --out. A pool written into one of its own folders is refused: that folder's table, verdict
+    and fit would then describe the pool, not its measurement."""
+    if not args.pool:
+        return [args.out]
+    folders = args.pool.split(",")
+    if len(folders) > 1 and os.path.realpath(args.out) in map(os.path.realpath, folders):
+        raise SystemExit(f"time_to_accuracy.py {args.command}: --out {args.out} is one of "
+                         f"--pool's folders; give the pool a folder of its own, e.g. --out "
+                         f"{args.out.rstrip('/')}-pooled")
+    return folders
+
+
+def read_measurements(folders, asked=0.0, command="report"):
     """(records, where, target) of the measured.json in each of ``folders``, pooled. Their
     times were taken at the target each was measured to: all must share one, which is the
     target (a measurement that recorded none: ``asked``, else DEFAULT_TARGET). ``asked``: the
     target the user asked for (--target, or an explicit -C's recipe; 0: none); another one is
-    refused, not relabelled."""
+    refused, not relabelled. ``command``: report or efficiency, for the error lines."""
     records, places, targets = [], [], {}
     for folder in folders:
         path = os.path.join(folder, "measured.json")
@@ -214,27 +229,51 @@ def read_measurements(folders, asked=0.0):
             with open(path) as f:
                 saved = json.load(f)
         except (OSError, ValueError) as e:
-            raise SystemExit(f"time_to_accuracy.py report: cannot read {path} ({e}); give "
+            raise SystemExit(f"time_to_accuracy.py {command}: cannot read {path} ({e}); give "
                              f"folders a `measure` wrote")
+        problem = measurement_problem(saved)
+        if problem:
+            raise SystemExit(f"time_to_accuracy.py {command}: {path} {problem}: it is not what "
+                             f"`measure` writes; measure again or move the file out")
         measured = saved.get("target", asked or DEFAULT_TARGET)
         if asked and measured != asked:
-            raise SystemExit(f"time_to_accuracy.py report: {path} was measured to "
+            raise SystemExit(f"time_to_accuracy.py {command}: {path} was measured to "
                              f"{measured:.0%}, not {asked:.0%}: give its task (-C) or "
                              f"--target {measured:g}, or neither")
         targets.setdefault(measured, path)
         records += saved["records"]
         places.append(saved.get("where", ""))
     if len(targets) > 1:
-        raise SystemExit("time_to_accuracy.py report: the measurements were taken to different "
-                         "targets (" + ", ".join(f"{t:.0%} in {p}" for t, p in targets.items())
+        raise SystemExit(f"time_to_accuracy.py {command}: the measurements were taken to "
+                         "different targets ("
+                         + ", ".join(f"{t:.0%} in {p}" for t, p in targets.items())
                          + "): pool measurements of one target")
     where = "; ".join(dict.fromkeys(places))
     return records, (where if len(folders) == 1 else
                      f"{where} (pooled: {', '.join(folders)})"), next(iter(targets))
 
 
+def measurement_problem(saved):
+    """What is wrong with a measured.json's content ``saved``, in a few words; None if
+    nothing: an object whose target is a fraction in (0, 1] and whose records are a list of
+    accuracy_report records (rep.record_problem)."""
+    if not isinstance(saved, dict):
+        return f"holds a JSON {type(saved).__name__}, not an object"
+    target = saved.get("target", DEFAULT_TARGET)
+    if isinstance(target, bool) or not isinstance(target, rep.NUMBER) or not 0 < target <= 1:
+        return f"has target = {short_repr(target)}, not a top-1 in (0, 1]"
+    if not isinstance(saved.get("records"), list):
+        return f"has records = {short_repr(saved.get('records'))}, not a list of runs"
+    for i, record in enumerate(saved["records"]):
+        problem = rep.record_problem(record)
+        if problem:
+            return f"record {i} {problem}"
+    return None
+
+
 def report(records, args, where):
-    """Write the table, verdict, JSON and plot of ``records``; returns them."""
+    """Write the table, verdict, JSON and plot of ``records`` (measured.md, report.json,
+    batch_over_epochs.png; never the measurements' measured.json); returns them."""
     for r in records:
         r["predicted_s"] = rep.predicted_seconds(r)
     before = [rep.before_record(args.before, args.target)] if args.before else []
@@ -254,13 +293,13 @@ def report(records, args, where):
                  + efficiency_check.table(rows, args.target, fit, scale))
     except ValueError:
         pass                       # fewer than two fixed batches reached the target: no check
-    with open(os.path.join(args.out, "measured.md"), "w") as f:
+    with atomic_open(os.path.join(args.out, "measured.md")) as f:
         f.write(text + "\n")
-    with open(os.path.join(args.out, "measured.json"), "w") as f:
+    with atomic_open(os.path.join(args.out, "report.json")) as f:
         json.dump({"where": where, "target": args.target, "records": records, "stats": stats,
                    "verdict": verdict}, f, indent=1)
     print(text)
-    print(f"wrote {args.out}/measured.md, measured.json, batch_over_epochs.png")
+    print(f"wrote {args.out}/measured.md, report.json, batch_over_epochs.png")
     return records
 
 
@@ -320,16 +359,44 @@ def optimum(args, fractions=(0.5, 0.75)):
     batch)."""
     if not args.prior:
         sys.exit("time_to_accuracy.py optimum: give --prior (an adaptive run's batch_prior.json)")
-    with open(args.prior) as f:
-        saved = json.load(f)
+    key, prior = read_prior(args.prior)
     recipe, _ = read_recipe(args.task)
     base = BatchSchedule.parse(recipe["batch_schedule"]).batch(0)
-    images = recipe["epochs"] * saved["key"]["data"]["images"]
-    times = batch_optimum.schedule_times(saved, base, images, recipe["local_batch"], fractions)
-    print(f"the model's time to B0-progress on {args.prior} ({saved['key']['machine']}; "
+    images = recipe["epochs"] * key["data"]["images"]
+    times = batch_optimum.schedule_times(prior, base, images, recipe["local_batch"], fractions)
+    print(f"the model's time to B0-progress on {args.prior} ({key['machine']}; "
           f"B0 = {base}, {images:,} images in the run):")
     print("\n".join(batch_optimum.describe(times, fractions)))
     return 0
+
+
+def read_prior(path):
+    """(key, prior spec) of the batch_prior.json at ``path`` (priors.read_file's checks, and
+    the key's training images and machine, and step times, which ``optimum`` needs);
+    SystemExit, one line, when it lacks any."""
+    def refuse(why):
+        raise SystemExit(f"time_to_accuracy.py optimum: --prior {path} {why}; give the "
+                         f"batch_prior.json of an adaptive run (its --output-dir)")
+    try:
+        with open(path) as f:
+            key = json.load(f)["key"]
+        images, machine = key["data"]["images"], key["machine"]
+    except OSError as e:
+        refuse(f"cannot be read ({e.strerror or e})")
+    except ValueError as e:
+        refuse(f"is not JSON ({e})")
+    except (KeyError, TypeError):
+        refuse("has no key with data.images and machine")
+    if isinstance(images, bool) or not isinstance(images, int) or images < 1 or \
+            not isinstance(machine, str):
+        refuse(f"has images {short_repr(images)} and machine {short_repr(machine)}, not a count "
+               f">= 1 and a name")
+    prior, line = priors.read_file(path, key)
+    if prior is None:        # priors' line: "batch prior: <why>; measuring from B0"
+        refuse("is not usable: " + line[len("batch prior: "):].rsplit("; measuring", 1)[0])
+    if prior["step_times"] is None:
+        refuse("has no step times (a run that never refitted them)")
+    return key, prior
 
 
 def efficiency(records, args, where):
@@ -338,17 +405,51 @@ def efficiency(records, args, where):
     rows, fit, scale = efficiency_check.check(records)
     text = f"{where}\n" + efficiency_check.table(rows, args.target, fit, scale)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "efficiency.md"), "w") as f:
+    with atomic_open(os.path.join(args.out, "efficiency.md")) as f:
         f.write(text + "\n")
     print(text)
-    if scale and math.isfinite(scale.rse):
-        efficiency_fit.save(scale, os.path.join(args.out, "efficiency_fit.json"))
-        print(f"wrote {args.out}/efficiency_fit.json (train.py --efficiency-fit)")
+    task = fitted_task(records)
+    if scale and math.isfinite(scale.rse) and task:
+        efficiency_fit.save(scale._replace(task=task),
+                            os.path.join(args.out, "efficiency_fit.json"))
+        print(f"wrote {args.out}/efficiency_fit.json (train.py --efficiency-fit) for "
+              f"{efficiency_fit.describe_task(task)}")
+    elif scale and math.isfinite(scale.rse):
+        print(f"efficiency_fit.json not written: no adaptive run left its {PRIOR_FILE}, which "
+              f"names the model and data the fit is for")
     else:
         print("efficiency_fit.json not written: the factor's error is unknown (it needs fixed "
               "runs at two or more batches, three or more runs, and two or more adaptive runs "
               "for B_simple)")
     return 0
+
+
+def fitted_task(records):
+    """The task ``records`` trained (efficiency_fit.task_of: model and data), as the
+    adaptive runs' batch_prior.json name it; None when none left one. Runs of different
+    tasks are refused: a fit of their pool would describe neither."""
+    tasks = {}
+    for r in (r for r in records if r["policy"] in rep.ADAPTIVES):
+        path = os.path.join(r["dir"], PRIOR_FILE)
+        try:
+            with open(path) as f:
+                task = efficiency_fit.task_of(json.load(f)["key"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue                          # a run that left no prior: others may name it
+        tasks.setdefault(json.dumps(task, sort_keys=True), (task, path))
+    if not tasks:
+        return None
+    (task, path), *others = tasks.values()
+    sizes = (task["model"].get("parameters"), task["data"].get("images"))
+    unlike = [f"{efficiency_fit.describe_task(t)} in {p}" for t, p in others] + [
+        f"{r['params']:,} parameters on {r['dataset']:,} images in {r['dir']}" for r in records
+        if None not in (r.get("params"), r.get("dataset"))
+        and (r["params"], r["dataset"]) != sizes]
+    if unlike:
+        raise SystemExit(f"time_to_accuracy.py efficiency: the runs trained different tasks "
+                         f"({efficiency_fit.describe_task(task)} in {path}; {unlike[0]}): "
+                         f"pool measurements of one task")
+    return task
 
 
 def build_parser():
@@ -359,7 +460,7 @@ def build_parser():
                         choices=("all", "measure", "abci", "report", "optimum",
                                  "efficiency"),
                         help="all (default): measure, then abci from the first adaptive run; "
-                             "report: table and plot again from --out's measured.json; "
+                             "report: table and plot again from --out's measured.json (never rewritten); "
                              "optimum: the model's best schedule on --prior's run; "
                              "efficiency: E(B) predicted against measured at each fixed batch")
     add_knob(parser, "--out", "NNABLA_TORUS_TTA_OUT", "runs/time_to_accuracy",
@@ -369,8 +470,9 @@ def build_parser():
              "report and efficiency take the target their measurements were taken to",
              short="-C")
     add_knob(parser, "--pool", "NNABLA_TORUS_TTA_POOL", "", "report: comma-separated folders "
-             "of earlier measurements, pooled into one table and verdict written to --out "
-             "(each seed paired with the fixed batch of its own folder; empty: --out's own)")
+             "of earlier measurements, pooled into one table and verdict written to --out, "
+             "a folder outside the pool (each seed paired with the fixed batch of its own "
+             "folder; empty: --out's own)")
     add_measure_knobs(parser.add_argument_group("measure"))
     add_abci_knobs(parser.add_argument_group("abci"))
     return parser
@@ -380,11 +482,14 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command in ("report", "efficiency"):
         asked = args.target or (task_target(args) if args.task != DEFAULT_TASK else 0.0)
-        records, where, args.target = read_measurements(
-            args.pool.split(",") if args.pool else [args.out], asked)
-        if args.command == "efficiency":
-            return efficiency(records, args, where)
-        report(records, args, where)
+        records, where, args.target = read_measurements(measurement_folders(args), asked,
+                                                        args.command)
+        try:
+            if args.command == "efficiency":
+                return efficiency(records, args, where)
+            report(records, args, where)
+        except ValueError as e:          # a run folder's series, --before, too few batches
+            raise SystemExit(f"time_to_accuracy.py {args.command}: {e}") from None
         return 0
     args.target = task_target(args)
     if args.command == "optimum":

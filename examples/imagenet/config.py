@@ -1,10 +1,11 @@
 """One typed configuration for examples/imagenet/train.py: defaults, recipe file, env, CLI.
 
 Every field of ``TrainConfig`` is a CLI flag (``--base-lr``), an environment variable
-(``NNABLA_TORUS_BASE_LR``) and a recipe key (``base_lr``). Precedence, highest first:
-command line > recipe file (``-C``) > environment > the default written in ``knob_table``.
-This module parses and builds the run's schedules; ``knob_table`` holds the knobs and
-``config_checks`` checks them. Example::
+(``NNABLA_TORUS_BASE_LR``) and a recipe key (``base_lr``). Precedence, highest first
+(docs/imagenet.md#where-each-setting-comes-from): flag > environment > the recipe given with
+``-C`` > the default recipe (``DEFAULT_RECIPE``, ``DEFAULT_DATA_RECIPE``) > the default written
+in ``knob_table``. This module parses and builds the run's schedules; ``knob_table`` holds the
+knobs and ``config_checks`` checks them. Example::
 
     cfg = parse_config(["-C", "sony-224s", "--epochs", "2"])
     cfg.batch_schedule        # "0:34816,5:69632" from the recipe
@@ -16,7 +17,7 @@ import os
 
 from config_checks import check_context  # noqa: F401  (tests import it from here)
 from config_checks import milestones, validate
-from knob_table import (CHOICES, RANGES, RENAMED_VALUES, TrainConfig, env_of, flag_of,
+from knob_table import (CHOICES, RANGES, RENAMED_VALUES, WORDS, TrainConfig, env_of, flag_of,
                         knob_fields)
 from nnabla_torus.comm import failfast
 from nnabla_torus.planning import efficiency_fit
@@ -86,14 +87,20 @@ def load_recipe(name):
 
 
 def coerce(key, type_, value, where):
-    """Convert a YAML value to the field's type (int -> float, list -> "a,b"), or raise."""
+    """Convert a YAML value to the field's type (int -> float, list -> "a,b") or one of the
+    knob's ``WORDS`` (``checkpoint_every: auto``), or raise."""
+    words = WORDS.get(key, ())
+    if isinstance(value, str) and value.strip().lower() in words:
+        return value.strip().lower()
     if type_ is str and isinstance(value, (list, tuple)):
         value = ",".join(str(v) for v in value)
     ok = (type_ is float and isinstance(value, (int, float)) and not isinstance(value, bool)) or \
          (type_ is int and isinstance(value, int) and not isinstance(value, bool)) or \
          (type_ is bool and isinstance(value, bool)) or (type_ is str and isinstance(value, str))
     if not ok:
-        raise ValueError(f"{where}: {key} = {value!r} must be a {type_.__name__}")
+        article = "an" if type_.__name__[0] in "aeiou" else "a"
+        raise ValueError(f"{where}: {key} = {value!r} must be {article} {type_.__name__}"
+                         + "".join(f" or {word}" for word in words))
     return type_(value)
 
 
@@ -106,15 +113,17 @@ def parse_config(argv=None):
     only_cli = parser.parse_args(argv)            # None wherever the CLI said nothing
     recipe_name = with_env.recipe or (DEFAULT_DATA_RECIPE if with_env.data_dir else DEFAULT_RECIPE)
     recipe = load_recipe(recipe_name)
+    from_recipe = "recipe" if with_env.recipe else "default recipe"
     values, source = {}, {}
     for name in names:
         if getattr(only_cli, name) is not None:
             values[name], source[name] = getattr(only_cli, name), "cli"
+        elif os.environ.get(env_of(name), "") != "":
+            values[name], source[name] = getattr(with_env, name), "env"
         elif name in recipe:
-            values[name], source[name] = recipe[name], "recipe"
+            values[name], source[name] = recipe[name], from_recipe
         else:
-            values[name] = getattr(with_env, name)
-            source[name] = "env" if os.environ.get(env_of(name), "") != "" else "default"
+            values[name], source[name] = getattr(with_env, name), "default"
     notes = [rename(values, name) for name in RENAMED_VALUES
              if values[name] in RENAMED_VALUES[name]]
     cfg = TrainConfig(**values, recipe=recipe_name, source=source, notes=notes)

@@ -40,9 +40,13 @@ MAX_EPOCHS = 1e6        # passes over the data: far beyond any recipe, below int
 MAX_BUCKET_MIB = 1e6    # one all-reduce bucket, MiB (1 TB: more than any model's gradients)
 # Allowed range of every numeric knob: a parser for the flag, the variable and the recipe value.
 POSITIVE, FRACTION = dict(low=0, strict=True), dict(low=0, high=1, strict_high=True)
+# Words a numeric knob takes besides its numbers, as a flag, a variable and a recipe value.
+WORDS = {"checkpoint_every": ("auto",)}
+
+
 def steps_or_auto(text):
     """``auto`` or optimizer steps, an integer >= 0 (--checkpoint-every)."""
-    if str(text).strip().lower() == "auto":
+    if str(text).strip().lower() in WORDS["checkpoint_every"]:
         return "auto"
     return number(int, low=0, hint="or auto")(text)
 
@@ -212,19 +216,31 @@ class TrainConfig:
                                 "else a line every log_every steps")
     log_every: int = knob(50, "optimizer steps between progress lines when stderr is not a "
                               "terminal (0 = none)")
-    # filled by parse_config: where each value came from (cli | recipe | env | default), and
-    # one note per old spelling it renamed (RENAMED_VALUES), for the rank-0 log
+    # filled by parse_config: where each value came from (SOURCES), and one note per old
+    # spelling it renamed (RENAMED_VALUES), for the rank-0 log
     recipe: str = ""
     source: dict = dataclasses.field(default_factory=dict, repr=False)
     notes: list = dataclasses.field(default_factory=list, repr=False)
 
     def describe(self):
-        """Return one line per knob: ``name = value  (source)``, for the rank-0 log."""
+        """Return one line per knob: ``name = value  (where it came from)``, for the rank-0
+        log: the flag, the variable, the recipe, the default recipe or the built-in default."""
         lines = []
         for field in knob_fields():
             lines.append(f"  {field.name:<17} = {getattr(self, field.name)!r:<24} "
-                         f"({self.source.get(field.name, 'default')})")
-        return f"config (recipe {self.recipe or '-'}):\n" + "\n".join(lines)
+                         f"({self.origin(field.name)})")
+        return (f"config (recipe {self.recipe or '-'}; flag > environment > recipe > default "
+                f"recipe > built-in default):\n" + "\n".join(lines))
+
+    def origin(self, name):
+        """Where knob ``name``'s value came from, as the log says it: ``flag --epochs``,
+        ``env NNABLA_TORUS_EPOCHS``, ``recipe sony-224s``, ``default recipe digits-cpu`` or
+        ``built-in default``."""
+        source = self.source.get(name, "default")
+        return {"cli": f"flag {flag_of(name)}", "env": f"env {env_of(name)}",
+                "recipe": f"recipe {self.recipe}",
+                "default recipe": f"default recipe {self.recipe}"}.get(source,
+                                                                        "built-in default")
 
 
 def knob_fields():

@@ -17,12 +17,14 @@ import numpy as np
 
 from nnabla_torus.planning.overlap_choice import OverlapChoice, with_measured
 from nnabla_torus.planning.overlap_choice import describe as describe_overlap_choice
+from slotted import slotted
 
 WARMUP_STEPS = 2   # steps after a switch not timed (graph rebuilt, NCCL groups made, caches)
 TIMED_STEPS = 5    # steps timed per configuration; their median is its step time
 
 
-@dataclasses.dataclass(slots=True)
+@slotted
+@dataclasses.dataclass
 class OverlapTrial:
     """The choice so far (``choice.measured`` lists the configurations timed), torus2d's grid
     (to switch back to it), the algorithm running and the step seconds seen under it."""

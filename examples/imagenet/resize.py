@@ -82,11 +82,12 @@ class EpochLayout:
             if self.segments else {}
 
 
-def resized_loader_state(state, old_size, old_step_images, new_size, new_plan):
-    """The loader state that continues ``state`` (saved by ``old_size`` ranks) on ``new_size``.
+def resized_loader_state(state, old_size, old_step_images, new_plan):
+    """The loader state that continues ``state`` (saved by ``old_size`` ranks) on a new world.
 
     The old world becomes one more segment of the epoch; the new one starts at image 0 of its
-    resharded order with ``new_plan``'s per-rank batch.
+    resharded order with ``new_plan``'s per-rank batch. The state does not depend on the new
+    world's size: ``EpochLayout`` reshards the segments over it when the loader starts.
     """
     if state is None:
         return None

@@ -74,7 +74,7 @@ def restore_checkpoint(run):
         ctrl.current, message = resize.resplit(meta["plan"], comm.size, ctrl.max_local_batch,
                                                ctrl.lr_factor)
         meta["loader"] = resize.resized_loader_state(
-            meta["loader"], state.saved_ranks, old.local_batch * old.accum_steps, comm.size,
+            meta["loader"], state.saved_ranks, old.local_batch * old.accum_steps,
             ctrl.current)
         meta["comm"] = None          # the planner's grid was for the old size: plan anew
         log(f"checkpoint {state.checkpoint} was written by {ranks(state.saved_ranks)}, this "

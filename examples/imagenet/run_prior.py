@@ -11,7 +11,7 @@ later runs. Example::
 """
 import os
 
-from nnabla_torus.planning import priors
+from nnabla_torus.planning import efficiency_fit, priors
 
 
 def data_name(cfg, train_set):
@@ -24,7 +24,8 @@ def data_name(cfg, train_set):
 
 def batch_prior(cfg, comm, planner, n_params, train_set, refit, log):
     """(key, Prior or None) of --batch-prior: rank 0 reads it (its own disk) and sends it to
-    every rank, so every controller decides alike; the refit takes its step times."""
+    every rank, so every controller decides alike; the refit takes its step times. An
+    --efficiency-fit of another task (the key's model and data) is refused here."""
     from nnabla_torus.comm.communicator import MPI
     machine = (f"{planner.prof.name if planner else 'no planner'} "
                f"{len(comm.hosts.hosts)}x{comm.hosts.ranks_per_host or 0}")
@@ -33,6 +34,9 @@ def batch_prior(cfg, comm, planner, n_params, train_set, refit, log):
          "parameters": n_params},
         {"data": data_name(cfg, train_set), "images": len(train_set),
          "classes": train_set.num_classes}, comm.size, machine)
+    if cfg.efficiency_fit:        # every rank: each raises the same line
+        path = os.path.expanduser(cfg.efficiency_fit)
+        efficiency_fit.check_task(efficiency_fit.load(path), efficiency_fit.task_of(key), path)
     found = None
     if comm.rank == 0:
         found = priors.find(cfg.batch_prior, comm.settings.cache_dir, key, cfg.arch,

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Optional
 
+from slotted import slotted
+
 if TYPE_CHECKING:      # for the annotations only: the communicator's module starts MPI
     from nnabla.monitor import MonitorSeries
     from nnabla_torus.comm.communicator import MultiProcessDataParallelCommunicator
@@ -37,7 +39,8 @@ if TYPE_CHECKING:      # for the annotations only: the communicator's module sta
     from training_planner import TrainingPlanner
 
 
-@dataclasses.dataclass(slots=True)
+@slotted
+@dataclasses.dataclass
 class Settings:
     """What the run was asked for: the config, rank 0's log, the number type ("float" or
     "half", "float" on CPU) and the device index (None on CPU); set by set_up, changed by
@@ -48,7 +51,8 @@ class Settings:
     device_id: Optional[int]
 
 
-@dataclasses.dataclass(slots=True)
+@slotted
+@dataclasses.dataclass
 class Parallel:
     """The communicator and what works around its all-reduce: set_up makes ``comm`` (its
     algorithm switched by plan_step's planner, choose_overlap and a resumed checkpoint);
@@ -60,7 +64,8 @@ class Parallel:
     scaler: Optional[DynamicLossScaling] = None
 
 
-@dataclasses.dataclass(slots=True)
+@slotted
+@dataclasses.dataclass
 class Data:
     """The images: training and validation sets (set_up; ``train_set.bad`` grows with the
     undecodable images found), the training ``stream`` and its position in epochs
@@ -72,7 +77,8 @@ class Data:
     reported_bad: set = dataclasses.field(default_factory=set)
 
 
-@dataclasses.dataclass(slots=True)
+@slotted
+@dataclasses.dataclass
 class Network:
     """The model: ``model(x, test)``, its parameters by name and their gradient arrays (and the
     sum of their absolute values, the divergence check's), the solvers (set_up; take_step
@@ -90,7 +96,8 @@ class Network:
     graph_key: Optional[tuple] = None
 
 
-@dataclasses.dataclass(slots=True)
+@slotted
+@dataclasses.dataclass
 class Planning:
     """What decides batch, learning rate, all-reduce and rank count: the planner (None with
     --plan off; plan_step replans at each new global batch), the noise-scale estimator and the
@@ -110,7 +117,8 @@ class Planning:
     prior_key: Optional[dict] = None
 
 
-@dataclasses.dataclass(slots=True)
+@slotted
+@dataclasses.dataclass
 class Progress:
     """How far the run is: optimizer steps, images trained on and seconds spent in steps
     (take_step; restored by resume_or_start), [epoch, global batch] at each batch change
@@ -141,7 +149,8 @@ class Progress:
     auto_checkpoint_every: int = 0     # --checkpoint-every auto's interval, once chosen
 
 
-@dataclasses.dataclass(slots=True)
+@slotted
+@dataclasses.dataclass
 class RunState:
     """One training run: the groups above, each with what it holds and who changes it, and
     its checkpoints' State (set_up; resume_or_start starts it, run_checkpoint saves it)."""

@@ -30,9 +30,13 @@ Example: fixed 64, 128 and 256 on the digits task reached 90 % after 5.7, 7.3 an
 """
 import json
 import math
+import os
 from collections import namedtuple
 
 import numpy as np
+
+from ..files import atomic_open
+from ..knobs import short_repr
 
 Fit = namedtuple("Fit", [
     "phi",       # B_crit = a / b of images = a + b B, samples (inf: larger batches cost nothing)
@@ -48,7 +52,14 @@ Scale = namedtuple("Scale", [
     "phi",       # the fitted phi, samples
     "b_simple",  # the B_simple it is relative to, samples
     "largest_batch",   # the largest batch of the runs fitted, samples (None: not recorded)
-], defaults=[None])
+    "task",      # the task fitted: {"model": ..., "data": ...} of priors.prior_key (task_of)
+], defaults=[None, None])
+
+# Factors outside this range say B_simple is off by orders of magnitude, not a task's factor
+# (fits here: 1.51 on digits, 11.9 on clusters); beyond it the log's phi is digits, not sense.
+FACTOR_RANGE = (1e-3, 1e3)
+MAX_BATCH = 2 ** 31 - 1      # largest_batch: a global batch in samples, an MPI int
+REWRITE = "write it again with `python tools/time_to_accuracy.py efficiency`"
 
 
 def fit_phi(batches, images, resolution=0.0):
@@ -80,9 +91,34 @@ def fit_phi(batches, images, resolution=0.0):
     return Fit(float(a / b), float(math.sqrt(max(var, 0.0))), n, distinct)
 
 
-def scale_of(fit, b_simple, b_simple_rse, largest_batch=None):
+def task_of(key):
+    """The task of a batch prior's ``key`` (priors.prior_key): its model and data, without
+    the rank count and machine, which change step times, not the images a target takes."""
+    return {"model": dict(key["model"]), "data": dict(key["data"])}
+
+
+def describe_task(task):
+    """``resnet18 x0.125 16 px (17,632 parameters) on digits (1,437 images)`` of ``task``."""
+    model, data = task["model"], task["data"]
+    return (f"{model.get('arch')} x{model.get('width')} {model.get('image_size')} px "
+            f"({model.get('parameters', 0):,} parameters) on {data.get('data')} "
+            f"({data.get('images', 0):,} images)")
+
+
+def check_task(scale, task, path):
+    """ValueError naming both tasks unless ``scale`` (read from ``path``) was fitted on
+    ``task`` (:func:`task_of` of the run's prior key)."""
+    if scale.task != task:
+        raise ValueError(f"efficiency fit {path!r} was fitted on {describe_task(scale.task)}, "
+                         f"not this run's {describe_task(task)}; fit this task's fixed runs "
+                         f"(`python tools/time_to_accuracy.py measure -C ... --fixed ...`, then "
+                         f"`efficiency`) or leave --efficiency-fit empty")
+
+
+def scale_of(fit, b_simple, b_simple_rse, largest_batch=None, task=None):
     """:class:`Scale` of ``fit`` over the noise scale ``b_simple`` measured on the same task
-    (with its relative standard error ``b_simple_rse``); ``largest_batch``: the largest batch
+    (``task``, :func:`task_of`), with its relative standard error ``b_simple_rse``;
+    ``largest_batch``: the largest batch
     of the runs fitted, beyond which the controller does not take the factor (the line is
     measured up to it, and the learning rate's stability is not in it: on clusters,
     emulated, a factor fitted up to 1024 moved one run to 2032 at step 28, whose linearly
@@ -91,7 +127,7 @@ def scale_of(fit, b_simple, b_simple_rse, largest_batch=None):
         raise ValueError(f"scale_of: b_simple = {b_simple} must be > 0 (an adaptive run's "
                          f"measured noise scale)")
     return Scale(fit.phi / b_simple, math.hypot(fit.rse, b_simple_rse), fit.phi, b_simple,
-                 None if largest_batch is None else int(largest_batch))
+                 None if largest_batch is None else int(largest_batch), task)
 
 
 def low_end(rse):
@@ -124,25 +160,48 @@ def describe(scale):
 
 
 def save(scale, path):
-    """Write ``scale`` as JSON (what ``--efficiency-fit`` reads)."""
-    with open(path, "w") as f:
+    """Write ``scale`` as JSON (what ``--efficiency-fit`` reads), whole or not at all."""
+    with atomic_open(path) as f:
         json.dump(scale._asdict(), f, indent=1)
 
 
 def load(path):
-    """The :class:`Scale` :func:`save` wrote to ``path``; ValueError naming what is wrong."""
+    """The :class:`Scale` :func:`save` wrote to ``path``; ValueError, one line naming the bad
+    field, its value and the allowed range."""
+    path = os.fspath(path)
     try:
         with open(path) as f:
             saved = json.load(f)
-        largest = saved.get("largest_batch")     # absent in files written before it
-        scale = Scale(*(float(saved[k]) for k in Scale._fields[:4]),
-                      None if largest is None else int(largest))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"efficiency fit {path!r} is unreadable ({e}); write it with "
-                         f"`python tools/time_to_accuracy.py efficiency`") from e
-    if not (scale.factor > 0 and math.isfinite(scale.factor) and scale.rse >= 0
-            and (scale.largest_batch is None or scale.largest_batch >= 1)):
-        raise ValueError(f"efficiency fit {path!r}: factor {scale.factor} must be finite and "
-                         f"> 0, rse {scale.rse} >= 0 and largest_batch "
-                         f"{scale.largest_batch} >= 1")
-    return scale
+    except (OSError, ValueError) as e:
+        raise ValueError(f"efficiency fit {path!r} is unreadable ({e}); {REWRITE}") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"efficiency fit {path!r} holds a JSON {type(saved).__name__}, not an "
+                         f"object of {', '.join(Scale._fields)}; {REWRITE}")
+    low, high = FACTOR_RANGE
+    number = _field(path, saved)
+    scale = Scale(number("factor", lambda v: low <= v <= high, f"within {low:g}-{high:g}"),
+                  number("rse", lambda v: v >= 0, ">= 0"), number("phi", lambda v: v > 0, "> 0"),
+                  number("b_simple", lambda v: v > 0, "> 0"),
+                  number("largest_batch", lambda v: v == int(v) and 1 <= v <= MAX_BATCH,
+                         f"an integer 1-{MAX_BATCH}", missing_ok=True),
+                  saved.get("task"))
+    if not (isinstance(scale.task, dict) and isinstance(scale.task.get("model"), dict)
+            and isinstance(scale.task.get("data"), dict)):
+        raise ValueError(f"efficiency fit {path!r}: task = {short_repr(scale.task)} must name the "
+                         f"model and data it was fitted on; {REWRITE}")
+    return scale._replace(largest_batch=None if scale.largest_batch is None
+                          else int(scale.largest_batch))
+
+
+def _field(path, saved):
+    """A reader of ``saved``'s numeric fields: finite, not a boolean, within ``allowed``."""
+    def number(name, allowed, text, missing_ok=False):
+        value = saved.get(name)
+        if value is None and missing_ok:
+            return None
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (ok and math.isfinite(value) and allowed(value)):
+            raise ValueError(f"efficiency fit {path!r}: {name} = {short_repr(value)} must be a "
+                             f"finite number {text}; {REWRITE}")
+        return float(value)
+    return number

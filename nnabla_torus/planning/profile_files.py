@@ -8,6 +8,7 @@ import os
 
 import yaml
 
+from . import safe_yaml
 from .profile_schema import profile_to_dict
 
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
@@ -36,7 +37,7 @@ def read_profile_file(name_or_path):
                              f"shipped: {list_profiles()}")
     try:
         with open(path) as f:
-            raw = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+            raw = json.load(f) if path.endswith(".json") else safe_yaml.load(f)
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as e:   # a folder, no
         # permission, not text, malformed JSON (a ValueError) or YAML
         why = e.strerror if isinstance(e, OSError) and e.strerror else \

@@ -8,6 +8,7 @@ Every key, with its unit, is in docs/costmodel.md#cluster-profiles.
 import math
 from collections import namedtuple
 
+from ..comm.auto.table import table_problem
 from .costmodel import ALGORITHMS, Compute, Link, Network, Software
 
 
@@ -135,13 +136,10 @@ def _auto_tables(raw):
         _check_keys(where, entry, _AUTO_KEYS, _AUTO_KEYS)
         ranks = _number(where, entry, "ranks", 1, kind=int)
         per_host = _number(where, entry, "ranks_per_host", 1, kind=int)
-        bounds, names = list(entry["bounds"] or []), list(entry["algorithms"] or [])
-        if (len(names) != len(bounds) + 1 or set(names) - set(ALGORITHMS)
-                or any(not isinstance(b, int) or b < 1 for b in bounds)
-                or bounds != sorted(bounds)):
-            raise ValueError(f"profile {where}: needs ascending positive byte bounds and one "
-                             f"algorithm more than bounds, each of {sorted(ALGORITHMS)}; got "
-                             f"bounds {bounds}, algorithms {names}")
+        bounds, names = entry["bounds"] or [], entry["algorithms"] or []
+        problem = table_problem(bounds, names, ALGORITHMS)
+        if problem:
+            raise ValueError(f"profile {where}: {problem}")
         tables[(ranks, per_host)] = (bounds, names)
     return tables
 

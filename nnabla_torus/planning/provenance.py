@@ -22,7 +22,7 @@ without a known source; :func:`untagged` lists the values without a tag.
 import re
 from collections import namedtuple
 
-import yaml
+from . import safe_yaml
 
 KINDS = ("published", "derived", "assumed")
 SOURCES_KEY = "sources"
@@ -115,7 +115,7 @@ def check_sources(tags, sources, where):
 def load_tagged(stream, where="<yaml>"):
     """Parse YAML text (a file object) into (values, tags); check the published tags' sources."""
     text = stream.read()
-    values = yaml.safe_load(text) or {}
+    values = safe_yaml.load(text) or {}
     if not isinstance(values, dict):
         raise ValueError(f"{where} must be a mapping of key: value, got {type(values).__name__}")
     tags = parse_tags(text.splitlines())

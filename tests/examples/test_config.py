@@ -1,4 +1,5 @@
-"""Typed config: precedence CLI > recipe > env > default, recipes by value, clear errors."""
+"""Typed config: precedence flag > env > recipe > default recipe > built-in default, recipes
+by value, clear errors."""
 import pytest
 
 from examples.imagenet.config import TrainConfig, build_schedules, load_recipe, parse_config
@@ -14,17 +15,56 @@ def test_default_is_digits_recipe_and_data_dir_picks_resnet50(monkeypatch, tmp_p
     assert cfg.recipe == "resnet50-90ep" and cfg.arch == "resnet50"
 
 
-def test_precedence_cli_over_recipe_over_env_over_default(monkeypatch):
-    monkeypatch.setenv("NNABLA_TORUS_EPOCHS", "7")          # recipe sets epochs: recipe wins
-    monkeypatch.setenv("NNABLA_TORUS_BUCKET_MIB", "3.5")    # recipe is silent: env wins
-    cfg = parse_config(["-C", "sony-224s", "--optimizer", "momentum"])
-    assert (cfg.epochs, cfg.source["epochs"]) == (90.0, "recipe")
-    assert (cfg.bucket_mib, cfg.source["bucket_mib"]) == (3.5, "env")
+def test_precedence_flag_env_recipe_default_recipe_builtin(monkeypatch):
+    """flag > environment > the recipe given with -C > the default recipe > built-in default,
+    each level beating the next on one knob (docs/imagenet.md#where-each-setting-comes-from)."""
+    monkeypatch.delenv("NNABLA_TORUS_RECIPE", raising=False)
+    monkeypatch.delenv("NNABLA_TORUS_EPOCHS", raising=False)
+    cfg = parse_config([])                                   # default recipe > built-in
+    assert (cfg.epochs, cfg.source["epochs"]) == (12.0, "default recipe")      # digits-cpu's
+    assert (cfg.seed, cfg.source["seed"]) == (TrainConfig().seed, "default")   # in no recipe
+    cfg = parse_config(["-C", "clusters-mlp"])               # -C's recipe > the default recipe
+    assert (cfg.epochs, cfg.source["epochs"]) == (4.0, "recipe")
+    monkeypatch.setenv("NNABLA_TORUS_EPOCHS", "7")           # environment > any recipe
+    monkeypatch.setenv("NNABLA_TORUS_BUCKET_MIB", "3.5")
+    for argv in ([], ["-C", "sony-224s"]):
+        cfg = parse_config(argv)
+        assert (cfg.epochs, cfg.source["epochs"]) == (7.0, "env"), argv
+        assert (cfg.bucket_mib, cfg.source["bucket_mib"]) == (3.5, "env")
+    cfg = parse_config(["-C", "sony-224s", "--epochs", "9", "--optimizer", "momentum"])
+    assert (cfg.epochs, cfg.source["epochs"]) == (9.0, "cli")            # flag > environment
     assert (cfg.optimizer, cfg.source["optimizer"]) == ("momentum", "cli")
-    assert (cfg.seed, cfg.source["seed"]) == (TrainConfig().seed, "default")
+    # the logged table says where each value came from
+    table = cfg.describe()
+    assert table.startswith("config (recipe sony-224s; flag > environment > recipe > default "
+                            "recipe > built-in default):\n")
+    assert "  epochs            = 9.0                      (flag --epochs)\n" in table
+    assert "  bucket_mib        = 3.5                      (env NNABLA_TORUS_BUCKET_MIB)\n" in table
+    assert "  batch_schedule    = '0:34816,5:69632'        (recipe sony-224s)\n" in table
+    assert "  seed              = 313                      (built-in default)\n" in table
+    monkeypatch.delenv("NNABLA_TORUS_EPOCHS")
+    assert "  epochs            = 12.0                     (default recipe digits-cpu)\n" in \
+        parse_config([]).describe()
     cfg = parse_config(["-C", "sony-224s", "--epochs", "2", "--warmup-epochs", "1", "--overlap", "0"])
     assert (cfg.epochs, cfg.overlap) == (2.0, False)
-    assert "epochs" in cfg.describe() and "(cli)" in cfg.describe()
+
+
+def test_a_recipe_says_checkpoint_every_auto(tmp_path, monkeypatch):
+    """The flag and the variable took ``auto``; the recipe key, typed int, refused it."""
+    monkeypatch.delenv("NNABLA_TORUS_CHECKPOINT_EVERY", raising=False)
+    path = tmp_path / "auto.yaml"
+    for text in ("auto", "Auto", "'auto'"):
+        path.write_text(f"checkpoint_every: {text}\n")
+        cfg = parse_config(["-C", str(path)])
+        assert (cfg.checkpoint_every, cfg.source["checkpoint_every"]) == ("auto", "recipe")
+    path.write_text("checkpoint_every: 40\n")
+    assert parse_config(["-C", str(path)]).checkpoint_every == 40
+    path.write_text("checkpoint_every: often\n")
+    with pytest.raises(ValueError, match="checkpoint_every = 'often' must be an int or auto$"):
+        parse_config(["-C", str(path)])
+    path.write_text("checkpoint_every: -3\n")
+    with pytest.raises(ValueError, match="checkpoint_every must be an integer >= 0 .or auto."):
+        parse_config(["-C", str(path)])
 
 
 def test_sony_recipe_published_values():

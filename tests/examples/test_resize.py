@@ -59,11 +59,11 @@ def test_every_image_once_per_epoch_across_two_resizes():
 def test_loader_state_continues_on_the_new_world():
     plan = BatchPlan(64, 16, 2, 1.0, False, "")
     state = {"epoch": 1, "start_image": 32, "batch_size": 16, "consumed_steps": 1}
-    new = resize.resized_loader_state(state, 4, 16, 2, plan)
+    new = resize.resized_loader_state(state, 4, 16, plan)     # whatever the new world's size
     assert new == {"epoch": 1, "start_image": 0, "batch_size": 16, "consumed_steps": 0,
                    "segments": [[4, 48, 16, 32, 16]], "step_images": 32}
     start = {"epoch": 2, "start_image": 0, "batch_size": 16, "consumed_steps": 0}
-    assert "segments" not in resize.resized_loader_state(start, 4, 16, 2, plan)
+    assert "segments" not in resize.resized_loader_state(start, 4, 16, plan)
     layout = resize.EpochLayout(1438, 5, 2, new)
     assert layout.fraction(0) == pytest.approx(48 / 360)
     assert layout.fraction(layout.per_rank) == pytest.approx(1.0)

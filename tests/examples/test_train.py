@@ -124,14 +124,25 @@ def test_an_efficiency_fit_file_prices_every_decision_and_caps_the_batch(tmp_pat
     # What `time_to_accuracy.py efficiency` writes, as a user passes it: the controller decides
     # on phi = factor x B_simple, says so at each decision, and never trains past the largest
     # batch of the runs the factor was fitted on (its --max-batch 128 capped at 96).
+    # The file names its task: SMALL's model and data (a fit of another task is refused).
     from nnabla_torus.planning import efficiency_fit
+    task = {"model": {"arch": "resnet18", "width": 0.125, "image_size": 16,
+                      "parameters": 176402}, "data": {"data": "digits", "images": 512,
+                                                      "classes": 10}}
     fit = tmp_path / "efficiency_fit.json"
-    efficiency_fit.save(efficiency_fit.Scale(50.0, 0.05, 10000.0, 200.0, 96), fit)
-    out = run_mpi(2, [PROG] + SMALL + ["--adaptive-batch", "1", "--max-batch", "128",
-                                       "--adaptive-min-samples", "4", "--adaptive-max-rse", "5",
-                                       "--batch-prior", "none", "--efficiency-fit", str(fit),
-                                       "--epochs", "2", "--output-dir", str(tmp_path / "run")],
-                  timeout=180)
+    flags = SMALL + ["--adaptive-batch", "1", "--max-batch", "128",
+                     "--adaptive-min-samples", "4", "--adaptive-max-rse", "5",
+                     "--batch-prior", "none", "--efficiency-fit", str(fit),
+                     "--epochs", "2", "--output-dir", str(tmp_path / "run")]
+    other = dict(task, data=dict(task["data"], images=1438))
+    efficiency_fit.save(efficiency_fit.Scale(50.0, 0.05, 10000.0, 200.0, 96, other), fit)
+    out = run_mpi(2, ["examples/imagenet/train.py"] + flags, timeout=180, check=False)
+    assert (f"train.py: error: efficiency fit '{fit}' was fitted on resnet18 x0.125 16 px "
+            f"(176,402 parameters) on digits (1,438 images), not this run's resnet18 x0.125 "
+            f"16 px (176,402 parameters) on digits (512 images)") in out, out
+    assert "Traceback" not in out, out
+    efficiency_fit.save(efficiency_fit.Scale(50.0, 0.05, 10000.0, 200.0, 96, task), fit)
+    out = run_mpi(2, [PROG] + flags, timeout=180)
     assert "PARAMS_EQUAL" in out, out
     assert (f"goodput: efficiency fitted to fixed runs ({fit}): phi = 50.00 +- 5% x B_simple "
             f"(fitted phi 10000 over a measured B_simple of 200, runs up to batch 96)") in out, out

@@ -2,6 +2,7 @@
 the next reuses the file without measuring, a changed key measures again, a corrupt file warns
 and measures, and every rank uses the same table."""
 import glob
+import json
 import os
 import re
 
@@ -40,6 +41,27 @@ def test_the_table_is_measured_once_then_read_from_the_cache(tmp_path):
     corrupt = run_mpi(4, [PROG], timeout=180, env=env)
     assert "auto: ignoring the unreadable cached table" in corrupt, corrupt[-3000:]
     assert MEASURING in corrupt and tables(corrupt, 4)[1] == "'measured at init'"
+
+
+def test_a_damaged_cached_table_warns_and_measures(tmp_path):
+    """Before: an unknown algorithm, fewer algorithms than ranges or string bounds in the
+    cached file ended every later job at its first all_reduce, until deleted by hand."""
+    env = {"NNABLA_TORUS_CACHE_DIR": str(tmp_path)}
+    run_mpi(2, [PROG], timeout=120, env=env)
+    [path] = glob.glob(str(tmp_path / "auto-table-*.json"))
+    with open(path) as f:
+        saved = json.load(f)
+    for bounds, names, problem in (
+            ([131072], ["native", "tree"], "algorithm 'tree' is not one of"),
+            ([131072, 4194304], ["native", "torus2d"], "2 algorithms for 2 bounds"),
+            (["128K"], ["native", "torus2d"], "bounds ['128K'] must be ascending positive")):
+        with open(path, "w") as f:
+            json.dump(dict(saved, bounds=bounds, names=names), f)
+        out = run_mpi(2, [PROG], timeout=120, env=env)
+        assert f"auto: ignoring the damaged cached table {path} ({problem}" in out, out[-3000:]
+        assert MEASURING in out and tables(out, 2)[1] == "'measured at init'"
+    with open(path) as f:
+        assert json.load(f)["bounds"] != ["128K"]        # measured again and saved over it
 
 
 def test_an_unwritable_cache_folder_warns_and_the_job_runs(tmp_path):

@@ -261,7 +261,8 @@ def test_time_to_accuracy_on_the_emulated_cluster(tmp_path):
     assert saved["where"] == "digits, emulated 2 hosts x 1 ranks, links 20mbit"
     speed = {r["policy"]: r["images_per_s"] for r in saved["records"]}
     assert speed["fixed 256"] > 1.3 * speed["fixed 64"], speed
-    assert any(line.startswith("throughput: fixed 256") for line in saved["verdict"])
+    verdict = json.loads((tmp_path / "report.json").read_text())["verdict"]
+    assert any(line.startswith("throughput: fixed 256") for line in verdict)
     assert (tmp_path / "batch_over_epochs.png").stat().st_size > 0
     assert (tmp_path / "emu-2x1-20mbit.yaml").exists()
 

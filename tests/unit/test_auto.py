@@ -87,3 +87,24 @@ def test_measure_interleaves_takes_the_slowest_rank_and_drops_the_first_call():
 def test_choose_covers_every_size(nbytes, name):
     table = auto.Table([64 * KiB], ["native", "torus2d"], "test")
     assert table.choose(nbytes) == name
+
+
+@pytest.mark.parametrize("bounds, names, problem", [
+    ([131072], ["native", "tree"], "algorithm 'tree' is not one of ["),
+    ([131072, 4194304], ["native", "torus2d"], "2 algorithms for 2 bounds: give one algorithm "
+                                               "more than bounds"),
+    (["128K"], ["native", "torus2d"], "bounds ['128K'] must be ascending positive integers"),
+    ([4194304, 131072], ["native", "torus2d", "ring"], "bounds [4194304, 131072] must be "
+                                                       "ascending"),
+    ([131072, 131072], ["native", "torus2d", "ring"], "must be ascending"),
+    ([True], ["native", "ring"], "bounds [True] must be"),
+    ({"a": 1}, ["native"], "bounds {'a': 1} and algorithms ['native'] must be lists"),
+])
+def test_a_damaged_table_is_named(bounds, names, problem):
+    """A cached table (comm/auto/cache.py) or a profile's auto_tables entry: before, an unknown
+    name, fewer names than ranges or string bounds ended every later job at its first
+    all_reduce, and bounds out of order were accepted."""
+    from nnabla_torus.comm.auto.table import table_problem
+    from nnabla_torus.comm.collectives import ALGORITHMS
+    assert table_problem([131072], ["native", "torus2d"], ALGORITHMS) is None
+    assert problem in table_problem(bounds, names, ALGORITHMS)

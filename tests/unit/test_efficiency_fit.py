@@ -1,7 +1,9 @@
 """The efficiency model fitted to measured images to a target (planning/efficiency_fit.py), the
 controller deciding on it, and its check against fixed runs (tools/efficiency_check.py)."""
 import doctest
+import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -11,6 +13,10 @@ from nnabla_torus.planning.controller import BatchSizeController
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from tools import accuracy_report as rep, efficiency_check
 from tests.unit.test_time_to_accuracy import epoch_record
+
+# the task of a fit (efficiency_fit.task_of of a batch prior's key)
+TASK = {"model": {"arch": "resnet18", "width": 0.125, "image_size": 16, "parameters": 176402},
+        "data": {"data": "digits", "images": 1438, "classes": 10}}
 
 BATCHES = np.array([64, 128, 256, 512])
 
@@ -84,7 +90,7 @@ def test_adascales_gain_ratio_is_the_goodput_gain_at_b_simple():
 
 def test_scale_apply_and_file(tmp_path):
     fit = efficiency_fit.Fit(450.0, 0.3, 12, 3)
-    scale = efficiency_fit.scale_of(fit, 300.0, 0.4)
+    scale = efficiency_fit.scale_of(fit, 300.0, 0.4, task=TASK)
     assert scale.factor == 1.5 and scale.rse == pytest.approx(0.5)
     # counted in 1 / phi: one error low is 300 / 1.5 = 200, i.e. 300 x (1 - 1/3)
     assert efficiency_fit.apply(scale, 200.0, 0.0) == (300.0, pytest.approx(1 / 3))
@@ -188,8 +194,19 @@ def test_the_efficiency_command_writes_the_fit_train_py_reads(tmp_path, capsys):
     records += [epoch_record(tmp_path, rep.ADAPTIVE, 64, 10 + s, 7.0, f"1 {phi}\n")
                 for s, phi in enumerate((200, 240, 220))]
     (tmp_path / "measured.json").write_text(json.dumps({"where": "here", "records": records}))
+    assert tta.main(["efficiency", "--out", str(tmp_path)]) == 0      # no run names its task
+    assert "efficiency_fit.json not written: no adaptive run left its batch_prior.json" in \
+        capsys.readouterr().out and not (tmp_path / "efficiency_fit.json").exists()
+    for r in records[-2:]:                   # what train.py leaves: the task in the prior's key
+        prior = {"key": {**TASK, "ranks": 4, "machine": "cpu-2core 1x4"}, "points": []}
+        (tmp_path / os.path.basename(r["dir"]) / "batch_prior.json").write_text(
+            json.dumps(prior))
     assert tta.main(["efficiency", "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.endswith(
+        "(train.py --efficiency-fit) for resnet18 x0.125 16 px (176,402 parameters) on digits "
+        "(1,438 images)\n")
     scale = efficiency_fit.load(tmp_path / "efficiency_fit.json")
+    assert scale.task == TASK
     points = [(b, e - 0.5) for b, runs in epochs.items() for e in runs]
     fit = efficiency_fit.fit_phi(*zip(*points), resolution=1.0)
     assert scale.phi == pytest.approx(fit.phi) and scale.b_simple == 220.0
@@ -197,10 +214,75 @@ def test_the_efficiency_command_writes_the_fit_train_py_reads(tmp_path, capsys):
     assert "| 128 | 3 | 7.17 +- 0.33 |" in (tmp_path / "efficiency.md").read_text()
 
 
+def test_a_pool_of_two_tasks_writes_no_fit(tmp_path):
+    from tools import time_to_accuracy as tta
+    records = [epoch_record(tmp_path, rep.ADAPTIVE, 64, s, 7.0, "1 200\n") for s in (1, 2)]
+    for r, images in zip(records, (1438, 512)):
+        key = {**TASK, "data": dict(TASK["data"], images=images), "ranks": 4, "machine": "x"}
+        (tmp_path / os.path.basename(r["dir"]) / "batch_prior.json").write_text(
+            json.dumps({"key": key}))
+    with pytest.raises(SystemExit, match=r"^time_to_accuracy.py efficiency: the runs trained "
+                                         r"different tasks \(resnet18 x0.125 16 px \(176,402 "
+                                         r"parameters\) on digits \(1,438 images\) in .*; .* "
+                                         r"on digits \(512 images\) in .*\): pool measurements "
+                                         r"of one task$"):
+        tta.fitted_task(records)
+    fixed = dict(records[0], policy="fixed 64", params=176402, dataset=1000, dir="runs/f")
+    with pytest.raises(SystemExit, match=r"176,402 parameters on 1,000 images in runs/f\)"):
+        tta.fitted_task([records[0], fixed])
+
+
+GOOD = {"factor": 1.5, "rse": 0.3, "phi": 330.0, "b_simple": 220.0, "largest_batch": 256,
+        "task": TASK}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[1, 2]", "holds a JSON list, not an object of factor, rse, phi"),
+    ('"fit"', "holds a JSON str, not an object of factor"),
+    ("{", "is unreadable (Expecting property name"),
+    (dict(GOOD, largest_batch=1e999), "largest_batch = inf must be a finite number an integer"),
+    (dict(GOOD, largest_batch=96.5), "largest_batch = 96.5 must be"),
+    (dict(GOOD, rse=math.inf), "rse = inf must be a finite number >= 0"),
+    (dict(GOOD, factor=True), "factor = True must be a finite number within 0.001-1000"),
+    (dict(GOOD, factor=1e308), "factor = 1e+308 must be a finite number within 0.001-1000"),
+    (dict(GOOD, factor="2"), "factor = '2' must be"),
+    (dict(GOOD, phi=-5.0), "phi = -5.0 must be a finite number > 0"),
+    (dict(GOOD, phi=math.nan), "phi = nan must be a finite number > 0"),
+    (dict(GOOD, b_simple=list(range(100))), "b_simple = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11... "
+                                             "must be"),
+    ({k: v for k, v in GOOD.items() if k != "rse"}, "rse = None must be a finite number"),
+    ({k: v for k, v in GOOD.items() if k != "task"}, "task = None must name the model and data"),
+    (dict(GOOD, task="digits"), "task = 'digits' must name the model and data"),
+])
+def test_a_bad_fit_file_is_one_line(tmp_path, text, message):
+    """Each was a traceback (a list, a string, largest_batch 1e999) or accepted (rse inf,
+    factor true, phi negative or NaN, factor 1e308: a 464-character log line)."""
+    path = tmp_path / "fit.json"
+    path.write_text(text if isinstance(text, str) else json.dumps(text))
+    with pytest.raises(ValueError) as caught:
+        efficiency_fit.load(str(path))
+    line = str(caught.value)
+    assert line.startswith(f"efficiency fit {str(path)!r}") and message in line, line
+    assert "\n" not in line and len(line) < 300, line
+    assert line.endswith("write it again with `python tools/time_to_accuracy.py efficiency`")
+
+
+def test_a_fit_of_another_task_names_both():
+    scale = efficiency_fit.Scale(1.5, 0.3, 330.0, 220.0, 256, TASK)
+    efficiency_fit.check_task(scale, TASK, "fit.json")
+    other = {"model": dict(TASK["model"], arch="mlp", parameters=5000), "data": TASK["data"]}
+    with pytest.raises(ValueError, match=r"^efficiency fit 'fit.json' was fitted on resnet18 "
+                                         r"x0.125 16 px \(176,402 parameters\) on digits "
+                                         r"\(1,438 images\), not this run's mlp x0.125 16 px "
+                                         r"\(5,000 parameters\) on digits \(1,438 images\); "):
+        efficiency_fit.check_task(scale, other, "fit.json")
+
+
 def test_the_fitted_factor_is_not_taken_past_the_batches_it_was_fitted_on(tmp_path):
     """Clusters, emulated: a factor of 31 fitted to runs up to 1024 moved one run to 2032 at
     step 28, where its linearly scaled rate (1.59) diverged to chance accuracy."""
-    scale = efficiency_fit.scale_of(efficiency_fit.Fit(4000.0, 0.5, 9, 3), 200.0, 0.1, 256)
+    scale = efficiency_fit.scale_of(efficiency_fit.Fit(4000.0, 0.5, 9, 3), 200.0, 0.1, 256,
+                                    TASK)
     assert scale.largest_batch == 256 and "runs up to batch 256" in efficiency_fit.describe(scale)
     efficiency_fit.save(scale, tmp_path / "fit.json")
     assert efficiency_fit.load(tmp_path / "fit.json") == scale
@@ -210,6 +292,7 @@ def test_the_fitted_factor_is_not_taken_past_the_batches_it_was_fitted_on(tmp_pa
         assert ctrl.plan(epoch).global_batch <= 256
     assert ctrl.current.global_batch > 32
     # a file written before largest_batch loads with no bound
-    (tmp_path / "old.json").write_text('{"factor": 2.0, "rse": 0.3, "phi": 400, "b_simple": 200}')
+    (tmp_path / "old.json").write_text(json.dumps({"factor": 2.0, "rse": 0.3, "phi": 400,
+                                                   "b_simple": 200, "task": TASK}))
     assert efficiency_fit.load(tmp_path / "old.json").largest_batch is None
     assert controller(efficiency_fit.load(tmp_path / "old.json")).max_batch == 4096

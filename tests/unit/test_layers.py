@@ -21,7 +21,8 @@ def module_names():
             if name.endswith(".py"):
                 path = os.path.join(folder, name)
                 dotted = "nnabla_torus." + os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-                found[dotted.removesuffix(".__init__")] = path
+                package = dotted.endswith(".__init__")        # str.removesuffix: 3.9+
+                found[dotted[:-len(".__init__")] if package else dotted] = path
     return found
 
 

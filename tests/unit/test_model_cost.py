@@ -1,6 +1,7 @@
 """A model the profile does not know is priced from its own cost (FLOPs counted from the nnabla
 graph, scaled from a calibrated model on the same device), never another model's step time."""
 import json
+import math
 import os
 
 import nnabla as nn
@@ -112,3 +113,36 @@ def test_adding_a_model_keeps_the_profiles_file_its_keys_and_its_comments(tmp_pa
     assert set(prof.models) == {"resnet18-w0.125-16px", "resnet18-w0.25-64px"}
     assert prof.models["resnet18-w0.125-16px"].grad_arrays == 62
     assert load_profile(str(again)).models["resnet18-w0.125-16px"].b_s == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("records, message", [
+    ([{"ranks": 1, "local_batch": 8, "step_time_s": math.nan},
+      {"ranks": 1, "local_batch": 16, "step_time_s": math.nan}],
+     "@: record 0 has step_time_s = nan, not a finite number of seconds > 0; measure again "
+     "(without --train-json) or correct the record"),
+    ([{"ranks": 1, "local_batch": 8, "step_time_s": -0.5}], "record 0 has step_time_s = -0.5"),
+    ([{"ranks": 1, "local_batch": 0, "step_time_s": 0.5}], "record 0 has local_batch = 0"),
+    ([{"ranks": 1, "local_batch": 8, "step_time_s": "0.5"}], "has step_time_s = '0.5'"),
+    ([{"ranks": 2, "local_batch": 8, "step_time_s": 0.5}, {"ranks": 4, "local_batch": 8,
+                                                            "step_time_s": 0.7}],
+     "@ has no one-rank records (ranks [2, 4]): --add-model-to fits one rank's step times"),
+    ({"ranks": 1, "local_batch": 8, "step_time_s": 0.5},
+     "@ holds a JSON dict, not the list of records tools/train_bench.py --json writes"),
+    (None, "cannot read @ (No such file or directory); give the --json file of "
+           "tools/train_bench.py"),
+])
+def test_bad_step_records_write_no_profile(tmp_path, records, message):
+    """Before: NaN or negative step times wrote a profile of b_ms NaN or -62.5 and exited 0;
+    no one-rank record, a JSON object or a missing file were tracebacks."""
+    from tools import calibrate
+    source = tmp_path / "train.json"
+    if records is not None:
+        source.write_text(json.dumps(records))
+    out = tmp_path / "mine.yaml"
+    with pytest.raises(SystemExit) as caught:
+        calibrate.main(["--add-model-to", "cpu-2core", "--arch", "resnet18", "--width", "0.25",
+                        "--image-size", "16", "--classes", "10", "--train-json", str(source),
+                        "--out", str(out)])
+    line = str(caught.value)
+    assert line.startswith("calibrate: error: ") and message.replace("@", str(source)) in line
+    assert "\n" not in line and not out.exists()

@@ -181,30 +181,63 @@ def test_report_pools_measurements_and_names_a_folder_without_one(tmp_path, caps
             lines = [(1.0, LOG[0]), (t, LOG[2]), (t + 1, '{"val_top1": 0.91, "steps": 2, "batch_schedule": '
                                           '"0:256", "images_per_sec": 400, "ranks": 4}\n')]
             records.append(rep.record_of(policy, 1, str(run), lines, 0.90))
-        (folder / "measured.json").write_text(json.dumps({"where": "here", "records": records}))
+        (folder / "measured.json").write_text(json.dumps({"where": "here", "target": 0.90,
+                                                          "records": records}))
     out = tmp_path / "pooled"
     assert tta.main(["report", "--pool", f"{tmp_path / 'a'},{tmp_path / 'b'}", "--out",
                      str(out)]) == 0
     text = (out / "measured.md").read_text()
     assert text.startswith(f"here (pooled: {tmp_path / 'a'}, {tmp_path / 'b'})")
     assert "median 1.12, 50.0% interval 1.00-1.25 over 2 seeds" in text    # seed 1 twice
-    assert json.loads((out / "measured.json").read_text())["target"] == 0.90
+    assert json.loads((out / "report.json").read_text())["target"] == 0.90
+    assert not (out / "measured.json").exists()       # a report is not a measurement
     # the times were taken at the measurement's target: another target is refused, not relabelled
-    with pytest.raises(SystemExit, match=r"pooled/measured.json was measured to 90%, not 82%: "
+    with pytest.raises(SystemExit, match=r"a/measured.json was measured to 90%, not 82%: "
                                          r"give its task \(-C\) or --target 0.9, or neither"):
-        tta.main(["report", "-C", "clusters-mlp", "--out", str(out)])
+        tta.main(["report", "-C", "clusters-mlp", "--out", str(tmp_path / "a")])
     # with neither, a measurement is read at its own target; pooled, all must share one
-    saved = json.loads((out / "measured.json").read_text())
+    saved = json.loads((tmp_path / "a" / "measured.json").read_text())
     other = tmp_path / "at-82"
     other.mkdir()
     (other / "measured.json").write_text(json.dumps(dict(saved, target=0.82)))
     assert tta.main(["report", "--out", str(other)]) == 0
-    assert json.loads((other / "measured.json").read_text())["target"] == 0.82
+    assert json.loads((other / "report.json").read_text())["target"] == 0.82
     assert "time to 82%" in (other / "measured.md").read_text()
     with pytest.raises(SystemExit, match=r"taken to different targets \(90% in .*, 82% in "):
-        tta.main(["report", "--pool", f"{out},{other}", "--out", str(tmp_path / "mixed")])
+        tta.main(["report", "--pool", f"{tmp_path / 'a'},{other}", "--out",
+                  str(tmp_path / "mixed")])
     with pytest.raises(SystemExit, match=f"cannot read {tmp_path / 'c'}/measured.json"):
         tta.main(["report", "--pool", str(tmp_path / "c"), "--out", str(out)])
+
+
+def test_a_report_never_rewrites_the_measurements(tmp_path):
+    """`report --pool A,B --out A` once replaced A's records by the pool's (each repeat counted
+    B again: adaptive's median 45.0 -> 50.0 s); now refused, and no report touches measured.json."""
+    import json
+
+    from tools import time_to_accuracy as tta
+    for name, seconds in (("a", 40.0), ("b", 50.0)):
+        run = tmp_path / name / "adaptive-1"
+        run.mkdir(parents=True)
+        (run / "global_batch.series.txt").write_text("1 256\n")
+        lines = [(1.0, LOG[0]), (seconds, LOG[2]), (seconds + 1, '{"val_top1": 0.91, "steps": 2, '
+                 '"batch_schedule": "0:256", "images_per_sec": 400, "ranks": 4}\n')]
+        record = rep.record_of(rep.ADAPTIVE, 1, str(run), lines, 0.90)
+        (tmp_path / name / "measured.json").write_text(json.dumps({"where": "here",
+                                                                   "records": [record]}))
+    a, b = tmp_path / "a", tmp_path / "b"
+    measured = (a / "measured.json").read_bytes()
+    for _ in range(2):
+        with pytest.raises(SystemExit, match=rf"^time_to_accuracy.py report: --out {a}/ is one "
+                                             rf"of --pool's folders; give the pool a folder of "
+                                             rf"its own, e.g. --out {a}-pooled$"):
+            tta.main(["report", "--pool", f"{a},{b}", "--out", f"{a}/"])
+    with pytest.raises(SystemExit, match="efficiency: --out"):
+        tta.main(["efficiency", "--pool", f"{b},{a}", "--out", str(a)])
+    assert tta.main(["report", "--out", str(a)]) == 0
+    assert (a / "measured.json").read_bytes() == measured
+    stats = json.loads((a / "report.json").read_text())["stats"]
+    assert stats[rep.ADAPTIVE]["time_s"][0] == 40.0
 
 
 def epoch_record(tmp_path, policy, batch, seed, epoch, noise=None):
@@ -283,3 +316,91 @@ def test_a_task_brings_its_recipe_target_and_fixed_batches():
     assert tta.task_policies(digits) is tta.POLICIES
     given = tta.build_parser().parse_args(["measure", "-C", "shapes-cpu", "--target", "0.5"])
     assert tta.task_target(given) == 0.5
+
+
+GOOD = {"policy": "fixed 64", "seed": 1, "dir": "run", "dataset": 1438, "params": 176402,
+        "time_s": 10.0, "steps": 20, "epoch": 2.0, "best_top1": 0.95, "final_top1": 0.95,
+        "wall_s": 12.0, "images_per_s": 400.0, "ranks": 4, "total_steps": 40,
+        "batch_schedule": "0:64", "profile": "", "ranks_per_host": 4,
+        "val": [[5.0, 1.0, 10, 0.5], [10.0, 2.0, 20, 0.95]]}
+
+
+@pytest.mark.parametrize("saved, message", [
+    ([1, 2], "holds a JSON list, not an object"),
+    ({"target": 0.9}, "has records = None, not a list of runs"),
+    ({"records": 5}, "has records = 5, not a list of runs"),
+    ({"records": [[1, 2]]}, "record 0 is a JSON list, not an object"),
+    ({"records": [{k: v for k, v in GOOD.items() if k != "policy"}]}, "record 0 has no 'policy'"),
+    ({"records": [GOOD, dict(GOOD, time_s="fast")]},
+     "record 1 has time_s = 'fast', not a finite int or float or null"),
+    ({"records": [dict(GOOD, seed=True)]}, "record 0 has seed = True, not a finite int"),
+    ({"records": [dict(GOOD, best_top1=math.nan)]},
+     "record 0 has best_top1 = nan, not a finite int or float"),
+    ({"target": "0.9", "records": [GOOD]}, "has target = '0.9', not a top-1 in (0, 1]"),
+    ({"target": 90, "records": [GOOD]}, "has target = 90, not a top-1 in (0, 1]"),
+    ({"records": [dict(GOOD, val=[[1, 2]])]},
+     "record 0 has a val entry that is not [seconds, epoch, step, top-1]"),
+])
+def test_malformed_measurements_are_one_line(tmp_path, saved, message):
+    """Each was a traceback (AttributeError, KeyError, TypeError, IndexError, ValueError)."""
+    import json
+
+    from tools import time_to_accuracy as tta
+    (tmp_path / "measured.json").write_text(json.dumps(saved))
+    for command in ("report", "efficiency"):
+        with pytest.raises(SystemExit) as caught:
+            tta.main([command, "--out", str(tmp_path)])
+        assert str(caught.value) == (f"time_to_accuracy.py {command}: {tmp_path}/measured.json "
+                                     f"{message}: it is not what `measure` writes; measure "
+                                     f"again or move the file out")
+
+
+def test_a_damaged_run_folder_or_too_few_batches_is_one_line(tmp_path):
+    import json
+
+    from tools import time_to_accuracy as tta
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "global_batch.series.txt").write_text("one two\n")
+    (tmp_path / "measured.json").write_text(json.dumps({"records": [dict(GOOD, dir=str(run))]}))
+    with pytest.raises(SystemExit, match=rf"^time_to_accuracy.py report: cannot read {run}/"
+                                         r"global_batch.series.txt \(could not convert .*\): "
+                                         r"train.py writes 'step value' lines; measure the run "
+                                         r"again or move it out$"):
+        tta.main(["report", "--out", str(tmp_path)])
+    (run / "global_batch.series.txt").write_text("1 64\n")
+    with pytest.raises(SystemExit, match=rf"^time_to_accuracy.py report: --before {tmp_path}/x: "
+                                         rf"cannot read {tmp_path}/x/stdout.log \(No such file"):
+        tta.main(["report", "--out", str(tmp_path), "--before", str(tmp_path / "x")])
+    with pytest.raises(SystemExit, match=r"^time_to_accuracy.py efficiency: efficiency check: "
+                                         r"fixed runs that all reached the target at 1 batch"):
+        tta.main(["efficiency", "--out", str(tmp_path)])
+    # a run folder moved away: no batches known, not a TypeError
+    records = [dict(GOOD, dir=str(run)), dict(GOOD, dir=str(tmp_path / "moved"))]
+    (tmp_path / "measured.json").write_text(json.dumps({"records": records}))
+    assert tta.main(["report", "--out", str(tmp_path)]) == 0
+    assert "| fixed 64 | 10.0 [10.0-10.0] |" in (tmp_path / "measured.md").read_text()
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "cannot be read (No such file or directory)"),
+    ("{", "is not JSON (Expecting property name"),
+    ('{"noise_scale": []}', "has no key with data.images and machine"),
+    ('{"key": {"data": {"images": "many"}, "machine": "m"}}',
+     "has images 'many' and machine 'm', not a count >= 1 and a name"),
+    ('{"key": {"data": {"images": 100}, "machine": "m"}, "noise_scale": []}',
+     "is not usable: @ has no trusted noise-scale estimate"),
+    ('{"key": {"data": {"images": 100}, "machine": "m"}, "noise_scale": [[0.1, 100, 0.1]], '
+     '"step_times": null}', "has no step times (a run that never refitted them)"),
+])
+def test_optimum_on_a_missing_or_malformed_prior_is_one_line(tmp_path, text, message):
+    from tools import time_to_accuracy as tta
+    path = tmp_path / "batch_prior.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as caught:
+        tta.main(["optimum", "--prior", str(path)])
+    line = str(caught.value)
+    assert line.startswith(f"time_to_accuracy.py optimum: --prior {path} "
+                           f"{message.replace('@', str(path))}"), line
+    assert line.endswith("; give the batch_prior.json of an adaptive run (its --output-dir)")

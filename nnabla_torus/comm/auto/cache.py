@@ -7,7 +7,9 @@ size and ranks per host, the MPI library and its version (``MPI.Get_library_vers
 first line), the mpi4py and nnabla_torus versions, the backend and auto's candidates. Any
 change (another machine, an upgraded library) gives another file, so the old table is never
 used for it. Only rank 0 reads and writes; the communicator broadcasts what it read. A file
-that cannot be read, parsed or written is a one-line warning and a fresh measurement.
+that cannot be read, parsed or written, or whose table is damaged (an unknown algorithm,
+bounds not ascending byte counts, not one algorithm more than bounds: ``table_problem``), is a
+one-line warning and a fresh measurement.
 """
 import hashlib
 import json
@@ -17,7 +19,8 @@ from mpi4py import MPI
 
 from ..job_log import WARNING, note
 from . import package_version
-from .table import Table
+from ..collectives import ALGORITHMS
+from .table import Table, table_problem
 
 
 def cache_key(comm, candidates):
@@ -47,10 +50,16 @@ def load(folder, key):
             saved = json.load(f)
         if saved["key"] != key:
             return None
-        return Table(saved["bounds"], saved["names"], f"cached in {path}")
+        bounds, names = saved["bounds"], saved["names"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         note(f"auto: ignoring the unreadable cached table {path} ({e}); measuring again", WARNING)
         return None
+    problem = table_problem(bounds, names, ALGORITHMS)
+    if problem:           # a damaged file would end the job at its first all-reduce
+        note(f"auto: ignoring the damaged cached table {path} ({problem}); measuring again",
+             WARNING)
+        return None
+    return Table(bounds, names, f"cached in {path}")
 
 
 def save(folder, key, table):

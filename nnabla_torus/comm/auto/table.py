@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from ...knobs import short_repr
+
 SIZES = tuple(1 << k for k in range(12, 27, 2))   # 4 KiB .. 64 MiB, x4 steps (bytes)
 MEASURE_ITERS = 3   # timed calls per algorithm and size (after one untimed call); 2 from 16 MiB
 LARGE = 16 << 20
@@ -44,6 +46,24 @@ class Table:
 
     def __eq__(self, other):
         return (self.bounds, self.names) == (other.bounds, other.names)
+
+
+def table_problem(bounds, names, algorithms):
+    """Why ``bounds`` and ``names`` (read from a file) make no Table of ``algorithms``, in a
+    few words; None when they do: byte bounds strictly ascending positive integers, one name
+    more than bounds, each a known algorithm."""
+    if not isinstance(bounds, list) or not isinstance(names, list):
+        return f"bounds {short_repr(bounds)} and algorithms {short_repr(names)} must be lists"
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in bounds) or \
+            any(low >= high for low, high in zip(bounds, bounds[1:])):
+        return f"bounds {short_repr(bounds)} must be ascending positive integers (bytes)"
+    if len(names) != len(bounds) + 1:
+        return (f"{len(names)} algorithms for {len(bounds)} bounds: give one algorithm more "
+                f"than bounds")
+    unknown = [name for name in names if name not in algorithms]
+    if unknown:
+        return f"algorithm {short_repr(unknown[0])} is not one of {sorted(algorithms)}"
+    return None
 
 
 def _size(nbytes):
