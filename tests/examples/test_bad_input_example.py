@@ -15,9 +15,9 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "imagenet"))
 import allreduce_bench  # noqa: E402
 import gpu_check  # noqa: E402
 import make_imagenet_lists  # noqa: E402
-import per_array_bench  # noqa: E402
 import restart_cost  # noqa: E402
 import train_bench  # noqa: E402
+from tools.research import per_array_bench  # noqa: E402
 from config import build_parser, flag_of, knob_fields, parse_config  # noqa: E402
 from models import ARCHS  # noqa: E402
 

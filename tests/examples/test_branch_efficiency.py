@@ -1,5 +1,6 @@
-"""tools/branch_efficiency.py: the images a curve needs to reach a loss, and branches that leave
-the run where its small batch alone would have taken it (weights, BN statistics, momentum)."""
+"""tools/research/branch_efficiency.py: the images a curve needs to reach a loss, and branches
+that leave the run where its small batch alone would have taken it (weights, BN statistics,
+momentum)."""
 import math
 
 import nnabla as nn

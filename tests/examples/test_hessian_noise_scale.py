@@ -1,5 +1,6 @@
-"""tools/hessian_noise_scale.py: exact Hessian-vector products, B_simple and B_noise against
-their true values on gradients of known statistics, and a run that goes on as if unmeasured."""
+"""tools/research/hessian_noise_scale.py: exact Hessian-vector products, B_simple and B_noise
+against their true values on gradients of known statistics, and a run that goes on as if
+unmeasured."""
 import nnabla as nn
 import nnabla.functions as F
 import numpy as np

@@ -25,9 +25,9 @@ def test_arrays_split_the_bytes_and_report_per_array_overhead(tmp_path, inplace)
 
 @pytest.mark.parametrize("inplace", ["0", "1"])
 def test_per_array_bench_times_each_length_and_keeps_the_values(inplace):
-    """tools/per_array_bench.py (one rank): a row per list length; it raises if the no-op
+    """tools/research/per_array_bench.py (one rank): a row per list length; it raises if the no-op
     exchange changed any array (pack and unpack must give every value back)."""
-    out = run_mpi(1, ["tools/per_array_bench.py", "--arrays", "1,17,300", "--repeats", "2",
+    out = run_mpi(1, ["tools/research/per_array_bench.py", "--arrays", "1,17,300", "--repeats", "2",
                       "--inplace", inplace], timeout=120)
     assert f"inplace {inplace}" in out, out
     rows = [line.split() for line in out.splitlines() if line.startswith("  ")]

@@ -116,8 +116,8 @@ def test_ranks_with_different_settings_get_a_value_error_on_every_rank_at_init()
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_the_poll_benchmark_prints_a_row_per_measurement(ranks):
-    """tools/failfast_bench.py: gone() on every rank, Testsome over odd request counts."""
-    out = run_mpi(ranks, ["tools/failfast_bench.py", "--calls", "50", "--repeat", "1",
+    """tools/research/failfast_bench.py: gone() on every rank, Testsome over odd request counts."""
+    out = run_mpi(ranks, ["tools/research/failfast_bench.py", "--calls", "50", "--repeat", "1",
                           "--requests", "1,5", "--gone-poll-s", "0"], timeout=120)
     rows = re.findall(r"^\s+(gone p=\d+|testsome K=\d+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+%$",
                       out, re.M)

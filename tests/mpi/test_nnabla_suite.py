@@ -1,12 +1,12 @@
 """nnabla's own communicator tests (v1.39.0 ``python/test/communicator/``, not in this
-repository) pass whole against our communicator on CPU: ``tools/nnabla_suite.py`` with a
+repository) pass whole against our communicator on CPU: ``tools/research/nnabla_suite.py`` with a
 checkout of sony/nnabla in ``NNABLA_SRC`` (skipped without one). 81 pass; nnabla skips the
 other 2 itself, always ("Always skip. Deprecated.", "Skip until nccl is fixed.")."""
 import os
 
 import pytest
 
-from tools import nnabla_suite
+from tools.research import nnabla_suite
 
 NNABLA_SRC = os.environ.get("NNABLA_SRC")
 

@@ -10,7 +10,7 @@ dlopens ``$OMPI_HOME/lib/libmpi.so``, then ``libmpi.so`` on the default path, th
 ``src/nbla/cuda/init.cpp.tmpl`` ~251-263). ``get_extension_context`` imports
 ``nnabla_ext.<name>`` (nnabla ``python/src/nnabla/ext_utils.py`` ~20-46), and
 ``nnabla_ext.cudnn`` imports ``nnabla_ext.cuda``. The real stack is checked as far as it
-loads without a GPU by ``tools/gpu_stack_check.py`` (stage "train.py's order").
+loads without a GPU by ``tools/research/gpu_stack_check.py`` (stage "train.py's order").
 """
 import os
 import subprocess

@@ -8,14 +8,15 @@ from nnabla_torus.launching import elastic
 from nnabla_torus.planning import machine_profile
 from nnabla_torus.planning.machine_profile import (PROFILE_ENV, default_profile, profile_rule,
                                                    resolve_profile)
-from tools import simulate
+from tools.research import simulate
 
 
 def parsed_profiles():
     """{tool: the --profile its parser gives without flags} (parsers read the env when built)."""
     return {"nnabla-torus-plan": plan_cli.build_parser().parse_args([]).profile,
             "nnabla-torus-run": elastic.build_parser().parse_args([]).profile,
-            "tools/simulate.py paper": simulate.build_parser().parse_args(["paper"]).profile}
+            "tools/research/simulate.py paper":
+                simulate.build_parser().parse_args(["paper"]).profile}
 
 
 def test_no_flag_leaves_the_choice_to_the_rule(monkeypatch):

@@ -1,6 +1,6 @@
 """The shipped profiles against published runs (planning/fidelity.py): every fitting run within
 10 % in images/s and time to train, the profiles' compute the least-squares fit of those runs,
-and docs/fidelity.md's table the one tools/fidelity.py prints from the shipped profiles."""
+and docs/fidelity.md's table the one tools/research/fidelity.py prints from the shipped profiles."""
 import importlib
 import importlib.util
 import os
@@ -57,8 +57,8 @@ def test_every_run_names_its_source_and_a_role():
 
 
 def test_the_docs_table_is_the_tools_output():
-    spec = importlib.util.spec_from_file_location("fidelity_tool",
-                                                  os.path.join(ROOT, "tools", "fidelity.py"))
+    spec = importlib.util.spec_from_file_location(
+        "fidelity_tool", os.path.join(ROOT, "tools", "research", "fidelity.py"))
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     with open(os.path.join(ROOT, "docs", "fidelity.md"), encoding="utf-8") as f:

@@ -130,7 +130,7 @@ def test_bad_input_is_refused_before_any_replay():
         simulate_allreduce(net, "torus2d", 1088, 1e6, grid="64x34", engine="simgrid")
     with pytest.raises(ValueError, match="simulation engine 'ns3' is not one of auto, simgrid"):
         simulate_allreduce(net, "ring", 8, 1e6, engine="ns3")
-    from tools import simulate as tool
+    from tools.research import simulate as tool
     with pytest.raises(SystemExit, match="profile cpu-2core has no racks level"):
         tool.main(["paper", "--profile", "cpu-2core", "--ranks", "8", "--grid", "4x2",
                    "--sim-engine", "simgrid"])
@@ -221,8 +221,9 @@ def test_tags_posted_in_another_order_than_received_are_refused():
 
 @needs_simgrid
 def test_validation_table_with_simgrid_agrees_with_the_closed_form():
-    """tools/simulate.py validate --sim-engine simgrid: every emulated topology within 5 %."""
-    from tools import simulate as tool
+    """tools/research/simulate.py validate --sim-engine simgrid: every emulated topology within
+    5 %."""
+    from tools.research import simulate as tool
     out = io.StringIO()
     tool.validate(tool.build_parser().parse_args(["validate", "--sim-engine", "simgrid"]), out)
     text = out.getvalue()

@@ -139,8 +139,9 @@ def test_plan_cli_max_wall_is_a_clear_error():
 
 
 def test_validation_table_agrees_with_the_closed_form():
-    """tools/simulate.py validate: every emulated topology within 5 % of the closed form."""
-    from tools import simulate as tool
+    """tools/research/simulate.py validate: every emulated topology within 5 % of the closed
+    form."""
+    from tools.research import simulate as tool
     out = io.StringIO()
     tool.validate(None, out)
     rows = [r for r in out.getvalue().splitlines() if r.startswith("| ") and "hosts x" in r]
@@ -151,7 +152,7 @@ def test_validation_table_agrees_with_the_closed_form():
 
 
 def test_paper_cases_need_a_racks_level():
-    from tools import simulate as tool
+    from tools.research import simulate as tool
     with pytest.raises(SystemExit, match="profile cpu-2core has no racks level"):
         tool.main(["paper", "--profile", "cpu-2core", "--ranks", "8", "--grid", "4x2"])
 

@@ -105,9 +105,9 @@ def create_communicator(ctx):
     ``.40``) by bare name (nnabla v1.39.0 ``python/src/nnabla/communicator.pyx`` 636-649), so
     on a host with another MPI on the default library path (a system Open MPI's
     ``/usr/lib/x86_64-linux-gnu/libmpi.so``) it maps a second MPI beside mpi4py's and the one
-    ``OMPI_HOME`` gave nnabla's C++, and ``init()`` segfaults (``tools/gpu_stack_check.py``,
-    Debian's Open MPI 4.1.4 beside the registry's 5.0.11). Here those names resolve to the
-    library mpi4py loaded while the factory runs."""
+    ``OMPI_HOME`` gave nnabla's C++, and ``init()`` segfaults
+    (``tools/research/gpu_stack_check.py``, Debian's Open MPI 4.1.4 beside the registry's
+    5.0.11). Here those names resolve to the library mpi4py loaded while the factory runs."""
     import ctypes
     import nnabla.communicators as C
     ours, original = loaded_libmpi(), ctypes.CDLL

@@ -1,7 +1,7 @@
 """Python cost per array of ``all_reduce`` on a list, in one process, without an exchange.
 
-    python tools/per_array_bench.py --arrays 10000
-    python tools/per_array_bench.py --arrays 161,1000,10000 --inplace 1
+    python tools/research/per_array_bench.py --arrays 10000
+    python tools/research/per_array_bench.py --arrays 161,1000,10000 --inplace 1
 
 Separates the per-array Python work (the list's layout and signature, nnabla's ``data_ptr``
 check, pack, unpack, the zeroing flags) from scheduling noise: ``tools/allreduce_bench.py``

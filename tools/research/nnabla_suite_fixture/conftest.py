@@ -4,8 +4,8 @@ nnabla_torus communicator on CPU instead of nnabla's CUDA one.
 nnabla v1.39.0 ``python/test/communicator/conftest.py`` makes ``comm_nccl_opts`` from
 ``nnabla.communicators.MultiProcessCommunicator`` on a CUDA context (GPUs only), with
 ``comm, ctx, device_id, devices, mpi_rank, mpi_local_rank``; this one has the same fields
-(``device_id`` is the rank, as on one host with one GPU per rank). ``tools/nnabla_suite.py``
-puts it beside nnabla's tests in place of theirs.
+(``device_id`` is the rank, as on one host with one GPU per rank).
+``tools/research/nnabla_suite.py`` puts it beside nnabla's tests in place of theirs.
 """
 from types import SimpleNamespace
 

@@ -9,7 +9,7 @@ the step. This times ``BucketedAllReduce.backward`` (backward + every bucket's a
 each interval in turn, step by step, and prints the median and quartiles per interval on rank 0.
 Usage (2 ranks, the example's ResNet-50 at width 0.25, 32 px)::
 
-    mpirun -np 2 python tools/gil_bench.py --iters 20 --intervals 5,1,0.1
+    mpirun -np 2 python tools/research/gil_bench.py --iters 20 --intervals 5,1,0.1
 """
 import argparse
 import sys
@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+import _tools  # noqa: F401  (tools/ on sys.path, for _example)
 import _example  # noqa: F401  (examples/imagenet on sys.path, for its models)
 import nnabla as nn
 from nnabla.ext_utils import get_extension_context

@@ -1,11 +1,11 @@
 """Run nnabla's own communicator tests (v1.39.0 ``python/test/communicator/``) against the
 nnabla_torus communicator on CPU, under mpirun, and print each rank's pytest counts.
 
-    python tools/nnabla_suite.py --nnabla-src ~/src/nnabla -np 2 3 4
+    python tools/research/nnabla_suite.py --nnabla-src ~/src/nnabla -np 2 3 4
 
 ``--nnabla-src`` is a checkout of https://github.com/sony/nnabla at tag v1.39.0 (nnabla's
 tests are not in its wheel, and this repository does not copy them). The tests run unchanged;
-only their fixture ``comm_nccl_opts`` is ours (tools/nnabla_suite_fixture/conftest.py: our
+only their fixture ``comm_nccl_opts`` is ours (tools/research/nnabla_suite_fixture/conftest.py: our
 communicator on a CPU context instead of nnabla's on CUDA), in a temporary folder of links to
 nnabla's files. Each rank runs the whole suite, as nnabla's ``mpiexec -n 2 pytest`` does; a
 test that hangs is ended by the communicator's timeout. Results: docs/dropin.md.
@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, REPO)
 from nnabla_torus.launching.mpirun_cmd import mpirun_command  # noqa: E402
 
@@ -39,7 +40,7 @@ def suite_folder(nnabla_src, folder):
     for name in sorted(os.listdir(comm_tests)):
         if name.startswith("test_") and name.endswith(".py"):
             os.symlink(os.path.join(comm_tests, name), os.path.join(inner, name))
-    os.symlink(os.path.join(REPO, "tools", "nnabla_suite_fixture", "conftest.py"),
+    os.symlink(os.path.join(HERE, "nnabla_suite_fixture", "conftest.py"),
                os.path.join(inner, "conftest.py"))
     return inner
 

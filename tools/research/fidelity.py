@@ -2,10 +2,12 @@
 time to train for every run of nnabla_torus/planning/published_throughput.py, from the shipped
 profiles (docs/fidelity.md is this output).
 
-    python tools/fidelity.py          # the table (markdown)
-    python tools/fidelity.py --fit    # the least-squares fit beside the shipped profile values
-    python tools/fidelity.py --sony   # Sony's v1 and v2 on abci, term by term, before and after
-                                      # one calibration of ABCI (b_ms fitted to v1's 224 s)
+    python tools/research/fidelity.py          # the table (markdown)
+    python tools/research/fidelity.py --fit    # the least-squares fit beside the shipped
+                                               # profile values
+    python tools/research/fidelity.py --sony   # Sony's v1 and v2 on abci, term by term, before
+                                               # and after one calibration of ABCI (b_ms fitted
+                                               # to v1's 224 s)
 
 Predicted time to train: the run's epochs x 1,281,167 images at the predicted images/s
 (training only); the published one (MLPerf: run_start to run_stop) also counts evaluation.

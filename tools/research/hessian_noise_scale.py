@@ -8,7 +8,7 @@ form that two gradient norms per step give, and so the one a run can measure for
 tool measures both, to check whether the Hessian would move the efficiency E(B) = (phi + B0) /
 (phi + B) towards what fixed runs measure (``time_to_accuracy.py efficiency``)::
 
-    python tools/hessian_noise_scale.py -C clusters-mlp --seed 1
+    python tools/research/hessian_noise_scale.py -C clusters-mlp --seed 1
 
 At each point ``--at`` (epochs) of a run at ``--batch`` (default: the recipe's first batch),
 ``--micro-batches`` gradients at ``--batch`` are taken on images of their own, and
@@ -42,6 +42,7 @@ it says how far the rate is from where a large batch's steps could no longer con
 """
 import argparse
 
+import _tools  # noqa: F401  (tools/ on sys.path, for _example)
 import _example  # noqa: F401  (examples/imagenet on sys.path)
 import nnabla as nn
 import nnabla.functions as F

@@ -4,9 +4,9 @@ Runs our own collective code on virtual ranks (nnabla_torus.sim.virtual) timed b
 SimGrid (nnabla_torus.sim.simgrid: recorded, then replayed) or by the flow model of
 nnabla_torus.sim.simulate (--sim-engine), and prints markdown tables::
 
-    python tools/simulate.py validate            # emulated 2x4, 4x2, 8x2 hosts at 1 Gbit/s
-    python tools/simulate.py paper --ranks 2176  # ABCI: spine, straggler, slow link cases
-    python tools/simulate.py paper --ranks 1088 --grid 32x34 --sim-engine flow
+    python tools/research/simulate.py validate            # emulated 2x4, 4x2, 8x2 hosts at 1 Gbit/s
+    python tools/research/simulate.py paper --ranks 2176  # ABCI: spine, straggler, slow link cases
+    python tools/research/simulate.py paper --ranks 1088 --grid 32x34 --sim-engine flow
 
 ``validate`` compares the 100 MiB medians of docs/benchmarks.md's emulated-cluster table (measured
 with tools/allreduce_bench.py under tools/emucluster, 2 cores shared by all emulated hosts)
@@ -26,6 +26,7 @@ from nnabla_torus.knobs import TIMEOUT_MAX_S, add_knob, number
 from nnabla_torus.planning.machine_profile import add_profile_knob, load_profile, resolve_profile
 from nnabla_torus.sim.simulate import ENGINES, Faults, resolve_engine, simulate_allreduce
 
+import _tools  # noqa: F401  (tools/ on sys.path, for emucluster_model_check)
 from emucluster_model_check import emulated_network
 
 MiB = 1 << 20

@@ -1,7 +1,8 @@
 """Measure what one ``failfast.gone()`` poll costs (it runs while a wait idles).
 
-    python -m nnabla_torus.launching.mpirun_cmd -np 4 tools/failfast_bench.py
-    python -m nnabla_torus.launching.mpirun_cmd -np 2 tools/failfast_bench.py --requests 1,63,2175
+    python -m nnabla_torus.launching.mpirun_cmd -np 4 tools/research/failfast_bench.py
+    python -m nnabla_torus.launching.mpirun_cmd -np 2 tools/research/failfast_bench.py \\
+        --requests 1,63,2175
 
 ``gone()`` (nnabla_torus/comm/failfast.py) runs one ``MPI_Testsome`` over the p - 1 exit-notice
 receives each rank keeps posted, so that poll's cost grows with the rank count p; it polls at
