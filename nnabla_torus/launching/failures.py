@@ -69,8 +69,10 @@ RULES = [
     (r"nnabla_torus: rank \d+: lost rank\(s\) \[(?P<ranks>[\d, ]*)\] during (?P<op>[^\n(;]*?)"
      r"(?: \(|;|$)(?:[^\n]*?rank \d+ ran on (?P<host>[^\s;,)]+))?", False,
      "lost rank(s) [{ranks}] during {op}"),
-    (r"nnabla_torus: rank \d+: rank\(s\) \[(?P<ranks>[\d, ]*)\] left the script[^\n]*?"
-     r"(?:rank \d+ ran on (?P<host>[^\s;,)]+))?", False, "rank(s) [{ranks}] left the script"),
+    # (the host's group holds the text before it: "[^\n]*?(?:...)?" would match it empty)
+    (r"nnabla_torus: rank \d+: rank\(s\) \[(?P<ranks>[\d, ]*)\] left the script"
+     r"(?:[^\n]*?rank \d+ ran on (?P<host>[^\s;,)]+))?", False,
+     "rank(s) [{ranks}] left the script"),
     # failfast: a rank's unhandled exception
     (r"nnabla_torus: rank (?P<rank>\d+) on host (?P<host>\S+): unhandled (?P<kind>\w+)",
      False, "rank {rank} crashed ({kind})"),

@@ -32,6 +32,12 @@ KILLED = ["prterun noticed that process rank 3 with PID 812 on node h1 exited on
          "  HNP daemon   : [prterun-sw-1@0,0] on node sw",
          "  Remote daemon: [prterun-sw-1@0,2] on node h1"], False,
      "lost host h1 (mpirun lost its daemon there)", "h1"),
+    # --map-by node: rank 2 ran on h0, not on h1 where by-slot placement puts it (before:
+    # the line's host was never read, so the guess h1 was left out for the cool-down)
+    (70, ["nnabla_torus: rank 0: rank(s) [2] left the script (sys.exit, an early return or an "
+          "error handled there) while this rank waits for them in all_reduce (torus2d); they "
+          "will not arrive (rank 2 ran on h0); aborting the job"], False,
+     "rank(s) [2] left the script", "h0"),
     (137, ["srun: error: node2: task 3: Killed"], False, "task(s) 3 Killed (srun)", "node2"),
     (1, ["nnabla_torus: rank 2 on host h1: unhandled MemoryError: ; aborting the job"], False,
      "rank 2 crashed (MemoryError)", "h1"),
