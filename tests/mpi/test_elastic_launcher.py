@@ -10,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+import uuid
 
 import pytest
 
@@ -18,10 +20,11 @@ from tests.mpirun import REPO, library_python, run_mpi
 FAKE = "tests/mpi/progs/elastic_fake.py"
 
 
-def launcher(*args, python=sys.executable, **popen):
-    """nnabla-torus-run ``args`` run by ``python`` (whose venv's MPI library the job uses)."""
+def launcher(*args, python=sys.executable, env=None, **popen):
+    """nnabla-torus-run ``args`` run by ``python`` (whose venv's MPI library the job uses),
+    with ``env`` added to this environment."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+               OMPI_MCA_rmaps_base_oversubscribe="1", **(env or {}))
     return subprocess.Popen([python, "-m", "nnabla_torus.launching.elastic", *args], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, **popen)
@@ -142,6 +145,63 @@ def test_hostfile_relaunch_and_ctrl_c_under_another_library(library, tmp_path):
                     python=python)
     out = interrupt_when(proc, "WAITING")
     assert proc.returncode == 130 and "checkpoint is resumable" in out, out
+
+
+def tagged_processes(tag):
+    """Command lines of the live processes whose environment holds ``tag``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if tag.encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found.append(pid + ": " + f.read().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGKILL])
+def test_the_job_does_not_outlive_the_launcher(signum):
+    """Before: the job ran in its own session and only SIGINT/SIGTERM were handled; after a
+    SIGHUP (a closed terminal) or a SIGKILL of the launcher, mpirun and both ranks trained on
+    (prterun, python x 2 left)."""
+    tag = f"NNABLA_TORUS_TEST_JOB={uuid.uuid4().hex}"
+    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAKE, "wait",
+                    env=dict([tag.split("=")]))
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "WAITING" in line:
+            break
+    assert len(tagged_processes(tag)) >= 4, lines       # launcher, mpirun, 2 ranks
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=60)
+    deadline = time.monotonic() + 5
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tagged_processes(tag) == [], "".join(lines) + out
+    if signum == signal.SIGHUP:                         # stopped resumably, as by SIGTERM
+        assert proc.returncode == 130 and "checkpoint is resumable" in out, out
+
+
+def test_ranks_left_by_a_killed_mpirun_are_ended_before_a_restart():
+    """Open MPI 5's ranks outlive a SIGKILLed mpirun (the OOM killer's choice, say); before,
+    the launcher restarted beside them: two jobs in one folder."""
+    tag = f"NNABLA_TORUS_TEST_JOB={uuid.uuid4().hex}"
+    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--max-restarts", "0", "--",
+                    "python", FAKE, "wait", env=dict([tag.split("=")]))
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "WAITING" in line:
+            break
+    mpirun = [p for p in tagged_processes(tag) if "/prterun " in p or "/mpirun " in p]
+    os.kill(int(mpirun[0].split(":")[0]), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=60)
+    assert "mpirun ended leaving 2 process(es) of its job running" in out, out
+    assert tagged_processes(tag) == [], "".join(lines) + out
 
 
 def test_ctrl_c_during_start_up_stops_without_a_loop():
