@@ -144,7 +144,7 @@ def run(args, prof):
     told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS,
                               *getattr(args, "job_env", {})) if name in env]
     source = host_source(args)
-    pool = HostPool(source, args.exclude_cooldown) if source else None
+    pool = HostPool(source, args.exclude_cooldown, good=args.hosts) if source else None
     with tempfile.TemporaryDirectory(prefix="nnabla-torus-run-") as folder:
         def job_args(hosts):
             """mpirun's arguments for a launch on ``hosts`` (None: this machine)."""

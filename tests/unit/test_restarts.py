@@ -100,6 +100,51 @@ def test_pool_keeps_the_only_host_and_says_when_none_is_left():
         two.hosts()
 
 
+def flaky(*answers):
+    """A host source answering ``answers`` in turn: a list, or an exception to raise."""
+    calls = []
+
+    def read():
+        answer = answers[len(calls)]
+        calls.append(answer)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+    return read, calls
+
+
+def test_a_failing_host_source_is_read_again_then_the_last_good_list_is_used(capsys):
+    """Before: one failed read at a restart (the discovery command's error, garbage, empty
+    output) raised out of the launcher and ended the run."""
+    good, waits = [("h0", 2), ("h1", 2)], []
+    read, calls = flaky(good, ValueError("host discovery command 'x' exited with status 1"),
+                        [("h0", 2), ("h1", 2), ("h2", 2)],
+                        *[ValueError("host discovery command 'x' names no host")] * 3)
+    pool = HostPool(read, 600, sleep=waits.append)
+    assert pool.hosts() == good
+    assert pool.hosts() == [("h0", 2), ("h1", 2), ("h2", 2)]     # the second read worked
+    assert pool.hosts() == [("h0", 2), ("h1", 2), ("h2", 2)]     # three failed: the last good
+    assert len(calls) == 6 and waits == [membership.READ_RETRY_S] * 3
+    out = capsys.readouterr().out
+    assert ("reading the hosts failed (host discovery command 'x' exited with status 1): "
+            "trying again in 5 s (read 1 of 3)") in out, out
+    assert ("reading the hosts failed 3 times (host discovery command 'x' names no host): "
+            "launching on the last good list (h0:2, h1:2, h2:2)") in out, out
+
+
+def test_a_half_written_hostfile_keeps_the_hosts_read_at_start(tmp_path):
+    path = tmp_path / "hosts"
+    path.write_text("h0 slots=2\nh1 slo")                # caught while an editor writes it
+    pool = HostPool(lambda: membership.read_hostfile(str(path)), 600,
+                    good=[("h0", 2), ("h1", 2)], sleep=lambda s: None)
+    assert pool.hosts() == [("h0", 2), ("h1", 2)]
+    path.unlink()                                         # gone while being replaced
+    assert pool.hosts() == [("h0", 2), ("h1", 2)]
+    with pytest.raises(ValueError, match="'slo' is not key=value"):
+        path.write_text("h0 slots=2\nh1 slo")
+        HostPool(lambda: membership.read_hostfile(str(path)), 600).hosts()   # nothing known
+
+
 def test_discovery_command_output_is_read_as_a_hostfile(tmp_path):
     assert membership.discovered_hosts("printf 'h0:4\\nh1 slots=2\\n'") == [("h0", 4), ("h1", 2)]
     with pytest.raises(ValueError, match="exited with status 3"):
@@ -209,6 +254,21 @@ def test_resizes_and_failures_share_max_restarts(capsys):
                                     {}, run_once)
     assert status == 137 and len(launches) == 2
     assert "restart 2 is above --max-restarts 1" in capsys.readouterr().out
+
+
+def test_a_restart_goes_on_when_host_discovery_fails_once(capsys, tmp_path):
+    script = tmp_path / "discover"                        # garbage on its second run
+    script.write_text(f"if [ -e {tmp_path}/ran ]; then echo '%%%'; else touch {tmp_path}/ran; "
+                      f"echo h0:2; echo h1:2; fi\n")
+    run_once, launches = fake_jobs((137, progress(0, 7, checkpoint=5) + KILLED),
+                                   (0, progress(5, 10)))
+    pool = HostPool(lambda: membership.discovered_hosts(f"sh {script}"), 600,
+                    sleep=lambda s: None)
+    status = relaunch_loop.relaunch(flags(), ["train.py"], 4, lambda hosts: [], {}, run_once,
+                                    pool)
+    out = capsys.readouterr().out
+    assert status == 0 and launches[1][1] == 2, out        # on h0, without the failed h1
+    assert "launching on the last good list (h0:2, h1:2)" in out, out
 
 
 def test_mpirun_exiting_0_after_losing_a_host_is_a_failure(capsys):
