@@ -3,10 +3,10 @@
 A :class:`HostPool` reads its source again before every launch (a hostfile that was edited, a
 host discovery command whose output grew, the Slurm allocation's nodes that are still up) and
 leaves out the hosts that failed less than ``cooldown_s`` ago (Horovod elastic's blacklist, with
-a cool-down): a host that comes back, or is listed again, is used at the next launch. A read that fails
-after the first (a discovery command's error, garbage or empty output, a hostfile caught half
-written) is tried again ``READ_TRIES`` times in all, ``READ_RETRY_S`` apart, then the last good
-list is used: a flaky source never ends the run. Example::
+a cool-down): a host that comes back, or is listed again, is used at the next launch. A read
+that fails after the first (a discovery command's error, garbage or empty output, a hostfile
+caught half written) is tried ``READ_TRIES`` times in all, ``READ_RETRY_S`` apart, then the
+last good list is used: a flaky source never ends the run. Example::
 
     pool = HostPool(lambda: read_hostfile("hosts"), cooldown_s=600)
     pool.exclude("node3", "rank 5 killed by signal 9")
