@@ -92,6 +92,32 @@ def test_a_failure_that_repeats_stops_after_the_budget_with_one_line(tmp_path):
                                "spent" in stops[0], out
 
 
+@pytest.mark.slow
+def test_the_same_failure_twice_in_a_row_stops_with_one_line(tmp_path):
+    """Rank 1 killed at step 6 at every launch: before, restarted until --restarts-per-hour
+    (4) was spent, 5 launches."""
+    status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
+                      str(tmp_path), "--fail", "kill", "--fail-launches", "9")
+    assert status == 137 and out.count("launch: ") == 2, out
+    stops = [line for line in out.splitlines() if "stopping" in line]
+    assert len(stops) == 1 and ("failed the same way twice in a row: rank 1 killed by signal 9 "
+                                "(Killed)") in stops[0] and "at step 6)" in stops[0], out
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_at_once_and_says_so(tmp_path):
+    """The OSError of a full disk at every launch: before, "rank 1 ... exited with status 1"
+    was restarted 4 times and the launcher never said the disk was full."""
+    status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
+                      str(tmp_path), "--fail", "disk", "--fail-launches", "9")
+    assert status == 1 and out.count("launch: ") == 1, out
+    stops = [line for line in out.splitlines() if "stopping" in line]
+    assert len(stops) == 1 and ("stopping: the disk is full: unhandled OSError: [Errno 28] No "
+                                f"space left on device: '{tmp_path}/model.nnp'; aborting the "
+                                f"job (host {socket.gethostname()}, rank(s) [1]) would repeat "
+                                "on a restart") in stops[0], out
+
+
 def test_the_scripts_error_stops_at_once(tmp_path):
     status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
                       str(tmp_path), "--fail", "error")
