@@ -35,7 +35,7 @@ from ..planning.machine_profile import (PROFILE_ENV, RUN_KEYS, SHAPE_ENVS, add_p
 from ..planning.schedules import BatchSchedule
 from .elastic_protocol import (ENV_COST, ENV_ELASTIC, ENV_RANKS, ENV_SLOTS, REQUEST_PREFIX,
                                parse_request)
-from .job_lifetime import end_session, end_with_launcher
+from .job_lifetime import end_session, end_with_launcher, leave_terminal
 from .launcher_log import log
 from .membership import HostPool, discovered_hosts, host_source
 from .rank_decision import decide_phase, fit_ranks, launch_sequence, phase_images, restart_cost
@@ -61,7 +61,8 @@ def run_once(argv, ranks, mpirun_args, env, watch=None):
     wrong in the launcher while the job runs (a broken pipe on our stdout, an error of
     ours...) and when mpirun ended; mpirun gets SIGTERM when the launcher dies (SIGKILL
     too): the launcher never leaves a job behind (:mod:`.job_lifetime`). SIGINT, SIGTERM and
-    SIGHUP (a closed terminal) stop the job resumably. Output is decoded as UTF-8 with
+    SIGHUP (a closed terminal: our terminal output then goes to /dev/null) stop the job
+    resumably. Output is decoded as UTF-8 with
     undecodable bytes replaced (U+FFFD); a request line that is not JSON is reported and
     ignored (the script's exit status then stops the launcher).
     """
@@ -75,6 +76,8 @@ def run_once(argv, ranks, mpirun_args, env, watch=None):
 
     def on_signal(signum, frame):
         interrupts.append(signum)
+        if signum == signal.SIGHUP:
+            leave_terminal()
         if len(interrupts) == 1:
             log("stopping: the ranks checkpoint at the end of this step (again to kill)")
             os.kill(proc.pid, signal.SIGUSR1)

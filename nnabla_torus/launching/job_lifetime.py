@@ -10,12 +10,15 @@ process group, or mpirun alone with SIGKILL, leaves the ranks training. Two rule
 - :func:`end_session`: every process still alive in mpirun's session (mpirun, its ranks and
   helpers on this host) is killed when mpirun ended or the launcher ends the job.
 
-Both read Linux interfaces (``prctl``, ``/proc``); elsewhere they do nothing.
+Both read Linux interfaces (``prctl``, ``/proc``); elsewhere they do nothing. After a hang-up
+(SIGHUP: the terminal or ssh session closed) :func:`leave_terminal` sends what the launcher
+would write to the terminal to /dev/null, so that the job can stop with its checkpoint.
 """
 import contextlib
 import ctypes
 import os
 import signal
+import stat
 import sys
 
 PR_SET_PDEATHSIG = 1      # linux/prctl.h
@@ -67,3 +70,15 @@ def end_session(session):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return left
+
+
+def leave_terminal():
+    """Point stdout and stderr at /dev/null where they are a terminal (a file or pipe keeps
+    them): a hung-up terminal fails every write (EIO), and the launcher would end the job on
+    the first. A terminal is told by its device type (``isatty`` fails once hung up)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            if stat.S_ISCHR(os.fstat(fd).st_mode):
+                os.dup2(null, fd)
+    os.close(null)

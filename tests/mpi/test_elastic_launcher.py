@@ -4,12 +4,15 @@ stopped rank restarted from the checkpoint, the restart budget per hour; relaunc
 hostfile and Ctrl-C also under MPICH, Intel MPI and the system's MPI), then driving
 examples/imagenet/train.py (1 -> 2 ranks; Ctrl-C leaves a checkpoint that resumes on 1 rank;
 without the launcher train.py only logs what it would do)."""
+import fcntl
 import json
 import os
+import pty
 import signal
 import socket
 import subprocess
 import sys
+import termios
 import time
 import uuid
 
@@ -22,12 +25,13 @@ FAKE = "tests/mpi/progs/elastic_fake.py"
 
 def launcher(*args, python=sys.executable, env=None, **popen):
     """nnabla-torus-run ``args`` run by ``python`` (whose venv's MPI library the job uses),
-    with ``env`` added to this environment."""
+    with ``env`` added to this environment; ``popen``: Popen's arguments (default: the output
+    read as text from a pipe)."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMPI_MCA_rmaps_base_oversubscribe="1", **(env or {}))
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
     return subprocess.Popen([python, "-m", "nnabla_torus.launching.elastic", *args], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, **popen)
+                            env=env, **popen)
 
 
 def run(*args, timeout=120, python=sys.executable):
@@ -210,6 +214,28 @@ def test_the_job_does_not_outlive_the_launcher(signum):
     assert tagged_processes(tag) == [], "".join(lines) + out
     if signum == signal.SIGHUP:                         # stopped resumably, as by SIGTERM
         assert proc.returncode == 130 and "checkpoint is resumable" in out, out
+
+
+def test_a_closed_terminal_stops_the_job_resumably():
+    """The launcher on a terminal that closes (a lost ssh session): SIGHUP, then every write
+    to the terminal fails (EIO). Before: the next job line's write raised, the launcher killed
+    the job mid-checkpoint and exited 1."""
+    tag = f"NNABLA_TORUS_TEST_JOB={uuid.uuid4().hex}"
+    terminal, tty = pty.openpty()
+    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAKE, "wait",
+                    env=dict([tag.split("=")]), stdin=tty, stdout=tty, stderr=tty,
+                    start_new_session=True,       # the terminal becomes the launcher's own
+                    preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(tty)
+    seen = b""
+    while b"WAITING" not in seen:
+        seen += os.read(terminal, 4096)
+    os.close(terminal)                             # hang up: SIGHUP to the launcher
+    assert proc.wait(timeout=60) == 130, seen.decode()
+    deadline = time.monotonic() + 5
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tagged_processes(tag) == [], seen.decode()
 
 
 def test_ranks_left_by_a_killed_mpirun_are_ended_before_a_restart():
