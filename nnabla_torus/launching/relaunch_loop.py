@@ -26,6 +26,7 @@ from .job_watch import JobWatch
 from .launcher_log import log
 from .rank_decision import fit_ranks
 
+CONTRACT = "docs/elastic.md#the-contract-with-the-training-script"
 TAIL_LINES = 20          # the job's last lines shown when the launcher stops on a failure
 HOUR_S = 3600.0
 
@@ -88,12 +89,11 @@ class ContractNotes:
     def no_checkpoint(self):
         self.say("checkpoint", f"the script announced no checkpoint (a '{CHECKPOINT_PREFIX}"
                  f"{{\"step\": N, ...}}' line after each): this restart and every later one "
-                 f"start it from the beginning (docs/elastic.md, the contract)")
+                 f"start it from the beginning ({CONTRACT})")
 
     def unreadable(self, what):
         self.say("progress", f"cannot read this script's progress ({what}): restarts are "
-                 f"reported without the steps lost (the lines read: docs/elastic.md, the "
-                 f"contract)")
+                 f"reported without the steps lost (the lines it reads: {CONTRACT})")
 
 
 def _recovered(number, failed, started, expected, notes):
