@@ -35,8 +35,15 @@ def launcher(*args, python=sys.executable, env=None, **popen):
 
 
 def run(*args, timeout=120, python=sys.executable):
+    """nnabla-torus-run ``args``: (exit status, output); a launcher that runs longer than
+    ``timeout`` seconds is SIGKILLed (its job ends with it) and fails the test."""
     proc = launcher(*args, python=python)
-    out, _ = proc.communicate(timeout=timeout)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"nnabla-torus-run ran over {timeout} s:\n{out}") from None
     return proc.returncode, out
 
 
