@@ -20,7 +20,6 @@ what the launcher and the script tell each other is in :mod:`.elastic_protocol`.
 """
 import argparse
 import collections
-import contextlib
 import os
 import signal
 import socket
@@ -38,6 +37,7 @@ from ..planning.machine_profile import (PROFILE_ENV, RUN_KEYS, SHAPE_ENVS, add_p
 from ..planning.schedules import BatchSchedule
 from .elastic_protocol import (ENV_COST, ENV_ELASTIC, ENV_LAUNCH, ENV_RANKS, ENV_SLOTS,
                                REQUEST_PREFIX, parse_request)
+from .job_lifetime import end_session, end_with_launcher, leave_terminal
 from .launcher_log import log
 from .membership import HostPool, discovered_hosts, host_source
 from .rank_decision import decide_phase, fit_ranks, launch_sequence, phase_images, restart_cost
@@ -50,15 +50,21 @@ from .relaunch_loop import resumed  # noqa: F401
 # The job's last lines kept: failures.classify reads them (mpirun's report of a death comes
 # after the survivors' lines; a 2,000-rank job's survivors print one line each).
 TAIL_LINES = 4000
+# The launcher's signals that stop the job resumably (forwarded as SIGUSR1); SIGHUP: the
+# terminal or ssh session the launcher ran in was closed.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run_once(argv, ranks, mpirun_args, env, watch=None):
     """Run one mpirun; return (status, request dict or None, last output lines, interrupted).
     ``watch``: called with every line of the job's output (a JobWatch).
 
-    The job runs in its own process group, which is killed (SIGKILL) when anything goes
+    The job runs in its own session, whose processes are killed (SIGKILL) when anything goes
     wrong in the launcher while the job runs (a broken pipe on our stdout, an error of
-    ours...): the launcher never leaves a job behind. Output is decoded as UTF-8 with
+    ours...) and when mpirun ended; mpirun gets SIGTERM when the launcher dies (SIGKILL
+    too): the launcher never leaves a job behind (:mod:`.job_lifetime`). SIGINT, SIGTERM and
+    SIGHUP (a closed terminal: our terminal output then goes to /dev/null) stop the job
+    resumably. Output is decoded as UTF-8 with
     undecodable bytes replaced (U+FFFD); a request line that is not JSON is reported and
     ignored (the script's exit status then stops the launcher).
     """
@@ -66,18 +72,21 @@ def run_once(argv, ranks, mpirun_args, env, watch=None):
     log(f"launch: {' '.join(cmd)}")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace",
-                            start_new_session=True)   # Ctrl-C reaches us only
+                            start_new_session=True,   # Ctrl-C reaches us only
+                            preexec_fn=end_with_launcher())
     interrupts = []
 
     def on_signal(signum, frame):
         interrupts.append(signum)
+        if signum == signal.SIGHUP:
+            leave_terminal()
         if len(interrupts) == 1:
             log("stopping: the ranks checkpoint at the end of this step (again to kill)")
             os.kill(proc.pid, signal.SIGUSR1)
         else:
-            os.killpg(proc.pid, signal.SIGKILL)
+            end_session(proc.pid)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     tail, request = collections.deque(maxlen=TAIL_LINES), None
     try:
         for line in proc.stdout:
@@ -88,6 +97,10 @@ def run_once(argv, ranks, mpirun_args, env, watch=None):
             if line.startswith(REQUEST_PREFIX):
                 request = parse_request(line)
         status = proc.wait()
+        left = end_session(proc.pid)
+        if left:
+            log(f"mpirun ended leaving {len(left)} process(es) of its job running (pid(s) "
+                f"{', '.join(map(str, left[:8]))}): killed them")
     except BaseException as e:
         end_job(proc, f"{type(e).__name__}: {e}")
         raise
@@ -97,13 +110,11 @@ def run_once(argv, ranks, mpirun_args, env, watch=None):
     return status, request, list(tail), bool(interrupts)
 
 def end_job(proc, why):
-    """Kill the job's process group (mpirun and its ranks) and say why, on stderr (our stdout
-    may be what failed)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    print(f"nnabla-torus-run: ended the job (mpirun pid {proc.pid} and its process group) "
+    """Kill the job's session (mpirun and its ranks on this host) and say why, on stderr (our
+    stdout may be what failed)."""
+    end_session(proc.pid)
+    proc.wait()
+    print(f"nnabla-torus-run: ended the job (mpirun pid {proc.pid} and its session) "
           f"because the launcher failed: {why}", file=sys.stderr, flush=True)
 
 
@@ -139,7 +150,7 @@ def run(args, prof):
     told = [name for name in (ENV_ELASTIC, ENV_SLOTS, ENV_COST, ENV_RANKS, ENV_LAUNCH,
                               *getattr(args, "job_env", {})) if name in env]
     source = host_source(args)
-    pool = HostPool(source, args.exclude_cooldown) if source else None
+    pool = HostPool(source, args.exclude_cooldown, good=args.hosts) if source else None
     with tempfile.TemporaryDirectory(prefix="nnabla-torus-run-") as folder:
         def job_args(hosts):
             """mpirun's arguments for a launch on ``hosts`` (None: this machine)."""

@@ -5,7 +5,7 @@ The script exits ``EXIT_RESIZE`` after printing one ``REQUEST_PREFIX`` + JSON li
 :func:`parse_request`), or ``EXIT_STOPPED`` after the launcher's Ctrl-C; it announces each
 checkpoint (``CHECKPOINT_PREFIX``) and the launcher reads its progress lines; the launcher
 tells the script it runs elastic, its slots, its fixed rank schedule and the restart cost
-through the ``ENV_*`` variables. Exit statuses, signals: docs/elastic.md.
+through the ``ENV_*`` variables. The contract, line by line: docs/elastic.md.
 """
 import json
 import re

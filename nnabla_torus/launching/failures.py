@@ -3,17 +3,18 @@
 :func:`classify` reads the job's exit status and its last lines (the ranks', the
 communicator's and mpirun's or srun's, as the launcher saw them) and gives a :class:`Failure`:
 
-- one that **repeats** stops the launcher at once: the script's own error line
-  (``train.py: error: ...``: bad input, a configuration or checkpoint error), a usage error
-  (status 2) or divergence (status 3, train.py's ``EXIT_DIVERGED``);
+- one that **repeats** stops the launcher at once: a full disk (a "No space left on device"
+  line), the script's own error line (``train.py: error: ...``: bad input, a configuration or
+  checkpoint error), a usage error (status 2) or divergence (status 3, train.py's
+  ``EXIT_DIVERGED``);
 - any other may not repeat and is restarted from the newest checkpoint: a rank killed by a
   signal (mpirun's or srun's report), a lost host (mpirun lost its daemon there, Slurm's node
   failure), a rank the communicator lost, a collective or watchdog timeout (a stopped or hung
   rank), a rank's unhandled exception, or an unexplained status.
 
-The first rule that matches decides, in the order of ``RULES``: the script's error first (it
-is why the job ended), a timeout before the signal that ends the stopped rank, a signal before
-the survivors' reports of the death it caused. Example::
+The first rule that matches decides, in the order of ``RULES``: a full disk, then the
+script's error (it is why the job ended), a timeout before the signal that ends the stopped
+rank, a signal before the survivors' reports of the death it caused. Example::
 
     >>> classify(137, ["prterun noticed that process rank 3 with PID 812 on node h1 exited on",
     ...                "signal 9 (Killed)."]).cause
@@ -39,6 +40,12 @@ def _ranks(text):
 # (pattern over the joined last lines, repeats, cause from the match's groups). A rule's ranks
 # are its ``ranks`` or ``rank`` group, else the first "rank(s) [...]" of the matched text.
 RULES = [
+    # a full disk (files.WriteError's "cannot write PATH: No space left on device; N MB free",
+    # an OSError's "[Errno 28] No space left on device"): every restart writes there again.
+    # The line naming the rank's host first (failfast's, after Python's traceback).
+    (r"[^\n]*?rank (?P<rank>\d+) on host (?P<host>\S+): (?P<line>[^\n]*No space left on "
+     r"device[^\n]*)", True, "the disk is full: {line}"),
+    (r"(?P<line>[^\n]*No space left on device[^\n]*)", True, "the disk is full: {line}"),
     # failfast.abort_job's "rank R on host H: train.py: error: ..." (or argparse's line)
     (r"(?:rank (?P<rank>\d+) on host (?P<host>\S+): )?(?P<script>[\w./-]+\.py): error: "
      r"(?P<what>[^\n]*)", True, "{script}: error: {what}"),
@@ -69,8 +76,10 @@ RULES = [
     (r"nnabla_torus: rank \d+: lost rank\(s\) \[(?P<ranks>[\d, ]*)\] during (?P<op>[^\n(;]*?)"
      r"(?: \(|;|$)(?:[^\n]*?rank \d+ ran on (?P<host>[^\s;,)]+))?", False,
      "lost rank(s) [{ranks}] during {op}"),
-    (r"nnabla_torus: rank \d+: rank\(s\) \[(?P<ranks>[\d, ]*)\] left the script[^\n]*?"
-     r"(?:rank \d+ ran on (?P<host>[^\s;,)]+))?", False, "rank(s) [{ranks}] left the script"),
+    # (the host's group holds the text before it: "[^\n]*?(?:...)?" would match it empty)
+    (r"nnabla_torus: rank \d+: rank\(s\) \[(?P<ranks>[\d, ]*)\] left the script"
+     r"(?:[^\n]*?rank \d+ ran on (?P<host>[^\s;,)]+))?", False,
+     "rank(s) [{ranks}] left the script"),
     # failfast: a rank's unhandled exception
     (r"nnabla_torus: rank (?P<rank>\d+) on host (?P<host>\S+): unhandled (?P<kind>\w+)",
      False, "rank {rank} crashed ({kind})"),

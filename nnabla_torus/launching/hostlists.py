@@ -28,6 +28,9 @@ OTHER_KEYS = ("username", "user-name", "user_name", "user", "port", "boards", "s
               "sockets_per_board", "sockets-per-board", "cores", "cores_per_socket",
               "cores-per-socket", "ifhn")
 FORMS = "'host', 'host slots=N [max_slots=M]' (Open MPI) or 'host:N' (MPICH)"
+# A host name (RFC 1123 letters, digits, '-' and '.'; '_' as clusters use it) or an IPv6
+# address: anything else (a discovery command's error text, a markup line) is not a host.
+HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*(?:%[\w.-]+)?")
 
 
 def _count(text, what):
@@ -102,6 +105,9 @@ def _parse_line(fields, where):
     if host.count(":") == 1:                     # MPICH's host:N (not an IPv6 address)
         host, _, count = host.partition(":")
         slots = _count(count, f"{where}: {host}:")
+    if not HOST_NAME.fullmatch(host):
+        raise ValueError(f"{where}: {host!r} is not a host name or address (ASCII letters, "
+                         f"digits, '.', '-', '_'; an IPv6 address); hostfile lines are {FORMS}")
     for field in fields[1:]:
         key, equal, value = field.partition("=")
         if not equal:

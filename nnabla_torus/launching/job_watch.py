@@ -20,20 +20,26 @@ class JobWatch:
     """The figures of one job: ``step`` (the highest step a line named), ``checkpoint`` (the
     newest announced, a dict with step, path, seconds), ``resumed`` (the step it resumed
     from), ``batch`` (the global batch last named), ``failed_at`` (time.monotonic() of the
-    first failure sign)."""
+    first failure sign), ``unread`` (the first checkpoint line it could not read)."""
 
     def __init__(self, on_resume=None, clock=time.monotonic):
         self.step = self.checkpoint = self.resumed = self.batch = self.failed_at = None
         self.checkpoint_seconds = []
+        self.unread = None           # the first checkpoint line that is not the protocol's
         self.on_resume, self.clock = on_resume, clock
 
     def __call__(self, line):
         if line.startswith(CHECKPOINT_PREFIX):
             try:
-                self.checkpoint = json.loads(line[len(CHECKPOINT_PREFIX):])
-                self.checkpoint_seconds.append(float(self.checkpoint["seconds"]))
-            except (ValueError, KeyError, TypeError):
-                pass
+                announced = json.loads(line[len(CHECKPOINT_PREFIX):])
+                announced["step"] = int(announced["step"])
+                seconds = float(announced.get("seconds", "nan"))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                self.unread = self.unread or line.strip()
+                return
+            self.checkpoint = announced
+            if seconds == seconds:                           # not NaN: the line gave it
+                self.checkpoint_seconds.append(seconds)
             return
         resumed = RESUMED_LINE.search(line)
         if resumed and self.resumed is None:

@@ -3,7 +3,10 @@
 A :class:`HostPool` reads its source again before every launch (a hostfile that was edited, a
 host discovery command whose output grew, the Slurm allocation's nodes that are still up) and
 leaves out the hosts that failed less than ``cooldown_s`` ago (Horovod elastic's blacklist, with
-a cool-down): a host that comes back, or is listed again, is used at the next launch. Example::
+a cool-down): a host that comes back, or is listed again, is used at the next launch. A read
+that fails after the first (a discovery command's error, garbage or empty output, a hostfile
+caught half written) is tried ``READ_TRIES`` times in all, ``READ_RETRY_S`` apart, then the
+last good list is used: a flaky source never ends the run. Example::
 
     pool = HostPool(lambda: read_hostfile("hosts"), cooldown_s=600)
     pool.exclude("node3", "rank 5 killed by signal 9")
@@ -17,6 +20,8 @@ from .hostlists import allocation, parse_hostlines, read_hostfile
 from .launcher_log import log
 
 DISCOVERY_TIMEOUT_S = 60     # a discovery command (or sinfo) that takes longer is an error
+READ_TRIES = 3               # reads of a failing host source before the last good list is used
+READ_RETRY_S = 5.0           # seconds between two of them
 # Slurm node states (sinfo %T, lower case, flags after "+") that cannot run a task.
 SLURM_DOWN = ("down", "drain", "fail", "not_responding", "power_down", "powered_down",
               "maint", "reboot")
@@ -24,12 +29,14 @@ SLURM_DOWN = ("down", "drain", "fail", "not_responding", "power_down", "powered_
 
 class HostPool:
     """The hosts of the next launch: ``read()`` ([(host, slots)], called before every launch)
-    minus the hosts excluded less than ``cooldown_s`` seconds ago (0: never excluded)."""
+    minus the hosts excluded less than ``cooldown_s`` seconds ago (0: never excluded).
+    ``good``: the hosts read at start, used when the first read fails."""
 
-    def __init__(self, read, cooldown_s, clock=time.monotonic):
-        self.read, self.cooldown_s, self.clock = read, cooldown_s, clock
+    def __init__(self, read, cooldown_s, clock=time.monotonic, good=None, sleep=time.sleep):
+        self.read, self.cooldown_s, self.clock, self.sleep = read, cooldown_s, clock, sleep
         self.excluded = {}           # host -> (until, cause)
         self.last = None             # the hosts the previous call returned
+        self.good = good             # the last list read without an error
 
     def exclude(self, host, cause):
         """Leave ``host`` out of the launches of the next ``cooldown_s`` seconds; returns
@@ -43,7 +50,7 @@ class HostPool:
 
     def hosts(self):
         """[(host, slots)] to launch on now; logs hosts added, gone, left out and back."""
-        listed, now = self.read(), self.clock()
+        listed, now = self._read(), self.clock()
         back = [h for h, (until, _) in self.excluded.items() if until <= now]
         for host in back:
             del self.excluded[host]
@@ -65,6 +72,25 @@ class HostPool:
                              f"more hosts")
         self.last = usable
         return usable
+
+    def _read(self):
+        """``read()``, tried ``READ_TRIES`` times when it fails (ValueError, OSError), then the
+        last good list; the error when there is none."""
+        for attempt in range(1, READ_TRIES + 1):
+            try:
+                self.good = self.read()
+                return self.good
+            except (ValueError, OSError) as e:
+                if self.good is None:
+                    raise
+                if attempt < READ_TRIES:
+                    log(f"reading the hosts failed ({e}): trying again in {READ_RETRY_S:g} s "
+                        f"(read {attempt} of {READ_TRIES})")
+                    self.sleep(READ_RETRY_S)
+                    continue
+                log(f"reading the hosts failed {READ_TRIES} times ({e}): launching on the last "
+                    f"good list ({', '.join(f'{h}:{s}' for h, s in self.good)})")
+        return self.good
 
 
 def discovered_hosts(command):

@@ -7,20 +7,26 @@ watch loop.
 ``EXIT_STOPPED`` or a signal to the launcher stops it, a resize request (``EXIT_RESIZE``)
 relaunches on the requested rank count (capped at the slots) with ``--resume 1``
 (:func:`resumed`). Any other end is a failure (:func:`.failures.classify`): one that repeats
-stops the launcher with its line; any other relaunches from the newest checkpoint (from the
-start when the job announced none) on the hosts left (:class:`.membership.HostPool` leaves the
+stops the launcher with its line, and so does the same failure twice in a row (cause, exit
+status and step: a run that prints no step line is never taken as one), and an exit 75
+without a valid request line; any other relaunches from the newest checkpoint (from the start
+when the job announced none) on the hosts left (:class:`.membership.HostPool` leaves the
 failed host out for its cool-down), within the restart budget (:class:`RestartBudget`).
-Each restart is logged with its cause, host, steps lost and seconds to recover.
+Each restart is logged with its cause, host, steps lost and seconds to recover. What the
+launcher cannot learn from the script's lines (no checkpoint announced, no readable step) is
+said once (:class:`ContractNotes`).
 """
 import collections
 import time
 
-from .elastic_protocol import ENV_SLOTS, EXIT_RESIZE, EXIT_STOPPED
+from .elastic_protocol import (CHECKPOINT_PREFIX, ENV_SLOTS, EXIT_RESIZE, EXIT_STOPPED,
+                               REQUEST_PREFIX)
 from .failures import classify, placement_of
 from .job_watch import JobWatch
 from .launcher_log import log
 from .rank_decision import fit_ranks
 
+CONTRACT = "docs/elastic.md#the-contract-with-the-training-script"
 TAIL_LINES = 20          # the job's last lines shown when the launcher stops on a failure
 HOUR_S = 3600.0
 
@@ -68,17 +74,50 @@ def _tail(lines):
     return "\n".join(f"  | {line}" for line in lines[-TAIL_LINES:])
 
 
-def _recovered(number, failed, started):
+class ContractNotes:
+    """The launcher's lines about what the script does not tell it, each said once per run:
+    no checkpoint announced (restarts start it from the beginning), no step it can read."""
+
+    def __init__(self):
+        self.said = set()
+
+    def say(self, key, text):
+        if key not in self.said:
+            self.said.add(key)
+            log(text)
+
+    def no_checkpoint(self):
+        self.say("checkpoint", f"the script announced no checkpoint (a '{CHECKPOINT_PREFIX}"
+                 f"{{\"step\": N, ...}}' line after each): this restart and every later one "
+                 f"start it from the beginning ({CONTRACT})")
+
+    def unreadable(self, what):
+        self.say("progress", f"cannot read this script's progress ({what}): restarts are "
+                 f"reported without the steps lost (the lines it reads: {CONTRACT})")
+
+
+def _recovered(number, failed, started, expected, notes):
     """The callback a relaunch's JobWatch calls when the job trains again: the restart's
-    figures (steps lost, seconds from the failure)."""
+    figures (steps lost, seconds from the failure). ``expected``: the step the relaunch
+    resumes from when it prints no resume line (the announced checkpoint's, 0 from the start,
+    None unknown)."""
     def report(watch):
         since = watch.clock() - started
-        reached, resumed_at = failed.step, watch.resumed or 0
-        lost = (f"{reached - resumed_at} step(s) lost (the failed run reached step {reached})"
-                if reached is not None else "steps lost unknown (the failed run printed no "
-                "step line: --log-every sets how often it does)")
-        log(f"restart {number}: training again from step {resumed_at}: {lost}, {since:.1f} s "
-            f"from the failure")
+        reached = failed.step
+        resumed_at = watch.resumed if watch.resumed is not None else expected
+        if resumed_at is None:
+            notes.unreadable("no 'resumed from PATH: step N' line after a resume")
+            lost = "steps lost unknown"
+        elif reached is None:
+            lost = ("steps lost unknown (the failed run printed no step line: --log-every "
+                    "sets how often it does)")
+        elif reached < resumed_at:
+            lost = (f"steps lost unknown (the failed run's step lines stop at step {reached}, "
+                    f"before step {resumed_at})")
+        else:
+            lost = f"{reached - resumed_at} step(s) lost (the failed run reached step {reached})"
+        again = "training again" + (f" from step {resumed_at}" if resumed_at is not None else "")
+        log(f"restart {number}: {again}: {lost}, {since:.1f} s from the failure")
     return report
 
 
@@ -90,7 +129,8 @@ def relaunch(args, argv, ranks, job_args, env, run_once, pool=None):
     budget = RestartBudget(args.max_restarts, getattr(args, "restarts_per_hour", 4))
     first_argv, wanted, batch = list(argv), ranks, getattr(args, "global_batch", None)
     checkpointed = "1" in argv[argv.index("--resume") + 1:][:1] if "--resume" in argv else False
-    on_train, hosts = None, None
+    on_train, hosts, notes, previous = None, None, ContractNotes(), None
+    newest = None                     # the step of the newest checkpoint a job announced
     while True:
         slots = args.total_slots
         if pool is not None:
@@ -105,6 +145,10 @@ def relaunch(args, argv, ranks, job_args, env, run_once, pool=None):
                                                        watch=watch)
         ended = watch.clock()
         checkpointed = checkpointed or watch.checkpoint is not None or watch.resumed is not None
+        newest = watch.checkpoint["step"] if watch.checkpoint else newest
+        if watch.unread:
+            notes.say("checkpoint line", f"cannot read this script's checkpoint line (JSON "
+                      f"with an integer 'step' expected): {watch.unread!r}")
         batch = watch.batch or batch
         if interrupted and status not in (0, EXIT_STOPPED):
             log(f"stopped by a signal before the ranks could checkpoint (status {status}; "
@@ -132,6 +176,10 @@ def relaunch(args, argv, ranks, job_args, env, run_once, pool=None):
                 + (f" ({note})" if note else "") + f"; relaunching on {wanted} ranks")
             argv, on_train = resumed(argv), None
             continue
+        if status == EXIT_RESIZE:
+            log(f"the training command exited with status {EXIT_RESIZE} (a resize) without a "
+                f"valid request line ('{REQUEST_PREFIX}{{\"ranks\": M, ...}}'): stopping")
+            return status
         failure = failure or classify(status, lines, placement)
         where = (f"host {failure.host}" if failure.host else "host unknown") + (
             f", rank(s) {failure.ranks}" if failure.ranks else "")
@@ -145,12 +193,24 @@ def relaunch(args, argv, ranks, job_args, env, run_once, pool=None):
             log(f"the training command failed again: {failure.cause} ({where}, exit status "
                 f"{status}); stopping: {why}. Last lines:\n" + _tail(lines))
             return status or 1
+        same = (status, failure.cause, watch.step)
+        if same == previous and watch.step is not None:
+            log(f"the training command failed the same way twice in a row: {failure.cause} "
+                f"({where}, exit status {status}, at step {watch.step}); stopping: a restart "
+                f"would repeat it. Last lines:\n" + _tail(lines))
+            return status or 1
+        previous = same
+        if watch.step is None:
+            notes.unreadable("the failed run printed no 'step N' line")
+        if not checkpointed:
+            notes.no_checkpoint()
         if pool is not None:
             pool.exclude(failure.host, failure.cause)
         log(f"restart {budget.count} after a failure: {failure.cause} ({where}, exit status "
             f"{status}); relaunching from "
-            + (f"the newest checkpoint (step {watch.checkpoint['step']} announced)"
-               if watch.checkpoint else "the newest checkpoint" if checkpointed
+            + (f"the newest checkpoint (step {newest} announced)" if newest is not None
+               else "the newest checkpoint" if checkpointed
                else "the start: no checkpoint was written yet"))
         argv = resumed(argv) if checkpointed else first_argv
-        on_train = _recovered(budget.count, watch, watch.failed_at or ended)
+        expected = (newest if newest is not None else watch.resumed) if checkpointed else 0
+        on_train = _recovered(budget.count, watch, watch.failed_at or ended, expected, notes)

@@ -4,12 +4,17 @@ stopped rank restarted from the checkpoint, the restart budget per hour; relaunc
 hostfile and Ctrl-C also under MPICH, Intel MPI and the system's MPI), then driving
 examples/imagenet/train.py (1 -> 2 ranks; Ctrl-C leaves a checkpoint that resumes on 1 rank;
 without the launcher train.py only logs what it would do)."""
+import fcntl
 import json
 import os
+import pty
 import signal
 import socket
 import subprocess
 import sys
+import termios
+import time
+import uuid
 
 import pytest
 
@@ -18,18 +23,27 @@ from tests.mpirun import REPO, library_python, run_mpi
 FAKE = "tests/mpi/progs/elastic_fake.py"
 
 
-def launcher(*args, python=sys.executable, **popen):
-    """nnabla-torus-run ``args`` run by ``python`` (whose venv's MPI library the job uses)."""
+def launcher(*args, python=sys.executable, env=None, **popen):
+    """nnabla-torus-run ``args`` run by ``python`` (whose venv's MPI library the job uses),
+    with ``env`` added to this environment; ``popen``: Popen's arguments (default: the output
+    read as text from a pipe)."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+               OMPI_MCA_rmaps_base_oversubscribe="1", **(env or {}))
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
     return subprocess.Popen([python, "-m", "nnabla_torus.launching.elastic", *args], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, **popen)
+                            env=env, **popen)
 
 
 def run(*args, timeout=120, python=sys.executable):
+    """nnabla-torus-run ``args``: (exit status, output); a launcher that runs longer than
+    ``timeout`` seconds is SIGKILLed (its job ends with it) and fails the test."""
     proc = launcher(*args, python=python)
-    out, _ = proc.communicate(timeout=timeout)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"nnabla-torus-run ran over {timeout} s:\n{out}") from None
     return proc.returncode, out
 
 
@@ -89,6 +103,32 @@ def test_a_failure_that_repeats_stops_after_the_budget_with_one_line(tmp_path):
                                "spent" in stops[0], out
 
 
+@pytest.mark.slow
+def test_the_same_failure_twice_in_a_row_stops_with_one_line(tmp_path):
+    """Rank 1 killed at step 6 at every launch: before, restarted until --restarts-per-hour
+    (4) was spent, 5 launches."""
+    status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
+                      str(tmp_path), "--fail", "kill", "--fail-launches", "9")
+    assert status == 137 and out.count("launch: ") == 2, out
+    stops = [line for line in out.splitlines() if "stopping" in line]
+    assert len(stops) == 1 and ("failed the same way twice in a row: rank 1 killed by signal 9 "
+                                "(Killed)") in stops[0] and "at step 6)" in stops[0], out
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_at_once_and_says_so(tmp_path):
+    """The OSError of a full disk at every launch: before, "rank 1 ... exited with status 1"
+    was restarted 4 times and the launcher never said the disk was full."""
+    status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
+                      str(tmp_path), "--fail", "disk", "--fail-launches", "9")
+    assert status == 1 and out.count("launch: ") == 1, out
+    stops = [line for line in out.splitlines() if "stopping" in line]
+    assert len(stops) == 1 and ("stopping: the disk is full: unhandled OSError: [Errno 28] No "
+                                f"space left on device: '{tmp_path}/model.nnp'; aborting the "
+                                f"job (host {socket.gethostname()}, rank(s) [1]) would repeat "
+                                "on a restart") in stops[0], out
+
+
 def test_the_scripts_error_stops_at_once(tmp_path):
     status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
                       str(tmp_path), "--fail", "error")
@@ -142,6 +182,85 @@ def test_hostfile_relaunch_and_ctrl_c_under_another_library(library, tmp_path):
                     python=python)
     out = interrupt_when(proc, "WAITING")
     assert proc.returncode == 130 and "checkpoint is resumable" in out, out
+
+
+def tagged_processes(tag):
+    """Command lines of the live processes whose environment holds ``tag``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if tag.encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found.append(pid + ": " + f.read().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGKILL])
+def test_the_job_does_not_outlive_the_launcher(signum):
+    """Before: the job ran in its own session and only SIGINT/SIGTERM were handled; after a
+    SIGHUP (a closed terminal) or a SIGKILL of the launcher, mpirun and both ranks trained on
+    (prterun, python x 2 left)."""
+    tag = f"NNABLA_TORUS_TEST_JOB={uuid.uuid4().hex}"
+    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAKE, "wait",
+                    env=dict([tag.split("=")]))
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "WAITING" in line:
+            break
+    assert len(tagged_processes(tag)) >= 4, lines       # launcher, mpirun, 2 ranks
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=60)
+    deadline = time.monotonic() + 5
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tagged_processes(tag) == [], "".join(lines) + out
+    if signum == signal.SIGHUP:                         # stopped resumably, as by SIGTERM
+        assert proc.returncode == 130 and "checkpoint is resumable" in out, out
+
+
+def test_a_closed_terminal_stops_the_job_resumably():
+    """The launcher on a terminal that closes (a lost ssh session): SIGHUP, then every write
+    to the terminal fails (EIO). Before: the next job line's write raised, the launcher killed
+    the job mid-checkpoint and exited 1."""
+    tag = f"NNABLA_TORUS_TEST_JOB={uuid.uuid4().hex}"
+    terminal, tty = pty.openpty()
+    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAKE, "wait",
+                    env=dict([tag.split("=")]), stdin=tty, stdout=tty, stderr=tty,
+                    start_new_session=True,       # the terminal becomes the launcher's own
+                    preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(tty)
+    seen = b""
+    while b"WAITING" not in seen:
+        seen += os.read(terminal, 4096)
+    os.close(terminal)                             # hang up: SIGHUP to the launcher
+    assert proc.wait(timeout=60) == 130, seen.decode()
+    deadline = time.monotonic() + 5
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert tagged_processes(tag) == [], seen.decode()
+
+
+def test_ranks_left_by_a_killed_mpirun_are_ended_before_a_restart():
+    """Open MPI 5's ranks outlive a SIGKILLed mpirun (the OOM killer's choice, say); before,
+    the launcher restarted beside them: two jobs in one folder."""
+    tag = f"NNABLA_TORUS_TEST_JOB={uuid.uuid4().hex}"
+    proc = launcher("--slots", "2", "--ranks-schedule", "0:2", "--max-restarts", "0", "--",
+                    "python", FAKE, "wait", env=dict([tag.split("=")]))
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "WAITING" in line:
+            break
+    mpirun = [p for p in tagged_processes(tag) if "/prterun " in p or "/mpirun " in p]
+    os.kill(int(mpirun[0].split(":")[0]), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=60)
+    assert "mpirun ended leaving 2 process(es) of its job running" in out, out
+    assert tagged_processes(tag) == [], "".join(lines) + out
 
 
 def test_ctrl_c_during_start_up_stops_without_a_loop():

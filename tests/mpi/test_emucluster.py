@@ -299,3 +299,48 @@ def test_a_killed_host_is_left_out_and_the_run_finishes_on_the_other(tmp_path):
     assert f"host {PREFIX}-h1 left out for 600 s" in out, out
     assert re.search(rf"restart 1 after a failure: \S.* \(host {PREFIX}-h1", out), out
     assert "relaunching from the newest checkpoint" in out and "FINISHED 2 60" in out, out
+
+
+@needs_emulation
+@pytest.mark.slow
+def test_a_killed_launcher_leaves_no_process_on_any_host():
+    """nnabla-torus-run SIGKILLed while its 2 hosts x 2 ranks wait without a word. Before:
+    prterun, both hosts' prted and the 4 ranks ran on (11 processes left after 8 s)."""
+    code, out = emucluster(["up", "--hosts", "2"], timeout=120)
+    assert code == 0, out
+    job = f"NNABLA_TORUS_TEST_JOB={uuid.uuid4().hex}"     # this job's processes only
+
+    def left():
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if job.encode() in f.read().split(b"\0"):
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            found.append(f.read().split(b"\0")[0].decode())
+            except OSError:
+                continue
+        return found
+    try:
+        layout, _ = cli.load_layout(PREFIX)
+        argv = launch.launcher_argv(layout, cli.state_dir(PREFIX), 2, "by-host",
+                                    [sys.executable, "tests/mpi/progs/elastic_fake.py", "wait"])
+        env = dict(os.environ, PYTHONPATH=REPO, **dict([job.split("=")]))
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "WAITING" in line:
+                break
+        assert any(name.endswith("prted") for name in left()), "".join(lines)   # remote
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        remaining = left()
+    finally:
+        emucluster(["down"], timeout=60)
+    assert remaining == [], "".join(lines)
+    assert_nothing_left()

@@ -136,6 +136,15 @@ def alive(pid):
     return True
 
 
+def running(pid):
+    """Whether ``pid`` is alive and not a zombie (an orphan's zombie may wait for init)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
 def test_job_output_that_is_not_utf8_is_shown_replaced(monkeypatch, capsys):
     """Before: UnicodeDecodeError, the launcher exited and left mpirun running."""
     fake_job(monkeypatch, "import sys; sys.stdout.buffer.write(b'loss \\xff\\xfe ok\\n')")
@@ -171,6 +180,23 @@ def test_an_error_in_the_launcher_ends_the_job_it_started(monkeypatch, tmp_path,
     assert time.monotonic() - start < 20
     assert not alive(int(pid_file.read_text()))
     assert ("nnabla-torus-run: ended the job (mpirun pid" in capsys.readouterr().err)
+
+
+def test_ended_jobs_leave_no_rank_in_a_process_group_of_its_own(monkeypatch, tmp_path):
+    """Open MPI 5 puts each rank in a process group of its own: before, killing mpirun's
+    process group left the ranks running. A "rank" here: a child in its own group."""
+    pid_file = tmp_path / "pid"
+    fake_job(monkeypatch, "import os, subprocess, sys; child = subprocess.Popen([sys.executable,"
+                          " '-c', 'import time; time.sleep(60)'], preexec_fn=os.setpgrp, "
+                          "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+                          f"open({str(pid_file)!r}, 'w').write(str(child.pid)); "
+                          "print('started', flush=True); os._exit(9)")   # mpirun dies first
+    status, _, tail, _ = elastic.run_once([], 1, [], dict(os.environ))
+    assert status == 9 and tail[0] == "started", tail
+    deadline = time.monotonic() + 5                 # SIGKILL takes effect when it runs next
+    while running(int(pid_file.read_text())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(int(pid_file.read_text()))
 
 
 def test_relaunches_always_resume():

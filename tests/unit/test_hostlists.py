@@ -61,6 +61,8 @@ def test_every_hostfile_form(tmp_path):
     ("node1:2 slots=4", "node1 has two slot counts"),
     ("node1 slots=8 max_slots=4", "slots=8 is more than max_slots=4"),
     ("^node1", "exclusions"), ("+n0", "relative hosts"),
+    ("%%%", "hosts:1: '%%%' is not a host name or address"),     # before: a host named %%%
+    ("<html><body>502 Bad Gateway", "'<html><body>502' is not a host name"),
     ("rank 0=node1 slot=0", "rankfile lines")])
 def test_unreadable_hostfile_lines_are_refused(tmp_path, line, message):
     path = tmp_path / "hosts"

@@ -32,10 +32,24 @@ KILLED = ["prterun noticed that process rank 3 with PID 812 on node h1 exited on
          "  HNP daemon   : [prterun-sw-1@0,0] on node sw",
          "  Remote daemon: [prterun-sw-1@0,2] on node h1"], False,
      "lost host h1 (mpirun lost its daemon there)", "h1"),
+    # --map-by node: rank 2 ran on h0, not on h1 where by-slot placement puts it (before:
+    # the line's host was never read, so the guess h1 was left out for the cool-down)
+    (70, ["nnabla_torus: rank 0: rank(s) [2] left the script (sys.exit, an early return or an "
+          "error handled there) while this rank waits for them in all_reduce (torus2d); they "
+          "will not arrive (rank 2 ran on h0); aborting the job"], False,
+     "rank(s) [2] left the script", "h0"),
     (137, ["srun: error: node2: task 3: Killed"], False, "task(s) 3 Killed (srun)", "node2"),
     (1, ["nnabla_torus: rank 2 on host h1: unhandled MemoryError: ; aborting the job"], False,
      "rank 2 crashed (MemoryError)", "h1"),
     (9, ["loss 1.0"], False, "exit status 9 (no line of the job says why)", None),
+    # before: "rank 0 crashed (WriteError)", restarted until the budget was spent
+    (1, ["nnabla_torus: rank 0 on host h0: unhandled WriteError: cannot write out/model.nnp: "
+         "No space left on device; 3 MB free; aborting the job"], True,
+     "the disk is full: unhandled WriteError: cannot write out/model.nnp: No space left on "
+     "device; 3 MB free; aborting the job", "h0"),
+    (1, ["rank 1 on host h1: OSError: [Errno 28] No space left on device: 'out/ckpt.npz'"],
+     True, "the disk is full: OSError: [Errno 28] No space left on device: 'out/ckpt.npz'",
+     "h1"),
 ])
 def test_failures_that_repeat_stop_and_others_restart(status, lines, repeats, cause, host):
     failure = classify(status, lines, placement_of([("h0", 2), ("h1", 2)], 4))
@@ -92,6 +106,51 @@ def test_pool_keeps_the_only_host_and_says_when_none_is_left():
     two.exclude("h1", "killed")
     with pytest.raises(ValueError, match="no host left to launch on"):
         two.hosts()
+
+
+def flaky(*answers):
+    """A host source answering ``answers`` in turn: a list, or an exception to raise."""
+    calls = []
+
+    def read():
+        answer = answers[len(calls)]
+        calls.append(answer)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+    return read, calls
+
+
+def test_a_failing_host_source_is_read_again_then_the_last_good_list_is_used(capsys):
+    """Before: one failed read at a restart (the discovery command's error, garbage, empty
+    output) raised out of the launcher and ended the run."""
+    good, waits = [("h0", 2), ("h1", 2)], []
+    read, calls = flaky(good, ValueError("host discovery command 'x' exited with status 1"),
+                        [("h0", 2), ("h1", 2), ("h2", 2)],
+                        *[ValueError("host discovery command 'x' names no host")] * 3)
+    pool = HostPool(read, 600, sleep=waits.append)
+    assert pool.hosts() == good
+    assert pool.hosts() == [("h0", 2), ("h1", 2), ("h2", 2)]     # the second read worked
+    assert pool.hosts() == [("h0", 2), ("h1", 2), ("h2", 2)]     # three failed: the last good
+    assert len(calls) == 6 and waits == [membership.READ_RETRY_S] * 3
+    out = capsys.readouterr().out
+    assert ("reading the hosts failed (host discovery command 'x' exited with status 1): "
+            "trying again in 5 s (read 1 of 3)") in out, out
+    assert ("reading the hosts failed 3 times (host discovery command 'x' names no host): "
+            "launching on the last good list (h0:2, h1:2, h2:2)") in out, out
+
+
+def test_a_half_written_hostfile_keeps_the_hosts_read_at_start(tmp_path):
+    path = tmp_path / "hosts"
+    path.write_text("h0 slots=2\nh1 slo")                # caught while an editor writes it
+    pool = HostPool(lambda: membership.read_hostfile(str(path)), 600,
+                    good=[("h0", 2), ("h1", 2)], sleep=lambda s: None)
+    assert pool.hosts() == [("h0", 2), ("h1", 2)]
+    path.unlink()                                         # gone while being replaced
+    assert pool.hosts() == [("h0", 2), ("h1", 2)]
+    with pytest.raises(ValueError, match="'slo' is not key=value"):
+        path.write_text("h0 slots=2\nh1 slo")
+        HostPool(lambda: membership.read_hostfile(str(path)), 600).hosts()   # nothing known
 
 
 def test_discovery_command_output_is_read_as_a_hostfile(tmp_path):
@@ -187,7 +246,8 @@ def test_a_failure_that_repeats_stops_at_once_with_one_line(capsys):
 
 
 def test_the_budget_per_hour_stops_a_failure_that_keeps_coming_back(capsys):
-    run_once, launches = fake_jobs(*[(137, progress(0, 2) + KILLED)] * 5)
+    # killed at another step each time: not the same failure twice in a row
+    run_once, launches = fake_jobs(*[(137, progress(0, 2 + i) + KILLED) for i in range(5)])
     status = relaunch_loop.relaunch(flags(restarts_per_hour=2), ["train.py"], 2,
                                     lambda hosts: [], {}, run_once)
     out = capsys.readouterr().out
@@ -205,6 +265,21 @@ def test_resizes_and_failures_share_max_restarts(capsys):
     assert "restart 2 is above --max-restarts 1" in capsys.readouterr().out
 
 
+def test_a_restart_goes_on_when_host_discovery_fails_once(capsys, tmp_path):
+    script = tmp_path / "discover"                        # garbage on its second run
+    script.write_text(f"if [ -e {tmp_path}/ran ]; then echo '%%%'; else touch {tmp_path}/ran; "
+                      f"echo h0:2; echo h1:2; fi\n")
+    run_once, launches = fake_jobs((137, progress(0, 7, checkpoint=5) + KILLED),
+                                   (0, progress(5, 10)))
+    pool = HostPool(lambda: membership.discovered_hosts(f"sh {script}"), 600,
+                    sleep=lambda s: None)
+    status = relaunch_loop.relaunch(flags(), ["train.py"], 4, lambda hosts: [], {}, run_once,
+                                    pool)
+    out = capsys.readouterr().out
+    assert status == 0 and launches[1][1] == 2, out        # on h0, without the failed h1
+    assert "launching on the last good list (h0:2, h1:2)" in out, out
+
+
 def test_mpirun_exiting_0_after_losing_a_host_is_a_failure(capsys):
     """Seen on the emulated cluster: every process of host 1 killed, mpirun printed "A daemon
     failed to report back ... Remote host: h1" and exited 0 (before: "finished")."""
@@ -218,3 +293,92 @@ def test_mpirun_exiting_0_after_losing_a_host_is_a_failure(capsys):
     status = relaunch_loop.relaunch(flags(), ["train.py"], 4, lambda hosts: [], {}, run_once,
                                     pool)
     assert status == 0 and launches[1][1] == 2, capsys.readouterr().out
+
+
+def test_the_same_failure_twice_in_a_row_stops(capsys):
+    """Before: a failure that repeats at the same step (an export that always fails) was
+    restarted until --restarts-per-hour was spent (5 launches)."""
+    crash = ["nnabla_torus: rank 0 on host h0: unhandled KeyError: 'fc'; aborting the job"]
+    run_once, launches = fake_jobs(*[(1, progress(0, 9, checkpoint=5) + crash)] + [
+        (1, progress(5, 9) + crash)] * 4)
+    status = relaunch_loop.relaunch(flags(), ["train.py"], 2, lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert status == 1 and len(launches) == 2, out
+    assert ("the training command failed the same way twice in a row: rank 0 crashed "
+            "(KeyError) (host h0, rank(s) [0], exit status 1, at step 9); stopping: a restart "
+            "would repeat it") in out, out
+
+
+def test_steps_lost_are_never_negative(capsys):
+    """Before: "restart 1: training again from step 30: -30 step(s) lost (the failed run
+    reached step 0)": the failed run (started on --resume 1) died before its resume line."""
+    run_once, launches = fake_jobs((137, ["step 0: the planner's first decision"] + KILLED),
+                                   (0, progress(30, 33)))
+    status = relaunch_loop.relaunch(flags(), ["train.py", "--resume", "1"], 2,
+                                    lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert ("restart 1: training again from step 30: steps lost unknown (the failed run's step "
+            "lines stop at step 0, before step 30)") in out, out
+
+
+def test_a_resume_without_its_line_is_counted_from_the_announced_checkpoint(capsys):
+    """Before: "training again from step 0: 7 step(s) lost" for a relaunch that resumed from
+    the checkpoint at step 5 but printed no 'resumed from' line."""
+    run_once, launches = fake_jobs((137, progress(0, 7, checkpoint=5) + KILLED),
+                                   (0, progress(5, 10)[1:]))
+    relaunch_loop.relaunch(flags(), ["train.py"], 2, lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert "training again from step 5: 2 step(s) lost (the failed run reached step 7)" in out
+    assert "from step 0" not in out, out
+
+
+def test_a_script_without_checkpoints_is_told_once_that_restarts_start_it_again(capsys):
+    run_once, launches = fake_jobs(*[(137, progress(0, 2 + i) + KILLED) for i in range(3)],
+                                   (0, progress(0, 9)))
+    status = relaunch_loop.relaunch(flags(), ["train.py"], 2, lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert status == 0 and len(launches) == 4, out
+    notes = [line for line in out.splitlines() if "announced no checkpoint" in line]
+    assert len(notes) == 1 and ("the script announced no checkpoint (a 'nnabla-torus-checkpoint: "
+                                '{"step": N, ...}\' line after each): this restart and every '
+                                "later one start it from the beginning") in notes[0], out
+    assert out.count("relaunching from the start: no checkpoint was written yet") == 3, out
+
+
+def test_progress_the_launcher_cannot_read_is_said_once_never_as_step_0(capsys):
+    """A script whose lines name no step ('iteration 40/100'), resumed by the user's
+    --resume 1 and printing no resume line: before, "training again from step 0"."""
+    own = [f"iteration {i}/100, loss 0.5" for i in range(40, 44)]
+    run_once, launches = fake_jobs((137, own + KILLED), (137, own[:2] + KILLED),
+                                   (0, ["step 44: loss 0.4"] + own))
+    status = relaunch_loop.relaunch(flags(), ["train.py", "--resume", "1"], 2,
+                                    lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert status == 0, out
+    notes = [line for line in out.splitlines() if "cannot read this script's progress" in line]
+    assert len(notes) == 1 and "(the failed run printed no 'step N' line)" in notes[0], out
+    assert "restart 2: training again: steps lost unknown" in out, out
+    assert "from step 0" not in out, out
+
+
+def test_an_unreadable_checkpoint_line_is_said_once(capsys):
+    bad = CHECKPOINT_PREFIX + "written out/ckpt-5"
+    run_once, launches = fake_jobs((137, progress(0, 7) + [bad] + KILLED),
+                                   (137, progress(0, 3) + [bad] + KILLED), (0, progress(0, 9)))
+    relaunch_loop.relaunch(flags(), ["train.py"], 2, lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert out.count("cannot read this script's checkpoint line (JSON with an integer 'step' "
+                     f"expected): {bad!r}") == 1, out
+
+
+def test_a_resize_exit_without_its_request_line_stops(capsys):
+    """Before: exit 75 without a valid request was taken as a failure and restarted."""
+    def run_once(argv, ranks, mpirun_args, env, watch=None):
+        launches.append(argv)
+        return EXIT_RESIZE, None, ["nnabla-torus-elastic: grow please"], False
+    launches = []
+    status = relaunch_loop.relaunch(flags(), ["train.py"], 2, lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert status == EXIT_RESIZE and len(launches) == 1, out
+    assert "exited with status 75 (a resize) without a valid request line" in out, out

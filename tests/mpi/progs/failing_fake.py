@@ -1,6 +1,6 @@
 """A stand-in training script that fails on purpose, for nnabla-torus-run's restart tests.
 
-    failing_fake.py DIR --fail kill|stop|error|none [--at 6] [--steps 10] [--every 4]
+    failing_fake.py DIR --fail kill|stop|error|disk|none [--at 6] [--steps 10] [--every 4]
                     [--fail-launches 1] [--api mpi4py|communicator] [--resume 1]
 
 Each step is an all-reduce; rank 0 prints ``step N: ...`` and, every ``--every`` steps, writes
@@ -8,10 +8,13 @@ DIR/ckpt (the step) and announces it as train.py does (``CHECKPOINT_PREFIX``). W
 ``--resume 1`` it starts from DIR/ckpt (printing train.py's ``resumed from PATH: step N`` line).
 At step ``--at`` of the first ``--fail-launches`` launches (counted in DIR/launches) the last
 rank fails: ``kill`` SIGKILLs itself, ``stop`` SIGSTOPs itself (``--api communicator``: the
-communicator's timeout ends the job), ``error`` prints train.py's error line and aborts. The
-end: ``FINISHED <size> <steps>`` on rank 0.
+communicator's timeout ends the job), ``error`` prints train.py's error line and aborts,
+``disk`` raises the OSError of a full disk (ENOSPC) writing DIR/model.nnp (failfast names it
+and ends the job, as in train.py). The end:
+``FINISHED <size> <steps>`` on rank 0.
 """
 import argparse
+import errno
 import json
 import os
 import signal
@@ -22,13 +25,14 @@ import time
 import numpy as np
 
 from emu_fault import make_allreduce      # this script's folder is on sys.path
+from nnabla_torus.comm import failfast
 from nnabla_torus.launching.elastic_protocol import CHECKPOINT_PREFIX
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("dir")
-    parser.add_argument("--fail", choices=("kill", "stop", "error", "none"), default="none")
+    parser.add_argument("--fail", choices=("kill", "stop", "error", "disk", "none"), default="none")
     parser.add_argument("--at", type=int, default=6)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--every", type=int, default=4)
@@ -36,6 +40,8 @@ def main():
     parser.add_argument("--api", choices=("mpi4py", "communicator"), default="mpi4py")
     parser.add_argument("--resume", type=int, default=0)
     args = parser.parse_args()
+    if args.fail == "disk":
+        failfast.install()
     allreduce, rank, size = make_allreduce(args.api)
     counter, ckpt = os.path.join(args.dir, "launches"), os.path.join(args.dir, "ckpt")
     launch = int(open(counter).read()) if os.path.exists(counter) else 0
@@ -55,6 +61,9 @@ def main():
                       f"image 7 of the list cannot be decoded", file=sys.stderr, flush=True)
                 from mpi4py import MPI
                 MPI.COMM_WORLD.Abort(1)
+            if args.fail == "disk":
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                              os.path.join(args.dir, "model.nnp"))
             os.kill(os.getpid(), signal.SIGKILL if args.fail == "kill" else signal.SIGSTOP)
         allreduce(array)
         step += 1
