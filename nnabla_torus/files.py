@@ -12,10 +12,15 @@ names the file, the cause and the free space. Example::
 import contextlib
 import os
 import shutil
+import stat
 
 
 class WriteError(RuntimeError):
     """A file could not be written (disk full, quota, permissions...); the old file is kept."""
+
+
+class UnsafeFolder(RuntimeError):
+    """A folder that must be private is another user's or writable by others."""
 
 
 def temporary_path(path):
@@ -72,3 +77,19 @@ def fsync_directory(directory):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def private_folder(path, fix):
+    """Create folder ``path`` (mode 0700) unless it exists; return it. Raise UnsafeFolder, one
+    line ending with ``fix``, when it is another user's or writable by group or others: what
+    such a folder holds (a library we load, a cache we trust) could be swapped under us."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    status = os.stat(path)               # a symlink is judged by the folder it points to
+    if status.st_uid != os.getuid():
+        why = f"owned by uid {status.st_uid}, not by this user (uid {os.getuid()})"
+    elif status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"writable by group or others (mode {stat.S_IMODE(status.st_mode):o})"
+    else:
+        return path
+    raise UnsafeFolder(f"refusing {path}: it is {why}, so another user could change what it "
+                       f"holds. Fix: {fix}")
