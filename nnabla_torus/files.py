@@ -44,12 +44,31 @@ def atomic_path(path):
             os.fsync(f.fileno())
         os.replace(temporary, path)
         fsync_directory(folder)            # the rename itself survives a power loss
-    except OSError as e:
-        raise WriteError(f"cannot write {path}: {e.strerror or e}; {free_space(folder)}. "
-                         f"Free some space or write elsewhere") from e
-    finally:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
-            os.remove(temporary)           # only left when writing or renaming failed
+            os.remove(temporary)           # first, so that the free space counts its bytes
+        cause = os_error_behind(e) if isinstance(e, Exception) else None
+        if cause is None:
+            raise
+        raise WriteError(f"cannot write {path}: {describe(cause)}; {free_space(folder)}. "
+                         f"Free some space or write elsewhere") from e
+
+
+def os_error_behind(error):
+    """The OSError ``error`` is or was raised while handling, or None. Writers wrap the
+    disk's error: h5py raises RuntimeError ("Can't decrement id ref count") when closing a
+    file whose write failed with ENOSPC."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__context__
+    return error
+
+
+def describe(error):
+    """One line for an OSError: the system's words for its errno ("No space left on device"),
+    else the first line of its message (h5py's run over several)."""
+    if error.errno:
+        return os.strerror(error.errno)
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 @contextlib.contextmanager

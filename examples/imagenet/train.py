@@ -26,6 +26,7 @@ logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 
 import numpy as np
 
+from nnabla_torus.files import UnsafeFolder, WriteError
 from nnabla_torus.launching import elastic
 
 import checkpoint_policy
@@ -97,7 +98,7 @@ def finished(run):
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (ValueError, FileNotFoundError, CheckpointError) as error:
+    except (ValueError, FileNotFoundError, CheckpointError, WriteError, UnsafeFolder) as error:
         # A message, not a traceback; abort_job ends every rank even when only this one raised
         # (after sys.exit it would wait in MPI_Finalize while the others wait for it).
         from nnabla_torus.comm import failfast
