@@ -15,8 +15,9 @@ import shutil
 import stat
 
 
-class WriteError(RuntimeError):
-    """A file could not be written (disk full, quota, permissions...); the old file is kept."""
+class WriteError(OSError):
+    """A file could not be written (disk full, quota, permissions...); the old file is kept.
+    An OSError, so that code that reports a failed write as a line goes on doing so."""
 
 
 class UnsafeFolder(RuntimeError):

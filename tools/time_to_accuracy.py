@@ -44,6 +44,7 @@ import accuracy_report as rep
 import batch_optimum
 import efficiency_check
 from emucluster.profile import emulated_profile
+from nnabla_torus.files import atomic_open
 from nnabla_torus.knobs import add_knob
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.planning import efficiency_fit
@@ -151,7 +152,7 @@ def run_policy(policy, seed, launcher, out_dir, prior="", name=None):
     lines = [(time.monotonic() - start, line) for line in proc.stdout]
     status = proc.wait()
     os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "stdout.log"), "w") as f:
+    with atomic_open(os.path.join(run_dir, "stdout.log"), "w") as f:
         f.writelines(line for _, line in lines)
     if status != 0 or rep.parse_log(lines)[1] is None:
         raise RuntimeError(f"{policy} seed {seed}: train.py exited with status {status}; "
@@ -180,7 +181,7 @@ def measure(args):
         bar.set_description(f"{policy}, seed {seed}")
         r = run_policy(policy, seed, launcher, args.out, prior)
         records.append(r)
-        with open(os.path.join(args.out, "measured.json"), "w") as f:
+        with atomic_open(os.path.join(args.out, "measured.json"), "w") as f:
             json.dump({"where": launcher.where, "target": args.target, "records": records},
                       f, indent=1)                                    # `report` on a partial run
         bar.write(f"{policy:22s} seed {seed}: {rep.fmt(r['time_s'])} s / {r['steps']} steps to "
@@ -254,9 +255,9 @@ def report(records, args, where):
                  + efficiency_check.table(rows, args.target, fit, scale))
     except ValueError:
         pass                       # fewer than two fixed batches reached the target: no check
-    with open(os.path.join(args.out, "measured.md"), "w") as f:
+    with atomic_open(os.path.join(args.out, "measured.md"), "w") as f:
         f.write(text + "\n")
-    with open(os.path.join(args.out, "measured.json"), "w") as f:
+    with atomic_open(os.path.join(args.out, "measured.json"), "w") as f:
         json.dump({"where": where, "target": args.target, "records": records, "stats": stats,
                    "verdict": verdict}, f, indent=1)
     print(text)
@@ -338,7 +339,7 @@ def efficiency(records, args, where):
     rows, fit, scale = efficiency_check.check(records)
     text = f"{where}\n" + efficiency_check.table(rows, args.target, fit, scale)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "efficiency.md"), "w") as f:
+    with atomic_open(os.path.join(args.out, "efficiency.md"), "w") as f:
         f.write(text + "\n")
     print(text)
     if scale and math.isfinite(scale.rse):

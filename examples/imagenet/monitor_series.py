@@ -10,6 +10,7 @@ import math
 import os
 
 import numpy as np
+
 from nnabla_torus.files import atomic_open, atomic_path
 
 SERIES = ("train_loss", "train_error", "lr", "global_batch", "images_per_sec", "val_top1",

@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 
+from ..files import atomic_open
 from ..planning import large_batch, model_cost, planner
 from ..planning.machine_profile import load_profile, resolve_profile, shape_of
 from .plan_knobs import add_plan_knobs, refuse_ignored
@@ -174,7 +175,7 @@ def main(argv=None):
             if args.json == "-":
                 print(text)
             else:
-                with open(args.json, "w") as f:
+                with atomic_open(args.json, "w") as f:
                     f.write(text + "\n")
     except (ValueError, OSError) as e:
         raise SystemExit(f"nnabla-torus-plan: {e}")

@@ -34,6 +34,8 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..files import atomic_open
+
 Fit = namedtuple("Fit", [
     "phi",       # B_crit = a / b of images = a + b B, samples (inf: larger batches cost nothing)
     "rse",       # relative standard error of phi and of 1 / phi (delta method; inf with fewer
@@ -125,7 +127,7 @@ def describe(scale):
 
 def save(scale, path):
     """Write ``scale`` as JSON (what ``--efficiency-fit`` reads)."""
-    with open(path, "w") as f:
+    with atomic_open(path, "w") as f:
         json.dump(scale._asdict(), f, indent=1)
 
 

@@ -8,6 +8,7 @@ import os
 
 import yaml
 
+from ..files import atomic_open
 from .profile_schema import profile_to_dict
 
 PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
@@ -50,7 +51,7 @@ def read_profile_file(name_or_path):
 
 def save_profile(prof, path, header=""):
     """Write ``prof`` as YAML (``header`` lines are written first as comments)."""
-    with open(path, "w") as f:
+    with atomic_open(path, "w") as f:
         for line in header.splitlines():
             f.write(f"# {line}\n")
         yaml.safe_dump(profile_to_dict(prof), f, sort_keys=False)

@@ -10,6 +10,7 @@ end of a run (whole or not at all: WriteError when the disk is full). Example::
 import os
 
 import nnabla as nn
+
 from nnabla_torus.files import atomic_path
 
 
