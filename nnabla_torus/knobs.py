@@ -111,8 +111,10 @@ def add_knob(parser, flag, env, default, help, type=str, short=None, **kwargs):
         raise ValueError(f"environment variable {env}={value!r} is not one of "
                          f"{', '.join(map(str, choices))}")
     parse = parse_bool if type is bool else type
+    # plain text: argparse would read "25 % label noise" as a format and print its own dict
+    text = f"{help} (env: {env}, default: {default})".replace("%", "%%")
     return parser.add_argument(*filter(None, (short, flag)), type=parse, default=value,
-                               help=f"{help} (env: {env}, default: {default})", **kwargs)
+                               help=text, **kwargs)
 
 
 def check_output_path(name, path, folder=False):

@@ -123,3 +123,12 @@ def test_tf32_is_a_recipe_key_set_before_the_cuda_extension_loads(monkeypatch):
     with pytest.raises(RuntimeError, match="stop here"):
         train.make_context_and_comm(cfg, print)
     assert seen["tf32"] == "1"
+
+
+def test_help_is_plain_text_without_argparse_artefacts():
+    """Before: "25 % label noise" in --dataset's help was read as a format: argparse printed
+    its own dict ({'option_strings': ['--dataset'], ...}) in the middle of the text."""
+    from examples.imagenet.config import build_parser
+    text = build_parser().format_help()
+    assert "{'" not in text and "%(" not in text and "%%" not in text
+    assert "25 % label noise" in " ".join(text.split())
