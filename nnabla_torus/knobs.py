@@ -135,10 +135,15 @@ def check_output_path(name, path, folder=False):
         else:
             return path
     else:
-        parent = os.path.dirname(full)
+        parent, dangling = full, None
         while not os.path.exists(parent):
+            if os.path.islink(parent):      # a symlink to nothing: makedirs would fail on it
+                dangling = parent
             parent = os.path.dirname(parent)
-        if not os.path.isdir(parent):
+        if dangling:
+            problem = (f"cannot be created: {dangling} is a symlink to {os.readlink(dangling)}, "
+                       f"which does not exist (create that, or remove the link)")
+        elif not os.path.isdir(parent):
             problem = f"cannot be created: {parent} is a file"
         elif not os.access(parent, os.W_OK | os.X_OK):
             problem = f"cannot be created: {parent} is not writable"
