@@ -12,10 +12,16 @@ names the file, the cause and the free space. Example::
 import contextlib
 import os
 import shutil
+import stat
 
 
-class WriteError(RuntimeError):
-    """A file could not be written (disk full, quota, permissions...); the old file is kept."""
+class WriteError(OSError):
+    """A file could not be written (disk full, quota, permissions...); the old file is kept.
+    An OSError, so that code that reports a failed write as a line goes on doing so."""
+
+
+class UnsafeFolder(RuntimeError):
+    """A folder that must be private is another user's or writable by others."""
 
 
 def temporary_path(path):
@@ -39,12 +45,31 @@ def atomic_path(path):
             os.fsync(f.fileno())
         os.replace(temporary, path)
         fsync_directory(folder)            # the rename itself survives a power loss
-    except OSError as e:
-        raise WriteError(f"cannot write {path}: {e.strerror or e}; {free_space(folder)}. "
-                         f"Free some space or write elsewhere") from e
-    finally:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
-            os.remove(temporary)           # only left when writing or renaming failed
+            os.remove(temporary)           # first, so that the free space counts its bytes
+        cause = os_error_behind(e) if isinstance(e, Exception) else None
+        if cause is None:
+            raise
+        raise WriteError(f"cannot write {path}: {describe(cause)}; {free_space(folder)}. "
+                         f"Free some space or write elsewhere") from e
+
+
+def os_error_behind(error):
+    """The OSError ``error`` is or was raised while handling, or None. Writers wrap the
+    disk's error: h5py raises RuntimeError ("Can't decrement id ref count") when closing a
+    file whose write failed with ENOSPC."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__context__
+    return error
+
+
+def describe(error):
+    """One line for an OSError: the system's words for its errno ("No space left on device"),
+    else the first line of its message (h5py's run over several)."""
+    if error.errno:
+        return os.strerror(error.errno)
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 @contextlib.contextmanager
@@ -72,3 +97,19 @@ def fsync_directory(directory):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def private_folder(path, fix):
+    """Create folder ``path`` (mode 0700) unless it exists; return it. Raise UnsafeFolder, one
+    line ending with ``fix``, when it is another user's or writable by group or others: what
+    such a folder holds (a library we load, a cache we trust) could be swapped under us."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    status = os.stat(path)               # a symlink is judged by the folder it points to
+    if status.st_uid != os.getuid():
+        why = f"owned by uid {status.st_uid}, not by this user (uid {os.getuid()})"
+    elif status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"writable by group or others (mode {stat.S_IMODE(status.st_mode):o})"
+    else:
+        return path
+    raise UnsafeFolder(f"refusing {path}: it is {why}, so another user could change what it "
+                       f"holds. Fix: {fix}")

@@ -123,8 +123,10 @@ def add_knob(parser, flag, env, default, help, type=str, short=None, **kwargs):
         raise ValueError(f"environment variable {env}={value!r} is not one of "
                          f"{', '.join(map(str, choices))}")
     parse = parse_bool if type is bool else type
+    # plain text: argparse would read "25 % label noise" as a format and print its own dict
+    text = f"{help} (env: {env}, default: {default})".replace("%", "%%")
     return parser.add_argument(*filter(None, (short, flag)), type=parse, default=value,
-                               help=f"{help} (env: {env}, default: {default})", **kwargs)
+                               help=text, **kwargs)
 
 
 def check_output_path(name, path, folder=False):
@@ -145,10 +147,15 @@ def check_output_path(name, path, folder=False):
         else:
             return path
     else:
-        parent = os.path.dirname(full)
+        parent, dangling = full, None
         while not os.path.exists(parent):
+            if os.path.islink(parent):      # a symlink to nothing: makedirs would fail on it
+                dangling = parent
             parent = os.path.dirname(parent)
-        if not os.path.isdir(parent):
+        if dangling:
+            problem = (f"cannot be created: {dangling} is a symlink to {os.readlink(dangling)}, "
+                       f"which does not exist (create that, or remove the link)")
+        elif not os.path.isdir(parent):
             problem = f"cannot be created: {parent} is a file"
         elif not os.access(parent, os.W_OK | os.X_OK):
             problem = f"cannot be created: {parent} is not writable"

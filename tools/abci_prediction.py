@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from nnabla_torus.files import atomic_open, atomic_path
 from nnabla_torus.launching import elastic
 from nnabla_torus.planning import goodput, planner, published
 from nnabla_torus.planning.machine_profile import load_profile
@@ -173,9 +174,9 @@ def abci(args):
     text = "\n".join(lines)
     plot_abci(results[1], os.path.join(args.out, "abci_batch_over_training.png"))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "abci.md"), "w") as f:
+    with atomic_open(os.path.join(args.out, "abci.md"), "w") as f:
         f.write(text + "\n")
-    with open(os.path.join(args.out, "abci.json"), "w") as f:
+    with atomic_open(os.path.join(args.out, "abci.json"), "w") as f:
         json.dump(results, f)
     print(text)
     print(f"wrote {args.out}/abci.md, abci.json, abci_batch_over_training.png")
@@ -197,5 +198,6 @@ def plot_abci(result, path):
            title=f"abci, ResNet-50 (predicted), noise scale x {result['factor']:.0f}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=90)
     plt.close(fig)

@@ -18,6 +18,7 @@ import statistics
 import numpy as np
 
 import _example  # noqa: F401  (examples/imagenet on sys.path, for its config and training_planner)
+from nnabla_torus.files import atomic_path
 from nnabla_torus.knobs import short_repr
 from nnabla_torus.planning.splits import split_batch
 
@@ -439,5 +440,6 @@ def plot_batches(records, path, where):
     if bottom.lines:
         bottom.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=90)
     plt.close(fig)

@@ -22,6 +22,7 @@ import numpy as np
 import nnabla as nn
 
 import nnabla_torus
+from nnabla_torus.files import atomic_open
 from nnabla_torus.comm.backends import synchronize
 # MPI started by the communicator's module (fail-fast, Open MPI's osc/ucx notices off), as
 # examples/imagenet/train.py does: importing mpi4py.MPI first prints a notice per rank
@@ -313,7 +314,7 @@ def main(argv=None):
         print(f"# Out of bounds values : {sum(r['wrong'] for r in records)} "
               f"{'OK' if all_ok else 'FAILED'}")
         if args.json:
-            with open(args.json, "w") as f:
+            with atomic_open(args.json, "w") as f:
                 json.dump(records, f, indent=1)
             print(f"# wrote {len(records)} records to {args.json}")
     return 0 if all_ok else 1

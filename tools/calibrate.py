@@ -34,6 +34,7 @@ import tempfile
 import numpy as np
 
 import _example  # noqa: F401  (examples/imagenet on sys.path, for the model's gradient size)
+from nnabla_torus.files import atomic_open
 from nnabla_torus.knobs import add_knob, short_repr
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.planning.calibrate import base_network, calibrated_profile, fit_network
@@ -155,7 +156,7 @@ def _load_or_measure(path, measure, save_dir, name):
     records = measure()
     if save_dir:
         os.makedirs(save_dir, exist_ok=True)
-        with open(os.path.join(save_dir, name), "w") as f:
+        with atomic_open(os.path.join(save_dir, name), "w") as f:
             json.dump(records, f, indent=1)
     return records
 
@@ -282,10 +283,8 @@ def write_added_model(prof, name, source, out):
         document["models"][name].update(measured)
     else:
         document["models"][name] = measured
-    temporary = f"{out}.tmp{os.getpid()}"
-    with open(temporary, "w") as f:
+    with atomic_open(out, "w") as f:
         round_trip.dump(document, f)
-    os.replace(temporary, out)
 
 
 def main(argv=None):

@@ -47,6 +47,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 from nnabla_torus.comm.topology import factor_pairs
+from nnabla_torus.files import atomic_open
 from nnabla_torus.knobs import add_knob, number, writable_file
 import gpu_check_cases as cases  # noqa: E402  (tools/, beside this file)
 from gpu_check_cases import Case, CaseFailed  # noqa: E402
@@ -371,7 +372,7 @@ def main(argv=None):
         print(f"\n# gpu-check on {gpus} GPUs of {platform.node()} (results: {args.json})")
         for check, verdict, detail in verdicts:
             print(f"{verdict:>5}  {check}: {detail}")
-    with open(args.json, "w") as f:
+    with atomic_open(args.json, "w") as f:
         json.dump(report, f, indent=1)
     return 1 if report["verdict"].startswith("FAIL") else 0
 

@@ -26,6 +26,7 @@ import time
 
 import _example  # noqa: F401  (examples/imagenet on sys.path, for its models)
 from models import ARCHS
+from nnabla_torus.files import atomic_open
 from nnabla_torus.knobs import add_knob, number, writable_file
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
 
@@ -133,7 +134,7 @@ def main(argv=None):
               f"{', '.join(f'{v:.2f}' for v in runs[name])})")
     print(f"  {'total':<18s} {total:8.3f} s")
     if args.json:
-        with open(args.json, "w") as f:
+        with atomic_open(args.json, "w") as f:
             json.dump({"medians_s": medians, "total_s": total, "runs_s": runs,
                        "checkpoint_MB": megabytes, "args": vars(args)}, f, indent=1)
 

@@ -30,6 +30,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import _example  # noqa: F401  (examples/imagenet on sys.path, for its config and models)
+from nnabla_torus.files import atomic_open
 from nnabla_torus.knobs import add_knob, check_output_flag, number
 
 
@@ -230,7 +231,7 @@ def print_table(records):
 
 def append_json(path, records):
     old = json.load(open(path)) if os.path.exists(path) else []
-    with open(path, "w") as f:
+    with atomic_open(path, "w") as f:
         json.dump(old + records, f, indent=1)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from nnabla_torus.planning.checkpoint_interval import checkpoint_interval, describe
 from nnabla_torus.planning.machine_profile import load_profile, resolve_profile
+from monitor_series import write_series
 from run_checkpoint import save
 
 AUTO = "auto"
@@ -35,6 +36,7 @@ def timed_save(run):
     """:func:`run_checkpoint.save`; under ``auto`` the first one also chooses the interval."""
     start = time.perf_counter()
     save(run)
+    write_series(run.progress.monitors)      # the series up to the checkpoint, as a resume keeps
     progress, cfg = run.progress, run.settings.cfg
     if cfg.checkpoint_every != AUTO or progress.auto_checkpoint_every or not progress.step:
         return

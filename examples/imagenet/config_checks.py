@@ -5,6 +5,7 @@ Each check raises ValueError naming the knob, its value, the allowed range and t
 import importlib.util
 import os
 
+from dali_pipeline import MAX_VAL_RESIZE
 from image_lists import split_source
 from knob_table import CHOICES, RANGES, env_of, flag_of
 from nnabla_torus.comm.settings import KNOBS
@@ -36,6 +37,12 @@ def validate(cfg):
         except ValueError as e:
             raise ValueError(f"{name} {e} (set {flag_of(name)}, the recipe key {name} or "
                              f"{env_of(name)})") from None
+    if round(cfg.image_size / cfg.val_crop) > MAX_VAL_RESIZE:
+        raise ValueError(f"val_crop = {cfg.val_crop:g} would resize validation images to a "
+                         f"{cfg.image_size / cfg.val_crop:,.0f}-pixel shorter side (image_size "
+                         f"{cfg.image_size} / val_crop); at image_size {cfg.image_size} it must "
+                         f"be in [{cfg.image_size / MAX_VAL_RESIZE:.4g}, 1] (a shorter side of at "
+                         f"most {MAX_VAL_RESIZE} pixels), e.g. 0.875 ({flag_of('val_crop')})")
     if cfg.warmup_epochs >= cfg.epochs:
         raise ValueError(f"warmup_epochs = {cfg.warmup_epochs} must be below "
                          f"epochs = {cfg.epochs}; "

@@ -9,6 +9,9 @@ after a bad image), on the CPU or, with a GPU id, decoded with nvJPEG on that GP
 PIXEL_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 PIXEL_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 VAL_CROP = 0.875   # default share of the shorter side the validation centre crop covers (224 of 256)
+# Largest shorter side validation resizes to (image_size / val_crop), pixels: 18x ImageNet's 224
+# crop and 16x its 256 resize; a smaller val_crop asks DALI for ever larger images (1e-9 fails).
+MAX_VAL_RESIZE = 4096
 DTYPES = {"float": "FLOAT", "half": "FLOAT16"}   # make_loader's dtype -> DALI output type
 
 

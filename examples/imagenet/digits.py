@@ -27,7 +27,7 @@ SPLIT_SEED = 0
 
 
 def default_root():
-    """Return $NNABLA_TORUS_DATA_CACHE, else ~/.cache/nnabla_torus/digits."""
+    """Return $NNABLA_TORUS_DATA_CACHE/digits, else ~/.cache/nnabla_torus/digits."""
     return embedded.default_root("digits")
 
 

@@ -6,9 +6,12 @@ A set is uint8 RGB images and int labels, split into train and val and written a
     root/val/<prefix>_<index>.<EXT>                 flat
     root/train.txt, root/val.txt                    "relative/path label" lists (nnabla-examples)
     root/VERSION                                    written last: its presence marks a complete build
+    root/NNABLA_TORUS_DATASET                       written first: the folder is ours to replace
 
-The build goes to a temporary folder renamed into place under a file lock, so concurrent
-ranks build it once and an interrupted build is redone. The sets: ``digits`` (digits.py) and
+Each set has its own folder ``<cache>/<name>`` ($NNABLA_TORUS_DATA_CACHE, default
+~/.cache/nnabla_torus). The build goes to a temporary folder renamed into place under a file
+lock, so concurrent ranks build it once and an interrupted build is redone. An old copy is
+replaced only when it holds the marker: a folder of the user's is never deleted. The sets: ``digits`` (digits.py) and
 the generated ``clusters`` and ``shapes`` (synthetic.py); ``ensure_dataset`` builds either.
 Example::
 
@@ -27,12 +30,14 @@ CACHE_ENV = "NNABLA_TORUS_DATA_CACHE"
 FORMATS = {"JPEG": {"quality": 95}, "PNG": {}}   # PIL format -> save options (JPEG: digits')
 
 
+MARKER = "NNABLA_TORUS_DATASET"   # in every folder a build made: only those are replaced
+
+
 def default_root(name="digits"):
-    """The cache folder of set ``name``: $NNABLA_TORUS_DATA_CACHE is the digits folder and the
-    other sets go beside it (``<its parent>/<name>``); unset, ~/.cache/nnabla_torus/<name>."""
-    digits_root = os.environ.get(CACHE_ENV) or os.path.join(
-        os.path.expanduser("~"), ".cache", "nnabla_torus", "digits")
-    return digits_root if name == "digits" else os.path.join(os.path.dirname(digits_root), name)
+    """The folder of set ``name``: ``<$NNABLA_TORUS_DATA_CACHE>/<name>``, by default
+    ``~/.cache/nnabla_torus/<name>``."""
+    cache = os.environ.get(CACHE_ENV) or os.path.join("~", ".cache", "nnabla_torus")
+    return os.path.join(os.path.expanduser(cache), name)
 
 
 def ensure_dataset(name, root=None):
@@ -54,7 +59,7 @@ def ensure(build, root):
     if _is_complete(root, build.version):
         return root
     os.makedirs(os.path.dirname(root), exist_ok=True)
-    with open(root + ".lock", "w") as lock:
+    with open(root + ".lock", "a") as lock:    # "a": never truncates a file of that name
         fcntl.flock(lock, fcntl.LOCK_EX)   # other ranks wait here, then find it built
         if not _is_complete(root, build.version):
             _write(build, root)
@@ -88,13 +93,28 @@ def _is_complete(root, version):
     return os.path.isfile(marker) and open(marker).read().strip() == version
 
 
+def _is_ours(folder):
+    """True when ``folder`` was made by a build (it holds ``MARKER``), so it may be removed."""
+    return os.path.isfile(os.path.join(folder, MARKER))
+
+
 def _write(build, root):
     from PIL import Image
 
-    # Under the lock, any temporary folder left here is from a build that was killed.
+    # Under the lock, a temporary folder left here is from a build that was killed.
     for stale in glob.glob(glob.escape(root) + ".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+        if _is_ours(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+    if os.path.lexists(root) and not _is_ours(root):
+        raise ValueError(f"refusing to replace {root}: it was not made by nnabla_torus (no "
+                         f"{MARKER} file in it), so it is not deleted. Set {CACHE_ENV} to a "
+                         f"folder for the data sets (each is built in <that folder>/<set name>)"
+                         f" or move {root} away")
     tmp = f"{root}.tmp-{os.getpid()}"
+    os.makedirs(tmp)
+    with open(os.path.join(tmp, MARKER), "w") as f:
+        f.write(f"made by nnabla_torus's examples/imagenet/embedded.py; removed and rebuilt "
+                f"when its set changes\n")
     images, labels, train_idx, val_idx = build.make()
     digits = max(4, len(str(len(labels) - 1)))
     ext, p = build.image_format, build.prefix
@@ -112,6 +132,6 @@ def _write(build, root):
         write_list(os.path.join(tmp, f"{folder}.txt"), entries)
     with open(os.path.join(tmp, "VERSION"), "w") as f:
         f.write(build.version + "\n")
-    # An old or half-written copy (no VERSION, or another version) is replaced as a whole.
+    # An old or half-written copy of ours (another version) is replaced as a whole.
     shutil.rmtree(root, ignore_errors=True)
     os.rename(tmp, root)

@@ -18,6 +18,8 @@ import os
 
 import numpy as np
 
+from nnabla_torus.files import atomic_open
+
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
 PAD_LABEL = -1             # label of validation padding rows and of labels outside the set
 
@@ -233,5 +235,5 @@ def write_list(path, entries):
     """Write ``(relative path, label)`` pairs as a ``path label`` list file (read_list reads
     it back: both go through list_line / parse_list_line)."""
     lines = [list_line(name, label) for name, label in entries]
-    with open(path, "w") as f:
+    with atomic_open(path, "w") as f:
         f.writelines(lines)

@@ -100,7 +100,8 @@ class TrainConfig:
     min_crop_area: float = knob(0.08, "smallest area fraction of the random-resized training crop")
     flip: bool = knob(True, "random horizontal flips in training (off for digits and text)")
     val_crop: float = knob(VAL_CROP, "share of the shorter side the validation centre crop covers "
-                                  "(0.875: 224 of 256 as He et al. 2016; 1: the whole image)")
+                                  "(0.875: 224 of 256 as He et al. 2016; 1: the whole image; at "
+                                  "least image_size / 4096)")
     train_images: int = knob(0, "use only N training images, a subset drawn with --seed (0 = all)")
     bad_images: str = knob("skip", "undecodable images: skip (leave them out, count and name "
                                    "them each epoch) | stop (end the job naming the file)")

@@ -1,15 +1,17 @@
 """The monitor series of a run and the plots drawn from them (rank 0).
 
-nnabla's ``MonitorSeries`` files ``<output_dir>/<name>.series.txt``, one per name of
-``SERIES``, kept up to the checkpoint on a resume; ``write_plots`` draws ``training.png``
-(loss, accuracy, batch) and ``speed.png`` (learning rate, measured vs predicted images/s)
-from them, or warns without matplotlib.
+Files ``<output_dir>/<name>.series.txt``, one per name of ``SERIES``, in nnabla's
+``MonitorSeries`` format ("index value" lines), kept up to the checkpoint on a resume and
+written with ``write_series`` (at each checkpoint and at the end of the run); ``write_plots``
+draws ``training.png`` (loss, accuracy, batch) and ``speed.png`` (learning rate, measured vs
+predicted images/s) from them, or warns without matplotlib.
 """
 import math
 import os
 
 import numpy as np
-from nnabla.monitor import Monitor, MonitorSeries
+
+from nnabla_torus.files import atomic_open, atomic_path
 
 SERIES = ("train_loss", "train_error", "lr", "global_batch", "images_per_sec", "val_top1",
           "val_top5", "noise_scale",     # noise_scale: B_simple (samples), adaptive runs only
@@ -17,30 +19,52 @@ SERIES = ("train_loss", "train_error", "lr", "global_batch", "images_per_sec", "
 EPOCH_SERIES = ("val_top1", "val_top5")     # indexed by epoch; the others by optimizer step
 
 
-def make_monitors(cfg, rank, resumed_at=None):
-    """MonitorSeries per name (rank 0 only); on resume keep the rows up to the checkpoint.
+class Series:
+    """One monitor series: its rows in memory, its file rewritten whole by ``write``.
 
-    ``resumed_at``: (step, epoch) of the checkpoint. MonitorSeries truncates its file when
-    created, so the kept rows are written back after it.
+    Not nnabla's ``MonitorSeries``, which truncates the file when created and appends to it in
+    place: a full disk or a kill then leaves a cut file, and a resumed run first empties the
+    file of the run it continues. Here ``write`` renames a complete temporary over the file
+    (``atomic_open``), so the file is always the previous whole one or the new whole one; its
+    rows are a few bytes per step, so rewriting them at each checkpoint is cheap.
+    """
+
+    def __init__(self, path, rows=()):
+        self.path, self.rows = path, list(rows)
+
+    def add(self, index, value):
+        """Add ``value`` at step or epoch ``index`` (one row per call)."""
+        self.rows.append(f"{index} {float(value):g}\n")
+
+    def write(self):
+        with atomic_open(self.path, "w") as f:
+            f.writelines(self.rows)
+
+
+def make_monitors(cfg, rank, resumed_at=None):
+    """Series per name (rank 0 only); on resume keep the rows up to the checkpoint.
+
+    ``resumed_at``: (step, epoch) of the checkpoint. The files are not touched until
+    ``write_series``.
     """
     if rank != 0:
         return None
-    kept = {}
-    for name in SERIES if resumed_at else ():
-        path = series_path(cfg.output_dir, name)
-        limit = resumed_at[1] if name in EPOCH_SERIES else resumed_at[0]
-        if os.path.exists(path):
-            kept[name] = [line for line in open(path) if series_x(line) <= limit + 1e-9]
-    monitor = Monitor(cfg.output_dir)
-    # interval 0 writes every value: at interval 1 MonitorSeries averages adds whose index moved
-    # by less than 1, and a validation at epoch 2.08 after a mid-epoch batch change would merge
-    # the one at 3.00 into the next row
-    monitors = {name: MonitorSeries(name, monitor, interval=0 if name in EPOCH_SERIES else 1,
-                                    verbose=False) for name in SERIES}
-    for name, lines in kept.items():
-        with open(series_path(cfg.output_dir, name), "a") as f:
-            f.writelines(lines)
+    monitors = {}
+    for name in SERIES:
+        path, kept = series_path(cfg.output_dir, name), []
+        if resumed_at and os.path.exists(path):
+            limit = resumed_at[1] if name in EPOCH_SERIES else resumed_at[0]
+            with open(path) as f:
+                kept = [line for line in f if series_x(line) <= limit + 1e-9]
+        monitors[name] = Series(path, kept)
     return monitors
+
+
+def write_series(monitors):
+    """Write every series' file whole (None: not rank 0); WriteError names a file that could
+    not be written (its previous content kept)."""
+    for series in (monitors or {}).values():
+        series.write()
 
 
 def add_step(monitors, step, loss, error, lr, batch, seconds, noise_scale=None,
@@ -112,7 +136,8 @@ def plot_speed(output_dir, path):
     axes[1].set(ylabel="images/s", xlabel="step")
     axes[1].legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=80)
     plt.close(fig)
 
 
@@ -130,5 +155,6 @@ def plot_series(output_dir, path):
     axes[2].step(*read_series(output_dir, "global_batch"), where="post")
     axes[2].set(ylabel="global batch (images)", xlabel="step")
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=80)
     plt.close(fig)

@@ -20,7 +20,8 @@ import weakref
 import numpy as np
 
 from monitor_series import SERIES
-from monitor_series import add_step, make_monitors, write_plots  # noqa: F401  (train.py, tests)
+from monitor_series import (add_step, make_monitors, write_plots,  # noqa: F401  (train.py,
+                            write_series)                           # tests)
 
 
 def clock():

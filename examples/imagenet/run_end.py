@@ -28,6 +28,7 @@ def summary(run, status, request, t_start):
         run.parallel.reducer.close()
     if log.progress is not None:
         log.progress.close()
+    report.write_series(run.progress.monitors)
     if status == elastic.EXIT_RESIZE:
         save(run)
         if comm.rank == 0:

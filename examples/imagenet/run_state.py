@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Optional
 from slotted import slotted
 
 if TYPE_CHECKING:      # for the annotations only: the communicator's module starts MPI
-    from nnabla.monitor import MonitorSeries
+    from monitor_series import Series
     from nnabla_torus.comm.communicator import MultiProcessDataParallelCommunicator
     from nnabla_torus.loss_scaling import DynamicLossScaling
     from nnabla_torus.overlap import BucketedAllReduce
@@ -140,7 +140,7 @@ class Progress:
     top5: Optional[float] = None
     best_top1: Optional[float] = None
     stop_signal: list = dataclasses.field(default_factory=list)
-    monitors: Optional[dict[str, MonitorSeries]] = None
+    monitors: Optional[dict[str, Series]] = None
     epoch_meter: Optional[EpochMeter] = None
     nonfinite_steps: int = 0
     first_nonfinite: Optional[int] = None

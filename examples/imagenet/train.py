@@ -26,6 +26,7 @@ logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 
 import numpy as np
 
+from nnabla_torus.files import UnsafeFolder, WriteError
 from nnabla_torus.launching import elastic
 from nnabla_torus.training.checkpoint_file import CheckpointError
 from nnabla_torus.training.run_lock import RunFolderBusy
@@ -98,7 +99,8 @@ def finished(run):
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (ValueError, FileNotFoundError, CheckpointError, RunFolderBusy) as error:
+    except (ValueError, FileNotFoundError, CheckpointError, RunFolderBusy, WriteError,
+            UnsafeFolder) as error:
         # A message, not a traceback; abort_job ends every rank even when only this one raised
         # (after sys.exit it would wait in MPI_Finalize while the others wait for it).
         from nnabla_torus.comm import failfast

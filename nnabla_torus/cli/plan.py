@@ -26,6 +26,7 @@ import sys
 
 import numpy as np
 
+from ..files import atomic_open
 from ..planning import large_batch, model_cost, planner
 from ..planning.fixed_costs import run_costs, with_own_data
 from ..planning.machine_profile import load_profile, resolve_profile, shape_of
@@ -221,7 +222,7 @@ def main(argv=None):
             if args.json == "-":
                 print(text)
             else:
-                with open(args.json, "w") as f:
+                with atomic_open(args.json, "w") as f:
                     f.write(text + "\n")
     except (ValueError, OSError) as e:
         raise SystemExit(f"nnabla-torus-plan: {e}")

@@ -3,6 +3,7 @@ PNG of ``--plot`` and the lines of ``--simulate``'s re-ranking.
 """
 from ..comm.collectives import registry_entry
 from ..comm.topology import parse_grid
+from ..files import atomic_path
 from ..planning import costmodel, goodput, planner
 from ..planning.costmodel import ALGORITHMS
 from ..planning.fixed_costs import run_costs
@@ -202,5 +203,6 @@ def plot(path, result):
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with atomic_path(path) as temporary:
+        fig.savefig(temporary, dpi=100)
     plt.close(fig)

@@ -161,7 +161,7 @@ def describe(scale):
 
 def save(scale, path):
     """Write ``scale`` as JSON (what ``--efficiency-fit`` reads), whole or not at all."""
-    with atomic_open(path) as f:
+    with atomic_open(path, "w") as f:
         json.dump(scale._asdict(), f, indent=1)
 
 

@@ -32,6 +32,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..files import atomic_open
 from . import published, step_refit
 
 Prior = namedtuple("Prior", [
@@ -123,10 +124,8 @@ def save(folder, key, series, step_times, run, path=None):
              "noise_scale": kept,
              "step_times": step_times if step_times is not None else stored_step_times}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = f"{path}.tmp{os.getpid()}"
-    with open(temporary, "w") as f:
+    with atomic_open(path, "w") as f:
         json.dump(saved, f)
-    os.replace(temporary, path)
     return path
 
 

@@ -8,6 +8,7 @@ import os
 
 import yaml
 
+from ..files import atomic_open
 from . import safe_yaml
 from .profile_schema import profile_to_dict
 
@@ -51,7 +52,7 @@ def read_profile_file(name_or_path):
 
 def save_profile(prof, path, header=""):
     """Write ``prof`` as YAML (``header`` lines are written first as comments)."""
-    with open(path, "w") as f:
+    with atomic_open(path, "w") as f:
         for line in header.splitlines():
             f.write(f"# {line}\n")
         yaml.safe_dump(profile_to_dict(prof), f, sort_keys=False)

@@ -175,7 +175,8 @@ def test_a_blank_or_cut_monitor_line_is_dropped_on_resume(tmp_path):
     """Before: IndexError on a blank line of train_loss.series.txt."""
     report = example_report()
     (tmp_path / "train_loss.series.txt").write_text("1 2.5\n\n2 2.4\n3\n9 1.0\n")
-    report.make_monitors(SimpleNamespace(output_dir=str(tmp_path)), 0, resumed_at=(5, 0.5))
+    report.write_series(report.make_monitors(SimpleNamespace(output_dir=str(tmp_path)), 0,
+                                             resumed_at=(5, 0.5)))
     assert (tmp_path / "train_loss.series.txt").read_text() == "1 2.5\n2 2.4\n"
 
 
@@ -186,6 +187,7 @@ def test_every_validation_is_one_row_at_fractional_epochs(tmp_path):
     monitors = report.make_monitors(SimpleNamespace(output_dir=str(tmp_path)), 0)
     for epoch, top1 in ((1.0, 0.1), (2.08, 0.2), (3.0, 0.3), (4.08, 0.4)):
         monitors["val_top1"].add(epoch, top1)
+    report.write_series(monitors)
     rows = np.loadtxt(tmp_path / "val_top1.series.txt", ndmin=2)
     np.testing.assert_allclose(rows, [[1.0, 0.1], [2.08, 0.2], [3.0, 0.3], [4.08, 0.4]])
 

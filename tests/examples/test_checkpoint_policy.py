@@ -27,7 +27,8 @@ class FakeComm:
 
 def fake_run(every):
     lines = []
-    progress = types.SimpleNamespace(step=0, train_time=0.0, auto_checkpoint_every=0)
+    progress = types.SimpleNamespace(step=0, train_time=0.0, auto_checkpoint_every=0,
+                                     monitors=None)
     run = types.SimpleNamespace(
         settings=types.SimpleNamespace(cfg=types.SimpleNamespace(checkpoint_every=every),
                                        log=lines.append),

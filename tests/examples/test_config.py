@@ -163,3 +163,23 @@ def test_tf32_is_a_recipe_key_set_before_the_cuda_extension_loads(monkeypatch):
     with pytest.raises(RuntimeError, match="stop here"):
         train.make_context_and_comm(cfg, print)
     assert seen["tf32"] == "1"
+
+
+def test_help_is_plain_text_without_argparse_artefacts():
+    """Before: "25 % label noise" in --dataset's help was read as a format: argparse printed
+    its own dict ({'option_strings': ['--dataset'], ...}) in the middle of the text."""
+    from examples.imagenet.config import build_parser
+    text = build_parser().format_help()
+    assert "{'" not in text and "%(" not in text and "%%" not in text
+    assert "25 % label noise" in " ".join(text.split())
+
+
+@pytest.mark.parametrize("val_crop, side", [(1e-9, "16,000,000,000"), (0.001, "16,000")])
+def test_a_val_crop_that_asks_dali_for_huge_images_is_refused_at_parse_time(val_crop, side):
+    """Before: accepted; 1e-9 crashed DALI at the first validation (restarted under the
+    launcher), 0.001 asked it for 16,000-pixel images."""
+    with pytest.raises(ValueError, match=rf"^val_crop = {val_crop:g} would resize validation "
+                                         rf"images to a {side}-pixel shorter side .* must be in "
+                                         rf"\[0.003906, 1\] .* e\.g\. 0\.875 \(--val-crop\)$"):
+        parse_config(["--val-crop", str(val_crop), "--image-size", "16"])
+    assert parse_config(["--val-crop", "0.004", "--image-size", "16"]).val_crop == 0.004

@@ -10,6 +10,7 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "imagenet"))
 import data  # noqa: E402
 import digits  # noqa: E402
+import embedded  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,8 @@ def test_interrupted_build_is_redone_identically(root, tmp_path):
     copy = str(tmp_path / "digits")
     os.makedirs(os.path.join(copy, "train"))                     # a build cut short: no VERSION
     os.makedirs(copy + ".tmp-99999")                             # and a killed build's leftovers
+    for folder in (copy, copy + ".tmp-99999"):                   # both made by a build
+        open(os.path.join(folder, embedded.MARKER), "w").close()
     digits.ensure_digits_dataset(copy)
     for name in ("train.txt", "val.txt"):
         assert open(os.path.join(copy, name)).read() == open(os.path.join(root, name)).read()
@@ -53,6 +56,6 @@ def test_interrupted_build_is_redone_identically(root, tmp_path):
 
 def test_default_root_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(digits.CACHE_ENV, str(tmp_path / "here"))
-    assert digits.default_root() == str(tmp_path / "here")
+    assert digits.default_root() == str(tmp_path / "here" / "digits")
     monkeypatch.delenv(digits.CACHE_ENV)
     assert digits.default_root().endswith(os.path.join(".cache", "nnabla_torus", "digits"))

@@ -86,9 +86,10 @@ def test_written_set_holds_the_arrays_losslessly(tmp_path):
     assert sorted(os.listdir(os.path.join(root, "train"))) == [f"class{k}" for k in range(10)]
 
 
-def test_sets_sit_beside_the_digits_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv(embedded.CACHE_ENV, str(tmp_path / "digits"))
+def test_each_set_has_its_own_folder_in_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv(embedded.CACHE_ENV, str(tmp_path))
     assert embedded.default_root("shapes") == str(tmp_path / "shapes")
+    assert embedded.default_root("digits") == str(tmp_path / "digits")
     with pytest.raises(ValueError, match="unknown embedded data set 'cifar'.*clusters, shapes"):
         embedded.ensure_dataset("cifar")
 
@@ -108,3 +109,40 @@ def test_clusters_recipe_crops_pass_the_pixels_unchanged(tmp_path):
                                                **kwargs)))
         order = data.shard_plan(n, n, 0, 1, train, seed=0)[0]       # the rows' dataset indices
         np.testing.assert_allclose(images.transpose(0, 2, 3, 1), pixels[order], atol=1e-4)
+
+
+def tiny_build(version):
+    made = synthetic.make_clusters(20, seed=1)
+    return embedded.Build(version, lambda: made, "class", "PNG")
+
+
+def test_a_folder_the_build_did_not_make_is_never_deleted(monkeypatch, tmp_path):
+    """Before: NNABLA_TORUS_DATA_CACHE set to a folder of the user's was rmtree'd by the digits
+    build, and the shapes build deleted its sibling ``shapes``, silently."""
+    users = tmp_path / "thesis"
+    users.mkdir()
+    (users / "chapter1.tex").write_text("years of work")
+    (tmp_path / "shapes").mkdir()
+    (tmp_path / "shapes" / "notes.txt").write_text("mine")
+    (tmp_path / "shapes.tmp-1").mkdir()                      # a name a killed build would use
+    (tmp_path / "shapes.tmp-1" / "keep.txt").write_text("mine too")
+    monkeypatch.setenv(embedded.CACHE_ENV, str(users))
+    assert embedded.default_root("digits") == str(users / "digits")     # a new folder in it
+    for root in (str(users), str(tmp_path / "shapes")):
+        with pytest.raises(ValueError, match=rf"refusing to replace {root}: it was not made by "
+                                             rf"nnabla_torus \(no NNABLA_TORUS_DATASET file in "
+                                             rf"it\), so it is not deleted\. Set "
+                                             rf"NNABLA_TORUS_DATA_CACHE to a folder"):
+            embedded.ensure(tiny_build("test-v1"), root)
+    assert (users / "chapter1.tex").read_text() == "years of work"
+    assert (tmp_path / "shapes" / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "shapes.tmp-1" / "keep.txt").read_text() == "mine too"
+
+
+def test_a_copy_the_build_made_is_replaced_by_a_new_version(tmp_path):
+    root = embedded.ensure(tiny_build("test-v1"), str(tmp_path / "clusters"))
+    (tmp_path / "clusters.tmp-7").mkdir()                     # a killed build's, marker first
+    (tmp_path / "clusters.tmp-7" / embedded.MARKER).write_text("")
+    embedded.ensure(tiny_build("test-v2"), root)
+    assert (tmp_path / "clusters" / "VERSION").read_text() == "test-v2\n"
+    assert sorted(os.listdir(tmp_path)) == ["clusters", "clusters.lock"]

@@ -34,3 +34,20 @@ def test_bad_environment_values_name_the_variable(monkeypatch):
     with pytest.raises(ValueError, match="NNABLA_TORUS_TEST_ROWS='every' is not one of log, all"):
         add_knob(argparse.ArgumentParser(), "--rows", "NNABLA_TORUS_TEST_ROWS", "log", "rows",
                  choices=["log", "all"])
+
+
+@pytest.mark.parametrize("below", ["", "sub/run"])
+def test_an_output_folder_through_a_dangling_symlink_is_refused_at_parse_time(tmp_path, below):
+    """Before: accepted, then FileExistsError from makedirs after the set-up."""
+    import os
+    from nnabla_torus.knobs import check_output_path
+    link = tmp_path / "runs"
+    link.symlink_to(tmp_path / "gone")
+    path = os.path.join(str(link), below) if below else str(link)
+    with pytest.raises(ValueError, match=rf"^--output-dir = '{path}' cannot be created: {link} "
+                                         rf"is a symlink to {tmp_path}/gone, which does not "
+                                         rf"exist \(create that, or remove the link\); choose a "
+                                         rf"writable folder$"):
+        check_output_path("--output-dir", path, folder=True)
+    (tmp_path / "gone").mkdir()
+    assert check_output_path("--output-dir", path, folder=True) == path

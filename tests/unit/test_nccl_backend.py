@@ -6,6 +6,7 @@ finished (5). Multi-rank behaviour is in tests/mpi/test_nccl_mapping.py.
 """
 import ctypes
 import os
+import stat
 import threading
 import time
 
@@ -18,6 +19,7 @@ from nnabla_torus.comm.backends import cuda_env, nccl, synchronize
 from nnabla_torus.testing import fake_nccl
 from nnabla_torus.comm.backends.nccl import NCCLBackend, NCCLGroup
 from nnabla_torus.comm.errors import RankLost
+from nnabla_torus.files import UnsafeFolder
 
 MPI_ERROR = ("runtime error in MultiProcessDataParallelCommunicatorNccl: `MPI_Allreduce(&condition,"
              " &result, 1, MPI_C_BOOL, MPI_LAND, comm)` failed by `MPI_ERR_PROC_FAILED: Process "
@@ -57,6 +59,32 @@ def test_finding2_ompi_home_points_nnabla_at_mpi4pys_open_mpi(tmp_path):
     assert path == os.path.join(home, "lib", "libmpi.so") and handle is not None
     assert os.path.samefile(path, loaded)
     assert cuda_env.prepare_ompi_home(env, cache_dir=str(tmp_path)) == home  # idempotent
+
+
+def test_ompi_home_is_made_in_the_users_cache_folder_not_a_shared_one(tmp_path):
+    env = {"NNABLA_TORUS_CACHE_DIR": str(tmp_path / "cache")}
+    home = cuda_env.prepare_ompi_home(env)
+    assert os.path.dirname(home) == str(tmp_path / "cache")   # before: /tmp/nnabla_torus-<uid>
+    assert stat.S_IMODE(os.stat(tmp_path / "cache").st_mode) == 0o700
+
+
+@pytest.mark.parametrize("mode, owner, why", [
+    (0o777, 0, r"writable by group or others \(mode 777\)"),
+    (0o770, 0, r"writable by group or others \(mode 770\)"),
+    (0o700, 1, r"owned by uid \d+, not by this user \(uid \d+\)")])
+def test_a_cache_folder_another_user_can_write_is_refused(tmp_path, mode, owner, why):
+    if owner and os.getuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.chmod(folder, mode)
+    os.chown(folder, os.getuid() + owner, -1)
+    # before: used as it was, so its other writer could re-point lib/libmpi.so
+    with pytest.raises(UnsafeFolder, match=rf"refusing {folder}: it is {why}, so another user "
+                                           r"could change what it holds\. Fix: set NNABLA_TORUS_CACHE_DIR "
+                                           r"to a folder only you can write"):
+        cuda_env.prepare_ompi_home({}, cache_dir=str(folder))
+    assert os.listdir(folder) == []
 
 
 def test_finding2_a_wrong_ompi_home_is_refused_with_the_fix(tmp_path):

@@ -24,6 +24,7 @@ import signal
 import sys
 import time
 
+from nnabla_torus.files import atomic_open
 from nnabla_torus.knobs import add_knob
 from . import launch, net, shaping
 from .layout import Layout
@@ -114,7 +115,7 @@ def cluster_up(args):
     try:
         shaping.shape(layout, spec)
         launch.write_state_files(layout, state_dir(args.prefix))
-        with open(os.path.join(state_dir(args.prefix), "layout.json"), "w") as f:
+        with atomic_open(os.path.join(state_dir(args.prefix), "layout.json"), "w") as f:
             json.dump({"prefix": layout.prefix, "hosts": layout.hosts,
                        "subnet": str(layout.subnet), "link": spec.describe()}, f)
     except BaseException:

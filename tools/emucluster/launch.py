@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 
+from nnabla_torus.files import atomic_open
 from nnabla_torus.launching.mpirun_cmd import (FAULT_ARGS, LIBRARY_NAMES, library_of_version,
                                                open_mpi_version, version_text)
 from nnabla_torus.launching.mpirun_cmd import mpirun_path as find_mpirun
@@ -42,12 +43,12 @@ def write_state_files(layout, state_dir):
     """Write the agent and the private hosts file into ``state_dir`` (mode 0700)."""
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     agent = os.path.join(state_dir, "agent")
-    with open(agent, "w") as f:
+    with atomic_open(agent, "w") as f:
         f.write(AGENT.format(hosts=" ".join(layout.host_names)))
     os.chmod(agent, 0o700)
     with open("/etc/hosts") as f:
         original = f.read()
-    with open(os.path.join(state_dir, "hosts"), "w") as f:
+    with atomic_open(os.path.join(state_dir, "hosts"), "w") as f:
         f.write(original.rstrip("\n") + "\n# emucluster " + layout.prefix + "\n"
                 + "\n".join(layout.hosts_file_lines()) + "\n")
 
@@ -55,7 +56,7 @@ def write_state_files(layout, state_dir):
 def write_hostfile(layout, state_dir, ranks_per_host):
     """An Open MPI hostfile with ``slots=ranks_per_host`` on every emulated host."""
     path = os.path.join(state_dir, "hostfile")
-    with open(path, "w") as f:
+    with atomic_open(path, "w") as f:
         f.writelines(f"{name} slots={ranks_per_host}\n" for name in layout.host_names)
     return path
 

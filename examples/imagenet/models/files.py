@@ -2,7 +2,7 @@
 
 ``load_initial_parameters`` starts a run from ``nn.save_parameters``' file (.h5, .protobuf)
 or a .nnp (``--init-params``); ``export_model`` writes ``model.h5`` and ``model.nnp`` at the
-end of a run. Example::
+end of a run (whole or not at all: WriteError when the disk is full). Example::
 
     export_model(model, 224, "runs/imagenet", print)
     load_initial_parameters("runs/imagenet/model.h5", print)    # in the next run
@@ -11,6 +11,8 @@ import os
 
 import nnabla as nn
 
+from nnabla_torus.files import atomic_path
+
 
 def export_model(model, image_size, output_dir, log):
     """Write the final model as nnabla users deploy it: ``model.h5`` (nn.save_parameters, BN
@@ -18,15 +20,17 @@ def export_model(model, image_size, output_dir, log):
     input ``x`` of 3 x size x size, output ``y`` = logits, executor ``runtime``: the format
     ``nnabla_cli infer -c model.nnp -o out x.bin`` and nnabla's C++ runtime read)."""
     from nnabla.utils.save import save
-    nn.save_parameters(os.path.join(output_dir, "model.h5"),
-                       nn.get_parameters(grad_only=False))
+    # each through a temporary renamed over the old file: a full disk keeps the previous model
+    with atomic_path(os.path.join(output_dir, "model.h5")) as temporary:
+        nn.save_parameters(temporary, nn.get_parameters(grad_only=False))
     x = nn.Variable((1, 3, image_size, image_size))
     y = model(x, test=True)
-    save(os.path.join(output_dir, "model.nnp"), {
-        "networks": [{"name": "runtime", "batch_size": 1, "outputs": {"y": y},
-                      "names": {"x": x}}],
-        "executors": [{"name": "runtime", "network": "runtime", "data": ["x"],
-                       "output": ["y"]}]})
+    with atomic_path(os.path.join(output_dir, "model.nnp")) as temporary:
+        save(temporary, {
+            "networks": [{"name": "runtime", "batch_size": 1, "outputs": {"y": y},
+                          "names": {"x": x}}],
+            "executors": [{"name": "runtime", "network": "runtime", "data": ["x"],
+                           "output": ["y"]}]})
     log(f"model written: {output_dir}/model.h5 and model.nnp (start another run from it with "
         f"--init-params {output_dir}/model.h5)")
 

@@ -17,6 +17,7 @@ import os
 
 from mpi4py import MPI
 
+from ...files import atomic_open
 from ..job_log import WARNING, note
 from . import package_version
 from ..collectives import ALGORITHMS
@@ -67,10 +68,8 @@ def save(folder, key, table):
     path = cache_path(folder, key)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
+        with atomic_open(path, "w") as f:
             json.dump({"key": key, "bounds": table.bounds, "names": table.names}, f, indent=1)
-        os.replace(tmp, path)
         return path
     except OSError as e:
         note(f"auto: could not cache the measured table in {path} ({e}); the next job "

@@ -19,7 +19,8 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-import tempfile
+
+from ...files import private_folder
 
 ELF_MAGIC = b"\x7fELF"
 WHEEL_LIBRARIES = ["libcudart.so.12", "libnvJitLink.so.12", "libcublasLt.so.12", "libcublas.so.12",
@@ -56,6 +57,12 @@ def _same_file(a, b):
         return False
 
 
+def default_cache_dir(environ):
+    """The package's cache folder: ``$NNABLA_TORUS_CACHE_DIR``, else its documented default."""
+    from ..settings import KNOBS     # here: settings imports what a bare import does not need
+    return environ.get(KNOBS["cache_dir"].env) or KNOBS["cache_dir"].default
+
+
 def prepare_ompi_home(environ=os.environ, cache_dir=None):
     """Set ``OMPI_HOME`` so that ``$OMPI_HOME/lib/libmpi.so`` is mpi4py's Open MPI; return it.
 
@@ -85,10 +92,14 @@ def prepare_ompi_home(environ=os.environ, cache_dir=None):
     if os.path.basename(lib_dir) == "lib" and _is_elf(own) and _same_file(own, loaded):
         home = os.path.dirname(lib_dir)
     else:  # e.g. the registry's linker script: a private folder with a symlink to the library
-        base = cache_dir or os.path.join(tempfile.gettempdir(), f"nnabla_torus-{os.getuid()}")
+        # in the user's own cache folder, never a shared one such as /tmp: whoever can write
+        # there could point lib/libmpi.so, which nnabla-ext-cuda dlopens, at their library
+        base = private_folder(os.path.expanduser(cache_dir or default_cache_dir(environ)),
+                              "set NNABLA_TORUS_CACHE_DIR to a folder only you can "
+                              "write (chmod go-w if it is yours)")
         home = os.path.join(base, "ompi-" + hashlib.sha1(loaded.encode()).hexdigest()[:12])
         link = os.path.join(home, "lib", "libmpi.so")
-        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.makedirs(os.path.dirname(link), mode=0o700, exist_ok=True)
         if not _same_file(link, loaded):
             tmp = f"{link}.{os.getpid()}"
             os.symlink(loaded, tmp)
