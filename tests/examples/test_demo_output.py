@@ -29,4 +29,4 @@ def test_demo_launch_prints_no_library_banner(tmp_path):
     lines = out.splitlines()
     assert lines[0].endswith(f"-np 4 {sys.executable} {TRAIN} " + " ".join(TINY)
                              + f" --max-steps 2 --output-dir {tmp_path / 'run'}"), lines[0]
-    assert lines[1].startswith("config (recipe digits-cpu):"), lines[:3]
+    assert lines[1].startswith("config (recipe digits-cpu; flag > environment > "), lines[:3]
