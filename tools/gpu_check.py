@@ -251,6 +251,10 @@ def print_plan(gpus, json_path):
     print(f"gpu-check: on a node with {gpus} GPUs it runs, in this order (children see "
           f"NNABLA_TORUS_BACKEND=nccl and the repository on PYTHONPATH):")
     runs = planned_runs(gpus, json_path)
+    images = cases.e2e_train_images(gpus)
+    print(f"  (end to end: {images} training images, the JPEG folder's too: {cases.LOCAL_BATCH} "
+          f"per rank x {gpus} ranks x {cases.STEPS_PER_EPOCH} steps an epoch; steps "
+          f"0-{cases.E2E_STEPS // 2}, then {cases.E2E_STEPS // 2}-{cases.E2E_STEPS} resumed)")
     for check, argv, extra, _ in runs:
         env = "".join(f"{k}={v} " for k, v in extra.items())
         print(f"  {check}: {env}{shlex.join(argv)}")
@@ -272,7 +276,8 @@ def device_checks(gpus, env, json_path):
     if os.path.exists(bench_json):   # a failed run must not report the last run's records
         os.remove(bench_json)
     runs = planned_runs(gpus, json_path)
-    cases.write_jpeg_folder(os.path.join(work_dir(json_path), JPEG_FOLDER))
+    cases.write_jpeg_folder(os.path.join(work_dir(json_path), JPEG_FOLDER),
+                            cases.e2e_train_images(gpus))
     for check, argv, extra, case_check in runs:
         with cases.ContextWatch() as contexts:
             done = run(argv, dict(env, **extra), 3600)

@@ -22,6 +22,7 @@ Example::
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -58,13 +59,24 @@ def _expect(condition, message):
         raise CaseFailed(message)
 
 
-def write_jpeg_folder(root, classes=4, per_class=48, val_per_class=8, seed=0):
-    """Write ``root``/train and ``root``/val of ``classes`` class folders of JPEGs, sides of
-    40-300 pixels and varied aspect (what DALI's decoder and random crop meet in ImageNet, in
-    small); returns ``root``. Idempotent: an existing folder is kept."""
+def e2e_train_images(ranks, steps_per_epoch=STEPS_PER_EPOCH):
+    """Training images of the end-to-end case on ``ranks`` ranks: ``steps_per_epoch`` global
+    batches of LOCAL_BATCH per rank (640 on 8 ranks), so that both launches reach their steps."""
+    return steps_per_epoch * LOCAL_BATCH * ranks
+
+
+def write_jpeg_folder(root, train_images, classes=4, val_per_class=8, seed=0):
+    """Write ``root``/train (``train_images`` JPEGs, rounded up to a multiple of ``classes``)
+    and ``root``/val of ``classes`` class folders, sides of 40-300 pixels and varied aspect
+    (what DALI's decoder and random crop meet in ImageNet, in small); returns ``root``. An
+    existing folder is kept when it holds as many training images, else written anew."""
     from PIL import Image
+    per_class = -(-train_images // classes)
     if os.path.isdir(os.path.join(root, "val")):
-        return root
+        if jpeg_count(os.path.join(root, "train")) == per_class * classes:
+            return root
+        shutil.rmtree(root)     # another rank count's folder: too few (or many) images
+    shutil.rmtree(root + ".tmp", ignore_errors=True)
     rng = np.random.default_rng(seed)
     for split, count in (("train", per_class), ("val", val_per_class)):
         for c in range(classes):
@@ -79,6 +91,11 @@ def write_jpeg_folder(root, classes=4, per_class=48, val_per_class=8, seed=0):
     return root
 
 
+def jpeg_count(folder):
+    """JPEG files under ``folder``."""
+    return sum(name.endswith(".JPEG") for _, _, names in os.walk(folder) for name in names)
+
+
 def e2e_cases(ranks, context, workdir, data_dir="", python=None, steps=E2E_STEPS,
               steps_per_epoch=STEPS_PER_EPOCH, extra=()):
     """The two launches of the end-to-end case on ``ranks`` ranks (module doc). The digits
@@ -88,7 +105,8 @@ def e2e_cases(ranks, context, workdir, data_dir="", python=None, steps=E2E_STEPS
     name = "jpeg folder" if data_dir else "embedded digits"
     out_dir = os.path.join(workdir, "e2e-" + ("jpeg" if data_dir else "digits"))
     common = [TRAIN, "--context", context, "--algorithm", "planned", "--data-dir", data_dir,
-              "--output-dir", out_dir, "--train-images", str(steps_per_epoch * LOCAL_BATCH * ranks),
+              "--output-dir", out_dir,
+              "--train-images", str(e2e_train_images(ranks, steps_per_epoch)),
               "--image-size", "32", "--local-batch", str(LOCAL_BATCH), "--batch-schedule",
               f"0:{LOCAL_BATCH * ranks}", "--epochs", str(steps // steps_per_epoch + 1),
               "--warmup-epochs", "0", "--checkpoint-every", str(max(1, steps_per_epoch // 2)),

@@ -56,7 +56,7 @@ def test_with_gpus_the_verdicts_come_from_the_runs(tmp_path, monkeypatch, capsys
     # The end-to-end, 8-rank and fault runs have checks of their own, run on the fake by
     # tests/examples/test_gpu_e2e.py and tests/mpi/test_gpu_fault.py (issue 47)
     monkeypatch.setattr(gpu_check, "case_verdict", lambda check, *_: (check, "PASS", ""))
-    monkeypatch.setattr(gpu_check.cases, "write_jpeg_folder", lambda root: root)
+    monkeypatch.setattr(gpu_check.cases, "write_jpeg_folder", lambda root, images: root)
     out = tmp_path / "gpu_check.json"
     assert gpu_check.main(["--no-install", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
