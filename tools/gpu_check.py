@@ -21,7 +21,8 @@ this host (``planned_runs``, printed before they start):
    two launches (validation, checkpoints, a resume) on the embedded digits and on a folder of
    JPEGs through DALI's GPU decoder, each process watched to stay on its own GPU
    (``nvidia-smi``); a rank killed (SIGKILL) during an all-reduce, which must end the job
-   naming it within NNABLA_TORUS_TIMEOUT + 10 s;
+   naming it within NNABLA_TORUS_TIMEOUT + 10 s; a rank stopped (SIGSTOP) while the ranks
+   train through nnabla's all_reduce_callback, which the watchdog must end as fast;
 3. ``allreduce_bench``: torus2d on every grid the GPU count allows against NCCL's own
    all-reduce (``native``), device-synchronised times, busbw, exactness, at 1 MiB and at
    ResNet-50's 102,228,128 bytes of float32 gradients;
@@ -223,6 +224,7 @@ def planned_runs(gpus, json_path):
     for data_dir in ("", os.path.join(work, JPEG_FOLDER)):
         runs += cases.e2e_cases(gpus, "cudnn", work, data_dir)
     runs.append(cases.fault_case(gpus))
+    runs.append(cases.stop_case(gpus))
     grids = [str(g) for g in factor_pairs(gpus)]
     runs.append(Case("allreduce_bench", mpirun_command(gpus, [
         "tools/allreduce_bench.py", "--algorithms", "torus2d,native", "--grids", ",".join(grids),

@@ -43,6 +43,7 @@ LOCAL_BATCH = 8
 FAULT_TIMEOUT_S = 20      # NNABLA_TORUS_TIMEOUT of the fault case
 FAULT_SLACK_S = 10        # the job must end within the timeout plus this, from the kill
 KILLED = re.compile(r"^KILL (\d+) ([\d.]+)$", re.M)       # emu_fault.py's victim, at its death
+STOPPED = re.compile(r"^STOP (\d+) ([\d.]+)$", re.M)      # stop_in_backward.py's, at its stop
 ENDED = re.compile(r"^gpu-check: ended at ([\d.]+)", re.M)  # tools/gpu_check.py's run()
 
 # check(output, exit status) -> detail line, CaseFailed if the run did not do what it should;
@@ -171,12 +172,43 @@ def check_fault(out, code, victim):
     named = {int(r) for r in DIED.findall(out)} | {
         int(r) for _, lost in LOST.findall(out) for r in lost.split(",") if r.strip()}
     _expect(named == {victim}, f"named rank(s) {sorted(named)}, not [{victim}]")
+    seconds = ended_in_time(out, killed[0][1], "kill")
+    return f"rank {victim} named, job ended {seconds:.1f} s after the kill"
+
+
+def ended_in_time(out, start, what):
+    """Seconds from ``start`` (unix time of the ``what``) to the run's end stamp; CaseFailed
+    past FAULT_TIMEOUT_S + FAULT_SLACK_S."""
     ended = ENDED.findall(out)
     _expect(ended, "no end stamp (run it with tools/gpu_check.py's run)")
-    seconds = float(ended[-1]) - float(killed[0][1])
+    seconds = float(ended[-1]) - float(start)
     _expect(seconds <= FAULT_TIMEOUT_S + FAULT_SLACK_S,
-            f"ended {seconds:.1f} s after the kill (limit {FAULT_TIMEOUT_S + FAULT_SLACK_S} s)")
-    return f"rank {victim} named, job ended {seconds:.1f} s after the kill"
+            f"ended {seconds:.1f} s after the {what} (limit {FAULT_TIMEOUT_S + FAULT_SLACK_S} s)")
+    return seconds
+
+
+def stop_case(ranks, context="cudnn", at="check", python=None):
+    """The last rank SIGSTOPs itself (a hung rank) while every rank trains through nnabla's
+    all_reduce_callback, the default GPU path (tests/mpi/progs/stop_in_backward.py): the
+    watchdog must end the job, naming that backward, within FAULT_TIMEOUT_S + FAULT_SLACK_S
+    of the stop. ``at``: where the peers then wait (that program's doc)."""
+    victim = ranks - 1
+    argv = mpirun_command(ranks, ["tests/mpi/progs/stop_in_backward.py", "--victim",
+                                  str(victim), "--at", at, "--context", context], python=python)
+    return Case(f"SIGSTOP of rank {victim} in backward through nnabla's callback", argv,
+                {"NNABLA_TORUS_TIMEOUT": str(FAULT_TIMEOUT_S), "NNABLA_TORUS_ALGORITHM": "native"},
+                lambda out, code: check_stop(out, code, victim))
+
+
+def check_stop(out, code, victim):
+    """The detail of a stop run that the watchdog ended in time; CaseFailed if not."""
+    _expect(code not in (0, 124), f"exit {code}: the job did not end by itself on the stop")
+    stopped = STOPPED.findall(out)
+    _expect(stopped and int(stopped[0][0]) == victim, f"rank {victim} did not stop itself")
+    _expect("all_reduce_callback did not finish within" in out,
+            "no watchdog line naming the backward through nnabla's callback")
+    seconds = ended_in_time(out, stopped[0][1], "stop")
+    return f"rank {victim} stopped, the watchdog ended the job {seconds:.1f} s later"
 
 
 def property_cases(ranks, python=None):

@@ -106,6 +106,7 @@ def test_issue33_the_dry_run_prints_every_run_and_the_property_suite_on_nccl(tmp
                                     "train.py end to end, jpeg folder, steps 0-20",
                                     "train.py end to end, jpeg folder, resumed, steps 20-40",
                                     "kill -9 of rank 3 during an all-reduce",
+                                    "SIGSTOP of rank 3 in backward through nnabla's callback",
                                     "allreduce_bench", "ResNet-50 train_bench float",
                                     "ResNet-50 train_bench half"]
     assert runs[1][1][-3:] == ["tests/mpi/test_property_suite.py", "-k", "nccl- and not fake"]

@@ -4,8 +4,10 @@
 
 ``--at check``: the victim stops before a backward; its peers wait in nnabla's blocking MPI
 check of their first gradient (ext multi_process_data_parallel_communicator.cu 1025-1030).
-``--at nccl``: it stops after its last check, before it enqueues the last pack; its peers
-wait in that pack's all-reduce (the fake's spin, as NCCL's kernels spin). Output::
+``--at nccl`` (the fake only): it stops after its last check, before it enqueues the last
+pack; its peers wait in that pack's all-reduce (the fake's spin, as NCCL's kernels spin).
+``--context cudnn``: on GPUs, real NCCL (make gpu-check: tools/gpu_check_cases.stop_case).
+Output::
 
     START <unix time>              (rank 0, after the first step)
     STOP|KILL <rank> <unix time>   (the victim, just before the signal)
@@ -24,7 +26,6 @@ from nnabla.ext_utils import get_extension_context
 import nnabla_torus as C
 from nnabla_torus.comm.backends import synchronize
 from nnabla_torus.overlap import BucketedAllReduce
-from nnabla_torus.testing.fake_all_reduce_callback import FakeAllReduceCallback
 
 
 def build(rank):
@@ -52,11 +53,12 @@ def main():
     parser.add_argument("--at", choices=("check", "nccl"), default="check")
     parser.add_argument("--signal", choices=("STOP", "KILL"), default="STOP")
     parser.add_argument("--step", type=int, default=3, help="the step the victim stops at")
+    parser.add_argument("--context", choices=("cpu", "cudnn"), default="cpu",
+                        help="cpu: the fake NCCL; cudnn: GPUs, one a rank")
     args = parser.parse_args()
-    ctx = get_extension_context("cpu")
-    nn.set_default_context(ctx)
-    comm = C.MultiProcessDataParallelCommunicator(ctx)
+    comm = C.MultiProcessDataParallelCommunicator(get_extension_context(args.context))
     comm.init()
+    nn.set_default_context(get_extension_context(args.context, device_id=str(comm.local_rank)))
     assert comm.algorithm == "native", comm.algorithm
     loss, params = build(comm.rank)
     reducer = BucketedAllReduce(comm, loss, params, bucket_mib=1e-4)   # several packs
@@ -65,6 +67,7 @@ def main():
             if args.at == "check":
                 stop(comm.rank, args.signal)
             else:
+                from nnabla_torus.testing.fake_all_reduce_callback import FakeAllReduceCallback
                 last_pack = FakeAllReduceCallback.on_finish_backward
                 FakeAllReduceCallback.on_finish_backward = (
                     lambda cb: (stop(comm.rank, args.signal), last_pack(cb)))
