@@ -194,12 +194,17 @@ class BucketedAllReduce:
         if on_device(self.comm) and not self.shared:
             callback = self.comm.all_reduce_callback(grads, self.pack_size,
                                                      division=self.division)
+            # nnabla's callback waits for every peer inside backward (a blocking MPI check per
+            # gradient, ext .cu 1025-1030), with nnabla's watchdog unarmed: ours ends a hang.
+            what = "backward with nnabla's all_reduce_callback"
             if not track:
-                loss.backward(communicator_callbacks=callback, **backward_kwargs)
+                with self.comm.backend.watch(what):
+                    loss.backward(communicator_callbacks=callback, **backward_kwargs)
                 return
             self.reset()
-            loss.backward(communicator_callbacks=callback, function_post_hook=self.norm_hook,
-                          **backward_kwargs)
+            with self.comm.backend.watch(what):
+                loss.backward(communicator_callbacks=callback, function_post_hook=self.norm_hook,
+                              **backward_kwargs)
             p = self.comm.size
             self.comm.sqnorms.on_device(self.comm.backend).add_global(
                 grads, 1.0 if self.division else 1.0 / p ** 2)

@@ -21,7 +21,8 @@ this host (``planned_runs``, printed before they start):
    two launches (validation, checkpoints, a resume) on the embedded digits and on a folder of
    JPEGs through DALI's GPU decoder, each process watched to stay on its own GPU
    (``nvidia-smi``); a rank killed (SIGKILL) during an all-reduce, which must end the job
-   naming it within NNABLA_TORUS_TIMEOUT + 10 s;
+   naming it within NNABLA_TORUS_TIMEOUT + 10 s; a rank stopped (SIGSTOP) while the ranks
+   train through nnabla's all_reduce_callback, which the watchdog must end as fast;
 3. ``allreduce_bench``: torus2d on every grid the GPU count allows against NCCL's own
    all-reduce (``native``), device-synchronised times, busbw, exactness, at 1 MiB and at
    ResNet-50's 102,228,128 bytes of float32 gradients;
@@ -224,6 +225,7 @@ def planned_runs(gpus, json_path):
     for data_dir in ("", os.path.join(work, JPEG_FOLDER)):
         runs += cases.e2e_cases(gpus, "cudnn", work, data_dir)
     runs.append(cases.fault_case(gpus))
+    runs.append(cases.stop_case(gpus))
     grids = [str(g) for g in factor_pairs(gpus)]
     runs.append(Case("allreduce_bench", mpirun_command(gpus, [
         "tools/allreduce_bench.py", "--algorithms", "torus2d,native", "--grids", ",".join(grids),
@@ -252,6 +254,10 @@ def print_plan(gpus, json_path):
     print(f"gpu-check: on a node with {gpus} GPUs it runs, in this order (children see "
           f"NNABLA_TORUS_BACKEND=nccl and the repository on PYTHONPATH):")
     runs = planned_runs(gpus, json_path)
+    images = cases.e2e_train_images(gpus)
+    print(f"  (end to end: {images} training images, the JPEG folder's too: {cases.LOCAL_BATCH} "
+          f"per rank x {gpus} ranks x {cases.STEPS_PER_EPOCH} steps an epoch; steps "
+          f"0-{cases.E2E_STEPS // 2}, then {cases.E2E_STEPS // 2}-{cases.E2E_STEPS} resumed)")
     for check, argv, extra, _ in runs:
         env = "".join(f"{k}={v} " for k, v in extra.items())
         print(f"  {check}: {env}{shlex.join(argv)}")
@@ -273,7 +279,8 @@ def device_checks(gpus, env, json_path):
     if os.path.exists(bench_json):   # a failed run must not report the last run's records
         os.remove(bench_json)
     runs = planned_runs(gpus, json_path)
-    cases.write_jpeg_folder(os.path.join(work_dir(json_path), JPEG_FOLDER))
+    cases.write_jpeg_folder(os.path.join(work_dir(json_path), JPEG_FOLDER),
+                            cases.e2e_train_images(gpus))
     for check, argv, extra, case_check in runs:
         with cases.ContextWatch() as contexts:
             done = run(argv, dict(env, **extra), 3600)

@@ -22,6 +22,7 @@ Example::
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -42,6 +43,7 @@ LOCAL_BATCH = 8
 FAULT_TIMEOUT_S = 20      # NNABLA_TORUS_TIMEOUT of the fault case
 FAULT_SLACK_S = 10        # the job must end within the timeout plus this, from the kill
 KILLED = re.compile(r"^KILL (\d+) ([\d.]+)$", re.M)       # emu_fault.py's victim, at its death
+STOPPED = re.compile(r"^STOP (\d+) ([\d.]+)$", re.M)      # stop_in_backward.py's, at its stop
 ENDED = re.compile(r"^gpu-check: ended at ([\d.]+)", re.M)  # tools/gpu_check.py's run()
 
 # check(output, exit status) -> detail line, CaseFailed if the run did not do what it should;
@@ -58,13 +60,24 @@ def _expect(condition, message):
         raise CaseFailed(message)
 
 
-def write_jpeg_folder(root, classes=4, per_class=48, val_per_class=8, seed=0):
-    """Write ``root``/train and ``root``/val of ``classes`` class folders of JPEGs, sides of
-    40-300 pixels and varied aspect (what DALI's decoder and random crop meet in ImageNet, in
-    small); returns ``root``. Idempotent: an existing folder is kept."""
+def e2e_train_images(ranks, steps_per_epoch=STEPS_PER_EPOCH):
+    """Training images of the end-to-end case on ``ranks`` ranks: ``steps_per_epoch`` global
+    batches of LOCAL_BATCH per rank (640 on 8 ranks), so that both launches reach their steps."""
+    return steps_per_epoch * LOCAL_BATCH * ranks
+
+
+def write_jpeg_folder(root, train_images, classes=4, val_per_class=8, seed=0):
+    """Write ``root``/train (``train_images`` JPEGs, rounded up to a multiple of ``classes``)
+    and ``root``/val of ``classes`` class folders, sides of 40-300 pixels and varied aspect
+    (what DALI's decoder and random crop meet in ImageNet, in small); returns ``root``. An
+    existing folder is kept when it holds as many training images, else written anew."""
     from PIL import Image
+    per_class = -(-train_images // classes)
     if os.path.isdir(os.path.join(root, "val")):
-        return root
+        if jpeg_count(os.path.join(root, "train")) == per_class * classes:
+            return root
+        shutil.rmtree(root)     # another rank count's folder: too few (or many) images
+    shutil.rmtree(root + ".tmp", ignore_errors=True)
     rng = np.random.default_rng(seed)
     for split, count in (("train", per_class), ("val", val_per_class)):
         for c in range(classes):
@@ -79,6 +92,11 @@ def write_jpeg_folder(root, classes=4, per_class=48, val_per_class=8, seed=0):
     return root
 
 
+def jpeg_count(folder):
+    """JPEG files under ``folder``."""
+    return sum(name.endswith(".JPEG") for _, _, names in os.walk(folder) for name in names)
+
+
 def e2e_cases(ranks, context, workdir, data_dir="", python=None, steps=E2E_STEPS,
               steps_per_epoch=STEPS_PER_EPOCH, extra=()):
     """The two launches of the end-to-end case on ``ranks`` ranks (module doc). The digits
@@ -88,7 +106,8 @@ def e2e_cases(ranks, context, workdir, data_dir="", python=None, steps=E2E_STEPS
     name = "jpeg folder" if data_dir else "embedded digits"
     out_dir = os.path.join(workdir, "e2e-" + ("jpeg" if data_dir else "digits"))
     common = [TRAIN, "--context", context, "--algorithm", "planned", "--data-dir", data_dir,
-              "--output-dir", out_dir, "--train-images", str(steps_per_epoch * LOCAL_BATCH * ranks),
+              "--output-dir", out_dir,
+              "--train-images", str(e2e_train_images(ranks, steps_per_epoch)),
               "--image-size", "32", "--local-batch", str(LOCAL_BATCH), "--batch-schedule",
               f"0:{LOCAL_BATCH * ranks}", "--epochs", str(steps // steps_per_epoch + 1),
               "--warmup-epochs", "0", "--checkpoint-every", str(max(1, steps_per_epoch // 2)),
@@ -153,12 +172,43 @@ def check_fault(out, code, victim):
     named = {int(r) for r in DIED.findall(out)} | {
         int(r) for _, lost in LOST.findall(out) for r in lost.split(",") if r.strip()}
     _expect(named == {victim}, f"named rank(s) {sorted(named)}, not [{victim}]")
+    seconds = ended_in_time(out, killed[0][1], "kill")
+    return f"rank {victim} named, job ended {seconds:.1f} s after the kill"
+
+
+def ended_in_time(out, start, what):
+    """Seconds from ``start`` (unix time of the ``what``) to the run's end stamp; CaseFailed
+    past FAULT_TIMEOUT_S + FAULT_SLACK_S."""
     ended = ENDED.findall(out)
     _expect(ended, "no end stamp (run it with tools/gpu_check.py's run)")
-    seconds = float(ended[-1]) - float(killed[0][1])
+    seconds = float(ended[-1]) - float(start)
     _expect(seconds <= FAULT_TIMEOUT_S + FAULT_SLACK_S,
-            f"ended {seconds:.1f} s after the kill (limit {FAULT_TIMEOUT_S + FAULT_SLACK_S} s)")
-    return f"rank {victim} named, job ended {seconds:.1f} s after the kill"
+            f"ended {seconds:.1f} s after the {what} (limit {FAULT_TIMEOUT_S + FAULT_SLACK_S} s)")
+    return seconds
+
+
+def stop_case(ranks, context="cudnn", at="check", python=None):
+    """The last rank SIGSTOPs itself (a hung rank) while every rank trains through nnabla's
+    all_reduce_callback, the default GPU path (tests/mpi/progs/stop_in_backward.py): the
+    watchdog must end the job, naming that backward, within FAULT_TIMEOUT_S + FAULT_SLACK_S
+    of the stop. ``at``: where the peers then wait (that program's doc)."""
+    victim = ranks - 1
+    argv = mpirun_command(ranks, ["tests/mpi/progs/stop_in_backward.py", "--victim",
+                                  str(victim), "--at", at, "--context", context], python=python)
+    return Case(f"SIGSTOP of rank {victim} in backward through nnabla's callback", argv,
+                {"NNABLA_TORUS_TIMEOUT": str(FAULT_TIMEOUT_S), "NNABLA_TORUS_ALGORITHM": "native"},
+                lambda out, code: check_stop(out, code, victim))
+
+
+def check_stop(out, code, victim):
+    """The detail of a stop run that the watchdog ended in time; CaseFailed if not."""
+    _expect(code not in (0, 124), f"exit {code}: the job did not end by itself on the stop")
+    stopped = STOPPED.findall(out)
+    _expect(stopped and int(stopped[0][0]) == victim, f"rank {victim} did not stop itself")
+    _expect("all_reduce_callback did not finish within" in out,
+            "no watchdog line naming the backward through nnabla's callback")
+    seconds = ended_in_time(out, stopped[0][1], "stop")
+    return f"rank {victim} stopped, the watchdog ended the job {seconds:.1f} s later"
 
 
 def property_cases(ranks, python=None):

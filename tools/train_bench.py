@@ -150,7 +150,7 @@ def measure(args, comm, settings):
                                                      grad_bytes=2 if args.type_config == "half"
                                                      else 4)}
     # FP16 steps as train.py takes them: dynamic loss scaling around the (overlapped) all-reduce.
-    scaler = DynamicLossScaling() if args.type_config == "half" else None
+    scaler = DynamicLossScaling(grads=grads, comm=comm) if args.type_config == "half" else None
     rng = np.random.RandomState(comm.rank)
     stream = FixedBatch(rng.randn(args.batch, 3, args.image_size, args.image_size),
                         rng.randint(0, args.classes, (args.batch, 1)))

@@ -31,7 +31,7 @@ def gradients_finite(run, global_sqnorm, updated):
         return updated or scaler.scale * scaler.scaling_factor > 1.0
     if global_sqnorm is not None:
         return math.isfinite(global_sqnorm)
-    return math.isfinite(float(host_read(run.net.grad_abs_sum())[0]))
+    return math.isfinite(float(host_read(run.net.grad_abs_sum(), run.parallel.comm)[0]))
 
 
 class GradientAbsSum:

@@ -182,7 +182,9 @@ def resume_or_start(run):
     progress.monitors = report.make_monitors(cfg, comm.rank, resumed_at)
     progress.epoch_meter = report.EpochMeter(data.stream.epoch())
     # FP16: nnabla's dynamic loss scaling rules around the (overlapped) all-reduce.
-    run.parallel.scaler = DynamicLossScaling(loss_scale) if cfg.type_config == "half" else None
+    # Its overflow check: one fused count read once a step, not one wait per parameter.
+    run.parallel.scaler = (DynamicLossScaling(loss_scale, grads=net.grads, comm=comm)
+                           if cfg.type_config == "half" else None)
     if cfg.max_steps and progress.step >= cfg.max_steps:
         log(f"nothing to train: the checkpoint is at step {progress.step}, --max-steps is "
             f"{cfg.max_steps}; raise --max-steps to continue")

@@ -12,6 +12,7 @@ import time
 
 import nnabla as nn
 import nnabla.functions as F
+from nnabla_torus.comm.backends import synchronize
 
 import data
 
@@ -70,12 +71,14 @@ def train_step(stream, graph, plan, solvers, comm, grads, reducer, scaler):
         comm.all_reduce(grads, division=True, inplace=False)
         sync_s = time.perf_counter() - tic
     both = F.concatenate(*(F.reshape(total, (1,)) for total in sums))
-    loss, error = host_read(both) / plan.accum_steps
+    loss, error = host_read(both, comm) / plan.accum_steps
     return float(loss), float(error), sync_s
 
 
-def host_read(ndarray):
+def host_read(ndarray, comm):
     """A host copy of ``ndarray``: on a GPU the device-to-host copy waits for every kernel
     enqueued before it (a host sync), so a step reads once what it must know on the host
-    (its loss and error here, the finiteness of its gradients in divergence.py)."""
+    (its loss and error here, the finiteness of its gradients in divergence.py). The wait is
+    ``comm``'s, under its watchdog (a hung peer's NCCL ends the job); the copy holds the GIL."""
+    synchronize(comm, "reading the step's loss and gradients")
     return ndarray.data.copy()

@@ -35,6 +35,11 @@ class Watchdog:
         self._cond = threading.Condition()
         self._thread = None
 
+    @property
+    def watching(self):
+        """What the guarded call is (its ``what``), None between guards."""
+        return self._what
+
     @contextlib.contextmanager
     def guard(self, what, peers=()):
         with self._cond:

@@ -183,14 +183,17 @@ def set_device(device_id):
     import nnabla as nn
     import nnabla.functions as F
     import nnabla_ext.cpu
-    _device[0] = int(device_id)
+    previous, _device[0] = _device[0], int(device_id)
     for name in CUDA_LIKE:
         function = getattr(F, name)
         if not getattr(function, "fake_cuda", False):
             setattr(F, name, _like_cuda(name, function))
     nn.set_function_pre_hook(HOOK, _device_rule)
     default = nn.get_current_context()
-    if _default or default.array_class in BARE:
+    # Again on this device (a second communicator's init(), maybe inside a user's
+    # context_scope, where nnabla refuses set_default_context): nothing to change.
+    again = bool(_default) and previous == _device[0]
+    if not again and (_default or default.array_class in BARE):
         # nnabla's bare default names device "0", which a function built in it resolves to
         # (with a real array class): it is this process's device, as a CPU context's is
         _default[:1] = _default[:1] or [default]

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(REPO, "tools"))
 import gpu_check  # noqa: E402
 import gpu_check_cases as cases  # noqa: E402
 
-RANKS = 2
+RANKS = 8                  # a DGX's: the sizes gpu-check derives from the rank count
 STEPS, PER_EPOCH = 32, 8   # gpu-check: 40, 10; the overlap trial needs 14 steps a launch
 
 
@@ -25,7 +25,9 @@ def fake_env(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("data", ["digits", "jpeg"])
 def test_the_end_to_end_case_passes_on_the_fake(tmp_path, data):
-    data_dir = cases.write_jpeg_folder(str(tmp_path / "jpegs")) if data == "jpeg" else ""
+    data_dir = (cases.write_jpeg_folder(str(tmp_path / "jpegs"),
+                                        cases.e2e_train_images(RANKS, PER_EPOCH))
+                if data == "jpeg" else "")
     small = ["--arch", "resnet18", "--width", "0.125"]    # a JPEG folder's recipe: ResNet-50
     runs = cases.e2e_cases(RANKS, "cpu", str(tmp_path), data_dir, steps=STEPS,
                            steps_per_epoch=PER_EPOCH, extra=small if data_dir else ())
@@ -35,6 +37,20 @@ def test_the_end_to_end_case_passes_on_the_fake(tmp_path, data):
         detail = case.check(done.stdout, done.returncode)
         print(f"{case.name}: {detail}")
         assert detail.startswith(f"{case.argv[case.argv.index('--max-steps') + 1]} steps"), detail
+
+
+def test_the_jpeg_folder_holds_every_step_of_the_end_to_end_case(tmp_path):
+    """At 8 ranks a folder of 192 images made 3 steps an epoch: the run ended at step 15,
+    not 20. The folder is sized from the rank count, and rewritten for another count."""
+    root = str(tmp_path / "jpegs")
+    for ranks in (2, 8):
+        images = cases.e2e_train_images(ranks)
+        cases.write_jpeg_folder(root, images)
+        train = cases.jpeg_count(os.path.join(root, "train"))
+        assert train == images == cases.STEPS_PER_EPOCH * cases.LOCAL_BATCH * ranks
+        argv = cases.e2e_cases(ranks, "cudnn", str(tmp_path), root)[0].argv
+        assert argv[argv.index("--train-images") + 1] == str(images)
+        assert int(argv[argv.index("--epochs") + 1]) * cases.STEPS_PER_EPOCH > cases.E2E_STEPS
 
 
 def test_the_end_to_end_check_refuses_what_it_should():

@@ -6,7 +6,11 @@ many cases (``tests/mpi/progs/comm_cases.py``) because an mpirun costs seconds h
 case aborts its launch, and the assertion shows the case and its traceback. The same cases run
 on the fake NCCL backend, and on real NCCL when nnabla-ext-cuda sees enough GPUs (else skipped).
 """
+import functools
+import importlib.util
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -18,13 +22,19 @@ from tests.mpirun import DIED, LOST, expect_passed, run_mpi
 PROG = "tests/mpi/progs/comm_cases.py"
 
 
+@functools.lru_cache(maxsize=None)
 def cuda_devices():
-    """GPUs visible to nnabla-ext-cuda, or 0 when it is not importable."""
-    try:
-        from nnabla_ext.cuda import get_device_count
-    except ImportError:
+    """GPUs visible to nnabla-ext-cuda, or 0 when it is not installed. Counted in a child
+    process: importing nnabla_ext.cuda here would initialise CUDA in pytest's process, which
+    then outlives every GPU test's ranks (a context on GPU 0 the ranks share)."""
+    if importlib.util.find_spec("nnabla_ext") is None or \
+            importlib.util.find_spec("nnabla_ext.cuda") is None:
         return 0
-    return get_device_count()
+    done = subprocess.run([sys.executable, "-c", "from nnabla_ext.cuda import get_device_count;"
+                                                 " print(get_device_count())"],
+                          capture_output=True, text=True, timeout=300)
+    last = done.stdout.strip().splitlines()[-1:] or ["0"]
+    return int(last[0]) if done.returncode == 0 and last[0].isdigit() else 0
 
 
 def nccl_cases(rank_counts):

@@ -26,7 +26,7 @@ def run_with(grad, scaler=None):
     solver.set_parameters({"w": w})
     # issue 47: the check reads the gradients (one fused sum), not the solver's per-parameter
     # check_inf_or_nan_grad; the scaler still asks the solver
-    return SimpleNamespace(parallel=SimpleNamespace(scaler=scaler),
+    return SimpleNamespace(parallel=SimpleNamespace(scaler=scaler, comm=None),
                            net=SimpleNamespace(solvers=solver, grads=[w.grad],
                                                grad_abs_sum=GradientAbsSum([w.grad])))
 

@@ -56,7 +56,7 @@ def test_with_gpus_the_verdicts_come_from_the_runs(tmp_path, monkeypatch, capsys
     # The end-to-end, 8-rank and fault runs have checks of their own, run on the fake by
     # tests/examples/test_gpu_e2e.py and tests/mpi/test_gpu_fault.py (issue 47)
     monkeypatch.setattr(gpu_check, "case_verdict", lambda check, *_: (check, "PASS", ""))
-    monkeypatch.setattr(gpu_check.cases, "write_jpeg_folder", lambda root: root)
+    monkeypatch.setattr(gpu_check.cases, "write_jpeg_folder", lambda root, images: root)
     out = tmp_path / "gpu_check.json"
     assert gpu_check.main(["--no-install", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
@@ -106,6 +106,7 @@ def test_issue33_the_dry_run_prints_every_run_and_the_property_suite_on_nccl(tmp
                                     "train.py end to end, jpeg folder, steps 0-20",
                                     "train.py end to end, jpeg folder, resumed, steps 20-40",
                                     "kill -9 of rank 3 during an all-reduce",
+                                    "SIGSTOP of rank 3 in backward through nnabla's callback",
                                     "allreduce_bench", "ResNet-50 train_bench float",
                                     "ResNet-50 train_bench half"]
     assert runs[1][1][-3:] == ["tests/mpi/test_property_suite.py", "-k", "nccl- and not fake"]

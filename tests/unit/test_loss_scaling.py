@@ -107,3 +107,58 @@ def test_backward_through_the_reducer_seeds_the_scale():
 def test_bad_arguments_are_refused(kwargs, word):
     with pytest.raises(ValueError, match=word):
         DynamicLossScaling(**kwargs)
+
+
+@pytest.mark.parametrize("type_config", ["float", "half"])
+def test_issue66_the_fused_count_sees_what_check_inf_or_nan_grad_sees(type_config):
+    """NonfiniteCount over several gradients (zeroing ones left out) finds an inf or a NaN
+    exactly when nnabla's own check does, gradients written in place and the set of zeroing
+    ones changing; and none in finite gradients whose sum of |g| passes float16's 65504
+    (a sum of magnitudes in float16 would call them an overflow)."""
+    import math
+
+    import nnabla as nn
+    import nnabla.solvers as S
+    from nnabla.ext_utils import get_extension_context
+
+    from nnabla_torus.loss_scaling import NonfiniteCount
+    rng = np.random.default_rng(0)
+    dtype = np.float16 if type_config == "half" else np.float32
+    nn.clear_parameters()
+    with nn.context_scope(get_extension_context("cpu", type_config=type_config)):
+        params = {f"w{k}": nn.parameter.get_parameter_or_create(f"w{k}", (int(n),))
+                  for k, n in enumerate(rng.integers(1, 50, 5))}
+        count = NonfiniteCount([v.grad for v in params.values()])
+        solver = S.Momentum(0.1, 0.9)
+        solver.set_parameters(params)
+        for trial in range(20):
+            for v in params.values():
+                v.grad.cast(dtype)[...] = rng.uniform(-6e4, 6e4, v.shape)    # in place
+            if trial % 3:
+                bad = params[f"w{rng.integers(5)}"]
+                bad.grad.cast(dtype)[rng.integers(bad.shape[0])] = (
+                    [math.inf, -math.inf, math.nan][trial % 3])
+            zeroing = f"w{trial % 5}" if trial % 2 else None
+            if zeroing:
+                params[zeroing].grad.zero()        # zeroing: skipped by both, left zeroing
+            before = {k: v.g.copy() for k, v in params.items() if k != zeroing}
+            assert count.found() == solver.check_inf_or_nan_grad(), trial
+            for k, g in before.items():      # the graph reads the gradients, leaves them be
+                np.testing.assert_array_equal(params[k].g, g)
+            if zeroing:
+                assert params[zeroing].grad.zeroing
+    nn.clear_parameters()
+
+
+def test_issue66_given_grads_the_scaler_checks_them_not_the_solver():
+    """With ``grads`` the overflow decision is the fused count's (the solver's per-parameter
+    check is not called); the scale follows the same rules."""
+    import nnabla as nn
+
+    grad = nn.NdArray.from_numpy_array(np.ones(7, np.float32))
+    solver = RecordingSolver([True, False])       # would say overflow on batch 0
+    solver.feed()
+    scaler = DynamicLossScaling(scale=8.0, grads=[grad])
+    assert scaler.unscale(solver) and scaler.scale == 8.0
+    grad.data[3] = np.nan
+    assert not scaler.unscale(solver) and scaler.scale == 4.0 and scaler.skipped == 1

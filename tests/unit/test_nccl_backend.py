@@ -126,6 +126,21 @@ def test_finding3_a_hung_nccl_phase_aborts_naming_the_phase(backend, monkeypatch
     assert "NCCL all_reduce on group [0, 1] (rank 0 on " in err and "within 1 s" in err, err
 
 
+def test_a_hung_nccl_wait_names_a_lost_rank_in_the_line_tests_read(backend, monkeypatch,
+                                                                    capfd):
+    """Issue 66: survivors waiting in NCCL for a dead rank; the watchdog's abort names it in
+    the form tests/mpirun.py's LOST reads (the old line, "rank 0 (host): lost rank(s) [3];",
+    did not match it)."""
+    from tests.mpirun import LOST
+    aborted = []
+    monkeypatch.setattr(nccl, "lost_ranks", lambda: [3])
+    monkeypatch.setattr(backend, "world", type("World", (), {"Abort": aborted.append})())
+    with backend._dog.guard("NCCL all_reduce on group [0, 3]"):
+        backend._abort_hung()
+    assert aborted == [70]
+    assert LOST.findall(capfd.readouterr().out) == [("0", "3")]
+
+
 def test_finding6_an_mpi_error_inside_nnabla_names_the_dead_rank(backend, monkeypatch):
     def failing(*args, **kwargs):
         raise RuntimeError(MPI_ERROR)

@@ -4,12 +4,17 @@ NCCL communicator), by name. Other names are registered from above: importing
 NCCL mapping on a numpy fake)."""
 
 
-def synchronize(comm):
+def synchronize(comm, what="waiting for the device"):
     """Wait until the device work ``comm``'s collectives enqueued is done (a no-op on host
-    backends). Stop a clock only after this: NCCL calls return before their kernels finish."""
-    sync = getattr(getattr(comm, "backend", None), "synchronize", None)
-    if sync is not None:
-        sync()
+    backends), under the backend's watchdog: a wait for a hung peer ends the job, naming
+    ``what``. Stop a clock only after this: NCCL calls return before their kernels finish.
+    Before reading a device value: the read itself waits holding the GIL, no watchdog runs."""
+    backend = getattr(comm, "backend", None)
+    if hasattr(backend, "watch"):
+        with backend.watch(what, sync=True):
+            pass
+    elif hasattr(backend, "synchronize"):     # a device without a watchdog of ours
+        backend.synchronize()
 
 
 def _mpi(ctx, timeout, **knobs):

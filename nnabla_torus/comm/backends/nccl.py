@@ -247,11 +247,18 @@ class NCCLBackend(PaddedChunks, DeviceBuffers):
             raise RuntimeError(f"rank {self.rank} ({self.host}): {what}: an MPI call inside "
                                f"nnabla failed: {str(e).strip().splitlines()[-1]}") from e
 
+    def watch(self, what, sync=False):
+        """Context manager: a call that may wait for peers inside nnabla (e.g. backward with
+        nnabla's all_reduce_callback), under our watchdog (ends the job past the timeout);
+        ``sync``: then wait for its device work, GIL-free (``synchronize``)."""
+        return self._phase(what, sync)
+
     def _abort_hung(self):
         lost = lost_ranks()
-        if lost:
-            print(f"nnabla_torus: rank {self.rank} ({self.host}): lost rank(s) {lost}; NCCL "
-                  f"cannot tell, its kernels wait for them", flush=True)
+        if lost:    # the line tests/mpirun.py's LOST reads, as guarded_calls prints it
+            print(f"nnabla_torus: rank {self.rank}: lost rank(s) {lost} during "
+                  f"{self._dog.watching} ({self.host}); NCCL cannot tell, its kernels wait "
+                  f"for them", flush=True)
         self.world.Abort(70)
 
     # -- primitives -------------------------------------------------------------------------

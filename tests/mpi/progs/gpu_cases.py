@@ -72,9 +72,10 @@ def own_gpu_only(local_rank):
         assert mine == [local_rank], f"local rank {local_rank} is on GPU {mine[0]}"
 
 
-def reduced_grads(comm, ctx, bucket_mib=None, grad_bytes=4):
+def reduced_grads(comm, ctx, bucket_mib=None, grad_bytes=4, dtype=np.float32):
     """{name: float64 gradient} averaged over ranks: after backward (``bucket_mib`` None) or
-    by ``BucketedAllReduce.backward`` with packs of ``bucket_mib`` MiB (default: its own)."""
+    by ``BucketedAllReduce.backward`` with packs of ``bucket_mib`` MiB (default: its own);
+    ``dtype``: the type every reduced gradient must have."""
     with nn.context_scope(ctx):
         loss, params = build_unshared(comm.rank)
         for v in params.values():
@@ -89,7 +90,9 @@ def reduced_grads(comm, ctx, bucket_mib=None, grad_bytes=4):
             assert on_device(comm) == (comm.backend.name in ("nccl", "fake-nccl")), comm.algorithm
             reducer.backward(loss)
             reducer.close()
-    return {k: v.g.astype(np.float64) for k, v in params.items()}
+    got = {k: v.grad.data for k, v in params.items()}
+    assert {g.dtype for g in got.values()} == {np.dtype(dtype)}, {k: g.dtype for k, g in got.items()}
+    return {k: g.astype(np.float64) for k, g in got.items()}
 
 
 def case_overlap(comm):
@@ -102,8 +105,16 @@ def case_overlap(comm):
 
 
 def case_fp16(comm):
+    """Through the half communicator ``--type-config half`` uses (a context of type_config
+    half): float16 packs and sums (a float one would cast the gradients to float32, ext .cu
+    1031-1036). The gradients stay float16; their sums are the float32 reference's within
+    float16's precision."""
     want = reduced_grads(comm, context("float"))
-    got = reduced_grads(comm, context("half"), 1e-4, grad_bytes=2)
+    half = C.MultiProcessDataParallelCommunicator(context("half"))
+    half.init()
+    got = reduced_grads(half, context("half"), 1e-4, grad_bytes=2, dtype=np.float16)
+    assert ("float16", tuple(range(comm.size))) in half.backend.nccl_made, half.backend.nccl_made
+    half.close()
     for k in want:   # float16 keeps ~3 decimal digits; these gradients are O(0.1)-O(1)
         scale = max(1.0, float(np.abs(want[k]).max()))
         np.testing.assert_allclose(got[k], want[k], rtol=0, atol=2e-2 * scale, err_msg=k)
