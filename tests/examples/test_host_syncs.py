@@ -5,12 +5,15 @@ gradient (161 for ResNet-50). Counted by the fake device (tests/examples/progs/
 count_host_syncs.py), step by step, on the NCCL fake."""
 import re
 
+import pytest
+
 from tests.mpirun import run_mpi
 
 PROG = "tests/examples/progs/count_host_syncs.py"
 HOST_SYNCS = re.compile(r"^HOST_SYNCS step (\d+): (\d+) \((.*)\)$", re.M)
 
 
+@pytest.mark.slow
 def test_a_default_step_reads_the_device_twice(tmp_path):
     args = ["--train-images", "48", "--image-size", "16", "--local-batch", "4",
             "--batch-schedule", "0:8", "--epochs", "1", "--warmup-epochs", "0",

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from tests.mpirun import REPO, library_python, run_mpi
+from tests.slowdown import scaled
 
 FAKE = "tests/mpi/progs/elastic_fake.py"
 
@@ -29,7 +30,7 @@ def launcher(*args, python=sys.executable, **popen):
 
 def run(*args, timeout=120, python=sys.executable):
     proc = launcher(*args, python=python)
-    out, _ = proc.communicate(timeout=timeout)
+    out, _ = proc.communicate(timeout=scaled(timeout))
     return proc.returncode, out
 
 
@@ -115,7 +116,7 @@ def interrupt_when(proc, marker, timeout=120):
         if marker in line:   # epoch lines start with the time of day
             break
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=timeout)
+    out, _ = proc.communicate(timeout=scaled(timeout))
     return "".join(lines) + out
 
 
