@@ -87,7 +87,7 @@ def load_agreed_checkpoint(directory, comm, log):
         raise CheckpointError(f"--resume: {int(failed)} rank(s) could not read {path}, the "
                               f"newest intact checkpoint on rank 0" +
                               (f" ({error})" if error else "") + "; make --output-dir the same "
-                              f"shared folder on every host, or wait until every host sees it")
+                              "shared folder on every host, or wait until every host sees it")
     return found
 
 

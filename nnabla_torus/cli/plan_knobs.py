@@ -36,7 +36,7 @@ def _add_search_knobs(parser):
     add_knob(parser, "--gflops-per-image", "NNABLA_TORUS_PLAN_GFLOPS_PER_IMAGE", None,
              "training GFLOPs per image of a model the profile does not know (6 x its forward "
              "multiply-adds; model_cost.count_cost counts them from an nnabla graph): its step "
-             "time is scaled from the profile's calibrated model", 
+             "time is scaled from the profile's calibrated model",
              type=number(float, low=0, strict=True))
     add_knob(parser, "--params", "NNABLA_TORUS_PLAN_PARAMS", None,
              "parameters of that model (all-reduced as FP16: 2 bytes each)",
