@@ -172,3 +172,13 @@ def test_one_spelling_of_the_cache_folder():
     found = sorted(os.path.relpath(p, ROOT) for p in SOURCES if other.search(open(p).read()))
     assert not found, f"~/.cache/nnabla-torus (not nnabla_torus) in {found}"
 
+
+def test_the_gpu_to_profile_lists_are_the_code_table():
+    """The GPU -> profile table (profile_files.GPU_PROFILES) is printed by the help texts from
+    the table itself; the docs copy it in two places, checked here (one missed H200)."""
+    from nnabla_torus.planning.profile_files import GPU_PROFILES, gpu_profiles_text
+    planner = " ".join(prose_lines(os.path.join(DOCS, "planner.md")))
+    assert gpu_profiles_text() in " ".join(planner.split()), gpu_profiles_text()
+    assert f"`--gpu-model {'|'.join(GPU_PROFILES)}`".replace("|", "\\|") in planner
+    guide = " ".join(prose_lines(os.path.join(DOCS, "contributing.md")))
+    assert "`GPU_PROFILES` (`nnabla_torus/planning/profile_files.py`)" in " ".join(guide.split())
