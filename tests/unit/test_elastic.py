@@ -167,7 +167,7 @@ def test_an_error_in_the_launcher_ends_the_job_it_started(monkeypatch, tmp_path,
             pass
     monkeypatch.setattr(sys, "stdout", BrokenStdout())
     start = time.monotonic()
-    with pytest.raises(BrokenPipeError):
+    with pytest.raises(BrokenPipeError, match="Broken pipe"):
         elastic.run_once([], 1, [], dict(os.environ))
     assert time.monotonic() - start < scaled(20)
     assert not alive(int(pid_file.read_text()))
