@@ -1,6 +1,9 @@
 # Two commands set up a fresh machine and use it:
 #   make demo   create .venv (Python 3.10), install, train on the embedded digits data (4 ranks)
-#   make test   same set-up, then the whole test suite (MPI tests run under mpirun)
+#   make test   same set-up, then ruff (pyproject.toml's rules) and the whole test suite (MPI
+#               tests run under mpirun)
+#   make test-quick  ruff and the tests not marked slow (pytest -m "not slow"), without
+#               tests/slurm (it installs and starts Slurm)
 # and, on a machine with 2 or more GPUs (without GPUs: a dry check that prints what it would
 # run, exit 0; `python tools/gpu_check.py --dry-run` prints only that):
 #   make gpu-check  install the [gpu] extra, check CUDA/cuDNN/NCCL/MPI, run the GPU tests
@@ -22,15 +25,21 @@ export MPI
 # shared-memory window (ompi/mca/osc/base/osc_base_init.c).
 MPIRUN := $(VENV)/bin/nnabla-torus-mpirun
 
-.PHONY: venv demo test bench gpu-check
+.PHONY: venv demo lint test test-quick bench gpu-check
 venv:
 	@bash tools/setup_venv.sh $(VENV)
 
 demo: venv
 	$(MPIRUN) --no-fault-args -np $(NP) examples/imagenet/train.py
 
-test: venv
+lint: venv
+	$(VENV)/bin/ruff check .
+
+test: lint
 	$(VENV)/bin/python -m pytest tests $(PYTEST_ARGS)
+
+test-quick: lint
+	$(VENV)/bin/python -m pytest tests/unit tests/examples tests/mpi -m "not slow" $(PYTEST_ARGS)
 
 bench: venv
 	$(MPIRUN) --no-fault-args -np $(NP) tools/allreduce_bench.py

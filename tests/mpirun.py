@@ -17,6 +17,7 @@ import tempfile
 
 from nnabla_torus.launching.mpirun_cmd import (mpirun_command, mpirun_path, open_mpi_version,
                                                version_text)
+from tests.slowdown import scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETUP_TIMEOUT_S = 1200   # seconds tools/setup_venv.sh may take (MPI=system builds mpi4py)
@@ -56,7 +57,8 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
     venv's MPI library (tests/mpi/test_mpi_libraries.py).
 
     Raises AssertionError with the output when the job exits non-zero (``check``) or runs
-    longer than ``timeout`` seconds (then every process of the job is killed first).
+    longer than ``timeout`` seconds on the reference machine, ``scaled(timeout)`` on this one
+    (then every process of the job is killed first).
     """
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = REPO + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -83,18 +85,21 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
 
 def run_killable(cmd, env, timeout, on_timeout=None):
     """(exit status, stdout+stderr) of ``cmd`` run in the repository in its own process group;
-    after ``timeout`` seconds the group is killed, ``on_timeout()`` called (e.g. to cancel a
-    batch job) and AssertionError raised with the output."""
+    after ``scaled(timeout)`` seconds (``timeout``: the limit on the reference machine,
+    tests/slowdown.py) the group is killed, ``on_timeout()`` called (e.g. to cancel a batch
+    job) and AssertionError raised with the output."""
+    limit = scaled(timeout)
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         if on_timeout is not None:
             on_timeout()
-        raise AssertionError(f"timeout after {timeout}s (deadlock?): {' '.join(cmd)}\n{out}")
+        raise AssertionError(f"timeout after {limit:.0f} s ({timeout} s on the reference machine; "
+                             f"deadlock?): {' '.join(cmd)}\n{out}")
     return proc.returncode, out
 
 

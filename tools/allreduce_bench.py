@@ -7,7 +7,8 @@ Per size the algorithms run interleaved, through the communicator as a user call
 time is the slowest rank's, the table shows the median (algbw, busbw, ratio to native) and every
 sum is checked exactly. ``--check-cost`` adds what the cross-rank argument check costs per call,
 ``--arrays N`` what each array of a list adds. The columns, with the figures they gave:
-docs/benchmarks.md#all-reduce-on-one-host; ``auto`` and the memory bound: ``EPILOG`` (--help).
+docs/measurements/allreduce-one-host.md#all-reduce-on-one-host; ``auto`` and the memory bound:
+``EPILOG`` (--help).
 """
 import argparse
 import collections

@@ -69,7 +69,7 @@ POLICIES = {                     # name: train.py flags (the digits recipe other
     rep.ADAPTIVE: ["--adaptive-batch", "1", "--batch-prior", "none"],
     rep.ADAPTIVE_PRIOR: ["--adaptive-batch", "1", "--batch-prior"],   # + the prior's file
 }
-USED_SEEDS = range(1, 16)        # seeds the rules were chosen on (adaptive-batch-measurements.md)
+USED_SEEDS = range(1, 16)   # seeds the rules were chosen on (docs/measurements/adaptive-batch.md)
 PRIOR_FILE = "batch_prior.json"  # what an adaptive run writes into its --output-dir
 EMU_CLUSTER = re.compile(r"emu:(\d+)x(\d+)")
 DEFAULT_TASK = "digits-cpu"      # -C's default

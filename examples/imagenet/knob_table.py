@@ -192,8 +192,8 @@ class TrainConfig:
     gpus_per_host: int = knob(0, "GPUs per host of that cluster (0 = the profile's)")
     inter_bandwidth: float = knob(0.0, "its inter-host bandwidth per host, GB/s, all NICs "
                                        "together (0 = the profile's)")
-    gpu_model: str = knob("", "per-GPU compute from this GPU's shipped profile: v100 | a100 | "
-                              "h100 (empty = the profile's)")
+    gpu_model: str = knob("", "per-GPU compute from this GPU's shipped profile: "
+                              + " | ".join(GPU_PROFILES) + " (empty = the profile's)")
     overlap: bool = knob(True, "all-reduce gradient buckets during backward")
     bucket_mib: float = knob(25.0, "bucket size for overlap, MiB")
     # bookkeeping

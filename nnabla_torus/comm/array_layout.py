@@ -4,7 +4,7 @@ on a host backend, a flat numpy view of every array and the slices of the buffer
 
 Python per array per call is what a list of 10,000 gradients pays for (about 2.3 us each in
 one process is what is left, half of it nnabla's ``data_ptr``;
-docs/benchmarks.md#many-arrays-in-one-call). A call looks its list up by the
+docs/measurements/allreduce-one-host.md#many-arrays-in-one-call). A call looks its list up by the
 arrays' hashes (nnabla hashes an NdArray by the address of its C++ object, ``__hash__`` in
 ``python/src/nnabla/_nd_array.pyx`` v1.39.0) and rebuilds the entry when a dtype or a shape
 changed (a cast, a reshape); an entry holds its NdArrays, so no other array can take one of

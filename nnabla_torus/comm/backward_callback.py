@@ -37,7 +37,7 @@ def is_native(callback):
 
 def _split(callbacks):
     """(nnabla's C++ callbacks, Python callbacks) from backward's ``communicator_callbacks``."""
-    items = callbacks if type(callbacks) == list else [] if callbacks is None else [callbacks]
+    items = callbacks if type(callbacks) is list else [] if callbacks is None else [callbacks]
     python = [c for c in items if not is_native(c) and hasattr(c, "on_finish_backward")]
     native = [c for c in items if not any(c is p for p in python)]
     return native, python

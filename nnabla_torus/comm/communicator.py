@@ -151,7 +151,7 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         """Register ``(ctx, {name: Variable})``; the deprecated ``allreduce()`` reduces the
         gradients of the first registered dict (nnabla v1.39.0 communicator.pyx:86-106,
         src/nbla/communicator.cpp:27-38)."""
-        if type(ctx_param_dict) != tuple or len(ctx_param_dict) != 2:
+        if type(ctx_param_dict) is not tuple or len(ctx_param_dict) != 2:
             raise TypeError(f"add_context_and_parameters needs a tuple (ctx, {{name: Variable}}), "
                             f"got {type(ctx_param_dict).__name__}")
         self._context_params.append(ctx_param_dict)

@@ -22,7 +22,7 @@ B_simple (noise_scale.py), is S (B_simple + B0) / (B_simple + S B0) = goodput.ga
 phi = B_simple: it adds no information to what the controller already prices; a fitted phi does.
 
 Example: fixed 64, 128 and 256 on the digits task reached 90 % after 5.7, 7.3 and 8.6 epochs
-(25 seeds, docs/adaptive-batch-measurements.md); the adaptive runs measured B_simple ~ 233::
+(25 seeds, docs/measurements/adaptive-batch.md); the adaptive runs measured B_simple ~ 233::
 
     >>> f = fit_phi([64, 128, 256], [5.7, 7.3, 8.6])
     >>> round(f.phi), round(f.rse, 2), round(scale_of(f, 233.0, 0.0).factor, 2)

@@ -14,8 +14,8 @@ import subprocess
 
 from ..knobs import add_knob
 # What importers use from here is imported from the modules that hold it (noqa: re-exports).
-from .profile_files import (GPU_PROFILES, PROFILE_DIR, list_profiles,  # noqa: F401
-                            read_profile_file, save_profile)
+from .profile_files import (GPU_PROFILES, PROFILE_DIR, gpu_profiles_text,  # noqa: F401
+                            list_profiles, read_profile_file, save_profile)
 from .profile_reshape import SHAPE_ENVS, Shape, add_shape_knobs, reshape, shape_of  # noqa: F401
 from .profile_schema import (RUN_KEYS, Profile, model_of, profile_from_dict,  # noqa: F401
                              profile_to_dict)
@@ -51,8 +51,7 @@ def profile_rule(gpus, gpu_name=None):
 
     1. a CPU job: ``cpu-2core`` (calibrated on a 2-core machine);
     2. a GPU job on a GPU of :data:`GPU_PROFILES` (``gpu_name``, else nvidia-smi's first GPU):
-       that GPU's profile (V100: ``abci``, A100: ``dgx-a100``, H100: ``dgx-h100``, H200:
-       ``dgx-h200``);
+       that GPU's profile (:func:`gpu_profiles_text` lists them);
     3. any other GPU job (no GPU seen here, e.g. planning from a laptop, or another model):
        ``abci``, the paper's V100 cluster; the reason says how to describe yours.
 
@@ -82,8 +81,7 @@ def add_profile_knob(parser, help):
     resolved by :func:`resolve_profile`)."""
     return add_knob(parser, "--profile", PROFILE_ENV, None,
                     help + "; None: cpu-2core for CPU jobs, the profile of this host's GPU "
-                    "for GPU jobs (V100: abci, A100: dgx-a100, H100: dgx-h100, H200: dgx-h200), "
-                    "else abci")
+                    f"for GPU jobs ({gpu_profiles_text()}), else abci")
 
 
 def resolve_profile(given, gpus, gpu_name=None):

@@ -14,7 +14,7 @@ passes the confidence rule, then on the measurement, and logs both moments. An e
 prior holds from its first trusted point on (``Prior.starts``): before it, that run was still
 measuring at B0, so the prior says nothing there and the run measures as one without a prior
 (carried back to step 0, the phi of that point made the emulated cluster's runs start at 128
-and need more epochs: docs/adaptive-batch-measurements.md, "Where a prior starts").
+and need more epochs: docs/measurements/adaptive-batch.md, "Where a prior starts").
 Example::
 
     key = prior_key({"arch": "resnet18", "width": 0.125, "image_size": 16, "parameters": 17632},

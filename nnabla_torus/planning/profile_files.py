@@ -20,6 +20,11 @@ PROFILE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles
 GPU_PROFILES = {"v100": "abci", "a100": "dgx-a100", "h100": "dgx-h100", "h200": "dgx-h200"}
 
 
+def gpu_profiles_text():
+    """GPU_PROFILES as help texts and docs print it: ``V100: abci, A100: dgx-a100, ...``."""
+    return ", ".join(f"{model.upper()}: {profile}" for model, profile in GPU_PROFILES.items())
+
+
 def list_profiles():
     """Names of the shipped profiles."""
     return sorted(os.path.splitext(f)[0] for f in os.listdir(PROFILE_DIR)

@@ -196,9 +196,9 @@ def profile_to_dict(prof):
     """The file form of ``prof`` (inverse of :func:`profile_from_dict`)."""
     net = prof.network
 
-    def link(l):
-        return {"latency_us": float(l.latency_s * 1e6),
-                "bandwidth_GBps": float(l.bandwidth_Bps * 1e-9)}
+    def link(hop):
+        return {"latency_us": float(hop.latency_s * 1e6),
+                "bandwidth_GBps": float(hop.bandwidth_Bps * 1e-9)}
     out = {"name": prof.name, "description": prof.description, "hosts": prof.hosts,
            "gpus_per_host": net.gpus_per_host, "slots_per_host": net.slots_per_host,
            "links": {"intra": link(net.intra), "inter": link(net.inter)},

@@ -103,7 +103,7 @@ class FakeMultiProcessDataParallelCommunicator:
         self._initialized = True
 
     def add_context_and_parameters(self, ctx_param_dict):
-        if type(ctx_param_dict) != tuple or len(ctx_param_dict) != 2:
+        if type(ctx_param_dict) is not tuple or len(ctx_param_dict) != 2:
             raise Exception("ctx_param_dict must be tuple of two elements")
         self._params.append(ctx_param_dict)
 
@@ -160,7 +160,7 @@ class FakeMultiProcessDataParallelCommunicator:
     @staticmethod
     def _arrays(data):
         import nnabla as nn
-        arrays = data if type(data) == list else [data]
+        arrays = data if type(data) is list else [data]
         for a in arrays:
             if not isinstance(a, nn.NdArray):
                 raise TypeError(f"expected nnabla NdArray, got {type(a).__name__}")

@@ -9,20 +9,24 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.examples.test_train_plan import TINY, TRAIN
 from tests.mpirun import REPO
+from tests.slowdown import scaled
 
 BANNERS = ("osc_ucx_component", "Initializing CPU extension", "WARNING: The selected 'osc'",
            "more processes have sent help message")
 
 
+@pytest.mark.slow
 def test_demo_launch_prints_no_library_banner(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_MCA_")}
     env.update(PYTHONPATH=REPO, NNABLA_TORUS_CACHE_DIR=str(tmp_path / "cache"))
     done = subprocess.run([sys.executable, "-m", "nnabla_torus.launching.mpirun_cmd",
                            "--no-fault-args", "-np", "4", TRAIN, *TINY, "--max-steps", "2",
                            "--output-dir", str(tmp_path / "run")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=scaled(180))
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert not [line for line in out.splitlines() if any(b in line for b in BANNERS)], out

@@ -120,6 +120,7 @@ def run_on_digits(measured):
     return weights, momentum
 
 
+@pytest.mark.slow
 def test_a_measurement_leaves_the_run_as_if_unmeasured():
     w_measured, m_measured = run_on_digits(measured=True)
     w_plain, m_plain = run_on_digits(measured=False)
@@ -130,13 +131,14 @@ def test_a_measurement_leaves_the_run_as_if_unmeasured():
         np.testing.assert_array_equal(m_measured[k], m_plain[k], err_msg=k)
 
 
+@pytest.mark.slow
 def test_the_command_prints_a_row_per_point_and_their_median(capsys):
     nn.clear_parameters()
     rows = hns.main(["-C", "digits-cpu", "--batch", "16", "--at", "0,0.05",
                      "--micro-batches", "4", "--hessian-images", "24"])
     out = capsys.readouterr().out
     assert rows[0]["epoch"] == 0 and rows[1]["epoch"] >= 0.05
-    assert f"median B_noise / B_simple over 2 points" in out
+    assert "median B_noise / B_simple over 2 points" in out
     for r in rows:
         assert (f"| {r['b_noise'] / r['b_simple']:.2f} | {r['step']:.4g} | "
                 f"{r['over_optimum']:.2f}\n") in out
@@ -147,6 +149,7 @@ def test_the_command_prints_a_row_per_point_and_their_median(capsys):
     assert "lambda_max" not in out
 
 
+@pytest.mark.slow
 def test_the_sharpness_columns_are_the_rate_times_the_largest_eigenvalue(capsys):
     nn.clear_parameters()
     rows = hns.main(["-C", "clusters-mlp", "--at", "0.01", "--micro-batches", "4",

@@ -5,6 +5,8 @@ gradient (161 for ResNet-50). Counted by the fake device (tests/examples/progs/
 count_host_syncs.py), step by step, on the NCCL fake."""
 import re
 
+import pytest
+
 from tests.mpirun import run_mpi
 
 PROG = "tests/examples/progs/count_host_syncs.py"
@@ -17,6 +19,7 @@ def small_run(tmp_path):
             "--progress", "0", "--output-dir", str(tmp_path)]
 
 
+@pytest.mark.slow
 def test_a_default_step_reads_the_device_twice(tmp_path):
     out = run_mpi(2, [PROG] + small_run(tmp_path), timeout=300,
                   env={"NNABLA_TORUS_BACKEND": "fake-nccl"})
@@ -26,6 +29,7 @@ def test_a_default_step_reads_the_device_twice(tmp_path):
         assert (total, what) == ("2", "host_read: 2"), (step, total, what)
 
 
+@pytest.mark.slow
 def test_issue66_an_fp16_step_reads_the_device_twice(tmp_path):
     """FP16: the overflow check is one fused inf/NaN count (loss_scaling.NonfiniteCount), its
     wait under the watchdog (an event) and one read, where nnabla's check_inf_or_nan_grad

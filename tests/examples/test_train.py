@@ -57,6 +57,7 @@ def test_resume_continues_exactly(tmp_path):
         np.testing.assert_array_equal(part_params[name], whole_params[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_data_parallel_step_equals_single_process_big_batch():
     out = run_mpi(2, ["tests/examples/progs/check_dp_step.py"], timeout=180)
     expect_passed(out, "check_dp_step")

@@ -2,6 +2,7 @@
 (before: --base-lr 1e6 trained on NaN to the end, and all three kept checkpoints were after
 the divergence)."""
 import numpy as np
+import pytest
 
 from tests.examples.test_train_plan import TRAIN
 from tests.examples.train_output import summary_of
@@ -12,6 +13,7 @@ DIVERGING = ["--train-images", "256", "--image-size", "16", "--local-batch", "16
              "--epochs", "3", "--base-lr", "1e6", "--checkpoint-every", "1", "--progress", "0"]
 
 
+@pytest.mark.slow
 def test_a_diverged_run_stops_on_every_rank_and_keeps_the_finite_checkpoints(tmp_path):
     out = run_mpi(2, [TRAIN] + DIVERGING + ["--max-nonfinite-steps", "2", "--output-dir",
                                              str(tmp_path)], timeout=180, check=False)

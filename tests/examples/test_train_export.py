@@ -6,9 +6,11 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.examples.test_train import SMALL
 from tests.mpirun import REPO, run_mpi
+from tests.slowdown import scaled
 
 PROG = "tests/examples/progs/train_check.py"
 TINY = SMALL + ["--train-images", "64", "--epochs", "1", "--max-steps", "2"]
@@ -34,6 +36,7 @@ def logits_of(params_file, x):
     return y.d.copy()
 
 
+@pytest.mark.slow
 def test_final_model_is_nnabla_deployable(tmp_path):
     out = tmp_path / "run"
     log = run_mpi(2, [PROG] + TINY + ["--output-dir", str(out)], timeout=180)
@@ -42,7 +45,7 @@ def test_final_model_is_nnabla_deployable(tmp_path):
     x.tofile(tmp_path / "x.bin")
     cli = os.path.join(os.path.dirname(sys.executable), "nnabla_cli")
     subprocess.run([cli, "infer", "-c", str(out / "model.nnp"), "-o", str(tmp_path / "y"),
-                    str(tmp_path / "x.bin")], check=True, capture_output=True, timeout=120)
+                    str(tmp_path / "x.bin")], check=True, capture_output=True, timeout=scaled(120))
     got = np.fromfile(tmp_path / "y_0.bin", np.float32)
     want = logits_of(str(out / "model.h5"), x).ravel()
     assert got.shape == want.shape and np.allclose(got, want, rtol=1e-5, atol=1e-5), (got, want)

@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 from tests.mpirun import REPO, library_python, run_mpi
+from tests.slowdown import scaled
 
 FAKE = "tests/mpi/progs/elastic_fake.py"
 
@@ -39,11 +40,11 @@ def run(*args, timeout=120, python=sys.executable):
     ``timeout`` seconds is SIGKILLed (its job ends with it) and fails the test."""
     proc = launcher(*args, python=python)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=scaled(timeout))
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
-        raise AssertionError(f"nnabla-torus-run ran over {timeout} s:\n{out}") from None
+        raise AssertionError(f"nnabla-torus-run ran over {scaled(timeout)} s:\n{out}") from None
     return proc.returncode, out
 
 
@@ -155,7 +156,7 @@ def interrupt_when(proc, marker, timeout=120):
         if marker in line:   # epoch lines start with the time of day
             break
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=timeout)
+    out, _ = proc.communicate(timeout=scaled(timeout))
     return "".join(lines) + out
 
 

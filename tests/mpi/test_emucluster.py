@@ -19,6 +19,7 @@ import pytest
 
 from nnabla_torus.launching.mpirun_cmd import mpirun_path
 from tests.mpirun import DIED, LOST, expect_passed
+from tests.slowdown import scaled
 from tests.unit.test_mpirun_cmd import VERSIONS
 from tools.emucluster import cli, launch
 from tools.emucluster.layout import Layout
@@ -57,19 +58,20 @@ needs_emulation = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAIL
 
 
 def emucluster(args, timeout):
-    """Run ``python -m tools.emucluster ARGS`` with a hard timeout; return (exit code, output)."""
+    """Run ``python -m tools.emucluster ARGS`` under a hard timeout (``scaled(timeout)`` s); return (exit code,
+    output)."""
     env = dict(os.environ, NNABLA_TORUS_EMU_TEST_TAG=TAG, NNABLA_TORUS_EMU_PREFIX=PREFIX,
                NNABLA_TORUS_EMU_SUBNET=SUBNET)
     proc = subprocess.Popen([sys.executable, "-m", "tools.emucluster"] + args, cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=scaled(timeout))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         subprocess.run([sys.executable, "-m", "tools.emucluster", "down"], cwd=REPO, env=env)
-        raise AssertionError(f"emucluster {' '.join(args)} hung for {timeout} s:\n{out}")
+        raise AssertionError(f"emucluster {' '.join(args)} hung for {scaled(timeout):.0f} s:\n{out}")
     return proc.returncode, out
 
 
@@ -90,7 +92,7 @@ def assert_nothing_left():
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"{PREFIX}-" not in netns, netns
     assert not os.path.exists(f"/run/nnabla-torus-emucluster/{PREFIX}")
-    deadline = time.monotonic() + 5  # killed processes may take a moment to be reaped
+    deadline = time.monotonic() + scaled(5)  # killed processes may take a moment to be reaped
     while tagged_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert tagged_processes() == []
@@ -98,7 +100,7 @@ def assert_nothing_left():
 
 def run_on_cluster(cluster_args, prog_args, timeout=150):
     code, out = emucluster(["exec", "--hosts", "2", "--ranks-per-host", "2",
-                            "--timeout", str(timeout - 30)] + cluster_args
+                            "--timeout", f"{scaled(timeout - 30):.0f}"] + cluster_args
                            + ["--", sys.executable] + prog_args, timeout=timeout)
     assert_nothing_left()
     return code, out
@@ -204,7 +206,7 @@ def test_killed_rank_is_named_and_stops_every_rank_promptly(algorithm):
     assert code != 0 and "DONE" not in out, out
     # The whole run, cluster teardown included, ends within the timeout of the kill (measured:
     # about 1 s; the survivors leave the ending to mpirun, and abort after 5 s if it does not).
-    assert end - float(killed.group(1)) < timeout, out
+    assert end - float(killed.group(1)) < scaled(timeout), out
     assert [int(r) for r in DIED.findall(out)] == [3], out
     reports = LOST.findall(out)
     assert reports and all(lost == "3" for _, lost in reports), out
@@ -226,7 +228,7 @@ def test_interrupt_tears_everything_down():
             if line.startswith("START"):
                 break
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=scaled(30))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -242,14 +244,14 @@ def test_time_to_accuracy_on_the_emulated_cluster(tmp_path):
     larger batch (its all-reduce is amortised over 4x the images: measured 2.7x here)."""
     env = dict(os.environ, NNABLA_TORUS_EMU_TEST_TAG=TAG, NNABLA_TORUS_EMU_SUBNET=SUBNET)
     argv = [sys.executable, "tools/time_to_accuracy.py", "measure", "--cluster", "emu:2x1",
-            "--emu-rate", "20mbit", "--emu-prefix", PREFIX, "--run-timeout", "150",
+            "--emu-rate", "20mbit", "--emu-prefix", PREFIX, "--run-timeout", f"{scaled(150):.0f}",
             "--seeds", "1", "--policies", "fixed-64,fixed-256,adaptive-goodput",
             "--target", "0.2", "--train-args", "--epochs 2 --warmup-epochs 0",
             "--out", str(tmp_path)]
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=400)
+        out, _ = proc.communicate(timeout=scaled(400))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -275,7 +277,7 @@ def test_a_killed_host_is_left_out_and_the_run_finishes_on_the_other(tmp_path):
     env = dict(os.environ, NNABLA_TORUS_EMU_TEST_TAG=TAG, NNABLA_TORUS_EMU_PREFIX=PREFIX,
                NNABLA_TORUS_EMU_SUBNET=SUBNET)
     proc = subprocess.Popen([sys.executable, "-m", "tools.emucluster", "exec", "--hosts", "2",
-                             "--ranks-per-host", "2", "--timeout", "150", "--launcher",
+                             "--ranks-per-host", "2", "--timeout", f"{scaled(150):.0f}", "--launcher",
                              "nnabla-torus-run", "--", sys.executable,
                              "tests/mpi/progs/failing_fake.py", str(tmp_path), "--steps", "60",
                              "--every", "4"], cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -286,9 +288,9 @@ def test_a_killed_host_is_left_out_and_the_run_finishes_on_the_other(tmp_path):
             lines.append(line)
             if line.startswith("step 10:"):
                 subprocess.run([sys.executable, "-m", "tools.emucluster", "kill", "--host", "1"],
-                               cwd=REPO, env=env, timeout=30)
+                               cwd=REPO, env=env, timeout=scaled(30))
                 break
-        out, _ = proc.communicate(timeout=180)
+        out, _ = proc.communicate(timeout=scaled(180))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -13,6 +13,7 @@ import pytest
 
 from nnabla_torus.comm.watchdog import BLOCKING_EXIT_GRACE_S
 from tests.mpirun import expect_passed, run_mpi
+from tests.slowdown import scaled
 
 PROG = "tests/mpi/progs/failfast_loop.py"
 LIMIT_S = 5.0    # from the victim leaving to mpirun's exit (the target)
@@ -41,7 +42,7 @@ def test_an_unhandled_exception_on_one_rank_aborts_the_job_at_once(ranks, victim
                        r"rank \d+; aborting the job", out, re.M)
     assert named == [str(victim)], out        # once, by the rank that raised
     assert "did not arrive" not in out and "left the script" not in out, out
-    assert seconds < LIMIT_S, f"{seconds:.1f} s from the exception to the end of the job"
+    assert seconds < scaled(LIMIT_S), f"{seconds:.1f} s from the exception to the end of the job"
 
 
 BLOCKING = {"NNABLA_TORUS_ALGORITHM": "native", "NNABLA_TORUS_CHECK": "0"}  # MPI_Allreduce
@@ -63,7 +64,7 @@ def test_a_rank_that_leaves_early_is_named_by_the_ranks_waiting_for_it(ranks, vi
                        rf"they will not arrive{host}; aborting the job", out, re.M)
     assert named and set(named) == {str(victim)}, out
     # In a blocking library call the peers trust an exit notice only after a longer grace.
-    limit = LIMIT_S + (BLOCKING_EXIT_GRACE_S if env else 0)
+    limit = scaled(LIMIT_S) + (BLOCKING_EXIT_GRACE_S if env else 0)
     assert seconds < limit, f"{seconds:.1f} s from the exit to the end of the job"
 
 
@@ -71,14 +72,14 @@ def test_an_exception_before_init_aborts_the_job_too():
     out, seconds = leave(4, 1, "raise", at=-1)
     assert re.findall(r"^nnabla_torus: rank (\d+) on host \S+: unhandled RuntimeError", out,
                       re.M) == ["1"], out
-    assert seconds < LIMIT_S, seconds
+    assert seconds < scaled(LIMIT_S), seconds
 
 
 def test_an_exception_in_another_thread_aborts_the_job():
     out, seconds = leave(2, 1, "thread")
     assert re.search(r"^nnabla_torus: rank 1 on host \S+: unhandled ZeroDivisionError in thread "
                      r"loader: division by zero; aborting the job", out, re.M), out
-    assert seconds < LIMIT_S, seconds
+    assert seconds < scaled(LIMIT_S), seconds
 
 
 def test_abort_job_prints_the_message_once_without_a_traceback():
@@ -86,7 +87,7 @@ def test_abort_job_prints_the_message_once_without_a_traceback():
     assert re.findall(r"^rank 2 on host \S+: failfast_loop.py: error: bad input on rank 2$", out,
                       re.M), out
     assert "Traceback" not in out and re.match(r"exit 2: ", out), out
-    assert seconds < LIMIT_S, seconds
+    assert seconds < scaled(LIMIT_S), seconds
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])

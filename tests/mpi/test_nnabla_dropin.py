@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.mpirun import expect_passed, run_mpi
+from tests.slowdown import scaled
 
 PROG = "tests/mpi/progs/nnabla_dropin.py"
 CASES = [pytest.param("mpi", r, id=f"mpi-{r}") for r in (1, 2, 3, 4)]
@@ -48,7 +49,7 @@ def test_cpu_sync_bn_graph_saves_and_nnabla_cli_infer_runs_it(tmp_path):
     cli = os.path.join(os.path.dirname(sys.executable), "nnabla_cli")
     done = subprocess.run([cli, "infer", "-c", str(tmp_path / "sync_bn.nnp"), "-b", "3",
                            "-o", str(tmp_path / "out"), str(tmp_path / "x.bin")],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, done.stdout + done.stderr
     want = np.load(tmp_path / "want.npy")
     got = np.concatenate([np.fromfile(tmp_path / f"out_{i}.bin", np.float32)

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests.slowdown import scaled
 from tools.research import nnabla_suite
 
 NNABLA_SRC = os.environ.get("NNABLA_SRC")
@@ -15,5 +16,5 @@ NNABLA_SRC = os.environ.get("NNABLA_SRC")
 @pytest.mark.skipif(not NNABLA_SRC, reason="needs a checkout of sony/nnabla v1.39.0 in "
                     "NNABLA_SRC (git clone -b v1.39.0 https://github.com/sony/nnabla)")
 def test_nnabla_communicator_suite_passes_whole():
-    out, summaries = nnabla_suite.run(NNABLA_SRC, 2, timeout=1500)
+    out, summaries = nnabla_suite.run(NNABLA_SRC, 2, timeout=scaled(1500))
     assert summaries == ["81 passed, 2 skipped"] * 2, out

@@ -18,6 +18,7 @@ import pytest
 
 from tests.examples.train_output import summary_of
 from tests.mpirun import REPO, expect_passed_on_every_rank, library_python, run_killable
+from tests.slowdown import scaled
 
 SLURM_UP = os.path.join(REPO, "tools", "slurm_up.sh")
 SLURM_UP_TIMEOUT_S = 900      # apt-get update + install on a slow mirror
@@ -30,9 +31,9 @@ def slurm(request, tmp_path_factory):
     started = time.monotonic()
     try:
         done = subprocess.run(["bash", SLURM_UP], capture_output=True, text=True,
-                              timeout=SLURM_UP_TIMEOUT_S)
+                              timeout=scaled(SLURM_UP_TIMEOUT_S))
     except subprocess.TimeoutExpired:
-        pytest.fail(f"tools/slurm_up.sh took over {SLURM_UP_TIMEOUT_S} s")
+        pytest.fail(f"tools/slurm_up.sh took over {scaled(SLURM_UP_TIMEOUT_S):.0f} s")
     if done.returncode == 2:      # impossible here (not root, no apt-get): skip, saying why
         pytest.skip(done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stdout + done.stderr
@@ -225,7 +226,7 @@ def test_the_sbatch_script_restarts_after_a_killed_task(slurm, tmp_path):
         stderr=subprocess.STDOUT, text=True)
     started, killed, back = time.monotonic(), None, None
     try:
-        while job.poll() is None and time.monotonic() - started < 300:
+        while job.poll() is None and time.monotonic() - started < scaled(300):
             text = log.read_text() if log.exists() else ""
             if killed is None and " step 12:" in text:
                 pid = rank_pid(3, "examples/imagenet/train.py")
@@ -235,7 +236,7 @@ def test_the_sbatch_script_restarts_after_a_killed_task(slurm, tmp_path):
             if killed and back is None and "training again" in text:
                 back = time.monotonic()
             time.sleep(0.2)
-        out, _ = job.communicate(timeout=max(1, 300 - (time.monotonic() - started)))
+        out, _ = job.communicate(timeout=max(1, scaled(300) - (time.monotonic() - started)))
     finally:
         if job.poll() is None:
             ids = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True,

@@ -14,6 +14,7 @@ import yaml
 from nnabla_torus.cli import plan as plan_cli
 from nnabla_torus.planning.machine_profile import PROFILE_DIR, load_profile
 from nnabla_torus.planning.schedules import BatchSchedule
+from tests.slowdown import scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -335,7 +336,7 @@ def test_importing_the_package_and_planning_start_no_mpi():
             "'64', '--json', '/dev/null']); assert 'mpi4py.MPI' not in sys.modules, "
             "'MPI started'; print('NO MPI')")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=REPO), timeout=120)
+                         env=dict(os.environ, PYTHONPATH=REPO), timeout=scaled(120))
     assert "NO MPI" in out.stdout, out.stderr
 
 
@@ -348,7 +349,7 @@ def test_planner_runs_leave_nothing_in_the_temporary_or_shared_memory_folders(tm
                OMPI_MCA_btl_sm_backing_directory=str(tmp_path))
     for _ in range(5):
         done = subprocess.run([sys.executable, "-m", "nnabla_torus.cli.plan", *argv], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=scaled(120))
         assert done.returncode == 0, done.stderr
     assert list(tmp_path.iterdir()) == []
 

@@ -28,11 +28,13 @@ def test_every_value_of_the_new_profiles_says_where_it_comes_from():
     from nnabla_torus.planning.machine_profile import PROFILE_DIR
     for name in ("dgx-a100", "dgx-h100", "dgx-h200"):
         with open(f"{PROFILE_DIR}/{name}.yaml") as f:
-            lines = [l for l in f if ":" in l and not l.lstrip().startswith("#")]
-        values = [l for l in lines if l.split(":", 1)[1].split("#")[0].strip() not in ("", "{}")]
-        untagged = [l for l in values if "#" not in l and not l.startswith(("name", "description"))]
+            lines = [line for line in f if ":" in line and not line.lstrip().startswith("#")]
+        values = [line for line in lines
+                  if line.split(":", 1)[1].split("#")[0].strip() not in ("", "{}")]
+        untagged = [line for line in values
+                    if "#" not in line and not line.startswith(("name", "description"))]
         # a_ms / b_ms are tagged in the comment block above them
-        assert all(l.strip().startswith(("a_ms", "b_ms")) for l in untagged), untagged
+        assert all(line.strip().startswith(("a_ms", "b_ms")) for line in untagged), untagged
 
 
 def test_hosts_and_gpus_per_host_reshape_a_profile():

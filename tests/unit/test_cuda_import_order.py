@@ -19,6 +19,8 @@ import textwrap
 
 import pytest
 
+from tests.slowdown import scaled
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CUDA_INIT = '''
@@ -59,7 +61,7 @@ def extension(tmp_path):
 def run(extension, code):
     env = {k: v for k, v in os.environ.items() if k not in ("OMPI_HOME", "LD_LIBRARY_PATH")}
     env["PYTHONPATH"] = os.pathsep.join([REPO, extension])
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=120,
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=scaled(120),
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout

@@ -1,7 +1,8 @@
-"""The docs cannot rot: every relative link and anchor of README.md and docs/*.md resolves, every
-page is listed in docs/index.md, every repository path they name exists, and the README's knobs
-table has exactly the knobs of the communicator's settings object (nnabla_torus/comm/settings.py)
-with their defaults. Offline and under a second.
+"""The docs cannot rot: every relative link and anchor of README.md and docs/ resolves, every
+page is listed in docs/index.md, every repository path they name exists, every page of
+docs/measurements/ starts with its dates and commits, and the README's knobs table has exactly
+the knobs of the communicator's settings object (nnabla_torus/comm/settings.py) with their
+defaults. Offline and under a second.
 
 Anchors follow GitHub's rule: the heading in lower case, punctuation other than - and _
 dropped, spaces as -, and -1, -2, ... for repeats.
@@ -14,7 +15,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = os.path.join(ROOT, "docs")
-PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(DOCS, "*.md")))
+PAGES = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(DOCS, "**", "*.md"),
+                                                              recursive=True))
+MEASUREMENTS = [p for p in PAGES if os.path.dirname(p) == os.path.join(DOCS, "measurements")]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 INLINE_CODE = re.compile(r"`[^`]*`")
 REPO_PATH = re.compile(r"^(?:nnabla_torus|examples|tools|tests|docs)/[\w./-]*$")
@@ -74,6 +77,26 @@ def test_every_docs_page_is_listed_in_the_index():
     listed = {os.path.normpath(os.path.join(DOCS, t.partition("#")[0])) for t in links(index)}
     pages = {p for p in PAGES if p.startswith(DOCS) and p != index}
     assert not pages - listed, f"pages missing from docs/index.md: {sorted(pages - listed)}"
+
+
+# The line under a measurement page's title: when it was measured and which commits recorded it.
+DATED = re.compile(r"^Measured (\d{4}-\d\d-\d\d)(?: to (\d{4}-\d\d-\d\d))?, recorded in "
+                   r"(?:commit [0-9a-f]{7,40}|commits [0-9a-f]{7,40} to [0-9a-f]{7,40})\.$")
+
+
+def test_measurements_have_their_own_pages():
+    assert len(MEASUREMENTS) >= 2, "docs/measurements/ holds the measured figures"
+
+
+@pytest.mark.parametrize("page", MEASUREMENTS, ids=page_id)
+def test_a_measurement_page_is_headed_by_its_dates_and_commits(page):
+    lines = list(prose_lines(page))
+    assert lines[0].startswith("# ") and lines[1] == "", f"{page_id(page)}: a title, a blank line"
+    dated = DATED.match(lines[2])
+    assert dated, (f"{page_id(page)}: line 3 must read 'Measured YYYY-MM-DD[ to YYYY-MM-DD], "
+                   f"recorded in commit(s) HASH[ to HASH].', not {lines[2]!r}")
+    first, last = dated.group(1), dated.group(2) or dated.group(1)
+    assert first <= last, f"{page_id(page)}: dates out of order: {lines[2]!r}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
@@ -148,3 +171,14 @@ def test_one_spelling_of_the_cache_folder():
     other = re.compile(r"\.cache[\"'/, ]+[\"']?nnabla-torus")
     found = sorted(os.path.relpath(p, ROOT) for p in SOURCES if other.search(open(p).read()))
     assert not found, f"~/.cache/nnabla-torus (not nnabla_torus) in {found}"
+
+
+def test_the_gpu_to_profile_lists_are_the_code_table():
+    """The GPU -> profile table (profile_files.GPU_PROFILES) is printed by the help texts from
+    the table itself; the docs copy it in two places, checked here (one missed H200)."""
+    from nnabla_torus.planning.profile_files import GPU_PROFILES, gpu_profiles_text
+    planner = " ".join(prose_lines(os.path.join(DOCS, "planner.md")))
+    assert gpu_profiles_text() in " ".join(planner.split()), gpu_profiles_text()
+    assert f"`--gpu-model {'|'.join(GPU_PROFILES)}`".replace("|", "\\|") in planner
+    guide = " ".join(prose_lines(os.path.join(DOCS, "contributing.md")))
+    assert "`GPU_PROFILES` (`nnabla_torus/planning/profile_files.py`)" in " ".join(guide.split())

@@ -101,9 +101,11 @@ def test_anything_else_still_meets_nnabla_s_own_checks():
     assert backward_callback.install()
     loss = graph()
     loss.forward()
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="Cannot convert object to "
+                                        "nnabla._variable.CommunicatorBackwardCallback"):
         loss.backward(communicator_callbacks=object())
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"Argument 'comm' has incorrect type \(expected "
+                                        r"nnabla.communicator.Communicator, got object\)"):
         F.sync_batch_normalization(nn.Variable((2, 3)), *[nn.Variable((1, 3))] * 4, object())
 
 

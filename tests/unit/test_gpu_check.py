@@ -7,18 +7,20 @@ import sys
 import pytest
 
 from tests.mpirun import REPO
+from tests.slowdown import scaled
 
 sys.path.insert(0, os.path.join(REPO, "tools"))
 import gpu_check  # noqa: E402
 
 
+@pytest.mark.slow
 def test_without_gpus_the_check_is_dry_and_passes(tmp_path):
     if gpu_check.gpu_count()[0]:
         pytest.skip("this machine has GPUs: run make gpu-check itself")
     out = tmp_path / "gpu_check.json"
     done = subprocess.run([sys.executable, "tools/gpu_check.py", "--json", str(out)], cwd=REPO,
                           env=dict(os.environ, PYTHONPATH=REPO),   # this tree, not the installed one
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert sum(line.startswith("gpu-check: no GPU here") for line in lines) == 1, done.stdout
@@ -72,6 +74,7 @@ def test_with_gpus_the_verdicts_come_from_the_runs(tmp_path, monkeypatch, capsys
     assert json.loads(out.read_text())["verdict"] == "FAIL"
 
 
+@pytest.mark.slow
 def test_issue33_the_gpu_tests_are_one_marker_and_no_fake_case():
     """``pytest -m gpu`` (what gpu-check runs, and what ``make test`` runs with the rest on a
     GPU node) selects the real-NCCL and device tests: overlap on vs off, fp16 callback, norms
@@ -79,7 +82,7 @@ def test_issue33_the_gpu_tests_are_one_marker_and_no_fake_case():
     case (the old -k "... nccl- ..." matched fake-nccl-3/4)."""
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                            *gpu_check.GPU_TESTS], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=scaled(300))
     chosen = [line for line in done.stdout.splitlines() if "::" in line]
     assert chosen and not [c for c in chosen if "fake" in c], chosen
     for wanted in ("test_gpu.py::test_gpu_cases_on_nccl[2]", "[nccl-2]",
@@ -123,11 +126,13 @@ def test_issue33_the_dry_run_prints_every_run_and_the_property_suite_on_nccl(tmp
 def test_issue19_a_child_is_echoed_as_it_runs_and_a_timeout_is_a_verdict(capsys):
     """gpu-check's children print while they run (the device tests take minutes), and one
     that outlives its timeout is killed and reported, not a traceback."""
-    prog = "import time; print('first', flush=True); time.sleep(30)"
-    done = gpu_check.run([sys.executable, "-c", prog], dict(os.environ), timeout=2)
+    limit = round(scaled(2))                   # seconds: the child's time to print its line
+    prog = "import time; print('first', flush=True); time.sleep(600)"
+    done = gpu_check.run([sys.executable, "-c", prog], dict(os.environ), timeout=limit)
     assert done.returncode == 124
     assert done.stdout.splitlines()[0] == "first"
-    assert done.stdout.splitlines()[-1].startswith("gpu-check: timed out after 2 s and killed")
+    assert done.stdout.splitlines()[-1].startswith(f"gpu-check: timed out after {limit} s and "
+                                                   "killed")
     assert "first" in capsys.readouterr().out
 
 

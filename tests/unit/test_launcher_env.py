@@ -9,6 +9,7 @@ import pytest
 from nnabla_torus.comm import launcher_env
 from nnabla_torus.comm.launcher_env import Launch, launched
 from nnabla_torus.launching.hostlists import allocation
+from tests.slowdown import scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -99,7 +100,7 @@ def test_one_rank_alone_in_an_allocation_of_many_tasks_is_warned():
     assert launcher_env.world_warning(FakeMPI(1), {}) is None
     env = dict(os.environ, PYTHONPATH=REPO, **salloc)
     done = subprocess.run([sys.executable, "-c", "import nnabla_torus.comm.communicator"],
-                          env=env, capture_output=True, text=True, timeout=120)
+                          env=env, capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, done.stdout + done.stderr
     assert [line for line in done.stderr.splitlines() if "nnabla_torus:" in line] == \
         [warning], done.stderr
@@ -110,7 +111,7 @@ def test_a_launcher_variable_without_its_job_stops_a_real_process():
     with one line, before any collective could wait for the others."""
     env = dict(os.environ, PYTHONPATH=REPO, OMPI_COMM_WORLD_SIZE="3", OMPI_COMM_WORLD_RANK="2")
     done = subprocess.run([sys.executable, "-c", "import nnabla_torus.comm.communicator"],
-                          env=env, capture_output=True, text=True, timeout=120)
+                          env=env, capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 1, done.stdout + done.stderr
     lines = [line for line in done.stderr.splitlines() if "nnabla_torus:" in line]
     assert len(lines) == 1 and lines[0].startswith("task 2 (MPI rank 0 of 1) on host "), \

@@ -12,6 +12,7 @@ import pytest
 from nnabla_torus.cli import plan as plan_cli
 from nnabla_torus.planning import model_cost
 from nnabla_torus.planning.machine_profile import load_profile
+from tests.slowdown import scaled
 
 
 def test_count_cost_counts_convolution_and_affine_multiply_adds():
@@ -66,7 +67,7 @@ def test_calibrate_adds_a_model_to_a_profile_in_one_command(tmp_path):
     done = subprocess.run([sys.executable, "tools/calibrate.py", "--add-model-to", "cpu-2core",
                            "--arch", "resnet18", "--width", "0.25", "--image-size", "64",
                            "--classes", "10", "--train-json", str(tmp_path / "train.json"),
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+                           "--out", str(out)], capture_output=True, text=True, timeout=scaled(300))
     assert done.returncode == 0, done.stderr
     prof = load_profile(str(out))
     comp = prof.models["resnet18-w0.25-64px"]
@@ -98,7 +99,7 @@ def test_adding_a_model_keeps_the_profiles_file_its_keys_and_its_comments(tmp_pa
             [sys.executable, "tools/calibrate.py", "--add-model-to", str(mine), "--arch",
              "resnet18", "--width", arch_width, "--image-size", "64" if arch_width == "0.25"
              else "16", "--classes", "10", "--train-json", str(tmp_path / "train.json")],
-            capture_output=True, text=True, timeout=300)
+            capture_output=True, text=True, timeout=scaled(300))
         assert done.returncode == 0, done.stderr
         assert mine.read_text() == text                        # the user's file is untouched
     added = tmp_path / "mine+resnet18-w0.25-64px.yaml"

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from nnabla_torus.launching import mpirun_cmd
+from tests.slowdown import scaled
 
 VERSIONS = {
     "openmpi": "mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/community/help/",
@@ -115,7 +116,7 @@ def test_nnabla_torus_mpirun_runs_a_users_script_as_root_and_oversubscribed(tmp_
     ranks = (os.cpu_count() or 1) + 1
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
     done = subprocess.run([script, "-np", str(ranks), str(program)], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(line for line in done.stdout.splitlines() if line.startswith("RANK")) == \
         sorted(f"RANK {r} OF {ranks}" for r in range(ranks)), done.stdout

@@ -216,7 +216,7 @@ def test_an_earlier_runs_prior_decides_only_from_its_first_trusted_point():
     # The earlier run measured at B0 until its estimate was trusted, at 4 % of training here:
     # the prior says nothing before that. Before, that point's phi was carried back to step 0,
     # and on the emulated cluster the prior runs started at 128 where the runs without one
-    # measured at 64 first, and needed more epochs to 90 % (docs/adaptive-batch-measurements.md).
+    # measured at 64 first, and needed more epochs to 90 % (docs/measurements/adaptive-batch.md).
     spec = {"file": "prior.json", "step_times": None,
             "noise_scale": [[0.04, 2000.0, 0.2], [1.0, 2000.0, 0.2]]}
     prior = priors.from_spec(spec, epochs=10)

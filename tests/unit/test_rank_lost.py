@@ -51,12 +51,12 @@ def test_the_communicator_reports_a_death_then_aborts(monkeypatch, capsys):
 
     def abort(code):
         aborted.append(code)
-        raise Aborted
+        raise Aborted(f"abort({code})")
 
     monkeypatch.setattr(guarded_calls, "lost_ranks", lambda: [3])
     monkeypatch.setattr(guarded_calls.time, "sleep", waited.append)
     monkeypatch.setattr(comm.backend, "abort", abort)
-    with pytest.raises(Aborted):
+    with pytest.raises(Aborted, match=r"^abort\(70\)$"):
         comm.all_reduce(nn.NdArray.from_numpy_array(np.ones(4, np.float32)))
     err = capsys.readouterr().err
     assert err.startswith("nnabla_torus: rank 0: lost rank(s) [3] during all_reduce (torus2d, "

@@ -172,7 +172,9 @@ def test_slurm_nodes_reported_down_are_left_out(monkeypatch):
     hosts = [("n1", 4), ("n2", 4), ("n3", 4), ("n4", 4)]
     assert slurm_hosts_up(hosts, run=sinfo) == [("n1", 4)]
     assert seen[0][:5] == ["sinfo", "-h", "-N", "-n", "n1,n2,n3,n4"]
-    failed = lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", "no controller")
+
+    def failed(argv, **kw):
+        return subprocess.CompletedProcess(argv, 1, "", "no controller")
     assert slurm_hosts_up(hosts, run=failed) == hosts
 
 

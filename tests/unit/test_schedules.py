@@ -1,5 +1,6 @@
 """Batch and learning-rate schedules: hand-worked values and bad input."""
 import math
+import re
 
 import pytest
 
@@ -13,10 +14,17 @@ def test_batch_schedule_phases_and_parse():
     assert str(BatchSchedule([(0, 1), (5, 2)])) == "0:1,5:2"
 
 
-@pytest.mark.parametrize("bad", ["5:256", "0:abc", "0:0", "0:1,0:2", "0:64,5:128,3:256",
-                                 "nan:128", "0:64,inf:128"])
-def test_batch_schedule_rejects(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad, why", [
+    ("5:256", "batch schedule 5:256 must start at epoch 0, e.g. '0:34816,5:69632'"),
+    ("0:abc", "batch schedule item '0:abc' is not 'epoch:batch' (e.g. '0:34816,5:69632' or"),
+    ("0:0", "batch schedule 0:0: every global batch must be >= 1"),
+    ("0:1,0:2", "batch schedule 0:1,0:2: epochs must increase strictly from one phase to the"),
+    ("0:64,5:128,3:256", "0:64,5:128,3:256: epochs must increase strictly"),
+    ("nan:128", "batch schedule nan:128 must start at epoch 0"),
+    ("0:64,inf:128", "batch schedule 0:64,inf:128: epochs must be finite"),
+])
+def test_batch_schedule_rejects(bad, why):
+    with pytest.raises(ValueError, match=re.escape(why)):
         BatchSchedule.parse(bad)
 
 

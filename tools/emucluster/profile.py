@@ -15,7 +15,8 @@ from .shaping import parse_rate
 from nnabla_torus.planning.machine_profile import RUN_KEYS
 from emucluster_model_check import emulated_network
 
-INTER_LATENCY_S = 20e-6  # one-way inter-host hop, as fitted in docs/benchmarks.md (emulated)
+# one-way inter-host hop, fitted in docs/measurements/allreduce-emulated-cluster.md
+INTER_LATENCY_S = 20e-6
 
 
 def emulated_profile(base, hosts, ranks_per_host, rate, latency_s=INTER_LATENCY_S):

@@ -8,9 +8,9 @@ nnabla_torus.sim.simulate (--sim-engine), and prints markdown tables::
     python tools/research/simulate.py paper --ranks 2176  # ABCI: spine, straggler, slow link cases
     python tools/research/simulate.py paper --ranks 1088 --grid 32x34 --sim-engine flow
 
-``validate`` compares the 100 MiB medians of docs/benchmarks.md's emulated-cluster table (measured
-with tools/allreduce_bench.py under tools/emucluster, 2 cores shared by all emulated hosts)
-with the simulation and the closed-form cost model, both on the network
+``validate`` compares the 100 MiB medians of docs/measurements/allreduce-emulated-cluster.md
+(measured with tools/allreduce_bench.py under tools/emucluster, 2 cores shared by all emulated
+hosts) with the simulation and the closed-form cost model, both on the network
 tools/emucluster_model_check.py builds for that run (cpu-2core's intra-host, software and
 reduction costs, 1 Gbit/s inter-host links, 20 us latency, 2/H cores per host).
 """
@@ -31,7 +31,7 @@ from emucluster_model_check import emulated_network
 
 MiB = 1 << 20
 RESNET50_FP16_BYTES = 25_557_032 * 2
-# docs/benchmarks.md, "All-reduce on the emulated cluster": 100 MiB medians at 1 Gbit/s (hosts, ranks per
+# docs/measurements/allreduce-emulated-cluster.md: 100 MiB medians at 1 Gbit/s (hosts, ranks per
 # host) -> [(algorithm, grid or None, measured seconds)]; native (coll/han) is not simulated.
 MEASURED_100MIB = {
     (2, 4): [("ring", None, 1.75), ("torus2d", "4x2", 1.05), ("torus2d", "2x4", 1.50),
@@ -119,7 +119,7 @@ def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="emulated-cluster topologies against the measured "
-                                        "medians (docs/benchmarks.md)")
+                                        "medians (docs/measurements/allreduce-emulated-cluster.md)")
     p = sub.add_parser("paper", help="ring, torus2d, hierarchical on a profile, with faults")
     for command in (v, p):
         add_knob(command, "--sim-engine", "NNABLA_TORUS_SIM_ENGINE", "auto",

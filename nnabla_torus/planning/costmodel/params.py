@@ -5,7 +5,7 @@ them, calibrate.py fits them.
 """
 from collections import namedtuple
 
-from ...comm.collectives import ALGORITHM_NAMES as ALGORITHMS  # in the planner's order
+from ...comm.collectives import ALGORITHM_NAMES as ALGORITHMS  # noqa: F401 (re-exported; the planner's order)
 
 Link = namedtuple("Link", [
     "latency_s",       # a: seconds per hop, whatever its size

@@ -30,6 +30,7 @@ import nnabla as nn
 import nnabla_torus as C
 from nnabla_torus.comm.auto import table as auto
 from nnabla_torus.comm.array_layout import dtype_of
+from nnabla_torus.comm.collectives import REGISTRY
 from nnabla_torus.comm.topology import Grid, default_grid, factor_pairs
 from tests.mpirun import passed_line
 
@@ -168,8 +169,8 @@ def expected_grid(config):
     per_host = config.ranks_per_host or P        # all ranks of a launch share one real host
     if config.algorithm == "hierarchical" or config.algorithm == "auto" and per_host > 1:
         return Grid(per_host, P // per_host)   # auto: one torus row per host
-    if config.algorithm != "torus2d":
-        return Grid(P, 1)
+    if config.algorithm not in REGISTRY or REGISTRY[config.algorithm].layout != "torus":
+        return Grid(P, 1)                        # one group of every rank
     return Grid(*map(int, config.grid.split("x"))) if config.grid else default_grid(P, per_host)[0]
 
 
@@ -951,7 +952,6 @@ def shm_refused():
 
 
 def main(suite):
-    world = MPI.COMM_WORLD
     default = Config("torus2d", None, None, False)
     if suite == "correctness":
         cases = correctness_cases()

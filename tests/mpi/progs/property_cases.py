@@ -221,7 +221,7 @@ class Run:
     def call(self, t, op):
         name, group = op[0], op[1]
         members = GROUPS[group]
-        m, member = len(members), RANK in members
+        member = RANK in members
         if name == "all_gather":
             return self.all_gather(t, op, members)
         if name == "reduce_scatter":
