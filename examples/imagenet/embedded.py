@@ -113,8 +113,8 @@ def _write(build, root):
     tmp = f"{root}.tmp-{os.getpid()}"
     os.makedirs(tmp)
     with open(os.path.join(tmp, MARKER), "w") as f:
-        f.write(f"made by nnabla_torus's examples/imagenet/embedded.py; removed and rebuilt "
-                f"when its set changes\n")
+        f.write("made by nnabla_torus's examples/imagenet/embedded.py; removed and rebuilt "
+                "when its set changes\n")
     images, labels, train_idx, val_idx = build.make()
     digits = max(4, len(str(len(labels) - 1)))
     ext, p = build.image_format, build.prefix

@@ -133,8 +133,8 @@ class State:
             raise CheckpointError(f"--resume: {int(failed)} rank(s) could not read {path}, the "
                                   f"newest intact checkpoint on rank 0" +
                                   (f" ({error})" if error else "") + "; make --output-dir the "
-                                  f"same shared folder on every host, or wait until every "
-                                  f"host sees it")
+                                  "same shared folder on every host, or wait until every "
+                                  "host sees it")
         return found
 
     def restore(self, arrays, meta):

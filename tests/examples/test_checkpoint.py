@@ -157,7 +157,7 @@ def test_a_write_error_names_the_path_and_the_free_space(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError) as error:
         save_checkpoint(str(tmp_path), 7, arrays_at(7), {"step": 7})
     text = str(error.value)
-    assert f"checkpoint of " in text and f"cannot write {tmp_path}/ckpt-000000007.npz.chk:" \
+    assert "checkpoint of " in text and f"cannot write {tmp_path}/ckpt-000000007.npz.chk:" \
         in text, text
     assert "No space left on device" in text and f"MB free on the file system of {tmp_path}" \
         in text, text
