@@ -3,3 +3,4 @@
 ``State`` (checkpoint and restart under nnabla-torus-run) and ``AdaptiveBatch`` (the batch
 size from the state of learning) are what examples/imagenet/train.py uses too.
 """
+from .adaptive import AdaptiveBatch  # noqa: F401

@@ -10,7 +10,7 @@ import os
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "nnabla_torus")
 # The first name under nnabla_torus -> its layer; a module may import its own layer or lower.
 LAYERS = {"knobs": 0, "comm": 1, "planning": 2, "testing": 2, "overlap": 2, "loss_scaling": 2,
-          "sim": 3, "launching": 3, "cli": 4}
+          "files": 0, "sim": 3, "launching": 3, "training": 3, "cli": 4}
 
 
 def module_names():
