@@ -202,9 +202,12 @@ class AdaptiveBatch:
         ``EXCHANGE_STEPS`` steps, or as soon as the batch in use could be measured, so that a
         decision waits no longer than the refit needs (collective: call on every rank).
         """
+        if self._tic is None:
+            raise RuntimeError("AdaptiveBatch.end_step() without begin_step(): call "
+                               "begin_step() before the step's first forward")
         if not self._observed:
             self.observe_gradients()
-        step_s = time.time() - self._tic
+        step_s, self._tic = time.time() - self._tic, None
         self.exchanged = False
         if self.refit is not None:
             plan = self.controller.current
@@ -220,8 +223,8 @@ class AdaptiveBatch:
         return len(self._pending) >= EXCHANGE_STEPS or measurable
 
     def _exchange(self):
-        """Feed the refit the rank means of the pending step and wait seconds (one all-reduce:
-        one a step cost ~7 ms a step on 4 ranks of a 2-core machine)."""
+        """Feed the refit the rank means of the pending step and wait seconds, all in one
+        all-reduce (one per step cost ~7 ms a step on 4 ranks of a 2-core machine)."""
         refit = self.refit
         times = np.array([p[2:] for p in self._pending], np.float32)
         times = self.comm.allreduce_numpy(times) / self.comm.size

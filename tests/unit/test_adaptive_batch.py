@@ -142,3 +142,10 @@ def test_a_schedule_is_followed_without_measuring(clock):
     assert batches[:20] == [128] * 20 and batches[20:] == [256] * 10
     assert comm.exchanges == 0 and batch.state_dict() == {
         "ranks": 4, "global_batch": 256, "local_batch": 32, "accum_steps": 2, "lr_factor": 2.0}
+
+
+def test_end_step_without_begin_step_says_which_call_is_missing(clock):
+    batch = AdaptiveBatch(Comm(2), 32, min_batch=32)
+    batch.plan(0.0)
+    with pytest.raises(RuntimeError, match=r"end_step\(\) without begin_step\(\): call "):
+        batch.end_step()
