@@ -7,9 +7,9 @@ noise-scale estimator and the step-time refit; on ``--resume`` rank 0 picks the 
 file, every rank reads exactly that one, and a checkpoint of another world size is resplit and
 resharded (resize.py); ``save`` writes the run's checkpoint now, from its ``run``::
 
-    save(run)                                                                # every rank
-    write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra)   # every rank
-    meta = restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta)
+    save(run)                                                          # every rank
+    write_checkpoint(cfg, comm, solvers, step, stream, batch, extra)   # every rank
+    meta = restore_checkpoint(cfg, comm, solvers, batch, log, model_meta)
 """
 import json
 import time
@@ -27,7 +27,7 @@ from nnabla_torus.planning.controller import BatchPlan
 from report import ranks
 
 
-def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
+def write_checkpoint(cfg, comm, solvers, step, stream, batch, extra):
     """Save params, solver states, step, data position and controller state (rank 0 writes);
     return the file's path on rank 0, None elsewhere.
 
@@ -37,6 +37,7 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
     if comm.rank != 0:
         return
     start = time.perf_counter()
+    ctrl, noise = batch.controller, batch.noise
     arrays = {f"param/{k}": v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()}
     solver_arrays, solver_steps = solvers.state_arrays()
     arrays.update(solver_arrays)
@@ -45,7 +46,7 @@ def write_checkpoint(cfg, comm, solvers, step, stream, ctrl, noise, extra):
                 plan=list(ctrl.current) if ctrl.current else None,
                 noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
                        for k, v in vars(noise).items()} if noise else None,
-                refit=ctrl.refit.state() if ctrl.refit is not None else None,
+                refit=batch.refit.state() if batch.refit is not None else None,
                 decisions=ctrl.state() if noise else None)
     path = save_checkpoint(cfg.output_dir, step, arrays, meta)
     if cfg.elastic:
@@ -91,7 +92,7 @@ def load_agreed_checkpoint(directory, comm, log):
     return found
 
 
-def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
+def restore_checkpoint(cfg, comm, solvers, batch, log, model_meta):
     """Load the newest intact checkpoint; return its meta (the loop continues from it).
 
     Raises ValueError on every rank when it was written for another model. A checkpoint of
@@ -99,6 +100,7 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
     resharded (resize.py).
     """
     arrays, meta, path = load_agreed_checkpoint(cfg.output_dir, comm, log)
+    ctrl, noise = batch.controller, batch.noise
     params = nn.get_parameters(grad_only=False)
     note = check_model(meta, path, model_meta,
                        {f"param/{k}": v.shape for k, v in params.items()}, arrays)
@@ -126,8 +128,8 @@ def restore_checkpoint(cfg, comm, solvers, ctrl, noise, log, model_meta):
     elif noise and meta["noise"]:
         for key, value in meta["noise"].items():
             setattr(noise, key, np.array(value) if key == "_sums" else value)
-    if ctrl.refit is not None and meta.get("refit"):
-        note = ctrl.refit.load_state(meta["refit"])
+    if batch.refit is not None and meta.get("refit"):
+        note = batch.refit.load_state(meta["refit"])
         if note:
             log(f"resume: {note}")
     if noise and meta.get("decisions") is not None:
@@ -158,5 +160,4 @@ def save(run):
                      ("top1", progress.top1), ("top5", progress.top5),
                      ("best_top1", progress.best_top1))})
     progress.checkpoint = write_checkpoint(cfg, comm, run.net.solvers, progress.step,
-                                           run.data.stream, run.planning.ctrl,
-                                           run.planning.noise, extra)
+                                           run.data.stream, run.planning.batch, extra)

@@ -8,6 +8,8 @@ Example::
 """
 import nnabla.solvers as S
 
+from nnabla_torus.training.adaptive import scale_momentum
+
 from models import is_bn_or_bias
 
 
@@ -50,14 +52,7 @@ class SolverGroup:
         """Multiply the momentum buffers by ``factor`` (controller.momentum_scale at a batch
         change). Each solver's only state is its velocity (Momentum ``m``, LARS ``v``), which
         nnabla keeps with the learning rate inside (v <- m v + lr g)."""
-        if factor == 1.0:
-            return
-        for solver in self.solvers.values():
-            states = solver.get_states()
-            for state in states.values():
-                for var in state.pstate.values():
-                    var.d *= factor
-            solver.set_states(states)
+        scale_momentum(self.solvers.values(), factor)
 
     def weight_decay(self, rate):
         self.solvers["decayed"].weight_decay(rate)
