@@ -58,7 +58,8 @@ import time
 
 import numpy as np
 
-from nnabla_torus.planning.controller import BatchPlan, BatchSizeController, momentum_scale
+from nnabla_torus.planning.controller import (BatchPlan, BatchSizeController, momentum_scale,
+                                              resplit)
 from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.splits import MAX_ACCUM, split_batch
 from nnabla_torus.planning.step_refit import (EXCHANGE_STEPS, MIN_STEPS, WARMUP_STEPS,
@@ -276,17 +277,17 @@ class AdaptiveBatch:
 
     def load_state_dict(self, state):
         """Continue from :meth:`state_dict` (on every rank); returns lines for the log. A state
-        of another rank count keeps its decisions and noise scale, starts again at B0 and
-        measures the step times anew (they belong to that world)."""
+        of another rank count keeps its global batch, split anew (``controller.resplit``), its
+        decisions and noise scale, and measures the step times anew (they were that world's)."""
         ctrl, lines = self.controller, []
-        same_world = int(state["ranks"]) == self.comm.size
-        if "global_batch" in state and same_world:
+        if "global_batch" in state:
             ctrl.current = BatchPlan(int(state["global_batch"]), int(state["local_batch"]),
                                      int(state["accum_steps"]), float(state["lr_factor"]),
                                      False, "restored")
-        elif "global_batch" in state:
-            lines.append(f"adaptive batch: the state is of {int(state['ranks'])} ranks, this "
-                         f"run has {self.comm.size}: the batch starts again at B0")
+        if "global_batch" in state and int(state["ranks"]) != self.comm.size:
+            ctrl.current, line = resplit(ctrl.current, self.comm.size, ctrl.max_local_batch,
+                                         ctrl.lr_factor)
+            lines.append(line)
         if self.noise is not None and "noise_sums" in state:
             noise = self.noise
             noise._sums = np.array(state["noise_sums"], float)

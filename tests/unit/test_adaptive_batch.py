@@ -107,15 +107,17 @@ def test_the_state_dict_is_numbers_and_arrays_and_resumes_the_same_decisions(clo
     assert train(resumed, comm, clock, 20, start=12) == rest
 
 
-def test_a_state_of_another_rank_count_starts_again_at_b0(clock):
+def test_a_state_of_another_rank_count_keeps_its_global_batch_split_anew(clock):
     comm = Comm(4)
-    batch = AdaptiveBatch(comm, 32, min_batch=32, max_batch=1024)
-    train(batch, comm, clock, 12)
-    other = AdaptiveBatch(Comm(2), 32, min_batch=32, max_batch=1024)
+    batch = AdaptiveBatch(comm, 32, min_batch=32, max_batch=1024, base_batch=32)
+    assert train(batch, comm, clock, 12)[-1] == 128                    # 4 ranks x 32
+    other = AdaptiveBatch(Comm(2), 32, min_batch=32, max_batch=1024, base_batch=32)
     lines = other.load_state_dict(batch.state_dict())
-    assert "the state is of 4 ranks, this run has 2: the batch starts again at B0" in lines[0]
+    assert lines[0] == ("resize: global batch 128 as 2 ranks x 32 x 2 accumulation (was 32 x 1 "
+                        "per rank)"), lines
     assert "measured on 4 ranks, this run has 2" in lines[-1]
-    assert other.plan(0.2).global_batch == 32
+    plan = other.plan(0.12)
+    assert (plan.global_batch, plan.local_batch, plan.accum_steps) == (128, 32, 2)
 
 
 @pytest.mark.parametrize("size, bounds, refit_steps, why", [
