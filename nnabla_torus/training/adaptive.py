@@ -27,16 +27,16 @@ larger batch), ``fixed`` says why and it is the first of ``pop_notes()``. Exampl
     comm = C.MultiProcessDataParallelCommunicator(nn.Context())
     comm.init()
     rng = np.random.default_rng(comm.rank)
-    batch = AdaptiveBatch(comm, max_local_batch=64, min_batch=16, max_batch=512, base_batch=16)
-    PF.affine(nn.Variable((1, 1024)), 1, name="fc")                # the parameters
+    batch = AdaptiveBatch(comm, max_local_batch=256, min_batch=16, max_batch=512, base_batch=16)
+    PF.affine(nn.Variable((1, 2048)), 128, name="fc")             # the parameters
     solver = S.Momentum(0.0005, 0.9)
     solver.set_parameters(nn.get_parameters())
     graphs = {}                                                    # one per (local, accum)
     for step in range(200):
         plan = batch.plan(epoch=step / 200, solvers=[solver])     # the same on every rank
         if (plan.local_batch, plan.accum_steps) not in graphs:
-            x, t = nn.Variable((plan.local_batch, 1024)), nn.Variable((plan.local_batch, 1))
-            loss = F.mean(F.squared_error(PF.affine(x, 1, name="fc"), t)) / plan.accum_steps
+            x, t = nn.Variable((plan.local_batch, 2048)), nn.Variable((plan.local_batch, 128))
+            loss = F.mean(F.squared_error(PF.affine(x, 128, name="fc"), t)) / plan.accum_steps
             graphs[plan.local_batch, plan.accum_steps] = x, t, loss
         x, t, loss = graphs[plan.local_batch, plan.accum_steps]
         solver.set_learning_rate(0.0005 * plan.lr_factor)
@@ -44,7 +44,7 @@ larger batch), ``fixed`` says why and it is the first of ``pop_notes()``. Exampl
         solver.zero_grad()
         for micro in range(plan.accum_steps):
             x.d = rng.normal(size=x.shape)
-            t.d = x.d[:, :1] + rng.normal(size=t.shape)        # noisy labels: a large phi
+            t.d = x.d[:, :128] + rng.normal(size=t.shape)      # noisy labels: a large phi
             loss.forward()
             loss.backward()
         comm.all_reduce([p.grad for p in nn.get_parameters().values()], division=True)

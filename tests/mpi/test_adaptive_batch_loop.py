@@ -33,7 +33,7 @@ def test_the_documented_loop_changes_its_global_batch(tmp_path):
     assert changes, out
     for step, local, accum, global_batch in changes:
         assert int(global_batch) == 2 * int(local) * int(accum) > 16, changes
-        assert int(global_batch) <= 512 and int(local) <= 64, changes
+        assert int(global_batch) <= 512 and int(local) <= 256, changes
     # decided on the run's rank-mean measured step times (2 warm-up + 5 steps at B0 first)
     assert int(changes[0][0]) >= 7, changes
     assert "throughput from measured step times" in out, out
