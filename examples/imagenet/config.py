@@ -21,8 +21,8 @@ from knob_table import (CHOICES, RANGES, RENAMED_VALUES, WORDS, TrainConfig, env
                         knob_fields)
 from nnabla_torus.comm import failfast
 from nnabla_torus.planning import efficiency_fit
-from nnabla_torus.planning.controller import BatchSizeController
 from nnabla_torus.knobs import add_knob, env_value
+from nnabla_torus.training import AdaptiveBatch
 from nnabla_torus.planning.recipe_files import RECIPE_DIR, read_recipe
 from nnabla_torus.planning.schedules import BatchSchedule, LearningRateSchedule
 
@@ -153,34 +153,36 @@ def rename(values, name):
 
 
 
-def build_schedules(cfg, world_size, noise_scale=None, throughput=None, model_error=None,
-                    refit=None, prior=None, epoch_images=None):
-    """Return (BatchSizeController, LearningRateSchedule) for ``cfg`` on ``world_size`` ranks.
+def build_schedules(cfg, comm, throughput=None, model_error=None, prior=None,
+                    epoch_images=None, refit_steps=0, refit_warmup=0, compute_line=None):
+    """Return (AdaptiveBatch, LearningRateSchedule) for ``cfg`` on ``comm``'s ranks.
 
     The learning rate of a step at fractional epoch e is
-    ``lr_schedule.lr(e) * controller.plan(e).lr_factor``. With ``noise_scale`` (adaptive
-    batch) the run starts at the schedule's first batch unless ``min_batch`` is set, and the
-    batch maximises goodput with ``throughput`` (TrainingPlanner.throughput; None: flat) and the
-    cost model's ``model_error`` as hysteresis, until ``refit`` (a StepTimeRefit fed with
-    the run's step times) has measured the batch in use; ``prior`` (priors.Prior) decides
-    before the run has measured, and ``epoch_images`` (the training set) prices the first
-    decision by the run's length.
+    ``lr_schedule.lr(e) * batch.plan(e).lr_factor``. With --adaptive-batch the run starts at the
+    schedule's first batch unless ``min_batch`` is set, and the batch maximises goodput with
+    ``throughput`` (TrainingPlanner.throughput; None: flat) and the cost model's
+    ``model_error`` as hysteresis, until the run's measured step times (``refit_steps`` > 0,
+    ``refit_warmup``, the cost model's ``compute_line``) have measured the batch in use;
+    ``prior`` (priors.Prior) decides before the run has measured, and ``epoch_images`` (the
+    training set) prices the first decision by the run's length.
     """
     schedule = BatchSchedule.parse(cfg.batch_schedule)
-    controller = BatchSizeController(
-        world_size, cfg.local_batch, schedule=None if noise_scale else schedule,
-        noise_scale=noise_scale, base_batch=cfg.reference_batch, lr_scaling=cfg.lr_scaling,
+    adaptive = bool(cfg.adaptive_batch)
+    batch = AdaptiveBatch(
+        comm, cfg.local_batch, schedule=None if adaptive else schedule,
+        base_batch=cfg.reference_batch, lr_scaling=cfg.lr_scaling,
         lr_at_change=cfg.batch_change_lr,
-        min_batch=cfg.min_batch or (schedule.batch(0) if noise_scale else None),
+        min_batch=cfg.min_batch or (schedule.batch(0) if adaptive else None),
         max_batch=cfg.max_batch or None, throughput=throughput,
-        min_samples=cfg.adaptive_min_samples, max_rse=cfg.adaptive_max_rse, refit=refit,
+        min_samples=cfg.adaptive_min_samples, max_rse=cfg.adaptive_max_rse,
+        refit_steps=refit_steps, refit_warmup=refit_warmup, compute_line=compute_line,
         adaptive_lr=cfg.adaptive_lr, prior=prior, epochs=cfg.epochs, epoch_images=epoch_images,
         efficiency=(efficiency_fit.load(os.path.expanduser(cfg.efficiency_fit))
-                    if noise_scale and cfg.efficiency_fit else None),
+                    if adaptive and cfg.efficiency_fit else None),
         shrink=cfg.adaptive_shrink,
         **({} if model_error is None else {"model_error": model_error}))
     lr_schedule = LearningRateSchedule(
         cfg.base_lr, cfg.epochs, warmup_epochs=cfg.warmup_epochs, decay=cfg.lr_decay,
         milestones=milestones(cfg.milestones),
         gamma=cfg.gamma, power=cfg.power)
-    return controller, lr_schedule
+    return batch, lr_schedule

@@ -2,7 +2,7 @@
 
 Parameters, solver states, the loss scale, the noise-scale estimator and the controller's plan
 come back unchanged; what depends on the world size is redone here: the saved global batch is
-split anew over M ranks (``splits.split_batch``), and the rest of the epoch is resharded so
+split anew over M ranks (``controller.resplit``), and the rest of the epoch is resharded so
 that every later optimizer step uses exactly the images the N-rank run would have used
 (``epoch_order``; several resizes in one epoch chain through the loader state's ``segments``).
 ``ResizeAdvisor`` asks the planner, at each new global batch, whether another rank count pays
@@ -15,8 +15,7 @@ import numpy as np
 
 from nnabla_torus.launching import elastic
 from nnabla_torus.planning import planner
-from nnabla_torus.planning.controller import BatchPlan
-from nnabla_torus.planning.splits import split_batch
+from nnabla_torus.planning.controller import resplit  # noqa: F401  (run_checkpoint, tests)
 from nnabla_torus.knobs import env_value
 from nnabla_torus.planning.schedules import BatchSchedule
 from nnabla_torus.comm.topology import parse_grid
@@ -100,24 +99,6 @@ def resized_loader_state(state, old_size, old_step_images, new_plan):
     segments = state.get("segments", []) + [[old_size, position, old_step_images,
                                              state["start_image"], state["batch_size"]]]
     return dict(fresh, segments=segments, step_images=new_k)
-
-
-def resplit(saved, size, max_local_batch, lr_factor):
-    """(BatchPlan, message): ``saved`` (a BatchPlan list from the checkpoint) split over ``size``.
-
-    The global batch stays; when ``size`` ranks cannot realise it exactly, the nearest global
-    batch is used (learning-rate factor ``lr_factor(batch)``) and the message says so.
-    """
-    plan = BatchPlan(*saved)
-    local, accum = split_batch(plan.global_batch, size, max_local_batch)
-    batch = size * local * accum
-    message = (f"resize: global batch {plan.global_batch} as {size} ranks x {local} x {accum} "
-               f"accumulation (was {plan.local_batch} x {plan.accum_steps} per rank)")
-    if batch != plan.global_batch:
-        message += (f"; {plan.global_batch} does not split over {size} ranks: falling back to "
-                    f"global batch {batch}, the nearest split")
-    return plan._replace(global_batch=batch, local_batch=local, accum_steps=accum,
-                         lr_factor=lr_factor(batch), changed=False, reason=message), message
 
 
 def fit_grid(grid, size):

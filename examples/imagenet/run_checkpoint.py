@@ -61,7 +61,8 @@ def restore_checkpoint(run):
     resharded (resize.py).
     """
     state, comm, log = run.state, run.parallel.comm, run.settings.log
-    ctrl, noise = run.planning.ctrl, run.planning.noise
+    batch = run.planning.batch
+    ctrl, noise = batch.controller, batch.noise
 
     def check(meta, path, arrays):
         note = check_model(meta, path, run.net.model_meta,
@@ -87,8 +88,8 @@ def restore_checkpoint(run):
     elif noise and meta["noise"]:
         for key, value in meta["noise"].items():
             setattr(noise, key, np.array(value) if key == "_sums" else value)
-    if ctrl.refit is not None and meta.get("refit"):
-        note = ctrl.refit.load_state(meta["refit"])
+    if batch.refit is not None and meta.get("refit"):
+        note = batch.refit.load_state(meta["refit"])
         if note:
             log(f"resume: {note}")
     if noise and meta.get("decisions") is not None:
@@ -101,7 +102,8 @@ def save(run):
     while the gradients are not finite, so that the kept checkpoints are from before a
     divergence."""
     scaler, comm, state = run.parallel.scaler, run.parallel.comm, run.state
-    progress, ctrl, noise = run.progress, run.planning.ctrl, run.planning.noise
+    progress, batch = run.progress, run.planning.batch
+    ctrl, noise = batch.controller, batch.noise
     if progress.nonfinite_steps:
         run.settings.log(f"step {progress.step}: no checkpoint: the gradients have not been "
                          f"finite since step {progress.first_nonfinite}")
@@ -118,7 +120,7 @@ def save(run):
         loader=run.data.stream.state(), plan=list(ctrl.current) if ctrl.current else None,
         noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
                for k, v in vars(noise).items()} if noise else None,
-        refit=ctrl.refit.state() if ctrl.refit is not None else None,
+        refit=batch.refit.state() if batch.refit is not None else None,
         decisions=ctrl.state() if noise else None,
         **{name: None if value is None else float(value) for name, value in (
             ("top1", progress.top1), ("top5", progress.top5),

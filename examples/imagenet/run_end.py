@@ -43,7 +43,7 @@ def summary(run, status, request, t_start):
     wall = time.time() - t_start
     if comm.rank == 0:
         output_dir = run.settings.cfg.output_dir
-        if run.planning.noise is not None:
+        if run.planning.batch.noise is not None:
             leave_prior(run, comm.settings.cache_dir, output_dir, log)
         export_model(run.net.model, run.settings.cfg.image_size, output_dir, log)
         plots = report.write_plots(output_dir, log)

@@ -6,7 +6,7 @@ and step times, or the published figures: nnabla_torus/planning/priors.py) under
 its model, data, rank count and machine; at its end rank 0 writes its own as the prior of
 later runs. Example::
 
-    key, prior = batch_prior(cfg, comm, planner, n_params, train_set, refit, log)  # every rank
+    key, prior = batch_prior(cfg, comm, planner, n_params, train_set, log)   # every rank
     leave_prior(run, comm.settings.cache_dir, output_dir, log)                    # rank 0
 """
 import os
@@ -22,9 +22,9 @@ def data_name(cfg, train_set):
     return "imagenet" if train_set.num_classes == 1000 else os.path.abspath(cfg.data_dir)
 
 
-def batch_prior(cfg, comm, planner, n_params, train_set, refit, log):
+def batch_prior(cfg, comm, planner, n_params, train_set, log):
     """(key, Prior or None) of --batch-prior: rank 0 reads it (its own disk) and sends it to
-    every rank, so every controller decides alike; the refit takes its step times. An
+    every rank, so every controller decides alike (AdaptiveBatch takes its step times). An
     --efficiency-fit of another task (the key's model and data) is refused here."""
     from nnabla_torus.comm.communicator import MPI
     machine = (f"{planner.prof.name if planner else 'no planner'} "
@@ -43,19 +43,14 @@ def batch_prior(cfg, comm, planner, n_params, train_set, refit, log):
                             data_name(cfg, train_set))
     spec, line = MPI.COMM_WORLD.bcast(found, root=0)
     log(line)
-    prior = priors.from_spec(spec, cfg.epochs)
-    if prior is not None and prior.step_times is not None and refit is not None:
-        refused = refit.load_prior(prior.step_times)
-        if refused:
-            log(f"batch prior: {refused}")
-    return key, prior
+    return key, priors.from_spec(spec, cfg.epochs)
 
 
 def leave_prior(run, cache_dir, output_dir, log):
     """Write this adaptive run's noise scale and step times as the batch prior of later runs:
     batch_prior.json in ``output_dir`` and the key's file in the cache (rank 0; a failure
     to write is a line, not an error)."""
-    refit = run.planning.refit
+    refit = run.planning.batch.refit
     series, key = run.progress.noise_series, run.planning.prior_key
     for path in (os.path.join(output_dir, "batch_prior.json"), None):
         try:

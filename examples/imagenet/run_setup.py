@@ -15,9 +15,7 @@ import nnabla as nn
 
 from nnabla_torus.loss_scaling import DynamicLossScaling
 from nnabla_torus.planning import efficiency_fit
-from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
 from nnabla_torus.planning.model_cost import count_cost
-from nnabla_torus.planning.step_refit import StepTimeRefit
 from nnabla_torus.planning.schedules import BatchSchedule
 from nnabla_torus.training import State
 
@@ -96,8 +94,6 @@ def set_up(cfg, log):
                inplace=True)                                   # one initial model everywhere
     grads = [v.grad for v in params.values()]
     solvers = SolverGroup(cfg, params)
-    noise = NoiseScaleEstimator() if cfg.adaptive_batch else None
-    comm.track_sqnorms = noise is not None
     n_params = sum(v.size for v in params.values())
     planner = None if cfg.plan == "off" else TrainingPlanner.from_config(
         cfg, n_params, comm.size, len(train_set),
@@ -113,35 +109,28 @@ def set_up(cfg, log):
     log(f"{cfg.arch} x{cfg.width}: {n_params:,} parameters, {len(train_set)} training / "
         f"{len(val_set)} validation images, {train_set.num_classes} classes; "
         f"{report.ranks(comm.size)}, {all_reduce}")
-    # The run's own step times, measured once (step_refit): the planner plans with them once
-    # fitted (observe_step_times), and so does the adaptive batch's goodput (on several ranks:
-    # before, with this run's predicted throughput; flat with --plan off); an adaptive run
-    # decides on a prior (an earlier run's, or published) when there is one, before it has
-    # measured (priors.Prior.starts: from step 0, or where the earlier run's estimate began).
-    adaptive_refit = noise is not None and comm.size > 1
-    refit = prior = key = None
-    if cfg.adaptive_refit_steps and (planner is not None or adaptive_refit):
-        refit = StepTimeRefit(comm.size, planner and planner.compute_line(),
-                              min_steps=cfg.adaptive_refit_steps,
-                              warmup_steps=cfg.adaptive_refit_warmup)
-    if noise is not None:
-        key, prior = batch_prior(cfg, comm, planner, n_params, train_set,
-                                 refit if adaptive_refit else None, log)
-    ctrl, lr_schedule = build_schedules(
-        cfg, comm.size, noise, throughput=planner and planner.throughput,
-        model_error=planner and planner.model_error, refit=refit if adaptive_refit else None,
-        prior=prior, epoch_images=len(train_set))
-    if ctrl.efficiency is not None:
+    # The run's own step times, measured by the batch control (AdaptiveBatch): the planner
+    # plans with them once fitted (take_step), and so does the adaptive batch's goodput (on
+    # several ranks: before, with this run's predicted throughput); an adaptive run decides on
+    # a prior (an earlier run's, or published) when there is one, before it has measured
+    # (priors.Prior.starts: from step 0, or where the earlier run's estimate began).
+    key = prior = None
+    if cfg.adaptive_batch:
+        key, prior = batch_prior(cfg, comm, planner, n_params, train_set, log)
+    timed = planner is not None or (cfg.adaptive_batch and comm.size > 1)
+    batch, lr_schedule = build_schedules(
+        cfg, comm, throughput=planner and planner.throughput,
+        model_error=planner and planner.model_error, prior=prior,
+        epoch_images=len(train_set), refit_steps=cfg.adaptive_refit_steps if timed else 0,
+        refit_warmup=cfg.adaptive_refit_warmup, compute_line=planner and planner.compute_line())
+    if batch.controller.efficiency is not None:
         log(f"goodput: efficiency fitted to fixed runs ({cfg.efficiency_fit}): "
-            + efficiency_fit.describe(ctrl.efficiency))
-    if noise is not None:
-        noise.reference_batch = ctrl.min_batch     # the EMA's memory: 0.95 per B0 samples,
-        #                                            whatever batch the prior starts at
+            + efficiency_fit.describe(batch.controller.efficiency))
     state = State(comm, cfg.output_dir, nn.get_parameters(grad_only=False), solvers.solvers,
                   run_files=RUN_FILES, announce=cfg.elastic, log=log)
     return RunState(settings, Parallel(comm), Data(train_set, val_set),
                     Network(model, params, grads, solvers, GradientAbsSum(grads)),
-                    Planning(planner, noise, refit, ctrl, lr_schedule, prior_key=key), state)
+                    Planning(planner, batch, lr_schedule, prior_key=key), state)
 
 
 def resume_or_start(run):

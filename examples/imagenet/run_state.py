@@ -7,7 +7,7 @@ a misspelt name fails loudly instead of adding an attribute nobody reads. Exampl
 
     run = RunState(Settings(cfg, log, "float", None), Parallel(comm),
                    Data(train_set, val_set), Network(model, params, grads, solvers),
-                   Planning(planner, noise, refit, ctrl, lr_schedule), state)
+                   Planning(planner, batch, lr_schedule), state)
     run.progress.step += 1
     run.progress.stpe = 2        # AttributeError: 'Progress' object has no attribute 'stpe'
 """
@@ -23,11 +23,8 @@ if TYPE_CHECKING:      # for the annotations only: the communicator's module sta
     from nnabla_torus.comm.communicator import MultiProcessDataParallelCommunicator
     from nnabla_torus.loss_scaling import DynamicLossScaling
     from nnabla_torus.overlap import BucketedAllReduce
-    from nnabla_torus.planning.controller import BatchSizeController
-    from nnabla_torus.planning.noise_scale import NoiseScaleEstimator
     from nnabla_torus.planning.schedules import LearningRateSchedule
-    from nnabla_torus.planning.step_refit import StepTimeRefit
-    from nnabla_torus.training import State
+    from nnabla_torus.training import AdaptiveBatch, State
     from config import TrainConfig
     from image_lists import Dataset
     from divergence import GradientAbsSum
@@ -100,16 +97,14 @@ class Network:
 @dataclasses.dataclass
 class Planning:
     """What decides batch, learning rate, all-reduce and rank count: the planner (None with
-    --plan off; plan_step replans at each new global batch), the noise-scale estimator and the
-    step-time refit (adaptive batch only, else None; take_step feeds them), the batch-size
-    controller and the learning-rate schedule (set_up); the elastic ``advisor``
+    --plan off; plan_step replans at each new global batch), the batch control (AdaptiveBatch:
+    the batch schedule or the adaptive batch, its noise scale and measured step times; take_step
+    feeds it) and the learning-rate schedule (set_up); the elastic ``advisor``
     (resume_or_start, None with --plan off); whether choose_overlap has logged its choice, and
     its trial of both configurations (OverlapTrial: NCCL across hosts, --algorithm planned);
     the key of the batch prior this run reads and leaves (priors.prior_key; adaptive only)."""
     planner: Optional[TrainingPlanner]
-    noise: Optional[NoiseScaleEstimator]
-    refit: Optional[StepTimeRefit]
-    ctrl: BatchSizeController
+    batch: AdaptiveBatch
     lr_schedule: LearningRateSchedule
     advisor: Optional[ResizeAdvisor] = None
     overlap_choice_logged: bool = False
@@ -122,8 +117,7 @@ class Planning:
 class Progress:
     """How far the run is: optimizer steps, images trained on and seconds spent in steps
     (take_step; restored by resume_or_start), [epoch, global batch] at each batch change
-    (plan_step), (local batch, accumulation steps, step s, all-reduce wait s) of the steps not
-    yet exchanged (observe_step_times), the last validation top-1 / top-5 as fractions
+    (plan_step), the last validation top-1 / top-5 as fractions
     (end_of_epoch; None before) and the best top-1 so far, the signals that ask for a stop
     (the SIGUSR1 handler resume_or_start installs with --elastic), the monitors by name (rank
     0, else None); this epoch's meter (take_step adds, end_of_epoch logs and replaces it);
@@ -135,7 +129,6 @@ class Progress:
     images_seen: int = 0
     train_time: float = 0.0
     history: list = dataclasses.field(default_factory=list)
-    step_times: list = dataclasses.field(default_factory=list)
     top1: Optional[float] = None
     top5: Optional[float] = None
     best_top1: Optional[float] = None

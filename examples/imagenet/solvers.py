@@ -8,6 +8,7 @@ Example::
 """
 import nnabla.solvers as S
 
+from nnabla_torus.training.adaptive import scale_momentum
 from nnabla_torus.training.state import get_solver_arrays, load_solver_arrays
 
 from models import is_bn_or_bias
@@ -52,14 +53,7 @@ class SolverGroup:
         """Multiply the momentum buffers by ``factor`` (controller.momentum_scale at a batch
         change). Each solver's only state is its velocity (Momentum ``m``, LARS ``v``), which
         nnabla keeps with the learning rate inside (v <- m v + lr g)."""
-        if factor == 1.0:
-            return
-        for solver in self.solvers.values():
-            states = solver.get_states()
-            for state in states.values():
-                for var in state.pstate.values():
-                    var.d *= factor
-            solver.set_states(states)
+        scale_momentum(self.solvers.values(), factor)
 
     def weight_decay(self, rate):
         self.solvers["decayed"].weight_decay(rate)

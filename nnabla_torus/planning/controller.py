@@ -89,6 +89,25 @@ def momentum_scale(before, after):
     return float(after.lr_factor / before.lr_factor)
 
 
+def resplit(saved, size, max_local_batch, lr_factor):
+    """(BatchPlan, message): ``saved`` (a BatchPlan or its list, a checkpoint's) split over
+    ``size`` ranks of at most ``max_local_batch`` a micro-batch.
+
+    The global batch stays; when ``size`` ranks cannot realise it exactly, the nearest global
+    batch is used (learning-rate factor ``lr_factor(batch)``) and the message says so.
+    """
+    plan = BatchPlan(*saved)
+    local, accum = split_batch(plan.global_batch, size, max_local_batch)
+    batch = size * local * accum
+    message = (f"resize: global batch {plan.global_batch} as {size} ranks x {local} x {accum} "
+               f"accumulation (was {plan.local_batch} x {plan.accum_steps} per rank)")
+    if batch != plan.global_batch:
+        message += (f"; {plan.global_batch} does not split over {size} ranks: falling back to "
+                    f"global batch {batch}, the nearest split")
+    return plan._replace(global_batch=batch, local_batch=local, accum_steps=accum,
+                         lr_factor=lr_factor(batch), changed=False, reason=message), message
+
+
 class BatchSizeController(GoodputChoice):
     """Choose the global batch and LR factor per step or epoch; see module doc."""
 

@@ -3,4 +3,5 @@
 ``State`` (checkpoint and restart under nnabla-torus-run) and ``AdaptiveBatch`` (the batch
 size from the state of learning) are what examples/imagenet/train.py uses too.
 """
+from .adaptive import AdaptiveBatch  # noqa: F401
 from .state import State  # noqa: F401

@@ -1,5 +1,7 @@
 """Typed config: precedence flag > env > recipe > default recipe > built-in default, recipes
 by value, clear errors."""
+import types
+
 import pytest
 
 from examples.imagenet.config import TrainConfig, build_schedules, load_recipe, parse_config
@@ -99,7 +101,7 @@ def test_bad_values_are_clear_errors(tmp_path):
 
 
 def batch_and_lr(cfg, world_size, epoch):
-    controller, lr_schedule = build_schedules(cfg, world_size)
+    controller, lr_schedule = build_schedules(cfg, types.SimpleNamespace(size=world_size))
     plan = controller.plan(epoch)
     return plan.global_batch, plan.local_batch, plan.accum_steps, lr_schedule.lr(epoch) * plan.lr_factor
 

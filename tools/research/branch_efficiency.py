@@ -127,7 +127,8 @@ class Branches:
         self.graphs = {}
         self.graph(args.batch)                            # creates the parameters
         self.solvers = SolverGroup(cfg, nn.get_parameters())
-        self.controller, self.lr_schedule = build_schedules(cfg, 1)
+        batch, self.lr_schedule = build_schedules(cfg, SimpleNamespace(size=1))   # one process
+        self.controller = batch.controller
         probe = min(args.probe_images, self.images)
         self.probe = next(data.make_loader(
             self.train_set, probe, train=True, image_size=cfg.image_size, seed=cfg.seed + 7919,
