@@ -1,0 +1,143 @@
+"""Binding a rank near its GPU, on a fake sysfs tree (two NUMA nodes, four GPUs) and fake
+masks: the node's CPUs within the rank's own, the node's when the launcher put the rank on the
+other socket, nothing on a one-node host or without a bus id, and the job's one line."""
+import os
+
+import pytest
+
+from nnabla_torus.comm import gpu_binding as gb
+
+# A DGX-like host: GPUs 0-1 on node 0 (CPUs 0-7), GPUs 2-3 on node 1 (CPUs 8-15); one NIC
+# with no node (-1).
+GPUS = {"0000:07:00.0": 0, "0000:0f:00.0": 0, "0000:47:00.0": 1, "0000:4e:00.0": 1,
+        "0000:99:00.0": -1}
+
+
+@pytest.fixture
+def sysfs(tmp_path):
+    for bus, node in GPUS.items():
+        os.makedirs(tmp_path / "bus/pci/devices" / bus)
+        (tmp_path / "bus/pci/devices" / bus / "numa_node").write_text(f"{node}\n")
+    for node, cpus in ((0, "0-7\n"), (1, "8-15\n")):
+        os.makedirs(tmp_path / f"devices/system/node/node{node}")
+        (tmp_path / f"devices/system/node/node{node}/cpulist").write_text(cpus)
+    return str(tmp_path)
+
+
+class Rank:
+    """A rank's CPU mask and the masks it was bound to."""
+
+    def __init__(self, cpus, allowed=range(16)):
+        self.cpus, self.allowed, self.bound = set(cpus), set(allowed), []
+
+    def mask(self):
+        return self.cpus
+
+    def bind(self, cpus):      # the kernel: within the cgroup, EINVAL when none is left
+        if not set(cpus) & self.allowed:
+            raise OSError(22, "Invalid argument")
+        self.bound.append(set(cpus))
+        self.cpus = set(cpus) & self.allowed
+
+
+def test_cpulists_read_and_written_as_sysfs_writes_them():
+    assert gb.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert gb.parse_cpulist("") == set()
+    assert gb.format_cpulist({11, 0, 1, 2, 3, 8, 10}) == "0-3,8,10-11"
+    assert gb.normal_bus_id("00000000:4E:00.0") == "0000:4e:00.0"   # nvidia-smi's form
+    assert gb.normal_bus_id("0000:4E:00.0") == "0000:4e:00.0"       # CUDA's
+
+
+def test_an_unbound_rank_is_bound_to_its_gpus_node(sysfs):
+    rank = Rank(range(16))
+    said = gb.bind_near_gpu("00000000:47:00.0", sysfs, rank.mask, rank.bind)
+    assert rank.bound == [set(range(8, 16))]
+    assert said == "GPU 00000000:47:00.0 on NUMA node 1: bound to CPUs 8-15"
+
+
+def test_a_narrower_mask_is_kept_within_the_node(sysfs):
+    rank = Rank({3, 4, 5, 6, 7, 8, 9})      # taskset or Slurm's --cpu-bind across both nodes
+    said = gb.bind_near_gpu("0000:07:00.0", sysfs, rank.mask, rank.bind)
+    assert rank.bound == [{3, 4, 5, 6, 7}] and said.endswith("bound to CPUs 3-7")
+    rank = Rank({1, 2})                     # already on the node: left alone
+    said = gb.bind_near_gpu("0000:0f:00.0", sysfs, rank.mask, rank.bind)
+    assert rank.bound == [] and said.endswith("CPUs 1-2, already bound")
+
+
+def test_a_rank_on_the_other_socket_moves_within_its_cgroup(sysfs):
+    rank = Rank(range(8), allowed={0, 1, 2, 3, 12, 13})   # Open MPI: package 0; GPU on node 1
+    said = gb.bind_near_gpu("0000:4e:00.0", sysfs, rank.mask, rank.bind)
+    assert rank.bound == [set(range(8, 16))] and rank.cpus == {12, 13}
+    assert said.endswith("bound to CPUs 12-13 (from CPUs 0-7, none on that node)")
+    rank = Rank(range(4), allowed=range(4))             # the cgroup has no CPU of node 1
+    said = gb.bind_near_gpu("0000:4e:00.0", sysfs, rank.mask, rank.bind)
+    assert rank.cpus == {0, 1, 2, 3}
+    assert said.endswith("CPUs 8-15 not allowed here (Invalid argument), left on CPUs 0-3")
+
+
+def test_nothing_is_bound_without_a_node_or_a_bus_id(sysfs):
+    rank = Rank(range(16))
+    assert gb.bind_near_gpu("0000:99:00.0", sysfs, rank.mask, rank.bind).endswith(
+        "has no NUMA node in sysfs (one-node host): not bound")
+    assert gb.bind_near_gpu("0000:aa:00.0", sysfs, rank.mask, rank.bind).endswith(
+        "not bound")                                       # not in sysfs at all
+    assert gb.bind_near_gpu(None, sysfs, rank.mask, rank.bind) == (
+        "GPU's bus id unknown: not bound")
+    assert rank.bound == []
+
+
+def test_no_cuda_runtime_mapped_gives_no_bus_id(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/libc.so.6\n")
+    assert gb.cuda_bus_id(0, str(maps)) is None
+
+
+def test_the_process_mask_reaches_every_thread(tmp_path, monkeypatch):
+    tasks = tmp_path / "task"
+    for tid in ("100", "101", "102"):
+        os.makedirs(tasks / tid)
+    set_for = []
+
+    def setaffinity(tid, cpus):
+        if tid == 102:
+            raise ProcessLookupError(tid)      # a thread that ended meanwhile
+        set_for.append((tid, set(cpus)))
+    monkeypatch.setattr(gb.os, "sched_setaffinity", setaffinity)
+    gb.set_process_affinity({2, 3}, str(tasks))
+    assert sorted(set_for) == [(100, {2, 3}), (101, {2, 3})]
+
+
+def test_one_line_per_host_layout():
+    same = "GPU 0000:07:00.0 on NUMA node 0: bound to CPUs 0-7"
+    other = "GPU 0000:47:00.0 on NUMA node 1: bound to CPUs 8-15"
+    said = [(f"h{h}", d, same if d == 0 else other) for h in range(5) for d in (1, 0)]
+    said.append(("odd", 0, "GPU's bus id unknown: not bound"))
+    line = gb.binding_line(said)
+    assert line == ("ranks near their GPUs (NNABLA_TORUS_BIND_GPU_NUMA=0 turns it off): "
+                    f"hosts h0, h1, h2 and 2 more: device 0: {same}; device 1: {other} | "
+                    "host odd: device 0: GPU's bus id unknown: not bound")
+    assert "\n" not in line
+
+
+def test_init_binds_on_the_nccl_backend_only(monkeypatch, caplog):
+    """The communicator's step: the NCCL backend binds (or not, knob off) and logs the line;
+    another backend (no GPU: this machine) binds nothing and says so at debug only."""
+    from types import SimpleNamespace
+    from nnabla_torus.comm.communicator import TorusCommunicator
+    asked = []
+    monkeypatch.setattr(gb, "cuda_bus_id", lambda device: f"bus{device}")
+    monkeypatch.setattr(gb, "bind_near_gpu", lambda bus: asked.append(bus) or f"{bus}: bound")
+
+    def run(backend, on):
+        comm = SimpleNamespace(settings=SimpleNamespace(backend=backend, bind_gpu_numa=on),
+                               backend=SimpleNamespace(device_id=3), _host_names=["h"], rank=0)
+        caplog.clear()
+        with caplog.at_level("DEBUG", logger="nnabla_torus"):
+            TorusCommunicator._bind_near_gpu(comm)
+        return [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert run("nccl", True) == [("INFO", "ranks near their GPUs (NNABLA_TORUS_BIND_GPU_NUMA=0 "
+                                          "turns it off): host h: device 3: bus3: bound")]
+    assert asked == ["bus3"]
+    assert run("nccl", False)[0][1].endswith("device 3: not bound (NNABLA_TORUS_BIND_GPU_NUMA=0)")
+    assert run("mpi", True) == [("DEBUG", "mpi backend: no GPU, ranks not bound near one")]
+    assert run("fake-nccl", True)[0][0] == "DEBUG" and asked == ["bus3"]
