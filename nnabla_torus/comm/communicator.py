@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from .mpi_start import MPI  # first: starts MPI (quietly), installs failfast, checks the world
-from . import backends, gpu_binding, grid_layouts, other_collectives, topology
+from . import backends, gpu_binding, grid_layouts, launcher_env, other_collectives, topology
 from .algorithm_choice import AlgorithmChoice
 from .array_reduce import reduce_arrays
 from .sqnorms import SquaredNorms
@@ -86,6 +86,9 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
         self._host_names = names
         self._bind_near_gpu()
+        transport = launcher_env.fault_tolerance_note(MPI, names)
+        if transport:
+            note(transport)
         if s.ranks_per_host:
             if self.size % s.ranks_per_host:
                 raise ValueError(f"NNABLA_TORUS_RANKS_PER_HOST={s.ranks_per_host} does not "
