@@ -105,14 +105,15 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
             note(self.backend.resources())
 
     def _bind_near_gpu(self):
-        """On the NCCL backend, bind each rank to its GPU's NUMA node's CPUs within its own
+        """On the NCCL backend, bind each rank to its share of its GPU's NUMA node's CPUs
         (:mod:`gpu_binding`); rank 0 logs the job's one line. Other backends have no GPU."""
         if self.settings.backend != "nccl":
             logger.debug("%s backend: no GPU, ranks not bound near one", self.settings.backend)
             return
-        device = self.backend.device_id
-        phrase = (gpu_binding.bind_near_gpu(gpu_binding.cuda_bus_id(device))
-                  if self.settings.bind_gpu_numa else "not bound (NNABLA_TORUS_BIND_GPU_NUMA=0)")
+        device, phrase = self.backend.device_id, "not bound (NNABLA_TORUS_BIND_GPU_NUMA=0)"
+        if self.settings.bind_gpu_numa:   # the bus ids of the GPUs of this host's ranks
+            bus_ids = [gpu_binding.cuda_bus_id(d) for d in range(self.backend.local_ranks)]
+            phrase = gpu_binding.bind_near_gpu(device, bus_ids)
         said = MPI.COMM_WORLD.gather((self._host_names[self.rank], device, phrase), root=0)
         if self.rank == 0:
             note(gpu_binding.binding_line(said))

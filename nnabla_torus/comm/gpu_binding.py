@@ -1,18 +1,19 @@
-"""Bind a rank to the CPUs of its GPU's NUMA node, within the CPUs it was given.
+"""Bind a rank to its share of its GPU's NUMA node's CPUs, within the CPUs it was given.
 
 Launchers place ranks without knowing their GPUs: Open MPI 5 maps ranks by package in turn
 (rank 1 on socket 1 while it drives GPU 1 on socket 0), srun leaves them on the whole node.
 A rank then works far from its GPU, and DALI's ``set_affinity`` pins its threads only where
 the GPU's NVML CPU mask meets the thread's own (else it warns per thread). So each rank of
 the NCCL backend binds itself once it knows its GPU (nnabla's device: the number of earlier
-ranks on its host): the CPUs of that GPU's NUMA node within the rank's current mask (so
-``taskset`` and a launcher's narrower binding hold), else the node's CPUs the rank's cgroup
-allows (Slurm's CPUs; a launcher put the rank on the wrong socket). Every thread of the
-process gets the mask (MPI's, NCCL's and CUDA's threads are running already); memory already
-touched stays where it is. It works under any launcher. Knob: ``NNABLA_TORUS_BIND_GPU_NUMA``
-(keyword ``bind_gpu_numa``; default on). Example::
+ranks on its host): to its share of that GPU's NUMA node's CPUs (the node split among the
+GPUs on it), or to the part of the node it was given (``taskset``, Slurm's ``--cpu-bind``),
+within its cgroup (Slurm's CPUs). Every thread of the process gets the mask (MPI's, NCCL's
+and CUDA's threads are running already); memory already touched stays where it is. It works
+under any launcher. Knob: ``NNABLA_TORUS_BIND_GPU_NUMA`` (keyword ``bind_gpu_numa``; default
+on). Example::
 
-    bind_near_gpu(cuda_bus_id(0))   # "GPU 0000:07:00.0 on NUMA node 0: bound to CPUs 0-15"
+    bind_near_gpu(1, [cuda_bus_id(d) for d in range(2)])
+    # "GPU 0000:0f:00.0 on NUMA node 0: bound to CPUs 8-15, 2 GPUs' share"
 
 Where it reads: ``/sys/bus/pci/devices/<bus id>/numa_node`` and
 ``/sys/devices/system/node/node<N>/cpulist`` (Linux sysfs); the bus id from the CUDA runtime
@@ -104,15 +105,31 @@ def own_mask():
     return os.sched_getaffinity(0)
 
 
-def bind_near_gpu(bus_id, sysfs="/sys", mask=own_mask, bind=set_process_affinity):
-    """Bind this process to its GPU's NUMA node's CPUs within its current ``mask()``; return
-    one phrase saying what it did or why not.
+def node_share(cpus, index, count):
+    """Part ``index`` of ``count`` contiguous, near-equal parts of ``cpus`` (all of them when
+    there are fewer CPUs than parts).
 
-    When none of the rank's CPUs are on that node (a launcher put it on the other socket, as
-    Open MPI's default mapping does for every other rank), it takes the node's CPUs instead,
-    which the kernel limits to the rank's cgroup (Slurm's CPUs); a cgroup with none of them
-    leaves it where it was. ``bus_id``: the GPU's PCI bus id (``cuda_bus_id``), None when
-    unknown; ``bind(cpus)`` sets the mask (tests pass a recorder)."""
+    >>> sorted(node_share(set(range(8, 16)), 1, 2)), sorted(node_share({0, 1}, 2, 3))
+    ([12, 13, 14, 15], [0, 1])
+    """
+    ordered = sorted(cpus)
+    if len(ordered) < count:
+        return set(ordered)
+    return set(ordered[len(ordered) * index // count: len(ordered) * (index + 1) // count])
+
+
+def bind_near_gpu(device, bus_ids, sysfs="/sys", mask=own_mask, bind=set_process_affinity):
+    """Bind this process near GPU ``device``; return one phrase saying what it did or why not.
+
+    ``bus_ids``: the PCI bus id of every GPU the host's ranks use, by device (``cuda_bus_id``;
+    None when unknown). A rank given its GPU's whole NUMA node (unbound, or bound to a package)
+    takes its share of the node's CPUs: the node split among the GPUs on it, as ``mpirun
+    --map-by ppr:G:numa:pe=C`` would, so the host's DALI threads do not pile onto the same
+    cores. A rank given part of the node (``taskset``, Slurm's ``--cpu-bind``) keeps that part.
+    A rank with no CPU there (Open MPI put it on the other socket) takes its share of the node
+    within its cgroup (the kernel narrows the mask to it; a cgroup with none of those CPUs
+    leaves the rank where it was). ``bind(cpus)`` sets the mask (tests pass a recorder)."""
+    bus_id = bus_ids[device]
     if bus_id is None:
         return "GPU's bus id unknown: not bound"
     node = gpu_numa_node(bus_id, sysfs)
@@ -121,16 +138,21 @@ def bind_near_gpu(bus_id, sysfs="/sys", mask=own_mask, bind=set_process_affinity
     here, cpus = set(mask()), node_cpus(node, sysfs)
     if not cpus:
         return f"GPU {bus_id} on NUMA node {node}, whose CPUs sysfs does not list: not bound"
+    peers = [d for d, b in enumerate(bus_ids) if b is not None and gpu_numa_node(b, sysfs) == node]
     near = cpus & here
-    if near == here:
+    whole_node = near == cpus or not near
+    wanted = node_share(cpus, peers.index(device), len(peers)) if whole_node else near
+    if wanted == here:
         return f"GPU {bus_id} on NUMA node {node}: CPUs {format_cpulist(here)}, already bound"
     try:
-        bind(near or cpus)
-    except OSError as e:     # EINVAL: the cgroup allows none of the node's CPUs
-        return (f"GPU {bus_id} on NUMA node {node}: CPUs {format_cpulist(cpus)} not allowed "
+        bind(wanted)
+    except OSError as e:     # EINVAL: the cgroup allows none of these CPUs
+        return (f"GPU {bus_id} on NUMA node {node}: CPUs {format_cpulist(wanted)} not allowed "
                 f"here ({e.strerror}), left on CPUs {format_cpulist(here)}")
+    share = f", {len(peers)} GPUs' share" if whole_node and len(peers) > 1 else ""
     moved = "" if near else f" (from CPUs {format_cpulist(here)}, none on that node)"
-    return f"GPU {bus_id} on NUMA node {node}: bound to CPUs {format_cpulist(mask())}{moved}"
+    return (f"GPU {bus_id} on NUMA node {node}: bound to CPUs {format_cpulist(mask())}"
+            f"{share}{moved}")
 
 
 def binding_line(said):

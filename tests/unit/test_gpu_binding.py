@@ -1,6 +1,7 @@
 """Binding a rank near its GPU, on a fake sysfs tree (two NUMA nodes, four GPUs) and fake
-masks: the node's CPUs within the rank's own, the node's when the launcher put the rank on the
-other socket, nothing on a one-node host or without a bus id, and the job's one line."""
+masks: its share of the node when it was given the whole node (or none of it: the launcher
+put it on the other socket), the part of the node it was given, nothing on a one-node host or
+without a bus id, and the job's one line."""
 import os
 
 import pytest
@@ -48,40 +49,66 @@ def test_cpulists_read_and_written_as_sysfs_writes_them():
     assert gb.normal_bus_id("0000:4E:00.0") == "0000:4e:00.0"       # CUDA's
 
 
-def test_an_unbound_rank_is_bound_to_its_gpus_node(sysfs):
-    rank = Rank(range(16))
-    said = gb.bind_near_gpu("00000000:47:00.0", sysfs, rank.mask, rank.bind)
-    assert rank.bound == [set(range(8, 16))]
-    assert said == "GPU 00000000:47:00.0 on NUMA node 1: bound to CPUs 8-15"
+HOST = list(GPUS)[:4]          # the bus ids of devices 0-3: two GPUs on each node
 
 
-def test_a_narrower_mask_is_kept_within_the_node(sysfs):
+def test_unbound_ranks_split_their_gpus_node(sysfs):
+    """srun or mpirun without binding: each rank the whole host; the two ranks of a node take
+    a half each (nvidia-smi's form of the bus id is read too)."""
+    bound = []
+    for device in range(4):
+        rank = Rank(range(16))
+        said = gb.bind_near_gpu(device, ["00000000:07:00.0"] + HOST[1:], sysfs, rank.mask,
+                                rank.bind)
+        bound.append(rank.cpus)
+    assert bound == [set(range(0, 4)), set(range(4, 8)), set(range(8, 12)), set(range(12, 16))]
+    assert said == "GPU 0000:4e:00.0 on NUMA node 1: bound to CPUs 12-15, 2 GPUs' share"
+
+
+def test_a_rank_bound_to_its_gpus_package_takes_its_share(sysfs):
+    rank = Rank(range(8))                    # Open MPI's --bind-to package, package 0 = node 0
+    said = gb.bind_near_gpu(1, HOST, sysfs, rank.mask, rank.bind)
+    assert rank.bound == [{4, 5, 6, 7}] and said.endswith("bound to CPUs 4-7, 2 GPUs' share")
+    rank = Rank(range(8))                    # the only GPU of the host's ranks on node 0
+    said = gb.bind_near_gpu(0, HOST[:1], sysfs, rank.mask, rank.bind)
+    assert rank.bound == [] and said.endswith("CPUs 0-7, already bound")
+
+
+def test_a_part_of_the_node_given_is_kept(sysfs):
     rank = Rank({3, 4, 5, 6, 7, 8, 9})      # taskset or Slurm's --cpu-bind across both nodes
-    said = gb.bind_near_gpu("0000:07:00.0", sysfs, rank.mask, rank.bind)
+    said = gb.bind_near_gpu(0, HOST, sysfs, rank.mask, rank.bind)
     assert rank.bound == [{3, 4, 5, 6, 7}] and said.endswith("bound to CPUs 3-7")
     rank = Rank({1, 2})                     # already on the node: left alone
-    said = gb.bind_near_gpu("0000:0f:00.0", sysfs, rank.mask, rank.bind)
+    said = gb.bind_near_gpu(1, HOST, sysfs, rank.mask, rank.bind)
     assert rank.bound == [] and said.endswith("CPUs 1-2, already bound")
 
 
 def test_a_rank_on_the_other_socket_moves_within_its_cgroup(sysfs):
     rank = Rank(range(8), allowed={0, 1, 2, 3, 12, 13})   # Open MPI: package 0; GPU on node 1
-    said = gb.bind_near_gpu("0000:4e:00.0", sysfs, rank.mask, rank.bind)
-    assert rank.bound == [set(range(8, 16))] and rank.cpus == {12, 13}
-    assert said.endswith("bound to CPUs 12-13 (from CPUs 0-7, none on that node)")
+    said = gb.bind_near_gpu(3, HOST, sysfs, rank.mask, rank.bind)
+    assert rank.bound == [set(range(12, 16))] and rank.cpus == {12, 13}
+    assert said.endswith("bound to CPUs 12-13, 2 GPUs' share (from CPUs 0-7, none on that "
+                         "node)")
     rank = Rank(range(4), allowed=range(4))             # the cgroup has no CPU of node 1
-    said = gb.bind_near_gpu("0000:4e:00.0", sysfs, rank.mask, rank.bind)
+    said = gb.bind_near_gpu(2, HOST, sysfs, rank.mask, rank.bind)
     assert rank.cpus == {0, 1, 2, 3}
-    assert said.endswith("CPUs 8-15 not allowed here (Invalid argument), left on CPUs 0-3")
+    assert said.endswith("CPUs 8-11 not allowed here (Invalid argument), left on CPUs 0-3")
+
+
+def test_more_gpus_than_cpus_on_a_node_share_them_all(sysfs, tmp_path):
+    (tmp_path / "devices/system/node/node1/cpulist").write_text("8\n")
+    rank = Rank(range(16))
+    gb.bind_near_gpu(3, HOST, sysfs, rank.mask, rank.bind)
+    assert rank.cpus == {8}
 
 
 def test_nothing_is_bound_without_a_node_or_a_bus_id(sysfs):
     rank = Rank(range(16))
-    assert gb.bind_near_gpu("0000:99:00.0", sysfs, rank.mask, rank.bind).endswith(
+    assert gb.bind_near_gpu(0, ["0000:99:00.0"], sysfs, rank.mask, rank.bind).endswith(
         "has no NUMA node in sysfs (one-node host): not bound")
-    assert gb.bind_near_gpu("0000:aa:00.0", sysfs, rank.mask, rank.bind).endswith(
+    assert gb.bind_near_gpu(0, ["0000:aa:00.0"], sysfs, rank.mask, rank.bind).endswith(
         "not bound")                                       # not in sysfs at all
-    assert gb.bind_near_gpu(None, sysfs, rank.mask, rank.bind) == (
+    assert gb.bind_near_gpu(1, [HOST[0], None], sysfs, rank.mask, rank.bind) == (
         "GPU's bus id unknown: not bound")
     assert rank.bound == []
 
@@ -126,18 +153,20 @@ def test_init_binds_on_the_nccl_backend_only(monkeypatch, caplog):
     from nnabla_torus.comm.communicator import TorusCommunicator
     asked = []
     monkeypatch.setattr(gb, "cuda_bus_id", lambda device: f"bus{device}")
-    monkeypatch.setattr(gb, "bind_near_gpu", lambda bus: asked.append(bus) or f"{bus}: bound")
+    monkeypatch.setattr(gb, "bind_near_gpu", lambda device, buses: asked.append(
+        (device, buses)) or f"{buses[device]}: bound")
 
     def run(backend, on):
         comm = SimpleNamespace(settings=SimpleNamespace(backend=backend, bind_gpu_numa=on),
-                               backend=SimpleNamespace(device_id=3), _host_names=["h"], rank=0)
+                               backend=SimpleNamespace(device_id=1, local_ranks=2),
+                               _host_names=["h"], rank=0)
         caplog.clear()
         with caplog.at_level("DEBUG", logger="nnabla_torus"):
             TorusCommunicator._bind_near_gpu(comm)
         return [(r.levelname, r.getMessage()) for r in caplog.records]
     assert run("nccl", True) == [("INFO", "ranks near their GPUs (NNABLA_TORUS_BIND_GPU_NUMA=0 "
-                                          "turns it off): host h: device 3: bus3: bound")]
-    assert asked == ["bus3"]
-    assert run("nccl", False)[0][1].endswith("device 3: not bound (NNABLA_TORUS_BIND_GPU_NUMA=0)")
+                                          "turns it off): host h: device 1: bus1: bound")]
+    assert asked == [(1, ["bus0", "bus1"])]
+    assert run("nccl", False)[0][1].endswith("device 1: not bound (NNABLA_TORUS_BIND_GPU_NUMA=0)")
     assert run("mpi", True) == [("DEBUG", "mpi backend: no GPU, ranks not bound near one")]
-    assert run("fake-nccl", True)[0][0] == "DEBUG" and asked == ["bus3"]
+    assert run("fake-nccl", True)[0][0] == "DEBUG" and len(asked) == 1
