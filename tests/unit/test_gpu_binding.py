@@ -170,3 +170,30 @@ def test_init_binds_on_the_nccl_backend_only(monkeypatch, caplog):
     assert run("nccl", False)[0][1].endswith("device 1: not bound (NNABLA_TORUS_BIND_GPU_NUMA=0)")
     assert run("mpi", True) == [("DEBUG", "mpi backend: no GPU, ranks not bound near one")]
     assert run("fake-nccl", True)[0][0] == "DEBUG" and len(asked) == 1
+
+
+def test_a_real_process_and_its_running_threads_get_the_mask(sysfs, tmp_path):
+    """The kernel's side, in a child process: a thread started before the binding ends up
+    on the GPU's share too (the fake node 0 is given this machine's first CPU)."""
+    import subprocess
+    import sys
+    first = min(os.sched_getaffinity(0))
+    (tmp_path / "devices/system/node/node0/cpulist").write_text(f"{first}\n")
+    child = f"""
+import os, threading
+from nnabla_torus.comm import gpu_binding as gb
+started, done = threading.Event(), threading.Event()
+masks = []
+def worker():
+    started.set(); done.wait(); masks.append(os.sched_getaffinity(0))
+t = threading.Thread(target=worker); t.start(); started.wait()
+print(gb.bind_near_gpu(0, ["0000:07:00.0"], {sysfs!r}))
+done.set(); t.join()
+print(sorted(os.sched_getaffinity(0)), sorted(masks[0]))
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=60)
+    lines = done.stdout.splitlines()
+    assert lines[-1] == f"[{first}] [{first}]", done.stdout + done.stderr
+    if len(os.sched_getaffinity(0)) > 1:
+        assert lines[0] == f"GPU 0000:07:00.0 on NUMA node 0: bound to CPUs {first}"
