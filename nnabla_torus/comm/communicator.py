@@ -58,6 +58,9 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         self.workspace = Workspace()
         self.layouts = Layouts()   # per-list signature, fused parts and views (array_layout)
         self._host_names = []  # MPI.Get_processor_name() of every rank, for error messages
+        # Rank 0: init()'s lines about the job's placement (the ranks' GPU binding, the MPI
+        # transport), also logged at INFO; a script whose log shows warnings only prints them.
+        self.init_notes = []
         self._one_caller = OneCaller()  # collectives from one thread at a time
         self._context_params = []  # (ctx, {name: Variable}) from add_context_and_parameters
         from . import backward_callback, sync_bn
@@ -87,8 +90,8 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         self._host_names = names
         self._bind_near_gpu()
         transport = launcher_env.fault_tolerance_note(MPI, names)
-        if transport:
-            note(transport)
+        if transport and self.rank == 0:
+            self._init_note(transport)
         if s.ranks_per_host:
             if self.size % s.ranks_per_host:
                 raise ValueError(f"NNABLA_TORUS_RANKS_PER_HOST={s.ranks_per_host} does not "
@@ -116,7 +119,12 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
             phrase = gpu_binding.bind_near_gpu(device, bus_ids)
         said = MPI.COMM_WORLD.gather((self._host_names[self.rank], device, phrase), root=0)
         if self.rank == 0:
-            note(gpu_binding.binding_line(said))
+            self._init_note(gpu_binding.binding_line(said))
+
+    def _init_note(self, line):
+        """Log ``line`` once (INFO) and keep it in ``init_notes``."""
+        self.init_notes.append(line)
+        note(line)
 
     def _agree(self):
         """ValueError on every rank unless all ranks have the same settings (non-blocking, under

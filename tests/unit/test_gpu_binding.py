@@ -157,13 +157,16 @@ def test_init_binds_on_the_nccl_backend_only(monkeypatch, caplog):
         (device, buses)) or f"{buses[device]}: bound")
 
     def run(backend, on):
-        comm = SimpleNamespace(settings=SimpleNamespace(backend=backend, bind_gpu_numa=on),
-                               backend=SimpleNamespace(device_id=1, local_ranks=2),
-                               _host_names=["h"], rank=0)
+        comm = object.__new__(TorusCommunicator)      # what init() has set by then
+        comm.settings = SimpleNamespace(backend=backend, bind_gpu_numa=on)
+        comm.backend = SimpleNamespace(device_id=1, local_ranks=2)
+        comm._host_names, comm.init_notes = ["h"], []     # rank: MPI's, 0 here
         caplog.clear()
         with caplog.at_level("DEBUG", logger="nnabla_torus"):
-            TorusCommunicator._bind_near_gpu(comm)
-        return [(r.levelname, r.getMessage()) for r in caplog.records]
+            comm._bind_near_gpu()
+        logged = [(r.levelname, r.getMessage()) for r in caplog.records]
+        assert comm.init_notes == [text for level, text in logged if level == "INFO"]
+        return logged
     assert run("nccl", True) == [("INFO", "ranks near their GPUs (NNABLA_TORUS_BIND_GPU_NUMA=0 "
                                           "turns it off): host h: device 1: bus1: bound")]
     assert asked == [(1, ["bus0", "bus1"])]
