@@ -105,17 +105,33 @@ def own_mask():
     return os.sched_getaffinity(0)
 
 
-def node_share(cpus, index, count):
-    """Part ``index`` of ``count`` contiguous, near-equal parts of ``cpus`` (all of them when
-    there are fewer CPUs than parts).
+def cores(cpus, sysfs="/sys"):
+    """``cpus`` grouped by physical core (hyperthread siblings together, from sysfs
+    ``thread_siblings_list``; a CPU alone where sysfs does not say), ordered by first CPU."""
+    groups = {}
+    for cpu in sorted(cpus):
+        try:
+            with open(os.path.join(sysfs, f"devices/system/cpu/cpu{cpu}/topology/"
+                                          "thread_siblings_list")) as f:
+                siblings = parse_cpulist(f.read())
+        except (OSError, ValueError):
+            siblings = {cpu}
+        groups.setdefault(min(siblings | {cpu}), set()).add(cpu)
+    return [groups[first] for first in sorted(groups)]
 
-    >>> sorted(node_share(set(range(8, 16)), 1, 2)), sorted(node_share({0, 1}, 2, 3))
-    ([12, 13, 14, 15], [0, 1])
+
+def node_share(cores, index, count):
+    """The CPUs of part ``index`` of ``count`` contiguous, near-equal parts of ``cores`` (lists
+    of CPUs, one per physical core: ``cores()``), so no two parts share a core; all of them
+    when there are fewer cores than parts.
+
+    >>> sorted(node_share([{8, 24}, {9, 25}, {10, 26}, {11, 27}], 1, 2))
+    [10, 11, 26, 27]
     """
-    ordered = sorted(cpus)
-    if len(ordered) < count:
-        return set(ordered)
-    return set(ordered[len(ordered) * index // count: len(ordered) * (index + 1) // count])
+    if len(cores) < count:
+        index, count = 0, 1
+    part = cores[len(cores) * index // count: len(cores) * (index + 1) // count]
+    return set().union(*part)
 
 
 def bind_near_gpu(device, bus_ids, sysfs="/sys", mask=own_mask, bind=set_process_affinity):
@@ -123,9 +139,9 @@ def bind_near_gpu(device, bus_ids, sysfs="/sys", mask=own_mask, bind=set_process
 
     ``bus_ids``: the PCI bus id of every GPU the host's ranks use, by device (``cuda_bus_id``;
     None when unknown). A rank given its GPU's whole NUMA node (unbound, or bound to a package)
-    takes its share of the node's CPUs: the node split among the GPUs on it, as ``mpirun
-    --map-by ppr:G:numa:pe=C`` would, so the host's DALI threads do not pile onto the same
-    cores. A rank given part of the node (``taskset``, Slurm's ``--cpu-bind``) keeps that part.
+    takes its share of the node's CPUs: the node's physical cores split among the GPUs on it,
+    as ``mpirun --map-by ppr:G:numa:pe=C`` would, so the host's DALI threads do not pile onto
+    the same cores. A rank given part of the node (``taskset``, Slurm's ``--cpu-bind``) keeps that part.
     A rank with no CPU there (Open MPI put it on the other socket) takes its share of the node
     within its cgroup (the kernel narrows the mask to it; a cgroup with none of those CPUs
     leaves the rank where it was). ``bind(cpus)`` sets the mask (tests pass a recorder)."""
@@ -141,7 +157,8 @@ def bind_near_gpu(device, bus_ids, sysfs="/sys", mask=own_mask, bind=set_process
     peers = [d for d, b in enumerate(bus_ids) if b is not None and gpu_numa_node(b, sysfs) == node]
     near = cpus & here
     whole_node = near == cpus or not near
-    wanted = node_share(cpus, peers.index(device), len(peers)) if whole_node else near
+    wanted = (node_share(cores(cpus, sysfs), peers.index(device), len(peers)) if whole_node
+              else near)
     if wanted == here:
         return f"GPU {bus_id} on NUMA node {node}: CPUs {format_cpulist(here)}, already bound"
     try:

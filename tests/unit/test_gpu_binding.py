@@ -65,6 +65,23 @@ def test_unbound_ranks_split_their_gpus_node(sysfs):
     assert said == "GPU 0000:4e:00.0 on NUMA node 1: bound to CPUs 12-15, 2 GPUs' share"
 
 
+def test_hyperthread_siblings_stay_with_one_rank(sysfs, tmp_path):
+    """Node 1 as Linux numbers a 2-way SMT socket: 8-11 and their siblings 24-27. A split of
+    the sorted list would give one rank 8-11 and the other their siblings: the same cores."""
+    (tmp_path / "devices/system/node/node1/cpulist").write_text("8-11,24-27\n")
+    for cpu in range(8, 12):
+        for twin in (cpu, cpu + 16):
+            topology = tmp_path / f"devices/system/cpu/cpu{twin}/topology"
+            os.makedirs(topology)
+            (topology / "thread_siblings_list").write_text(f"{cpu},{cpu + 16}\n")
+    bound = []
+    for device in (2, 3):
+        rank = Rank(range(32), allowed=range(32))
+        gb.bind_near_gpu(device, HOST, sysfs, rank.mask, rank.bind)
+        bound.append(rank.cpus)
+    assert bound == [{8, 9, 24, 25}, {10, 11, 26, 27}]
+
+
 def test_a_rank_bound_to_its_gpus_package_takes_its_share(sysfs):
     rank = Rank(range(8))                    # Open MPI's --bind-to package, package 0 = node 0
     said = gb.bind_near_gpu(1, HOST, sysfs, rank.mask, rank.bind)
