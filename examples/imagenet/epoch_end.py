@@ -41,6 +41,7 @@ def validate(val_set, model, cfg, comm, device_id, log, dtype="float"):
         top5 = np.argsort(-logits.d, axis=1)[:, :5]
         hits = top5 == labels
         counts[:3] += [hits[valid, 0].sum(), hits[valid].any(axis=1).sum(), valid.sum()]
+    loader.close()                                # its pools' memory back before training
     counts[3] = loader.skipped()
     comm.allreduce_numpy(counts)
     if counts[3]:
@@ -89,6 +90,7 @@ def end_of_epoch(run):
     settings, data, progress = run.settings, run.data, run.progress
     comm, epoch = run.parallel.comm, data.stream.epoch()
     started = time.time()
+    data.stream.close_finished()
     share_bad_images(data.train_set, comm, data.reported_bad, settings.log, epoch)
     average_running_stats(comm)
     progress.top1, progress.top5 = validate(data.val_set, run.net.model, settings.cfg, comm,

@@ -176,6 +176,9 @@ class TrainConfig:
                                    "matrix products on Ampere and newer GPUs (sets "
                                    "NNABLA_CUDA_ALLOW_TF32 before the CUDA extension loads; "
                                    "nnabla's default, off, is full FP32)")
+    bind_gpu_numa: bool = knob(True, "bind each rank to its share of its GPU's NUMA node's "
+                                     "CPUs, within those it was given (CUDA context only; the "
+                                     "communicator's NNABLA_TORUS_BIND_GPU_NUMA)")
     seed: int = knob(313, "random seed of model init and data order")
     # communication
     algorithm: str = knob("planned", "all-reduce: " + " | ".join(CHOICES["algorithm"]) + " "

@@ -47,8 +47,11 @@ def make_context_and_comm(cfg, log_all):
     # "world size N is prime" on prime worlds that never run a torus); torus2d with --plan off.
     planned = "torus2d" if cfg.plan == "off" else "ring"
     algorithm = planned if cfg.algorithm == "planned" else cfg.algorithm
-    comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=algorithm, grid=cfg.grid or None)
+    comm = C.MultiProcessDataParallelCommunicator(ctx, algorithm=algorithm, grid=cfg.grid or None,
+                                                  bind_gpu_numa=cfg.bind_gpu_numa)
     comm.init()
+    for line in comm.init_notes:       # the GPU binding, the MPI transport (rank 0)
+        log_all(line)
     agree_on_config(cfg, comm)
     ctx.device_id = str(comm.local_rank)
     nn.set_default_context(ctx)

@@ -47,13 +47,22 @@ class TrainStream:
                     "batch_size": self.loader.batch_size, "consumed_steps": 0}
         return dict(self.loader.state(), **self.layout.state())
 
+    def close_finished(self):
+        """At an epoch's end, free the finished epoch's DALI pipeline and its pool memory now
+        (before validation builds its own), not when the next epoch's replaces it."""
+        if self.at_epoch_end():
+            self.loader.close()
+
     def next_batch(self, batch_size):
-        if self.loader is None:
+        old = self.loader
+        if old is None:
             self.loader = self.make(batch_size=batch_size, epoch=0)
         elif self.at_epoch_end():
-            self.layout.start(self.loader.epoch + 1)
-            self.loader = self.make(batch_size=batch_size, epoch=self.loader.epoch + 1)
-        elif self.loader.batch_size != batch_size:
-            self.loader = self.make(batch_size=batch_size, epoch=self.loader.epoch,
-                                    start_image=self.loader.position)
+            self.layout.start(old.epoch + 1)
+            old.close()     # before the new pipeline: never both in device memory
+            self.loader = self.make(batch_size=batch_size, epoch=old.epoch + 1)
+        elif old.batch_size != batch_size:
+            old.close()
+            self.loader = self.make(batch_size=batch_size, epoch=old.epoch,
+                                    start_image=old.position)
         return next(self.loader)

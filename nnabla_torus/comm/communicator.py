@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from .mpi_start import MPI  # first: starts MPI (quietly), installs failfast, checks the world
-from . import backends, grid_layouts, other_collectives, topology
+from . import backends, gpu_binding, grid_layouts, launcher_env, other_collectives, topology
 from .algorithm_choice import AlgorithmChoice
 from .array_reduce import reduce_arrays
 from .sqnorms import SquaredNorms
@@ -24,7 +24,7 @@ from .array_layout import Layouts
 from .fused import Workspace, as_list
 from .groups import NamedGroups
 from .guarded_calls import collective, guarded
-from .job_log import log_once_per_job, note  # noqa: F401  (scripts import it from here)
+from .job_log import log_once_per_job, logger, note  # noqa: F401  (scripts import it from here)
 from .rendezvous import AllReduceCall, check_same_call
 from .settings import DEFAULTS, CommSettings, differences  # noqa: F401  (train.py: DEFAULTS)
 from .threads import OneCaller
@@ -40,10 +40,11 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
     """nnabla's multi-process data-parallel communicator API over torus/ring/native all-reduce."""
 
     def __init__(self, ctx=None, algorithm=None, grid=None, backend=None, timeout=None,
-                 wire_fp16=None, check=None, auto_profile=None):
+                 wire_fp16=None, check=None, auto_profile=None, bind_gpu_numa=None):
         self.ctx = ctx
         self.settings = CommSettings.resolve(ctx, algorithm, grid, backend, timeout, wire_fp16,
-                                             check, auto_profile, backend_names=backends.names())
+                                             check, auto_profile, bind_gpu_numa,
+                                             backend_names=backends.names())
         self.algorithm = self.settings.algorithm   # the one running (set_algorithm changes it)
         self.auto_table = None   # auto.Table, fixed by the first set_algorithm("auto")
         self.auto_timer = time.perf_counter  # the clock of auto's measurement (tests skew it)
@@ -57,6 +58,9 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         self.workspace = Workspace()
         self.layouts = Layouts()   # per-list signature, fused parts and views (array_layout)
         self._host_names = []  # MPI.Get_processor_name() of every rank, for error messages
+        # Rank 0: init()'s lines about the job's placement (the ranks' GPU binding, the MPI
+        # transport), also logged at INFO; a script whose log shows warnings only prints them.
+        self.init_notes = []
         self._one_caller = OneCaller()  # collectives from one thread at a time
         self._context_params = []  # (ctx, {name: Variable}) from add_context_and_parameters
         from . import backward_callback, sync_bn
@@ -84,6 +88,10 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
             s.mpi_knobs() if s.backend == "mpi" else {}))
         names = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
         self._host_names = names
+        self._bind_near_gpu()
+        transport = launcher_env.fault_tolerance_note(MPI, names)
+        if transport and self.rank == 0:
+            self._init_note(transport)
         if s.ranks_per_host:
             if self.size % s.ranks_per_host:
                 raise ValueError(f"NNABLA_TORUS_RANKS_PER_HOST={s.ranks_per_host} does not "
@@ -98,6 +106,25 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         self.set_algorithm(self.algorithm, s.grid)
         if hasattr(self.backend, "resources"):   # NCCL: what device memory its communicators take
             note(self.backend.resources())
+
+    def _bind_near_gpu(self):
+        """On the NCCL backend, bind each rank to its share of its GPU's NUMA node's CPUs
+        (:mod:`gpu_binding`); rank 0 logs the job's one line. Other backends have no GPU."""
+        if self.settings.backend != "nccl":
+            logger.debug("%s backend: no GPU, ranks not bound near one", self.settings.backend)
+            return
+        device, phrase = self.backend.device_id, "not bound (NNABLA_TORUS_BIND_GPU_NUMA=0)"
+        if self.settings.bind_gpu_numa:   # the bus ids of the GPUs of this host's ranks
+            bus_ids = [gpu_binding.cuda_bus_id(d) for d in range(self.backend.local_ranks)]
+            phrase = gpu_binding.bind_near_gpu(device, bus_ids)
+        said = MPI.COMM_WORLD.gather((self._host_names[self.rank], device, phrase), root=0)
+        if self.rank == 0:
+            self._init_note(gpu_binding.binding_line(said))
+
+    def _init_note(self, line):
+        """Log ``line`` once (INFO) and keep it in ``init_notes``."""
+        self.init_notes.append(line)
+        note(line)
 
     def _agree(self):
         """ValueError on every rank unless all ranks have the same settings (non-blocking, under

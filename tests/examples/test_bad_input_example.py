@@ -90,6 +90,7 @@ TRAIN = [
     (["--stride-on", "2x2"], "invalid choice: '2x2'"),
     (["--zero-init-last-gamma", "maybe"], "argument --zero-init-last-gamma"),
     (["--allow-tf32", "maybe"], "argument --allow-tf32"),
+    (["--bind-gpu-numa", "maybe"], "argument --bind-gpu-numa"),
     (["--adaptive-min-samples", "-3"], "argument --adaptive-min-samples: must be an integer >= 2"),
     (["--adaptive-max-rse", "0"], "argument --adaptive-max-rse: must be a finite number > 0"),
     (["--adaptive-refit-steps", "-1"], "argument --adaptive-refit-steps: must be an integer >= 0"),

@@ -213,3 +213,55 @@ def test_issue47_only_the_first_batches_are_screened_before_the_first_batch(inde
                               prefetch=1)
     next(loader)
     assert 0 < len(opened) <= (1 + 2) * 2 < len(indexed), (len(opened), len(indexed))
+
+
+def test_issue66_every_rebuild_frees_the_old_pipeline_and_dalis_pools_first(indexed,
+                                                                            monkeypatch):
+    """A batch change, an epoch's end and validation each destroy their DALI pipeline and then
+    release DALI's unused pool memory, before the next pipeline is built: on a 16 GB GPU two
+    pipelines' pools are never held at once (before: the old one lived until replaced, and its
+    memory stayed in DALI's pools)."""
+    import types
+    import weakref
+    from nvidia.dali import backend
+    import stream
+    pipes, events = [], []
+    real_build = data._build_pipeline
+
+    def alive():
+        return sum(ref() is not None for ref in pipes)
+
+    def build(*args):
+        pipe = real_build(*args)
+        pipes.append(weakref.ref(pipe))
+        events.append(("build", alive()))
+        return pipe
+    monkeypatch.setattr(data, "_build_pipeline", build)
+    monkeypatch.setattr(backend, "ReleaseUnusedMemory", lambda: events.append(("release",
+                                                                               alive())))
+    cfg = types.SimpleNamespace(seed=1, image_size=8, min_crop_area=0.5, flip=True,
+                                bad_images="skip")
+    comm = types.SimpleNamespace(rank=1, size=2, local_size=2)
+    train = stream.TrainStream(indexed, cfg, comm, device_id=None)   # 12 images per rank
+    for batch in (4, 4, 3, 3):          # a batch change after 8 images, the epoch's end at 11
+        train.next_batch(batch)
+    assert train.at_epoch_end()
+    train.close_finished()
+    assert events == [("build", 1), ("release", 0), ("build", 1), ("release", 0)]
+    train.next_batch(3)                 # the next epoch: the finished one is closed already
+    assert events[-1] == ("build", 1) and len(events) == 5
+    val = data.make_loader(indexed, 5, 0, 2, train=False, image_size=8)
+    list(val)
+    val.close()
+    assert events[-2:] == [("build", 2), ("release", 1)]        # the training one is alive
+    assert val.skipped() == 0 and val.state()["consumed_steps"] == 3
+
+
+def test_issue66_releasing_dalis_pools_on_a_cpu_run_is_harmless(indexed):
+    first = data.make_loader(indexed, 4, 0, 1, train=True, image_size=8, seed=2)
+    x, y = next(first)
+    first.close()                       # the real ReleaseUnusedMemory: no GPU here
+    again = data.make_loader(indexed, 4, 0, 1, train=True, image_size=8, seed=2)
+    x2, y2 = next(again)
+    np.testing.assert_array_equal(x, x2)
+    np.testing.assert_array_equal(y, y2)

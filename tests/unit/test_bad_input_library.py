@@ -55,6 +55,8 @@ COMMUNICATOR = [
     ("NNABLA_TORUS_AUTO_PROFILE", "nosuch", "no profile file or shipped profile 'nosuch'"),
     ("NNABLA_TORUS_SHM", "maybe", "NNABLA_TORUS_SHM='maybe' is not a valid value: expected one "
                                   "of 1/0, true/false"),
+    ("NNABLA_TORUS_BIND_GPU_NUMA", "maybe", "NNABLA_TORUS_BIND_GPU_NUMA='maybe' is not a valid "
+                                            "value: expected one of 1/0, true/false"),
     ("NNABLA_TORUS_SHM_BYTES", "0", "NNABLA_TORUS_SHM_BYTES='0' is not a valid value: must be an "
                                     "integer >= 1 (bytes per member and shared piece"),
     ("shm_bytes", -1, "shm_bytes=-1 is not a valid value (keyword argument; environment twin "

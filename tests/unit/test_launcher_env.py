@@ -90,6 +90,36 @@ def test_a_world_larger_than_the_launchers_count_is_a_warning_not_an_abort():
     assert launcher_env.world_warning(FakeMPI(8), {"SLURM_STEP_NUM_TASKS": "8"}) is None
 
 
+def test_open_mpis_fault_tolerance_across_hosts_names_the_transport():
+    """With mpi_ft_enable Open MPI 5 opens only the ob1 PML (no UCX): said once, where it
+    matters (ranks on several hosts), with the override that gives UCX back."""
+    on, hosts = {"OMPI_MCA_mpi_ft_enable": "1"}, ["h0", "h0", "h1", "h1"]
+    line = launcher_env.fault_tolerance_note(FakeMPI(4), hosts, on)
+    assert "\n" not in line and line.startswith(
+        "Open MPI fault tolerance is on (mpi_ft_enable): MPI messages between hosts use the ob1 "
+        "PML (uct for InfiniBand, else tcp), not UCX; for UCX add --mca mpi_ft_enable 0 after it")
+    assert launcher_env.fault_tolerance_note(FakeMPI(4), hosts, {"OMPI_MCA_mpi_ft_enable": "true"})
+    assert launcher_env.fault_tolerance_note(FakeMPI(2), ["h0", "h0"], on) is None   # one host
+    assert launcher_env.fault_tolerance_note(FakeMPI(4), hosts, {}) is None
+    assert launcher_env.fault_tolerance_note(
+        FakeMPI(4), hosts, {"OMPI_MCA_mpi_ft_enable": "0"}) is None   # the override
+    mpich = FakeMPI(4, "MPICH Version:\t5.0.2\nMPICH Release date: x")
+    assert launcher_env.fault_tolerance_note(mpich, hosts, on) is None
+
+
+def test_the_fault_flag_reaches_the_ranks_as_the_variable_read():
+    """mpirun's --mca mpi_ft_enable 1 (FAULT_ARGS) sets OMPI_MCA_mpi_ft_enable in the ranks; a
+    later --mca mpi_ft_enable 0 wins."""
+    from nnabla_torus.launching.mpirun_cmd import mpi_library, mpirun_command, mpirun_path
+    if mpi_library(mpirun_path()) != "openmpi":
+        pytest.skip("needs Open MPI's mpirun")
+    show = ["-c", "import os; print('ft=' + os.environ.get('OMPI_MCA_mpi_ft_enable', ''))"]
+    for extra, value in (((), "ft=1"), (("--mca", "mpi_ft_enable", "0"), "ft=0")):
+        done = subprocess.run(mpirun_command(1, show, extra), capture_output=True, text=True,
+                              timeout=120)
+        assert value in done.stdout.split(), done.stdout + done.stderr
+
+
 def test_one_rank_alone_in_an_allocation_of_many_tasks_is_warned():
     """salloc -n 4, then python train.py: one process trains, three tasks idle."""
     salloc = {"SLURM_JOB_ID": "12", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "vm"}

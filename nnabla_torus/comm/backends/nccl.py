@@ -72,7 +72,7 @@ class NCCLBackend(PaddedChunks, DeviceBuffers):
         self.world = MPI.COMM_WORLD.Dup()
         self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
         self.host = socket.gethostname()
-        self.device_id, local_ranks = nnabla_device(self.world)
+        self.device_id, self.local_ranks = nnabla_device(self.world)   # ranks on this host
         self._ext = self._event_class = self._event = None
 
         def load():
@@ -85,7 +85,7 @@ class NCCLBackend(PaddedChunks, DeviceBuffers):
                 from . import cuda_env
                 cuda_env.check_registered(type_contexts(ctx, fake, self.device_id)[
                     np.dtype(np.float32)])
-                cuda_env.check_device(self.device_id, local_ranks)
+                cuda_env.check_device(self.device_id, self.local_ranks)
                 self._event_class = Event
         agree(self.world, load, f"loading the {self.name} backend")
         self._ctx = type_contexts(ctx, fake, self.device_id)

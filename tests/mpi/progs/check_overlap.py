@@ -138,9 +138,9 @@ def device_streams(comm):
         print(passed_line("check_overlap"))
 
 
-def build_unshared(rank):
-    """A conv, a batch norm and affines of odd sizes, each parameter read once (as in
-    ResNet-50); every rank its own input."""
+def build_unshared(rank, hidden=17):
+    """A conv, a batch norm and affines of odd sizes (``hidden`` units between them), each
+    parameter read once (as in ResNet-50); every rank its own input."""
     nn.clear_parameters()
     rng = np.random.RandomState(1)
     x = nn.Variable.from_numpy_array(
@@ -148,7 +148,7 @@ def build_unshared(rank):
     with nn.parameter_scope("conv"):
         h = PF.batch_normalization(PF.convolution(x, 3, (3, 3), rng=rng), batch_stat=True)
     with nn.parameter_scope("mid"):
-        h = F.tanh(PF.affine(F.relu(h), 17, rng=rng))
+        h = F.tanh(PF.affine(F.relu(h), hidden, rng=rng))
     with nn.parameter_scope("head"):
         y = PF.affine(h, 5, rng=rng)
     return F.mean((y - 0.3) ** 2), nn.get_parameters()
