@@ -9,7 +9,7 @@ import numpy as np
 
 from . import grid_layouts
 from .auto import routing as auto_routing
-from .collectives import AUTO, Plan, get_algorithm
+from .collectives import AUTO, Plan, check_backend
 from .guarded_calls import exchange
 
 
@@ -21,12 +21,13 @@ class AlgorithmChoice:
         """Switch the world all-reduce to ``algorithm`` (and ``grid``); collective on all ranks.
 
         ``auto``: the plans of its candidates, and (first time) the table of size ranges."""
-        get_algorithm(algorithm, allow_auto=True)
+        backend = self.settings.backend
+        check_backend(algorithm, backend)   # also: ValueError for an unknown name
         request = self.settings.grid
         if algorithm == AUTO:
             grid = grid or request or grid_layouts.host_rows(self.hosts, self.size)
             self.auto_plans = {name: self._plan_for(name, grid, quiet=True)
-                               for name in auto_routing.candidates(self.hosts)}
+                               for name in auto_routing.candidates(self.hosts, backend)}
             self.algorithm = AUTO
             self.grid = grid_layouts.grid_for("torus2d", grid, self.hosts, self.size, quiet=True)
             self._plan = self.auto_plans["torus2d"]

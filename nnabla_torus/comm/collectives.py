@@ -162,7 +162,9 @@ class Algorithm:
     tools/calibrate.py fits its software term. ``pipelined``: its plans may cut large buffers
     into pieces whose phases overlap (``Plan.pipelined``, NNABLA_TORUS_PIPELINE_BYTES); the
     simulator sizes its buffers so. ``shares_memory``: its plans may run the row phases through
-    shared memory (``Plan.shared``: ``backend.shared_all_reduce``).
+    shared memory (``Plan.shared``: ``backend.shared_all_reduce``). ``mpi_only``: it needs the
+    MPI backend's own methods (e.g. ``run_lanes``, ``*_steps``): refused on other backends
+    (``check_backend``), left out of auto's candidates there and of plans for GPU profiles.
     """
     run: object
     layout: str
@@ -170,6 +172,7 @@ class Algorithm:
     ours: bool = True
     pipelined: bool = False
     shares_memory: bool = False
+    mpi_only: bool = False
 
     @property
     def takes_grid(self):
@@ -213,3 +216,12 @@ def registry_entry(name, allow_auto=False):
         known = ", ".join(list(ALGORITHMS) + [AUTO] * allow_auto)
         raise ValueError(f"unknown all-reduce algorithm {name!r}; choose one of {known} "
                          f"(NNABLA_TORUS_ALGORITHM or algorithm=)") from None
+
+
+def check_backend(name, backend):
+    """ValueError, one line, when algorithm ``name`` cannot run on ``backend`` (its name)."""
+    entry = registry_entry(name, allow_auto=True)
+    if entry is not None and entry.mpi_only and backend != "mpi":
+        usable = ", ".join(n for n in ALGORITHMS if not REGISTRY[n].mpi_only)
+        raise ValueError(f"all-reduce algorithm {name!r} runs on the MPI backend only, not on "
+                         f"{backend!r}; choose one of {usable} or NNABLA_TORUS_BACKEND=mpi")

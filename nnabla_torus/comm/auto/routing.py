@@ -13,17 +13,18 @@ from . import cache as auto_cache
 from . import table as auto
 
 
-def candidates(hosts):
+def candidates(hosts, backend):
     """auto's algorithms: the library's (auto's baseline), then each one whose registry entry
-    lets auto pick it on ``hosts``: the torus, and hierarchical on several hosts."""
-    return ["native"] + [name for name, entry in REGISTRY.items()
-                         if entry.auto and entry.auto(hosts)]
+    lets auto pick it on ``hosts`` and runs on ``backend`` (its name): the torus, and
+    hierarchical on several hosts."""
+    return ["native"] + [name for name, entry in REGISTRY.items() if entry.auto
+                         and entry.auto(hosts) and (backend == "mpi" or not entry.mpi_only)]
 
 
 def fix_table(comm):
     """auto's size ranges, computed on rank 0 (profile, else measured) and broadcast:
     identical on every rank by construction."""
-    names = candidates(comm.hosts)
+    names = candidates(comm.hosts, comm.settings.backend)
     source, profile = comm.auto_profile, comm.settings.profile
     per_host = comm.hosts.ranks_per_host or comm.size
     saved = profile.calibrated_table(comm.size, per_host) if source else None
