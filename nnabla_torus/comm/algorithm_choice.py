@@ -1,16 +1,17 @@
-"""Which all-reduce algorithm a call runs: the one ``set_algorithm`` fixed, or auto's by size.
+"""Which all-reduce algorithm a call runs, and running it: the one ``set_algorithm`` fixed, or
+auto's by size.
 
 ``set_algorithm`` makes the plan (:mod:`.grid_layouts`) of the named algorithm, or for ``auto``
 the plans of its candidates and, the first time, its table of size ranges
 (:mod:`.auto.routing`). A call then sums through ``_runner``: the world's algorithm on the
-world, a ring on any other group; ``algorithm_counts`` counts the world calls per algorithm.
+world, a ring on any other group, each through ``collectives.run_algorithm``;
+``algorithm_counts`` counts the world calls per algorithm.
 """
 import numpy as np
 
 from . import grid_layouts
 from .auto import routing as auto_routing
-from .collectives import AUTO, Plan, check_backend
-from .guarded_calls import exchange
+from .collectives import AUTO, Plan, check_backend, run_algorithm
 
 
 class AlgorithmChoice:
@@ -52,15 +53,15 @@ class AlgorithmChoice:
             return (self._run_auto if self.algorithm == AUTO else self._run_world), self.algorithm
 
         def run(buf):
-            exchange(self, "ring", Plan(grp, grp, None), buf)
+            run_algorithm(self.backend, "ring", Plan(grp, grp, None), buf, self._checking)
         return run, "ring"
 
     def _run_world(self, buf):
         self.algorithm_counts[self.algorithm] += 1
-        exchange(self, self.algorithm, self._plan, buf)
+        run_algorithm(self.backend, self.algorithm, self._plan, buf, self._checking)
 
     def _run_auto(self, buf):
         """One world all-reduce routed by its byte count (the same choice on every rank)."""
         name = self.auto_table.choose(buf.size * np.dtype(buf.dtype).itemsize)  # any backend
         self.algorithm_counts[name] += 1
-        exchange(self, name, self.auto_plans[name], buf)
+        run_algorithm(self.backend, name, self.auto_plans[name], buf, self._checking)

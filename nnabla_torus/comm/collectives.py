@@ -205,6 +205,16 @@ def get_algorithm(name, allow_auto=False):
     return entry and entry.run
 
 
+def run_algorithm(backend, name, plan, buf, checking=""):
+    """Run algorithm ``name`` on ``buf`` with ``plan``. The argument check of the call
+    ``checking`` still pending (``guarded_calls.collective``, ``fold``) goes first, unless the
+    algorithm's first synchronisation is the group's own shared arrival (a shared row over the
+    whole group), which carries it."""
+    if getattr(plan.world, "check_value", 0) and not (plan.shared and plan.row is plan.world):
+        backend.check_arrival(plan.world, checking)
+    get_algorithm(name)(backend, plan, buf)
+
+
 def registry_entry(name, allow_auto=False):
     """The ``Algorithm`` registered as ``name`` (None for "auto" when ``allow_auto``);
     ValueError lists the known ones."""

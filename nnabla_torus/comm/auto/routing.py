@@ -6,8 +6,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..backends import synchronize
-from ..collectives import REGISTRY
-from ..guarded_calls import collective, exchange
+from ..collectives import REGISTRY, run_algorithm
+from ..guarded_calls import collective
 from ..job_log import WARNING, note
 from . import cache as auto_cache
 from . import table as auto
@@ -83,7 +83,8 @@ def measure(comm, names):
         buf.fill(1.0)
         collective(comm, comm.backend.world_group, ("auto measurement", name, nbytes),
                    f"auto measurement ({name})",
-                   lambda: exchange(comm, name, comm.auto_plans[name], buf), fold=True)
+                   lambda: run_algorithm(comm.backend, name, comm.auto_plans[name], buf,
+                                         comm._checking), fold=True)
         synchronize(comm)   # NCCL calls return before their kernels end
 
     return auto.measure(run, names, timer=comm.auto_timer,
