@@ -11,6 +11,7 @@ every process whose MPI world is not the one its launcher started
 (:func:`.launcher_env.world_mismatch`).
 """
 import collections
+import functools
 import time
 
 import numpy as np
@@ -193,8 +194,11 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         sig = AllReduceCall(op, layout.signature, bool(division), bool(inplace),
                             self.track_sqnorms, algorithm,
                             str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
-        collective(self, grp, sig, what, lambda: reduce_arrays(
-            self, layout, division, inplace, run, grp.size, zeroing_rule), fold=True)
+        norms = collective(self, grp, sig, what, functools.partial(
+            reduce_arrays, self.backend, self.workspace, layout, run, grp.size,
+            division=division, inplace=inplace, wire_fp16=self.wire_fp16,
+            sqnorms=self.track_sqnorms, zeroing_rule=zeroing_rule), fold=True)
+        self.sqnorms.add(*norms)
 
     def pop_sqnorms(self):
         """``(local_mean_sqnorm, global_sqnorm)`` summed over calls since the last pop.
