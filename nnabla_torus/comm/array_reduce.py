@@ -22,7 +22,7 @@ def reduce_arrays(backend, workspace, layout, sum_buffer, p, *, division=False, 
     if p == 1:  # nothing to exchange: the sum and the average are the input itself
         if not sqnorms:
             return 0.0, 0.0
-        local = sum(backend.sqnorm(backend.flat(a, write=False)) for a in layout.arrays)
+        local = sum(backend.sqnorm(backend.buffer_of(a, write=False)) for a in layout.arrays)
         return call_norms(local, local, 1, averaged=True)
     # inplace=True (nnabla: each array reduced in its own storage) gives the same result
     # through the fused buffer, one exchange per dtype; each array keeps its own dtype.

@@ -53,7 +53,7 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         self.track_sqnorms = False
         self.sqnorms = SquaredNorms()
         self.backend = None
-        self._plans = {}
+        self._routes = {}
         self._groups = {}
         self.workspace = Workspace()
         self.layouts = Layouts()   # per-list signature, fused parts and views (array_layout)
@@ -146,7 +146,7 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         """True when world all-reduces overlap row and column phases on pieces of the buffer
         (torus2d with rows inside a host and columns across hosts, MPI backend)."""
         self._ready()
-        return self._plan.pipelined
+        return self._route.pipelined
 
     def add_context_and_parameters(self, ctx_param_dict):
         """Register ``(ctx, {name: Variable})``; the deprecated ``allreduce()`` reduces the
@@ -185,7 +185,7 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
 
     def _all_reduce_call(self, op, arrays, division, inplace, group, zeroing_rule=True):
         grp = self._group(group)
-        run, algorithm = self._runner(group, grp)
+        sum_buffer, algorithm = self._buffer_sum(group, grp)
         what = f"{op} ({algorithm}, group {group!r})"
         # The algorithm, grid, wire format and pieces are part of the call: ranks that differ
         # in them would exchange mismatched messages.
@@ -195,7 +195,7 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
                             self.track_sqnorms, algorithm,
                             str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
         norms = collective(self, grp, sig, what, functools.partial(
-            reduce_arrays, self.backend, self.workspace, layout, run, grp.size,
+            reduce_arrays, self.backend, self.workspace, layout, sum_buffer, grp.size,
             division=division, inplace=inplace, wire_fp16=self.wire_fp16,
             sqnorms=self.track_sqnorms, zeroing_rule=zeroing_rule), fold=True)
         self.sqnorms.add(*norms)

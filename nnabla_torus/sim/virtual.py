@@ -2,7 +2,7 @@
 
 Each rank is a greenlet that runs the code users run: ``collectives.torus2d`` / ``ring`` /
 ``hierarchical``, the MPI backend's step generators (inherited, not re-implemented) and the
-communicator's settings and plan. Only the transport is virtual: ``VirtualComm`` gives the
+communicator's settings and route. Only the transport is virtual: ``VirtualComm`` gives the
 generators ``Isend`` / ``Irecv`` / ``Dup`` / ``Get_rank``, and ``World``
 (:mod:`nnabla_torus.sim.virtual_world`) matches a send with its receive; a send completes only
 when its receive is posted, so an ordering bug that MPI's buffering would hide still deadlocks,
@@ -133,7 +133,7 @@ class BlockingLanes:
 
 
 def make_ranks(world, ranks_per_host, algorithm, grid=None, pipeline_bytes=PIPELINE_BYTES):
-    """(backends, plans) of every virtual rank (a ``collectives.Plan`` each); ranks placed
+    """(backends, routes) of every virtual rank (a ``collectives.Route`` each); ranks placed
     host by host.
 
     ``grid``: "XxY" or topology.Grid for torus2d (None: the communicator's default grid);
@@ -151,20 +151,20 @@ def make_ranks(world, ranks_per_host, algorithm, grid=None, pipeline_bytes=PIPEL
     settings = CommSettings.resolve(algorithm=algorithm, grid=grid, backend="mpi",
                                     timeout=TIMEOUT_MAX_S, check=False, backend_names=("mpi",))
     grid = grid_layouts.grid_for(algorithm, settings.grid, hosts, world.size)
-    rank_plans = [grid_layouts.make_plan(b, hosts, b.rank, algorithm, grid) for b in backends]
-    return backends, rank_plans
+    rank_routes = [grid_layouts.make_route(b, hosts, b.rank, algorithm, grid) for b in backends]
+    return backends, rank_routes
 
 
 def run_allreduce(buffers, algorithm, grid=None, ranks_per_host=1, network=None,
                   pipeline_bytes=PIPELINE_BYTES, max_wall=None, recorder=None):
     """Sum ``buffers`` (one 1-D numpy array per rank) in place with ``algorithm``.
 
-    Runs the collective as the communicator would (its grid and plan, the algorithm from
+    Runs the collective as the communicator would (its grid and route, the algorithm from
     ``collectives``); returns (simulated seconds, World) when ``network`` is given, else None;
     ``recorder``: see World.
     """
     world = World(len(buffers), network, max_wall, recorder)
-    backends, rank_plans = make_ranks(world, ranks_per_host, algorithm, grid, pipeline_bytes)
+    backends, rank_routes = make_ranks(world, ranks_per_host, algorithm, grid, pipeline_bytes)
     run = get_algorithm(algorithm)
-    seconds = world.run(lambda b: run(b, rank_plans[b.rank], buffers[b.rank]), backends)
+    seconds = world.run(lambda b: run(b, rank_routes[b.rank], buffers[b.rank]), backends)
     return (seconds, world) if network is not None or recorder is not None else None

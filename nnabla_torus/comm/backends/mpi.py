@@ -2,9 +2,9 @@
 
 Buffers are 1-D contiguous numpy arrays (zero-copy views of CPU NdArrays); a group of m ranks
 splits one into m chunks (``chunk_bounds``), so any length works without padding. Each ring
-primitive is also a generator of waits (``*_steps``), and ``run_lanes`` (:mod:`.lanes`) advances
-several at once: that is how ``collectives.torus2d`` overlaps the row phases of one piece with the column
-phase of another. Inside one host a group may share memory instead
+primitive is also a generator of waits (``*_steps``) that ``run_steps`` runs alone, and
+``run_lanes`` (:mod:`.lanes`) advances several at once: that is how ``collectives.torus2d``
+overlaps the row phases of one piece with the column phase of another. Inside one host a group may share memory instead
 (:class:`.mpi_shared.SharedMemoryPath`); the buffer methods: :class:`.mpi_buffers.HostBuffers`.
 The ring's steps, the float16 error bound and the shared path's byte counts:
 docs/communicator.md#the-mpi-backend.
@@ -104,7 +104,7 @@ class MPIBackend(SharedMemoryPath, HostBuffers):
             self._scratch[key] = buf
         return buf[:count]
 
-    def run(self, steps):
+    def run_steps(self, steps):
         """Run one generator of waits (see the module docstring) to its end; returns its value."""
         while True:
             try:
@@ -137,15 +137,15 @@ class MPIBackend(SharedMemoryPath, HostBuffers):
 
         Returns that chunk (a view of ``buf``). Other chunks are left partially summed.
         """
-        return self.run(self.reduce_scatter_steps(group, buf, what))
+        return self.run_steps(self.reduce_scatter_steps(group, buf, what))
 
     def all_gather(self, group, buf, what="all_gather"):
         """Fill every chunk of ``buf`` with its owner's chunk (owner of chunk i: position i)."""
-        self.run(self.all_gather_steps(group, buf, what))
+        self.run_steps(self.all_gather_steps(group, buf, what))
 
     def all_reduce(self, group, buf, what="all_reduce"):
         """Ring all-reduce: reduce-scatter then all-gather (bandwidth-optimal)."""
-        self.run(self.all_reduce_steps(group, buf, what))
+        self.run_steps(self.all_reduce_steps(group, buf, what))
 
     def reduce_scatter_steps(self, group, buf, what="reduce_scatter"):
         """``reduce_scatter`` as a generator of waits; its value is our chunk."""
