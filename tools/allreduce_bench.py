@@ -150,7 +150,7 @@ def time_calls(comm, nds, sources, count, world, inplace=True):
     data = nds if len(nds) > 1 else nds[0]
     for _ in range(count):
         for nd, source in zip(nds, sources):
-            be.copy(be.flat(nd), be.flat(source, write=False))
+            be.copy(be.buffer_of(nd), be.buffer_of(source, write=False))
         synchronize(comm)   # the copy is device work too: done before the clock starts
         world.Barrier()
         start = time.perf_counter()

@@ -8,13 +8,13 @@ which this layer may not import, keys each cost by the same name (``COSTS`` in
 planning/costmodel/allreduce.py, checked complete at import). So a new algorithm is a function
 and an entry here plus a cost there: docs/contributing.md#add-an-all-reduce-algorithm.
 
-Every algorithm sums a 1-D buffer in place over the ranks of a ``Plan`` (which groups to use).
+Every algorithm sums a 1-D buffer in place over the ranks of a ``Route`` (which groups to use).
 A backend supplies ``reduce_scatter(group, buf)`` (returns our reduced chunk, a view),
 ``all_reduce(group, buf)``, ``all_gather(group, buf)`` and ``library_all_reduce(group, buf)``.
 The algorithms: ``ring``, ``torus2d`` (Mikami et al. 2018: reduce-scatter along the row,
 all-reduce the shard along the column, all-gather along the row), ``hierarchical`` (rows = one
 host's ranks, the column by the library) and ``native``; the README's algorithms table gives
-their steps and bytes. A ``pipelined`` plan overlaps the row phases of one piece with the column
+their steps and bytes. A ``pipelined`` route overlaps the row phases of one piece with the column
 phase of another (``torus2d_lanes``), a ``shared`` one runs the row phases through shared memory
 (``shared_all_reduce``): docs/communicator.md#algorithms-in-detail. Averages
 (``division=True``) divide the complete sum: floating types multiply by 1/p, integer types take
@@ -32,8 +32,9 @@ DEFAULT_ALGORITHM = AUTO
 
 
 @dataclass
-class Plan:
-    """The groups one rank uses: ``world``, and its ``row`` and ``column`` of the grid.
+class Route:
+    """The route of one rank's all-reduce: the groups it uses, ``world`` and its ``row`` and
+    ``column`` of the grid (grid_layouts.make_route), and how the buffer moves through them.
 
     ``pipelined``: torus2d overlaps its row and column phases on pieces of the buffer.
     ``shared``: the row's members share memory (the backend's ``shared_all_reduce``).
@@ -70,26 +71,26 @@ def scale_numpy(data, factor):
     np.floor_divide(data, divisor, out=data)
 
 
-def ring(backend, plan, buf):
-    backend.all_reduce(plan.world, buf, "ring all_reduce")
+def ring(backend, route, buf):
+    backend.all_reduce(route.world, buf, "ring all_reduce")
 
 
-def torus2d(backend, plan, buf):
-    if plan.shared:
-        column = None if plan.column.size == 1 else (lambda shard: backend.all_reduce(
-            plan.column, shard, "torus2d column all_reduce"))
-        backend.shared_all_reduce(plan.row, buf, "torus2d row", column)
+def torus2d(backend, route, buf):
+    if route.shared:
+        column = None if route.column.size == 1 else (lambda shard: backend.all_reduce(
+            route.column, shard, "torus2d column all_reduce"))
+        backend.shared_all_reduce(route.row, buf, "torus2d row", column)
         return
-    pieces = backend.pieces(buf) if plan.pipelined else [buf]
+    pieces = backend.pieces(buf) if route.pipelined else [buf]
     if len(pieces) > 1:
-        backend.run_lanes(torus2d_lanes(backend, plan, pieces))
+        backend.run_lanes(torus2d_lanes(backend, route, pieces))
         return
-    shard = backend.reduce_scatter(plan.row, buf, "torus2d row reduce-scatter")
-    backend.all_reduce(plan.column, shard, "torus2d column all_reduce")
-    backend.all_gather(plan.row, buf, "torus2d row all-gather")
+    shard = backend.reduce_scatter(route.row, buf, "torus2d row reduce-scatter")
+    backend.all_reduce(route.column, shard, "torus2d column all_reduce")
+    backend.all_gather(route.row, buf, "torus2d row all-gather")
 
 
-def torus2d_lanes(backend, plan, pieces):
+def torus2d_lanes(backend, route, pieces):
     """The pipelined torus: three lanes that a backend's ``run_lanes`` advances together.
 
     Piece k goes through row reduce-scatter, column all-reduce and row all-gather in turn, but
@@ -104,14 +105,14 @@ def torus2d_lanes(backend, plan, pieces):
     def row_reduce_scatter():
         for k, piece in enumerate(pieces):
             shards[k] = yield from backend.reduce_scatter_steps(
-                plan.row, piece, f"torus2d row reduce-scatter (piece {k + 1}/{count})")
+                route.row, piece, f"torus2d row reduce-scatter (piece {k + 1}/{count})")
 
     def column_all_reduce():
         for k in range(count):
             if shards[k] is None:
                 yield (lambda k=k: shards[k] is not None), "", []
             yield from backend.all_reduce_steps(
-                plan.column, shards[k], f"torus2d column all_reduce (piece {k + 1}/{count})")
+                route.column, shards[k], f"torus2d column all_reduce (piece {k + 1}/{count})")
             summed[0] = k + 1
 
     def row_all_gather():
@@ -119,24 +120,24 @@ def torus2d_lanes(backend, plan, pieces):
             if summed[0] <= k:
                 yield (lambda k=k: summed[0] > k), "", []
             yield from backend.all_gather_steps(
-                plan.row, piece, f"torus2d row all-gather (piece {k + 1}/{count})")
+                route.row, piece, f"torus2d row all-gather (piece {k + 1}/{count})")
 
     return [column_all_reduce(), row_reduce_scatter(), row_all_gather()]
 
 
-def hierarchical(backend, plan, buf):
-    if plan.shared:
-        column = None if plan.column.size == 1 else (lambda shard: backend.library_all_reduce(
-            plan.column, shard, "hierarchical cross-host all_reduce"))
-        backend.shared_all_reduce(plan.row, buf, "hierarchical host", column)
+def hierarchical(backend, route, buf):
+    if route.shared:
+        column = None if route.column.size == 1 else (lambda shard: backend.library_all_reduce(
+            route.column, shard, "hierarchical cross-host all_reduce"))
+        backend.shared_all_reduce(route.row, buf, "hierarchical host", column)
         return
-    shard = backend.reduce_scatter(plan.row, buf, "hierarchical host reduce-scatter")
-    backend.library_all_reduce(plan.column, shard, "hierarchical cross-host all_reduce")
-    backend.all_gather(plan.row, buf, "hierarchical host all-gather")
+    shard = backend.reduce_scatter(route.row, buf, "hierarchical host reduce-scatter")
+    backend.library_all_reduce(route.column, shard, "hierarchical cross-host all_reduce")
+    backend.all_gather(route.row, buf, "hierarchical host all-gather")
 
 
-def native(backend, plan, buf):
-    backend.library_all_reduce(plan.world, buf, "native all_reduce")
+def native(backend, route, buf):
+    backend.library_all_reduce(route.world, buf, "native all_reduce")
 
 
 def everywhere(hosts):
@@ -153,23 +154,26 @@ def across_hosts(hosts):
 class Algorithm:
     """One all-reduce algorithm's parts in this layer, read by name by the layers above too.
 
-    ``run(backend, plan, buf)``: its steps (above). ``layout``: its grid and groups
+    ``function(backend, route, buf)``: its steps (above). ``layout``: its grid and groups
     (grid_layouts.py), the planner's candidate grids (planner.grids): "world" (p x 1, every
     rank in one group), "hosts" (rows = one host's ranks, columns across hosts) or "torus"
     (any X x Y: asked for, else the default grid). ``auto(hosts)``: True where auto may pick
     it over native, auto's baseline (None: never; comm/auto/routing.py). ``ours``: built here
     from the backend's primitives, not the library's own: the simulator runs it (sim/), and
-    tools/calibrate.py fits its software term. ``pipelined``: its plans may cut large buffers
-    into pieces whose phases overlap (``Plan.pipelined``, NNABLA_TORUS_PIPELINE_BYTES); the
-    simulator sizes its buffers so. ``shares_memory``: its plans may run the row phases through
-    shared memory (``Plan.shared``: ``backend.shared_all_reduce``).
+    tools/calibrate.py fits its software term. ``pipelined``: its routes may cut large buffers
+    into pieces whose phases overlap (``Route.pipelined``, NNABLA_TORUS_PIPELINE_BYTES); the
+    simulator sizes its buffers so. ``shares_memory``: its routes may run the row phases through
+    shared memory (``Route.shared``: ``backend.shared_all_reduce``). ``mpi_only``: it needs the
+    MPI backend's own methods (e.g. ``run_lanes``, ``*_steps``): refused on other backends
+    (``check_backend``), left out of auto's candidates there and of plans for GPU profiles.
     """
-    run: object
+    function: object
     layout: str
     auto: object = None
     ours: bool = True
     pipelined: bool = False
     shares_memory: bool = False
+    mpi_only: bool = False
 
     @property
     def takes_grid(self):
@@ -191,7 +195,7 @@ REGISTRY = {
 ALGORITHM_NAMES = tuple(REGISTRY)
 OURS = tuple(name for name, algorithm in REGISTRY.items() if algorithm.ours)
 # name -> function, the torus first: the order that messages, choices and help texts list them in.
-ALGORITHMS = {name: REGISTRY[name].run
+ALGORITHMS = {name: REGISTRY[name].function
               for name in sorted(ALGORITHM_NAMES, key=lambda name: name != "torus2d")}
 
 
@@ -199,7 +203,17 @@ def get_algorithm(name, allow_auto=False):
     """The all-reduce function registered as ``name`` (None for "auto" when ``allow_auto``);
     ValueError lists the known ones."""
     entry = registry_entry(name, allow_auto)
-    return entry and entry.run
+    return entry and entry.function
+
+
+def run_algorithm(backend, name, route, buf, checking=""):
+    """Run algorithm ``name`` on ``buf`` with ``route``. The argument check of the call
+    ``checking`` still pending (``guarded_calls.collective``, ``fold``) goes first, unless the
+    algorithm's first synchronisation is the group's own shared arrival (a shared row over the
+    whole group), which carries it."""
+    if getattr(route.world, "check_value", 0) and not (route.shared and route.row is route.world):
+        backend.check_arrival(route.world, checking)
+    get_algorithm(name)(backend, route, buf)
 
 
 def registry_entry(name, allow_auto=False):
@@ -213,3 +227,12 @@ def registry_entry(name, allow_auto=False):
         known = ", ".join(list(ALGORITHMS) + [AUTO] * allow_auto)
         raise ValueError(f"unknown all-reduce algorithm {name!r}; choose one of {known} "
                          f"(NNABLA_TORUS_ALGORITHM or algorithm=)") from None
+
+
+def check_backend(name, backend):
+    """ValueError, one line, when algorithm ``name`` cannot run on ``backend`` (its name)."""
+    entry = registry_entry(name, allow_auto=True)
+    if entry is not None and entry.mpi_only and backend != "mpi":
+        usable = ", ".join(n for n in ALGORITHMS if not REGISTRY[n].mpi_only)
+        raise ValueError(f"all-reduce algorithm {name!r} runs on the MPI backend only, not on "
+                         f"{backend!r}; choose one of {usable} or NNABLA_TORUS_BACKEND=mpi")

@@ -11,6 +11,7 @@ every process whose MPI world is not the one its launcher started
 (:func:`.launcher_env.world_mismatch`).
 """
 import collections
+import functools
 import time
 
 import numpy as np
@@ -53,7 +54,7 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         self.track_sqnorms = False
         self.sqnorms = SquaredNorms()
         self.backend = None
-        self._plans = {}
+        self._routes = {}
         self._groups = {}
         self.workspace = Workspace()
         self.layouts = Layouts()   # per-list signature, fused parts and views (array_layout)
@@ -172,7 +173,7 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         """True when world all-reduces overlap row and column phases on pieces of the buffer
         (torus2d with rows inside a host and columns across hosts, MPI backend)."""
         self._ready()
-        return self._plan.pipelined
+        return self._route.pipelined
 
     def add_context_and_parameters(self, ctx_param_dict):
         """Register ``(ctx, {name: Variable})``; the deprecated ``allreduce()`` reduces the
@@ -211,7 +212,7 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
 
     def _all_reduce_call(self, op, arrays, division, inplace, group, zeroing_rule=True):
         grp = self._group(group)
-        run, algorithm = self._runner(group, grp)
+        sum_buffer, algorithm = self._buffer_sum(group, grp)
         what = f"{op} ({algorithm}, group {group!r})"
         # The algorithm, grid, wire format and pieces are part of the call: ranks that differ
         # in them would exchange mismatched messages.
@@ -220,8 +221,11 @@ class TorusCommunicator(NamedGroups, AlgorithmChoice):
         sig = AllReduceCall(op, layout.signature, bool(division), bool(inplace),
                             self.track_sqnorms, algorithm,
                             str(self.grid) if group == "world" else None, self.wire_fp16, pieces)
-        collective(self, grp, sig, what, lambda: reduce_arrays(
-            self, layout, division, inplace, run, grp.size, zeroing_rule), fold=True)
+        norms = collective(self, grp, sig, what, functools.partial(
+            reduce_arrays, self.backend, self.workspace, layout, sum_buffer, grp.size,
+            division=division, inplace=inplace, wire_fp16=self.wire_fp16,
+            sqnorms=self.track_sqnorms, zeroing_rule=zeroing_rule), fold=True)
+        self.sqnorms.add(*norms)
 
     def pop_sqnorms(self):
         """``(local_mean_sqnorm, global_sqnorm)`` summed over calls since the last pop.

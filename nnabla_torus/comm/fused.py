@@ -72,7 +72,7 @@ def put(backend, dst, values):
         dst[...] = values
         return
     import nnabla as nn
-    backend.copy(dst, backend.flat(nn.NdArray.from_numpy_array(values), write=False))
+    backend.copy(dst, backend.buffer_of(nn.NdArray.from_numpy_array(values), write=False))
 
 
 def get(backend, src):
@@ -82,5 +82,5 @@ def get(backend, src):
     import nnabla as nn
     out = nn.NdArray((src.size,))
     out.cast(np.dtype(src.dtype))
-    backend.copy(backend.flat(out), src)
+    backend.copy(backend.buffer_of(out), src)
     return out.get_data("r").copy()

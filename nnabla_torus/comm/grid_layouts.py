@@ -1,11 +1,11 @@
-"""Which grid and which groups (a ``collectives.Plan``) one rank uses for each algorithm.
+"""Which grid and which groups (a ``collectives.Route``) one rank uses for each algorithm.
 
 Each algorithm names its layout (``collectives.REGISTRY``): "world", "hosts" or "torus".
 Shared by the communicator and the simulator's virtual ranks (``nnabla_torus.sim.virtual``), so
 a simulated all-reduce is routed exactly as a real one. ``hosts`` is a ``topology.HostLayout``.
 """
 from . import topology
-from .collectives import DEFAULT_ALGORITHM, Plan, registry_entry
+from .collectives import DEFAULT_ALGORITHM, Route, registry_entry
 from .job_log import WARNING, note
 
 
@@ -44,8 +44,8 @@ def share_memory(backend, hosts, group):
     return bool(share and not hosts.spans_hosts(group.ranks) and share(group))
 
 
-def make_plan(backend, hosts, rank, algorithm, grid):
-    """The Plan of ``rank`` for ``algorithm`` on ``grid`` (from ``grid_for``); creates the
+def make_route(backend, hosts, rank, algorithm, grid):
+    """The Route of ``rank`` for ``algorithm`` on ``grid`` (from ``grid_for``); creates the
     backend groups it needs (collective over their members)."""
     world = backend.world_group
     entry = registry_entry(algorithm)   # its layout, and whether it pipelines or shares memory
@@ -55,7 +55,7 @@ def make_plan(backend, hosts, rank, algorithm, grid):
         local = host.index(rank)
         column = [h[local] for h in hosts.hosts]
         row = backend.group(host)
-        return Plan(world, row, backend.group(column),
+        return Route(world, row, backend.group(column),
                     shared=entry.shares_memory and share_memory(backend, hosts, row))
     if layout == "torus":
         row, column = grid.row_of(rank), grid.column_of(rank)
@@ -65,11 +65,11 @@ def make_plan(backend, hosts, rank, algorithm, grid):
                      and len(column) > 1 and hosts.spans_hosts(column)
                      and not hosts.spans_hosts(row))
         row, column = backend.group(row), backend.group(column)
-        # Pipelined plans overlap the row with the column over messages; else the row
+        # Pipelined routes overlap the row with the column over messages; else the row
         # goes through shared memory when its ranks share a host.
-        return Plan(world, row, column, pipelined, shared=not pipelined
+        return Route(world, row, column, pipelined, shared=not pipelined
                     and entry.shares_memory and share_memory(backend, hosts, row))
-    return Plan(world, world, None)
+    return Route(world, world, None)
 
 
 def host_rows(hosts, size):

@@ -8,7 +8,6 @@ import time
 
 from mpi4py import MPI
 
-from .collectives import get_algorithm
 from .errors import CollectiveTimeout, RankGone, RankLost
 from .rendezvous import CallMismatch, call_hash, check_same_call, raise_mismatch
 from .waits import lost_ranks, rank_lost
@@ -21,7 +20,8 @@ def collective(comm, group, signature, what, body, fold=False):
 
     ``fold``: when the group shares one host's memory (``group.sync``), the check is not a
     synchronisation of its own but rides on the call's first shared arrival
-    (``Group.check_value``): ``body`` must start every exchange with ``exchange``.
+    (``Group.check_value``): ``body`` must start every exchange with
+    ``collectives.run_algorithm``.
     """
     def checked():
         sync = getattr(group, "sync", None)
@@ -31,7 +31,7 @@ def collective(comm, group, signature, what, body, fold=False):
                                 sync=sync)
             return body()
         group.check_value = call_hash(signature) or 1
-        comm._checking = what   # names the call if exchange's own check arrival waits
+        comm._checking = what   # names the call if run_algorithm's check arrival waits
         try:
             result = body()
             comm.backend.check_arrival(group, what)   # a call with nothing to exchange
@@ -41,15 +41,6 @@ def collective(comm, group, signature, what, body, fold=False):
             group.check_value = 0   # never carried into a later call
         return result
     return guarded(comm, what, checked)
-
-
-def exchange(comm, name, plan, buf):
-    """Run algorithm ``name`` on ``buf`` with ``plan``. A pending argument check (see
-    ``collective``) goes first, unless the algorithm's first synchronisation is the group's
-    own shared arrival (a shared row over the whole group), which carries it."""
-    if getattr(plan.world, "check_value", 0) and not (plan.shared and plan.row is plan.world):
-        comm.backend.check_arrival(plan.world, comm._checking)
-    get_algorithm(name)(comm.backend, plan, buf)
 
 
 def guarded(comm, what, body):

@@ -25,7 +25,7 @@ def bcast(comm, data, src, inplace, group):
     def body():
         if inplace:
             for a in arrays:
-                be.bcast(grp, be.flat(a), root, f"bcast from rank {src}")
+                be.bcast(grp, be.buffer_of(a), root, f"bcast from rank {src}")
             return
         for part in layout.parts(inplace=True):   # one buffer per dtype
             buf = comm.workspace.buffer(be, part.wire, part.n)
@@ -45,7 +45,7 @@ def reduce(comm, data, dst, division, inplace, group):
             or not 0 <= dst < grp.size:
         raise ValueError(f"reduce destination {dst!r} is not a position in group {group!r} "
                          f"of {grp.size} ranks {grp.ranks}; use 0..{grp.size - 1}")
-    run, algorithm = comm._runner(group, grp)
+    sum_buffer, algorithm = comm._buffer_sum(group, grp)
     be, dst = comm.backend, int(dst)
     layout = comm.layouts.of(arrays)
     sig = ReduceCall("reduce", layout.signature, dst, bool(division), bool(inplace), algorithm,
@@ -58,7 +58,7 @@ def reduce(comm, data, dst, division, inplace, group):
             n = part.n
             buf = comm.workspace.buffer(be, part.wire, be.padded_length(n, part.wire))
             pack(be, part, buf)
-            run(buf)
+            sum_buffer(buf)
             if grp.rank == dst:
                 if division:
                     be.scale(be.sub(buf, 0, n), 1.0 / grp.size)
@@ -83,7 +83,8 @@ def all_gather(comm, ndarray, ndarray_list, group):
                              f"{[tuple(o.shape) for o in outs]}")
         dtype = dtype_of(ndarray)
         buf = comm.workspace.buffer(be, dtype, n * grp.size)
-        be.all_gather_into(grp, be.flat(ndarray, write=False), buf, f"all_gather ({group!r})")
+        be.all_gather_into(grp, be.buffer_of(ndarray, write=False), buf,
+                           f"all_gather ({group!r})")
         unpack(be, buf, comm.layouts.of(outs).whole(dtype), packed=False)
     collective(comm, grp, sig, f"all_gather (group {group!r})", body)
 
@@ -109,5 +110,5 @@ def reduce_scatter(comm, ndarray_list, ndarray, division, group):
         shard = be.reduce_scatter(grp, buf, f"reduce_scatter ({group!r})")
         if division:
             be.scale(shard, 1.0 / grp.size)
-        be.copy(be.flat(ndarray, write=True), shard)
+        be.copy(be.buffer_of(ndarray, write=True), shard)
     collective(comm, grp, sig, f"reduce_scatter (group {group!r})", body)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 
 from ..knobs import TIMEOUT_MAX_S, env_value, knob_value, number, parse_bool
 from . import auto, topology
-from .collectives import DEFAULT_ALGORITHM, PIPELINE_BYTES, get_algorithm
+from .collectives import DEFAULT_ALGORITHM, PIPELINE_BYTES, check_backend, get_algorithm
 
 # The longest sleep between two polls of a wait, seconds: every wait (each ring step of every
 # collective) may sleep this long once more after its data arrived, so 10 ms already costs a
@@ -93,6 +93,7 @@ class CommSettings:
         if backend not in backend_names:
             raise ValueError(f"unknown backend {backend!r}; choose one of "
                              f"{', '.join(backend_names)} (NNABLA_TORUS_BACKEND or backend=)")
+        check_backend(algorithm, backend)
         timeout = _keyword_or_env("timeout", timeout)
         wire_fp16 = _flag("wire_fp16", wire_fp16)
         check = _flag("check", check)

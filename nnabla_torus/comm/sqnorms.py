@@ -1,11 +1,19 @@
 """The squared gradient norms the noise scale needs (``comm.pop_sqnorms()``), summed over the
-all-reduces since the last pop: on the host (the communicator's own all-reduce computes them
-in its fused buffer, ``array_reduce.py``), or on the device while nnabla's
-``all_reduce_callback`` reduces the gradients during backward (``DeviceSquaredNorms``).
+all-reduces since the last pop: on the host (the communicator's own all-reduce returns them
+from its fused buffer, ``array_reduce.py``, and the communicator adds them here), or on the
+device while nnabla's ``all_reduce_callback`` reduces the gradients during backward
+(``DeviceSquaredNorms``).
 
 x_i is rank i's input: ``local_mean`` = (1/p) sum_i |x_i|^2, ``global_`` = |(1/p) sum_i x_i|^2.
 """
 import numpy as np
+
+
+def call_norms(local_sum, result_sqnorm, p, averaged):
+    """``(local_mean, global_)`` of one all-reduce over ``p`` ranks: ``local_sum`` = sum_i
+    |x_i|^2, ``result_sqnorm`` = |y|^2 of its result y, the average when ``averaged``, else the
+    sum (whose square is p^2 times the average's)."""
+    return local_sum / p, result_sqnorm / (1 if averaged else p ** 2)
 
 
 class SquaredNorms:
@@ -21,6 +29,11 @@ class SquaredNorms:
         if self.device is None:
             self.device = DeviceSquaredNorms(backend)
         return self.device
+
+    def add(self, local_mean, global_):
+        """Add one call's norms (``call_norms``)."""
+        self.local_mean += local_mean
+        self.global_ += global_
 
     def pop(self):
         values = (self.local_mean, self.global_)
@@ -87,9 +100,9 @@ class DeviceSquaredNorms:
         if self.local is None and self.global_ is None:
             return 0.0, 0.0
         be = self.backend
-        local = be.flat(self.local if self.local is not None else self._scalar())
+        local = be.buffer_of(self.local if self.local is not None else self._scalar())
         be.all_reduce(be.world_group, local, what="all_reduce (noise-scale norms)")
         values = (be.read(local, 0) / be.size,
-                  0.0 if self.global_ is None else be.read(be.flat(self.global_), 0))
+                  0.0 if self.global_ is None else be.read(be.buffer_of(self.global_), 0))
         self.local = self.global_ = None
         return values

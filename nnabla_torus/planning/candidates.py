@@ -32,10 +32,12 @@ def grids(p, algorithm, g):
     return [x for x in divisors if g % x == 0 or x % g == 0]
 
 
-def topology_columns(counts, algorithms, g):
-    """Arrays (p, algorithm index, X) of every (GPU count, algorithm, grid) candidate."""
+def topology_columns(counts, algorithms, g, gpus=True):
+    """Arrays (p, algorithm index, X) of every (GPU count, algorithm, grid) candidate; on
+    ``gpus`` (the NCCL backend) without the algorithms that run on MPI only."""
     rows = [(p, a, x) for p in counts.tolist() for a, name in enumerate(ALGORITHMS)
-            if name in algorithms for x in grids(p, name, g)]
+            if name in algorithms and not (gpus and registry_entry(name).mpi_only)
+            for x in grids(p, name, g)]
     return tuple(np.array(c, dtype=int) for c in zip(*rows))
 
 

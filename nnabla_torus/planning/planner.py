@@ -26,7 +26,7 @@ from .candidates import batch_columns, gpu_counts, topology_columns
 from .candidates import UnsplittableBatch, grids  # noqa: F401  (used as planner.X)
 from .costmodel import ALGORITHMS
 from .fixed_costs import fixed_seconds, input_wait_s, run_costs
-from .machine_profile import model_of
+from .machine_profile import CPU_PROFILE, model_of
 
 Plan = namedtuple("Plan", [
     "gpus", "grid", "algorithm", "local_batch", "accum_steps", "global_batch",
@@ -148,7 +148,7 @@ def gpu_limit(prof, max_gpus=None, counts=None, beyond_profile=True):
 def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_batch=None,
          local_batches=None, accum_steps=None, b_noise=None, base_batch=256,
          dataset_size=IMAGENET_TRAIN_IMAGES, epochs=90, min_efficiency=0.0, beyond_profile=True,
-         max_global_batch=None):
+         max_global_batch=None, gpus=None):
     """Best plan for ``model`` on profile ``prof``; returns a PlanResult.
 
     ``target_batch``: keep the global batch fixed (a schedule phase); else every per-GPU batch
@@ -158,7 +158,9 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
     B_noise is given (a larger batch would then look free). ``beyond_profile=False`` keeps
     GPU counts within the profile (:func:`gpu_limit`; the CLI's default).
     ``max_global_batch``: leave out larger global batches (statistical efficiency 0 beyond
-    the largest batch known to train, :mod:`nnabla_torus.planning.large_batch`). Raises ValueError
+    the largest batch known to train, :mod:`nnabla_torus.planning.large_batch`). ``gpus``: the
+    ranks are GPUs (the NCCL backend: no MPI-only algorithm); None: every profile but the CPU
+    one (cpu-2core). Raises ValueError
     when no candidate meets ``min_efficiency``, and UnsplittableBatch (a ValueError naming
     the nearest feasible batches) when no candidate gives ``target_batch`` exactly.
     """
@@ -173,7 +175,8 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
         accum_steps = (1,) if target_batch is None and b_noise is None else (1, 2, 4, 8)
     if local_batches is None:
         local_batches = 2 ** np.arange(int(math.log2(comp.max_local_batch)) + 1)
-    p, algo, x = topology_columns(counts, algorithms, net.gpus_per_host)
+    gpus = prof.name != CPU_PROFILE if gpus is None else gpus
+    p, algo, x = topology_columns(counts, algorithms, net.gpus_per_host, gpus)
     i, b, s = batch_columns(p, target_batch, np.asarray(local_batches),
                              np.asarray(accum_steps), comp.max_local_batch)
     cols = score(net, comp, p[i], algo[i], x[i], b, s, b_noise, base_batch, dataset_size, epochs,

@@ -2,7 +2,7 @@
 
 Each rank is a greenlet that runs the code users run: ``collectives.torus2d`` / ``ring`` /
 ``hierarchical``, the MPI backend's step generators (inherited, not re-implemented) and the
-communicator's settings and plan. Only the transport is virtual: ``VirtualComm`` gives the
+communicator's settings and route. Only the transport is virtual: ``VirtualComm`` gives the
 generators ``Isend`` / ``Irecv`` / ``Dup`` / ``Get_rank``, and ``World``
 (:mod:`nnabla_torus.sim.virtual_world`) matches a send with its receive; a send completes only
 when its receive is posted, so an ordering bug that MPI's buffering would hide still deadlocks,
@@ -22,6 +22,7 @@ from ..comm.collectives import PIPELINE_BYTES, get_algorithm
 from ..comm.settings import CommSettings
 from ..knobs import TIMEOUT_MAX_S
 from ..comm.topology import HostLayout
+from ..comm.backends.lanes import run_lanes, waiting_in
 from ..comm.backends.mpi import Group, MPIBackend
 from .virtual_world import Deadlock, World
 from .virtual_world import WallLimit  # noqa: F401  (importers take it from here)
@@ -94,41 +95,45 @@ class VirtualBackend(MPIBackend):
         self.world_sim.charge(self, requests)
 
     def run_lanes(self, lanes):
-        """Advance generators of waits together (as MPIBackend.run_lanes), blocking on any."""
+        """Advance generators of waits together: the MPI backend's scheduler
+        (``comm/backends/lanes.py``), blocking this greenlet between rounds (BlockingLanes)."""
         if self.world_sim.recorder is not None:
             lanes = self.world_sim.recorder.lanes(self.rank, lanes)
-        waiting = [[lane, next(lane, None)] for lane in lanes]
-        waiting = [entry for entry in waiting if entry[1] is not None]
-        while waiting:
-            moved = False
-            for entry in list(waiting):
-                lane, item = entry
-                while item is not None and (item[0]() if callable(item[0])
-                                            else all(r.done for r in item[0])):
-                    if not callable(item[0]):
-                        self.world_sim.charge(self, item[0])
-                    item, moved = next(lane, None), True
-                entry[1] = item
-                if item is None:
-                    waiting.remove(entry)
-            if waiting and not moved:
-                pending = [r for _, item in waiting if not callable(item[0])
-                           for r in item[0] if not r.done]
-                what = next((item[1] for _, item in waiting if item[1]), "pipelined all-reduce")
-                if not pending:   # every lane waits for another lane: none can ever move
-                    raise Deadlock(f"virtual rank {self.rank}: its lanes wait for each other "
-                                   f"in {what!r}")
-                self.world_sim.block(self, pending, 1, what,
-                                     [p for _, item in waiting for p in item[2]])
+        run_lanes(lanes, BlockingLanes(self), self.rank, self.timeout)
 
     def library_all_reduce(self, group, buf, what="native all_reduce"):
         """Stand-in for the library's all-reduce: our ring (see the module docstring)."""
         self.all_reduce(group, buf, what)
 
 
+class BlockingLanes:
+    """The virtual ranks' transport for the lane scheduler: a wait is done when every request
+    is (then it pays their costs); a round that moved no lane blocks the rank's greenlet on
+    the pending requests, and raises Deadlock when the lanes only wait for each other."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def done(self, requests):
+        if not all(r.done for r in requests):
+            return False
+        self.backend.world_sim.charge(self.backend, requests)
+        return True
+
+    def progressed(self):
+        pass
+
+    def idle(self, items):
+        pending = [r for ready, _, _ in items if not callable(ready) for r in ready if not r.done]
+        what, peers = waiting_in(items)
+        if not pending:   # every lane waits for another lane: none can ever move
+            raise Deadlock(f"virtual rank {self.backend.rank}: its lanes wait for each other "
+                           f"in {what!r}")
+        self.backend.world_sim.block(self.backend, pending, 1, what, peers)
+
 
 def make_ranks(world, ranks_per_host, algorithm, grid=None, pipeline_bytes=PIPELINE_BYTES):
-    """(backends, plans) of every virtual rank (a ``collectives.Plan`` each); ranks placed
+    """(backends, routes) of every virtual rank (a ``collectives.Route`` each); ranks placed
     host by host.
 
     ``grid``: "XxY" or topology.Grid for torus2d (None: the communicator's default grid);
@@ -146,20 +151,20 @@ def make_ranks(world, ranks_per_host, algorithm, grid=None, pipeline_bytes=PIPEL
     settings = CommSettings.resolve(algorithm=algorithm, grid=grid, backend="mpi",
                                     timeout=TIMEOUT_MAX_S, check=False, backend_names=("mpi",))
     grid = grid_layouts.grid_for(algorithm, settings.grid, hosts, world.size)
-    rank_plans = [grid_layouts.make_plan(b, hosts, b.rank, algorithm, grid) for b in backends]
-    return backends, rank_plans
+    rank_routes = [grid_layouts.make_route(b, hosts, b.rank, algorithm, grid) for b in backends]
+    return backends, rank_routes
 
 
 def run_allreduce(buffers, algorithm, grid=None, ranks_per_host=1, network=None,
                   pipeline_bytes=PIPELINE_BYTES, max_wall=None, recorder=None):
     """Sum ``buffers`` (one 1-D numpy array per rank) in place with ``algorithm``.
 
-    Runs the collective as the communicator would (its grid and plan, the algorithm from
+    Runs the collective as the communicator would (its grid and route, the algorithm from
     ``collectives``); returns (simulated seconds, World) when ``network`` is given, else None;
     ``recorder``: see World.
     """
     world = World(len(buffers), network, max_wall, recorder)
-    backends, rank_plans = make_ranks(world, ranks_per_host, algorithm, grid, pipeline_bytes)
+    backends, rank_routes = make_ranks(world, ranks_per_host, algorithm, grid, pipeline_bytes)
     run = get_algorithm(algorithm)
-    seconds = world.run(lambda b: run(b, rank_plans[b.rank], buffers[b.rank]), backends)
+    seconds = world.run(lambda b: run(b, rank_routes[b.rank], buffers[b.rank]), backends)
     return (seconds, world) if network is not None or recorder is not None else None

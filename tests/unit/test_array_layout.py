@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import nnabla as nn
+from mpi4py import MPI
 from nnabla_ext.cpu import context
 
 from nnabla_torus.comm.array_layout import KEPT_LISTS, Layouts, Signature, wire_dtypes
@@ -103,3 +104,24 @@ def test_slices_follow_the_buffer():
     assert [s.tolist() for s in part.slices(a)] == [[0, 1], [2, 3, 4]]
     assert part.slices(a) is part.slices(a)
     assert [s.tolist() for s in part.slices(b)] == [[10, 11], [12, 13, 14]]
+
+
+@pytest.mark.parametrize("division", [False, True])
+def test_reduce_arrays_needs_no_communicator_and_returns_the_noise_scale_norms(division):
+    """array_reduce takes a backend, a workspace and a summing function: three ranks with the
+    same input, summed by tripling the fused buffer, give 3x (x when averaged), a zero()-ed
+    array still zeroing, and the norms (|x|^2, |x|^2) for the caller to add."""
+    from nnabla_torus.comm.array_reduce import reduce_arrays
+    from nnabla_torus.comm.backends.mpi import MPIBackend
+    from nnabla_torus.comm.fused import Workspace
+    arrays = arrays_of([(7,), (3,), (2,)])
+    arrays[2].zero()
+    layout, inputs = Layouts().of(arrays), [a.data.copy() for a in arrays[:2]]
+    backend = MPIBackend(MPI.COMM_SELF, timeout=60)
+    norms = reduce_arrays(backend, Workspace(), layout, lambda buf: np.multiply(buf, 3, out=buf),
+                          3, division=division, sqnorms=True)
+    for array, x in zip(arrays, inputs):
+        assert array.data.tolist() == (x if division else 3 * x).tolist()
+    assert arrays[2].zeroing
+    sqnorm = float(sum((x.astype(np.float64) ** 2).sum() for x in inputs))
+    assert norms == (sqnorm, sqnorm)

@@ -114,7 +114,7 @@ def test_finding3_a_hung_nccl_phase_aborts_naming_the_phase(backend, monkeypatch
     comm = backend._comms[np.dtype(np.float32)]
     monkeypatch.setattr(comm, "all_reduce", lambda *a, **k: None)  # enqueued, never completes
     monkeypatch.setattr(backend, "synchronize", lambda: release.wait(10))
-    buf = backend.flat(nn.NdArray.from_numpy_array(np.ones(8, np.float32)))
+    buf = backend.buffer_of(nn.NdArray.from_numpy_array(np.ones(8, np.float32)))
     start = time.monotonic()
     worker = threading.Thread(target=backend.all_reduce, args=(pair(backend), buf))
     worker.start()
@@ -146,7 +146,7 @@ def test_finding6_an_mpi_error_inside_nnabla_names_the_dead_rank(backend, monkey
     def failing(*args, **kwargs):
         raise RuntimeError(MPI_ERROR)
     monkeypatch.setattr(backend._comms[np.dtype(np.float32)], "all_reduce", failing)
-    buf = backend.flat(nn.NdArray.from_numpy_array(np.ones(8, np.float32)))
+    buf = backend.buffer_of(nn.NdArray.from_numpy_array(np.ones(8, np.float32)))
     monkeypatch.setattr(nccl, "lost_ranks", lambda: [3])
     with pytest.raises(RankLost, match=r"rank 0: lost rank\(s\) \[3\] during NCCL all_reduce on "
                                        r"group \[0, 1\]"):
@@ -170,7 +170,7 @@ class SlowDevice:
         self.queued += 1
 
     @staticmethod
-    def flat(ndarray, write=True):
+    def buffer_of(ndarray, write=True):
         return ndarray
 
     @staticmethod
@@ -231,7 +231,7 @@ class CountingDevice:
         self.backend = self
         self.events = []
 
-    def flat(self, ndarray, write=True):
+    def buffer_of(self, ndarray, write=True):
         if ndarray.head == "host":
             self.events.append("H2D")
             ndarray.head = "device"
@@ -243,7 +243,7 @@ class CountingDevice:
 
     def all_reduce(self, nd, inplace=True):
         self.events.append("all_reduce(")
-        self.flat(nd)                        # as TorusCommunicator._all_reduce does
+        self.buffer_of(nd)                   # as TorusCommunicator._all_reduce does
         self.events.append(")")
 
     def synchronize(self):

@@ -129,7 +129,7 @@ def test_the_backends_runtime_arguments_have_the_real_types():
         rec = be._comms[np.dtype(np.float32)] = Recorder()
         grp = NCCLGroup("nnabla_torus:0,1", [0, 1], 0, be.world)
         for n in (16, 17):
-            buf = be.flat(nn.NdArray.from_numpy_array(np.ones(n, np.float32)))
+            buf = be.buffer_of(nn.NdArray.from_numpy_array(np.ones(n, np.float32)))
             be.reduce_scatter(grp, buf)
             be.all_gather(grp, buf)
             be.all_reduce(grp, buf)

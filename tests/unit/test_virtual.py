@@ -1,4 +1,4 @@
-"""Virtual ranks: our collective code (MPI backend's step generators, communicator plans) run
+"""Virtual ranks: our collective code (MPI backend's step generators, communicator routes) run
 for up to thousands of ranks in one process, sums checked exactly on integer-valued inputs."""
 import time
 
@@ -40,8 +40,8 @@ def test_small_grids_exact(p, algorithm, grid, per_host, n):
 def test_pipelined_lanes_exact(p, grid, per_host, n, pipe):
     bufs_per_rank = n * 4
     world = World(p)
-    backends, plans = make_ranks(world, per_host, "torus2d", grid, pipeline_bytes=pipe)
-    assert plans[0].pipelined and len(backends[0].pieces(np.zeros(n, np.float32))) > 1
+    backends, routes = make_ranks(world, per_host, "torus2d", grid, pipeline_bytes=pipe)
+    assert routes[0].pipelined and len(backends[0].pieces(np.zeros(n, np.float32))) > 1
     assert bufs_per_rank > pipe and exact(p, "torus2d", grid, per_host, n, pipeline_bytes=pipe)
 
 

@@ -53,7 +53,8 @@ def time_list(comm, count, inplace, repeats):
     def call():
         layout = comm.layouts.of(arrays)
         signature = layout.signature   # what the argument check hashes
-        reduce_arrays(comm, layout, False, inplace, lambda buf: None, 2)
+        reduce_arrays(comm.backend, comm.workspace, layout, lambda buf: None, 2,
+                      inplace=inplace)
         return signature
     call()   # the first call builds the layout and the views
     best = float("inf")

@@ -2,22 +2,21 @@
 
 Buffers are 1-D contiguous numpy arrays (zero-copy views of CPU NdArrays); a group of m ranks
 splits one into m chunks (``chunk_bounds``), so any length works without padding. Each ring
-primitive is also a generator of waits (``*_steps``), and ``run_lanes`` advances several at
-once: that is how ``collectives.torus2d`` overlaps the row phases of one piece with the column
-phase of another. Inside one host a group may share memory instead
+primitive is also a generator of waits (``*_steps``) that ``run_steps`` runs alone, and
+``run_lanes`` (:mod:`.lanes`) advances several at once: that is how ``collectives.torus2d``
+overlaps the row phases of one piece with the column phase of another. Inside one host a group may share memory instead
 (:class:`.mpi_shared.SharedMemoryPath`); the buffer methods: :class:`.mpi_buffers.HostBuffers`.
 The ring's steps, the float16 error bound and the shared path's byte counts:
 docs/communicator.md#the-mpi-backend.
 """
-import time
-
 import numpy as np
 from mpi4py import MPI
 
 from ..collectives import mpi_sum_dtype
-from ..waits import Pacer, overdue, wait_requests
+from ..waits import wait_requests
 from ..watchdog import Watchdog
 from ..settings import DEFAULTS, mpi_settings
+from .lanes import PolledLanes, run_lanes
 from .mpi_buffers import HostBuffers
 from .mpi_shared import SharedMemoryPath, chunk_bounds
 
@@ -105,7 +104,7 @@ class MPIBackend(SharedMemoryPath, HostBuffers):
             self._scratch[key] = buf
         return buf[:count]
 
-    def run(self, steps):
+    def run_steps(self, steps):
         """Run one generator of waits (see the module docstring) to its end; returns its value."""
         while True:
             try:
@@ -115,36 +114,10 @@ class MPIBackend(SharedMemoryPath, HostBuffers):
             self.wait(ready, what, peers)
 
     def run_lanes(self, lanes):
-        """Advance generators of waits together until all have finished.
-
-        A lane goes on as soon as its requests complete (or its callable returns True); a wait
-        on requests that lasts ``timeout`` seconds raises CollectiveTimeout naming its peers.
-        Between polls it waits as ``wait`` does (waits.Pacer).
-        """
-        pacer = Pacer(self.rank, self.spin, self.poll_sleep)
-        waiting = []  # [lane, (ready, what, peers), since]
-        for lane in lanes:
-            item = next(lane, None)
-            if item is not None:
-                waiting.append([lane, item, pacer.start])
-        while waiting:
-            moved = False
-            for entry in list(waiting):
-                lane, item, since = entry
-                while item is not None and (item[0]() if callable(item[0])
-                                            else MPI.Request.Testall(item[0])):
-                    item, since, moved = next(lane, None), time.monotonic(), True
-                if item is None:
-                    waiting.remove(entry)
-                    continue
-                entry[1], entry[2] = item, since
-                if not callable(item[0]) and time.monotonic() - since > self.timeout:
-                    raise overdue(self.rank, item[1], self.timeout, item[2])
-            if moved:
-                pacer.progressed()
-            elif waiting:   # name a wait on peers, not a lane's wait for another lane
-                pacer.idle(next((e[1][1] for e in waiting if e[1][1]), "pipelined all-reduce"),
-                           [r for e in waiting for r in e[1][2]])
+        """Advance generators of waits together until all have finished (:mod:`.lanes`);
+        between polls it waits as ``wait`` does (waits.Pacer)."""
+        run_lanes(lanes, PolledLanes(self.rank, self.spin, self.poll_sleep), self.rank,
+                  self.timeout)
 
     def pieces(self, buf):
         """``buf`` cut into contiguous views of about ``pipeline_bytes`` (one piece if 0)."""
@@ -164,15 +137,15 @@ class MPIBackend(SharedMemoryPath, HostBuffers):
 
         Returns that chunk (a view of ``buf``). Other chunks are left partially summed.
         """
-        return self.run(self.reduce_scatter_steps(group, buf, what))
+        return self.run_steps(self.reduce_scatter_steps(group, buf, what))
 
     def all_gather(self, group, buf, what="all_gather"):
         """Fill every chunk of ``buf`` with its owner's chunk (owner of chunk i: position i)."""
-        self.run(self.all_gather_steps(group, buf, what))
+        self.run_steps(self.all_gather_steps(group, buf, what))
 
     def all_reduce(self, group, buf, what="all_reduce"):
         """Ring all-reduce: reduce-scatter then all-gather (bandwidth-optimal)."""
-        self.run(self.all_reduce_steps(group, buf, what))
+        self.run_steps(self.all_reduce_steps(group, buf, what))
 
     def reduce_scatter_steps(self, group, buf, what="reduce_scatter"):
         """``reduce_scatter`` as a generator of waits; its value is our chunk."""

@@ -20,7 +20,7 @@ class HostBuffers:
         return self._cpu
 
     @staticmethod
-    def flat(ndarray, write=True):
+    def buffer_of(ndarray, write=True):
         """A flat numpy view of an NdArray's CPU storage (no copy)."""
         return ndarray.get_data("rw" if write else "r").reshape(-1)
 

@@ -12,7 +12,7 @@ Example (under ``mpirun -np 4``, one rank per GPU; the communicator normally dri
 
     be = NCCLBackend(get_extension_context("cudnn"), timeout=300)
     row = be.group([0, 1] if be.rank < 2 else [2, 3])
-    buf = be.flat(grad_ndarray)
+    buf = be.buffer_of(grad_ndarray)
     shard = be.reduce_scatter(row, buf)      # our half of the row's sum, a view of buf
     be.all_gather(row, buf)                  # buf: the row's sum everywhere
 """

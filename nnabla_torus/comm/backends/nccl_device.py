@@ -98,7 +98,7 @@ class DeviceBuffers:
         """The nnabla context ``dtype`` lives in: the GPU for NCCL's dtypes, else the host."""
         return self._ctx.get(np.dtype(dtype)) or self._ctx[HOST]
 
-    def flat(self, ndarray, write=True):
+    def buffer_of(self, ndarray, write=True):
         """A DeviceSlice over all of ``ndarray``, moved to our device in its dtype (no copy)."""
         try:
             dtype = ndarray.dtype
@@ -138,7 +138,7 @@ class DeviceBuffers:
         concat = self._concatenate(part)
         if concat is None:
             for a, start, stop in zip(part.arrays, part.offsets, part.offsets[1:]):
-                self.copy(self.sub(buf, start, stop), self.flat(a, write=False))
+                self.copy(self.sub(buf, start, stop), self.buffer_of(a, write=False))
             return
         fn, xs, _, _ = concat
         fn.forward(xs, [_output(buf, part.n)])
@@ -150,7 +150,7 @@ class DeviceBuffers:
         concat = self._concatenate(part)
         if concat is None:
             for a, start, stop in zip(part.arrays, part.offsets, part.offsets[1:]):
-                self.copy(self.flat(a, write=True), self.sub(buf, start, stop))
+                self.copy(self.buffer_of(a, write=True), self.sub(buf, start, stop))
             return
         fn, xs, overwrite, _ = concat
         fn.backward(xs, [_output(buf, part.n)], overwrite)

@@ -35,7 +35,7 @@ def hang():
     comm = C.MultiProcessDataParallelCommunicator(get_extension_context("cpu"))
     comm.init()
     be = comm.backend
-    buf = be.flat(nd(data((64,), RANK)))
+    buf = be.buffer_of(nd(data((64,), RANK)))
     if RANK == P - 1:
         time.sleep(60)  # never joins; the others' watchdog ends the job first
     be.reduce_scatter(be.world_group, buf, "reduce_scatter")

@@ -40,7 +40,7 @@ def rank_sum(shape, ranks, k=0, dtype=np.float32):
 def host(be, buf):
     """A numpy copy of backend buffer ``buf`` (through an NdArray, as a GPU needs)."""
     out = nd(np.zeros(buf.size, buf.dtype))
-    be.copy(be.flat(out), buf)
+    be.copy(be.buffer_of(out), buf)
     return out.data
 
 
@@ -75,7 +75,7 @@ def check_primitives(be, grid, big=100003):
             what = f"grid {grid} group {ranks} n={n}"
             total = rank_sum((n,), ranks)
             mine = nd(data((n,), RANK))
-            buf = be.flat(mine)
+            buf = be.buffer_of(mine)
             shard = be.reduce_scatter(grp, buf)
             c = -(-n // m)
             lo, hi = min(q * c, n), min((q + 1) * c, n)
@@ -86,10 +86,10 @@ def check_primitives(be, grid, big=100003):
             be.all_reduce(grp, buf)
             assert np.array_equal(mine.data, m * total), what
             fresh = nd(data((n,), RANK))
-            be.bcast(grp, be.flat(fresh), m - 1)
+            be.bcast(grp, be.buffer_of(fresh), m - 1)
             assert np.array_equal(fresh.data, data((n,), ranks[-1])), what
             out = be.empty(np.float32, m * n)
-            be.all_gather_into(grp, be.flat(nd(data((n,), RANK))), out)
+            be.all_gather_into(grp, be.buffer_of(nd(data((n,), RANK))), out)
             assert np.array_equal(host(be, out), np.concatenate([data((n,), r) for r in ranks]))
 
 

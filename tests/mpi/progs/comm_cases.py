@@ -199,7 +199,7 @@ def config_name(c):
 # -- correctness cases ---------------------------------------------------------------------
 def case_layout(comm, config):
     assert comm.size == P and comm.rank == RANK and comm.backend.name == BACKEND, comm.name
-    assert not comm._plan.pipelined or config.ranks_per_host, "one host: nothing to overlap"
+    assert not comm._route.pipelined or config.ranks_per_host, "one host: nothing to overlap"
     assert comm.algorithm == config.algorithm, comm.algorithm
     assert comm.grid == expected_grid(config), (comm.grid, expected_grid(config))
     per_host = config.ranks_per_host or P
@@ -275,7 +275,7 @@ def case_pipelined(comm, config, division, inplace):
     """torus2d cut into pieces whose phases overlap (rows on one emulated host, columns across):
     24-byte pieces on sizes 17 and 17x17 (up to 49 pieces, none divisible by the grid),
     40000-byte pieces on every size and list."""
-    assert comm._plan.pipelined, "rows inside a host, columns across: the plan must pipeline"
+    assert comm._route.pipelined, "rows inside a host, columns across: the route must pipeline"
     be = comm.backend
     saved = be.pipeline_bytes
     try:
@@ -436,7 +436,7 @@ def case_shared_pieces(comm, config):
     small pieces summed after one arrival, then every piece through two (threshold 0)."""
     from nnabla_torus.comm.backends import mpi_shared as mpi
     be = comm.backend
-    assert comm._plan.shared, "rows inside one host share memory"
+    assert comm._route.shared, "rows inside one host share memory"
     saved = be.shm_bytes, mpi.SHM_ONE_ARRIVAL_BYTES
     try:
         be.shm_bytes = 4000
@@ -946,7 +946,7 @@ def shm_refused():
     for config in (Config("torus2d", f"{P}x1", None, False),
                    Config("hierarchical", None, None, False)):
         comm = make_comm(config)
-        assert not comm._plan.shared and comm.backend.world_group.sync is None
+        assert not comm._route.shared and comm.backend.world_group.sync is None
         case_fused_subset(comm, config)
         case_integers(comm, config)
 
