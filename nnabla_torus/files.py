@@ -36,8 +36,14 @@ def temporary_path(path):
 def atomic_path(path):
     """Yield a temporary path to write ``path``'s new content to; on success flush it to disk
     and rename it over ``path`` (atomic on POSIX within one file system). On any error the
-    temporary is removed, ``path`` is left as it was, and an OSError becomes WriteError."""
+    temporary is removed, ``path`` is left as it was, and an OSError becomes WriteError.
+
+    A ``path`` that exists and is not a regular file (``/dev/null``, ``/dev/stdout``, a named
+    pipe) is written directly: a rename would replace the device with a file."""
     folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path) and not os.path.isfile(path):
+        yield path
+        return
     temporary = temporary_path(path)
     try:
         yield temporary

@@ -8,7 +8,6 @@ the batch prior the controller starts from, run_prior.py's. Example (train.main 
     resume_or_start(run)         # the step, data position, stream, monitors (--resume)
 """
 import os
-import signal
 
 import numpy as np
 import nnabla as nn
@@ -166,8 +165,6 @@ def resume_or_start(run):
     if cfg.elastic and planning.advisor is None:
         log(f"elastic: --plan off leaves no planner to choose rank counts: the run keeps "
             f"{report.ranks(comm.size)} (use --plan on)")
-    if cfg.elastic:          # the launcher's Ctrl-C: checkpoint at the end of this step
-        signal.signal(signal.SIGUSR1, lambda signum, frame: progress.stop_signal.append(signum))
     progress.monitors = report.make_monitors(cfg, comm.rank, resumed_at)
     progress.epoch_meter = report.EpochMeter(data.stream.epoch())
     # FP16: nnabla's dynamic loss scaling rules around the (overlapped) all-reduce.

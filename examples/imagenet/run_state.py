@@ -118,8 +118,7 @@ class Progress:
     """How far the run is: optimizer steps, images trained on and seconds spent in steps
     (take_step; restored by resume_or_start), [epoch, global batch] at each batch change
     (plan_step), the last validation top-1 / top-5 as fractions
-    (end_of_epoch; None before) and the best top-1 so far, the signals that ask for a stop
-    (the SIGUSR1 handler resume_or_start installs with --elastic), the monitors by name (rank
+    (end_of_epoch; None before) and the best top-1 so far, the monitors by name (rank
     0, else None); this epoch's meter (take_step adds, end_of_epoch logs and replaces it);
     steps in a row whose all-reduced gradients were not finite, and the first of them
     (take_step; 0 and None while finite); the last checkpoint written (save); (fraction
@@ -132,7 +131,6 @@ class Progress:
     top1: Optional[float] = None
     top5: Optional[float] = None
     best_top1: Optional[float] = None
-    stop_signal: list = dataclasses.field(default_factory=list)
     monitors: Optional[dict[str, Series]] = None
     epoch_meter: Optional[EpochMeter] = None
     nonfinite_steps: int = 0

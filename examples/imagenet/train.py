@@ -24,8 +24,6 @@ import time
 import logging
 logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
 
-import numpy as np
-
 from nnabla_torus.files import UnsafeFolder, WriteError
 from nnabla_torus.launching import elastic
 from nnabla_torus.training.checkpoint_file import CheckpointError
@@ -78,8 +76,7 @@ def main(argv=None):
             break
         if validation_due(run, epoch) or finished(run):
             end_of_epoch(run)
-        stopping = cfg.elastic and run.parallel.comm.allreduce_numpy(
-            np.array([len(progress.stop_signal)], np.float32))[0] > 0   # every rank stops together
+        stopping = run.state.stop_requested()      # every rank stops together
         if finished(run) or stopping or checkpoint_policy.due(run):
             checkpoint_policy.timed_save(run)
         if stopping:

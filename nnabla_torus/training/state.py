@@ -28,6 +28,7 @@ process; under MPI pass the nnabla-torus communicator)::
 import atexit
 import json
 import os
+import signal
 import socket
 import time
 
@@ -72,6 +73,7 @@ class State:
         self.saved_ranks = self.size    # ranks that wrote the restored checkpoint
         self.checkpoint = None   # the last checkpoint written or restored
         self.lock = None         # rank 0's hold on ``directory`` (run_lock.py), from start
+        self.stop_signals = []   # SIGUSR1s received (the launcher's Ctrl-C), from start
 
     def start(self, resume, check=None):
         """Begin the run (every rank): take ``directory``'s lock (RunFolderBusy on every
@@ -89,6 +91,8 @@ class State:
         if self.broadcast_int(busy is not None):
             raise busy or RunFolderBusy(f"rank {self.rank}: rank 0 found {self.directory} in "
                                         f"use by a live run (its line names it)")
+        if self.announce:        # the launcher's Ctrl-C or SIGTERM: stop_requested() says so
+            signal.signal(signal.SIGUSR1, lambda signum, frame: self.stop_signals.append(signum))
         if self.rank == 0:
             remove_stale_temporaries(self.directory, self.log)
             if not resume:
@@ -194,6 +198,13 @@ class State:
         if self.lock is not None:
             self.lock.touch()
         self.log(f"step {self.step}: epoch {self.epoch:.3f}{batch}" + (f", {text}" if text else ""))
+
+    def stop_requested(self):
+        """True on every rank once any rank got the launcher's stop (its Ctrl-C or SIGTERM
+        reaches the ranks as SIGUSR1). Call it on every rank once a step (under the launcher
+        one small all-reduce; else False at no cost); then ``save()`` and exit with
+        ``EXIT_STOPPED`` (76), which the launcher reads as stopped, not failed."""
+        return bool(self.announce) and self.sum(len(self.stop_signals)) > 0
 
     def split(self, max_local_batch):
         """(local batch, accumulation steps) that make ``global_batch`` on this rank count, or

@@ -48,3 +48,13 @@ def test_an_exception_in_the_writer_leaves_no_temporary_and_is_not_renamed(tmp_p
             f.write("{")
             raise KeyError("boom")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_device_is_written_directly_never_replaced_by_a_file(tmp_path):
+    with atomic_open(os.devnull, "w") as f:
+        f.write("thrown away")
+    assert not os.path.isfile(os.devnull)          # still the device, not a renamed file
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with atomic_path(str(fifo)) as target:
+        assert target == str(fifo)

@@ -35,3 +35,28 @@ def test_the_docstring_example_runs_and_resumes(tmp_path):
     exec(code, {})
     exec(code.replace("resume=False", "resume=True"), {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000003.npz.chk"]
+
+
+def test_the_launchers_stop_is_seen_only_under_the_launcher(tmp_path):
+    import os
+    import signal
+
+    import nnabla as nn
+    import nnabla.parametric_functions as PF
+    with nn.parameter_scope("stop"):
+        PF.affine(nn.Variable((1, 2)), 1)
+        params = nn.get_parameters()
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        quiet = State(None, str(tmp_path / "plain"), params, announce=False)
+        quiet.start(resume=False)
+        assert not quiet.stop_requested()           # no launcher: never asked, no collective
+        quiet.close()
+        state = State(None, str(tmp_path / "launched"), params, announce=True)
+        state.start(resume=False)
+        assert not state.stop_requested()
+        os.kill(os.getpid(), signal.SIGUSR1)        # the launcher's Ctrl-C, forwarded
+        assert state.stop_requested()
+        state.close()
+    finally:
+        signal.signal(signal.SIGUSR1, before)
