@@ -42,7 +42,8 @@ class AlgorithmChoice:
                                      quiet)
         key = (algorithm, str(grid))
         if key not in self._plans:
-            self._plans[key] = grid_layouts.make_plan(self.backend, self.hosts, self.rank, algorithm, grid)
+            self._plans[key] = grid_layouts.make_plan(self.backend, self.hosts, self.rank,
+                                                      algorithm, grid)
         return self._plans[key]
 
     def _runner(self, group, grp):
