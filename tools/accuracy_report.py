@@ -27,7 +27,8 @@ ADAPTIVE_PRIOR = "adaptive (prior)"           # the same, deciding on an earlier
 ADAPTIVES = (ADAPTIVE, ADAPTIVE_PRIOR)
 RECIPE = "recipe"                              # the policy "recipe <its batch schedule>"
 BEFORE = "adaptive before (--before run)"
-VAL_LINE = re.compile(r"^(?:\d\d:\d\d:\d\d )?epoch (\S+) step (\d+): .*val top-1 (\S+)")  # time of day first
+# time of day first
+VAL_LINE = re.compile(r"^(?:\d\d:\d\d:\d\d )?epoch (\S+) step (\d+): .*val top-1 (\S+)")
 VAL_SECONDS = re.compile(r"val top-1 \S+ top-5 \S+ \((\S+) s\)")   # the validation's own time
 SIZES = re.compile(r"(\d+) training / \d+ validation images")
 PARAMS = re.compile(r": ([\d,]+) parameters, ")

@@ -32,8 +32,8 @@ from nnabla_torus.comm.collectives import ALGORITHMS, AUTO, REGISTRY
 from nnabla_torus.knobs import add_knob, check_output_flag, number, parse_bool
 from nnabla_torus.comm.topology import parse_grid
 
-EPILOG = """``auto`` routes each call by size (see nnabla_torus/comm/auto/table.py); the ``chose`` column says which
-algorithm it ran at that size (from ``comm.algorithm_counts``).
+EPILOG = """``auto`` routes each call by size (see nnabla_torus/comm/auto/table.py); the ``chose``
+column says which algorithm it ran at that size (from ``comm.algorithm_counts``).
 
 Memory bound (one host): summing p buffers of n bytes needs at least (p-1) n-byte adds and
 (p-1) n-byte copies (each byte but one rank's is added once; the sum reaches the p-1 others), spread
@@ -85,7 +85,8 @@ def build_parser():
     add_knob(p, "--warmup", "NNABLA_TORUS_BENCH_WARMUP", 2, "untimed calls first",
              type=number(int, low=0))
     add_knob(p, "--arrays", "NNABLA_TORUS_BENCH_ARRAYS", 1,
-             "split each size over this many arrays, all-reduced as one list (per-array(us) column)",
+             "split each size over this many arrays, all-reduced as one list "
+             "(per-array(us) column)",
              type=number(int, low=1))
     add_knob(p, "--inplace", "NNABLA_TORUS_BENCH_INPLACE", True,
              "all_reduce(..., inplace=) of the calls: 1 each array in its storage, 0 fused",

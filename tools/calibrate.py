@@ -52,7 +52,8 @@ def run_json_tool(ranks, tool, args, env=None, timeout=1800):
         path = os.path.join(tmp, "out.json")
         full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
         full_env.update(env or {})
-        cmd = mpirun_command(ranks, [os.path.join(REPO, "tools", tool)] + list(args) + ["--json", path])
+        cmd = mpirun_command(ranks, [os.path.join(REPO, "tools", tool)] + list(args)
+                             + ["--json", path])
         done = subprocess.run(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
         if done.returncode != 0 or not os.path.exists(path):

@@ -460,7 +460,8 @@ def build_parser():
                         choices=("all", "measure", "abci", "report", "optimum",
                                  "efficiency"),
                         help="all (default): measure, then abci from the first adaptive run; "
-                             "report: table and plot again from --out's measured.json (never rewritten); "
+                             "report: table and plot again from --out's measured.json "
+                             "(never rewritten); "
                              "optimum: the model's best schedule on --prior's run; "
                              "efficiency: E(B) predicted against measured at each fixed batch")
     add_knob(parser, "--out", "NNABLA_TORUS_TTA_OUT", "runs/time_to_accuracy",

@@ -1,14 +1,16 @@
 """The DALI pipeline of one rank's shard: decode, crop, resize, flip and normalise images.
 
 Training: a random-resized crop decoded from the crop window and a random flip; validation: the
-shorter side resized and a centre crop covering ``val_crop`` of it. ``data.Loader`` builds one per epoch (and rebuilds it
-after a bad image), on the CPU or, with a GPU id, decoded with nvJPEG on that GPU.
+shorter side resized and a centre crop covering ``val_crop`` of it. ``data.Loader`` builds one
+per epoch (and rebuilds it after a bad image), on the CPU or, with a GPU id, decoded with nvJPEG
+on that GPU.
 """
 
 # ImageNet channel statistics in 0-255 scale (RGB), as used by torchvision and nnabla-examples.
 PIXEL_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 PIXEL_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-VAL_CROP = 0.875   # default share of the shorter side the validation centre crop covers (224 of 256)
+# Default share of the shorter side the validation centre crop covers (224 of 256).
+VAL_CROP = 0.875
 # Largest shorter side validation resizes to (image_size / val_crop), pixels: 18x ImageNet's 224
 # crop and 16x its 256 resize; a smaller val_crop asks DALI for ever larger images (1e-9 fails).
 MAX_VAL_RESIZE = 4096

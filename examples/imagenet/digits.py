@@ -32,7 +32,8 @@ def default_root():
 
 
 def ensure_digits_dataset(root=None):
-    """Build the digits dataset at ``root`` (default: ``default_root()``) unless built; return root."""
+    """Build the digits dataset at ``root`` (default: ``default_root()``) unless built; return
+    root."""
     return embedded.ensure(BUILD, root or default_root())
 
 

@@ -5,15 +5,15 @@ A set is uint8 RGB images and int labels, split into train and val and written a
     root/train/<prefix><k>/<prefix>_<index>.<EXT>   class folders
     root/val/<prefix>_<index>.<EXT>                 flat
     root/train.txt, root/val.txt                    "relative/path label" lists (nnabla-examples)
-    root/VERSION                                    written last: its presence marks a complete build
+    root/VERSION                                    written last: marks a complete build
     root/NNABLA_TORUS_DATASET                       written first: the folder is ours to replace
 
 Each set has its own folder ``<cache>/<name>`` ($NNABLA_TORUS_DATA_CACHE, default
 ~/.cache/nnabla_torus). The build goes to a temporary folder renamed into place under a file
 lock, so concurrent ranks build it once and an interrupted build is redone. An old copy is
-replaced only when it holds the marker: a folder of the user's is never deleted. The sets: ``digits`` (digits.py) and
-the generated ``clusters`` and ``shapes`` (synthetic.py); ``ensure_dataset`` builds either.
-Example::
+replaced only when it holds the marker: a folder of the user's is never deleted. The sets:
+``digits`` (digits.py) and the generated ``clusters`` and ``shapes`` (synthetic.py);
+``ensure_dataset`` builds either. Example::
 
     root = ensure_dataset("shapes")         # ~/.cache/nnabla_torus/shapes
 """

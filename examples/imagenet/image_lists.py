@@ -71,8 +71,8 @@ def read_dataset(image_dir, list_file=None, num_classes=None, class_names=None):
     1,000-class model) raises ValueError naming the line. With ``num_classes`` (a validation
     set) labels >= num_classes become ``PAD_LABEL`` (left out of accuracy) and are counted in
     ``dataset.outside``. Class folders of a validation set take the labels of the training
-    set's ``class_names`` (a folder of another name is left out of accuracy likewise). Raises FileNotFoundError / ValueError naming the folder, file or line
-    at fault.
+    set's ``class_names`` (a folder of another name is left out of accuracy likewise). Raises
+    FileNotFoundError / ValueError naming the folder, file or line at fault.
     """
     image_dir = os.path.abspath(os.path.expanduser(image_dir))
     if not os.path.isdir(image_dir):

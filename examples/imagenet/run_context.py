@@ -1,6 +1,7 @@
 """The run's device context and communicator: TF32 set before the CUDA extension loads, the
 device by the rank's local index, and the all-reduce train.py starts on (``--algorithm
-planned`` starts on ring, which the planner's cost model prices, torus2d with ``--plan off``). Example::
+planned`` starts on ring, which the planner's cost model prices, torus2d with ``--plan off``).
+Example::
 
     ctx, comm, type_config = make_context_and_comm(cfg, log)   # collective: comm.init()
 """

@@ -18,7 +18,8 @@ import data
 
 
 def build_graph(model, batch_size, image_size, label_smoothing, accum_steps, test=False):
-    """Return (x, t, loss, objective, logits); objective = loss / accum_steps (what backward sees)."""
+    """Return (x, t, loss, objective, logits); objective = loss / accum_steps (what backward
+    sees)."""
     x = nn.Variable((batch_size, 3, image_size, image_size))
     t = nn.Variable((batch_size, 1))
     logits = model(x, test=test)

@@ -13,8 +13,9 @@ Two tasks beside the digits whose best fixed batch differs (recipes ``clusters-m
               "Understanding deep learning requires rethinking generalization", ICLR 2017, 3.1).
     shapes    8,000 RGB 16x16 images of 4 shape classes (disc, square, triangle, cross), each
               turned by up to +-0.3 rad at a random position and size, in a random light colour
-              (each channel 128-255) on a random dark one (0-127), with N(0, 10) pixel noise. A clean task for a small
-              ResNet (its per-image compute, not the step, dominates a CPU step).
+              (each channel 128-255) on a random dark one (0-127), with N(0, 10) pixel noise.
+              A clean task for a small ResNet (its per-image compute, not the step, dominates
+              a CPU step).
 
 Both are split 80/20 (stratified, seeded); the same seed gives the same files. Example::
 
@@ -91,7 +92,8 @@ def shape_mask(label, dy, dx, angle):
         return np.maximum(np.abs(u), np.abs(v)) <= 0.75
     if name == "triangle":      # equilateral, circumradius 1
         return (v >= -0.5) & (np.sqrt(3) * u + v <= 1) & (-np.sqrt(3) * u + v <= 1)
-    return ((np.abs(u) <= 0.3) | (np.abs(v) <= 0.3)) & (np.maximum(np.abs(u), np.abs(v)) <= 1)  # cross
+    # cross
+    return ((np.abs(u) <= 0.3) | (np.abs(v) <= 0.3)) & (np.maximum(np.abs(u), np.abs(v)) <= 1)
 
 
 BUILDS = {

@@ -32,8 +32,9 @@ EXIT_WAIT_S = 10.0
 ABORT_CODE = 1
 # Seconds between two MPI_Testsome polls in gone(). One poll tests the p - 1 exit-notice
 # receives: 41-434 us at p = 2,176 here (quiet to loaded), 0.4-4 % of the waits' 10 ms poll
-# interval, growing with p (docs/measurements/fail-fast.md, tools/research/failfast_bench.py). A notice
-# counts only EXIT_GRACE_S after it was seen, so this delays a verdict by at most GONE_POLL_S.
+# interval, growing with p (docs/measurements/fail-fast.md, tools/research/failfast_bench.py).
+# A notice counts only EXIT_GRACE_S after it was seen, so this delays a verdict by at most
+# GONE_POLL_S.
 GONE_POLL_S = 0.1
 # Seconds between the last words of an aborting rank and MPI_Abort: hydra (MPICH, Intel MPI)
 # drops what the rank wrote that its proxy had not yet read when the job is torn down (seen:

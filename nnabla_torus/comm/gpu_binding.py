@@ -141,7 +141,8 @@ def bind_near_gpu(device, bus_ids, sysfs="/sys", mask=own_mask, bind=set_process
     None when unknown). A rank given its GPU's whole NUMA node (unbound, or bound to a package)
     takes its share of the node's CPUs: the node's physical cores split among the GPUs on it,
     as ``mpirun --map-by ppr:G:numa:pe=C`` would, so the host's DALI threads do not pile onto
-    the same cores. A rank given part of the node (``taskset``, Slurm's ``--cpu-bind``) keeps that part.
+    the same cores. A rank given part of the node (``taskset``, Slurm's ``--cpu-bind``) keeps
+    that part.
     A rank with no CPU there (Open MPI put it on the other socket) takes its share of the node
     within its cgroup (the kernel narrows the mask to it; a cgroup with none of those CPUs
     leaves the rank where it was). ``bind(cpus)`` sets the mask (tests pass a recorder)."""

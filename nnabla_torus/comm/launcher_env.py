@@ -6,7 +6,8 @@ channel (PMIx, PMI). When the two disagree, for example ``srun -n 8`` of a progr
 cannot talk to Slurm (the pip Open MPI without ``--mpi=pmix``), every process starts a world
 of one and trains alone, silently. :func:`world_mismatch` turns that into one line per process
 (the communicator's import then exits); :func:`world_warning` says what is odd but harmless (a
-world larger than a stale variable says, one process alone in an allocation); :func:`quiet_pmix` removes the PMIx help-file noise of ``srun --mpi=pmix``. (The hosts and
+world larger than a stale variable says, one process alone in an allocation); :func:`quiet_pmix`
+removes the PMIx help-file noise of ``srun --mpi=pmix``. (The hosts and
 slots of a Slurm or PBS job: :func:`nnabla_torus.launching.hostlists.allocation`.) Cluster
 recipes and what each error means: docs/clusters.md. Example::
 

@@ -119,7 +119,8 @@ def check_group_lists(comm, name, ranks, timeout, spin=SPIN_S, poll_sleep=POLL_S
 
     ``comm`` is a world communicator used for nothing else. Each member sends its
     ``(name, ranks)`` to the others and waits for theirs (non-blocking, under ``timeout``).
-    A member that sees another list forwards its own list to every rank named in any list it has seen, so that those ranks, which may wait
+    A member that sees another list forwards its own list to every rank named in any list it
+    has seen, so that those ranks, which may wait
     for a member that will never send to them, see a mismatch too, and raises at once naming
     every list it saw. Creating a group with lists that differ would otherwise block in the
     library until the timeout and then blame the next collective.

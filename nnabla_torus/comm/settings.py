@@ -102,7 +102,8 @@ class CommSettings:
         bind_gpu_numa = _keyword_or_env("bind_gpu_numa", bind_gpu_numa)
         backend_knobs = mpi_settings() if backend == "mpi" else {}
         return cls(backend, algorithm, grid, timeout, wire_fp16, check, per_host, auto_profile,
-                   cache_dir, bind_gpu_numa, profile=profile, algorithm_asked=bool(asked), **backend_knobs)
+                   cache_dir, bind_gpu_numa, profile=profile, algorithm_asked=bool(asked),
+                   **backend_knobs)
 
     def agreement(self):
         """((name, value), ...) that must be the same on every rank (the MPI backend's only on

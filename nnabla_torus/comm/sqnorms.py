@@ -56,7 +56,8 @@ class DeviceSquaredNorms:
     factor * sum(g^2) of the reduced gradients after backward (stream 0 waits for the unpack,
     ~1101-1113). Neither waits for the device; ``pop`` sums the local scalar over the world
     (one 4-byte all-reduce) and reads both: 3 host waits per pop (the all-reduce's phase,
-    two 4-byte reads), after everything else of the step. Computed in float32 (a float16 square overflows above 255.9); zeroing
+    two 4-byte reads), after everything else of the step. Computed in float32 (a float16 square
+    overflows above 255.9); zeroing
     gradients are skipped (reading one would materialise it, and nnabla's solvers skip only
     zeroing gradients).
     """

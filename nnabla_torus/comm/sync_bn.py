@@ -3,7 +3,8 @@
 nnabla's ``F.sync_batch_normalization`` (and ``PF.sync_batch_normalization``, which calls it
 through the module, nnabla v1.39.0 python/src/nnabla/parametric_functions.py:1974) take a
 ``comm`` that a Cython check types as nnabla's C++ ``Communicator`` (function_bases.py), so
-they refuse ours. ``install(TorusCommunicator)`` (run when a communicator is created) puts a dispatcher in
+they refuse ours. ``install(TorusCommunicator)`` (run when a communicator is created) puts a
+dispatcher in
 their place: a ``TorusCommunicator`` goes to ``sync_batch_normalization`` below (NCCL backend:
 nnabla's own kernel; others: ``SyncBatchNormalization``, a numpy ``PythonFunction`` whose
 running statistics follow nnabla's src/nbla/function/generic/batch_normalization.cpp:195-211),

@@ -9,7 +9,8 @@ each rank, not the same order on every rank. So a call made while another thread
 rank is inside a collective of the same communicator is refused at once (ConcurrentCall,
 naming both threads and both calls), the call already running raises the same error when
 it ends (its peers may have paired it with another thread's call, so its result is not
-returned) and so does every later call (the ranks' call counts no longer agree). An unhandled error in any thread ends the job (:mod:`nnabla_torus.comm.failfast`).
+returned) and so does every later call (the ranks' call counts no longer agree). An unhandled
+error in any thread ends the job (:mod:`nnabla_torus.comm.failfast`).
 
 Calls from several threads one after another are allowed (e.g. evaluation in a worker thread
 after the training thread has joined); their order must then be the same on every rank, which

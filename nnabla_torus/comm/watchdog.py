@@ -86,7 +86,8 @@ GIL_HELD_GRACE_S = 5.0   # gil_held_deadline fires this long after the call's ow
 def gil_held_deadline(timeout):
     """End this process (exit 1, Python's traceback of every thread on stderr) if the block
     outlives ``timeout`` + GIL_HELD_GRACE_S seconds (a ``Watchdog`` guarding the same call
-    fires first and names it, whenever the GIL lets it run). For library calls that hold the GIL while they wait (nnabla's
+    fires first and names it, whenever the GIL lets it run). For library calls that hold the GIL
+    while they wait (nnabla's
     ``init()`` and ``new_group``: nnabla ``python/src/nnabla/communicator.pyx`` ~113-140 call
     C++ without ``nogil``), where no Python thread, ``Watchdog``'s included, can run:
     faulthandler's timer is a C thread that needs no GIL. mpirun then ends the job and names

@@ -47,7 +47,8 @@ def _columns(records, *keys):
 
 
 def predict_allreduce(net, records):
-    """Predicted seconds for each all-reduce benchmark record (one vectorised call per algorithm)."""
+    """Predicted seconds for each all-reduce benchmark record (one vectorised call per
+    algorithm)."""
     algorithm, ranks, nbytes = _columns(records, "algorithm", "ranks", "bytes")
     x = np.array([grid_x(r) for r in records])
     out = np.empty(len(records))

@@ -85,7 +85,8 @@ TRAIN = [
     (["--momentum", "-0.1"], ">= 0 and < 1, got '-0.1'"),
     (["--weight-decay", "-1"], "argument --weight-decay: must be a finite number >= 0"),
     (["--lars-coefficient", "-1"], "argument --lars-coefficient: must be a finite number >= 0"),
-    (["--label-smoothing", "1"], "argument --label-smoothing: must be a finite number >= 0 and < 1"),
+    (["--label-smoothing", "1"],
+     "argument --label-smoothing: must be a finite number >= 0 and < 1"),
     (["--no-decay-bn-bias", "maybe"], "argument --no-decay-bn-bias"),
     (["--stride-on", "2x2"], "invalid choice: '2x2'"),
     (["--zero-init-last-gamma", "maybe"], "argument --zero-init-last-gamma"),
@@ -276,7 +277,8 @@ def test_the_list_tool_and_the_loader_agree_on_names_with_spaces(tmp_path):
 
 
 @pytest.mark.parametrize("env,value,fragment", [
-    ("NNABLA_TORUS_BUCKET_MIB", "nan", r"NNABLA_TORUS_BUCKET_MIB='nan' .*must be a finite number > 0"),
+    ("NNABLA_TORUS_BUCKET_MIB", "nan",
+     r"NNABLA_TORUS_BUCKET_MIB='nan' .*must be a finite number > 0"),
     ("NNABLA_TORUS_LOCAL_BATCH", "many", "NNABLA_TORUS_LOCAL_BATCH='many'"),
     ("NNABLA_TORUS_BAD_IMAGES", "ignore", "NNABLA_TORUS_BAD_IMAGES='ignore'"),
 ])
@@ -289,7 +291,8 @@ def test_bad_environment_twin_is_named(env, value, fragment, monkeypatch):
 def test_bad_recipe_value_names_the_recipe_key(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("epochs: -3\n")
-    with pytest.raises(ValueError, match=r"epochs must be a finite number > 0 and <= 1e\+06, got -3.0 .*recipe key"):
+    with pytest.raises(ValueError, match=r"epochs must be a finite number > 0 and <= 1e\+06, "
+                                         r"got -3.0 .*recipe key"):
         parse_config(["-C", str(path)])
 
 

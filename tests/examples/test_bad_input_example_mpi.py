@@ -101,8 +101,10 @@ def test_resume_with_another_model_is_refused_by_name_and_past_max_steps_is_vali
 
 @pytest.mark.parametrize("argv,fragment", [
     (["tools/allreduce_bench.py", "--sizes", "12Q"], "--sizes: size '12Q' is not a number"),
-    (["tools/allreduce_bench.py", "--rounds", "0"], "argument --rounds: must be an integer >= 1, got '0'"),
-    (["tools/train_bench.py", "--iters", "0"], "argument --iters: must be an integer >= 1, got '0'"),
+    (["tools/allreduce_bench.py", "--rounds", "0"],
+     "argument --rounds: must be an integer >= 1, got '0'"),
+    (["tools/train_bench.py", "--iters", "0"],
+     "argument --iters: must be an integer >= 1, got '0'"),
 ])
 def test_bad_benchmark_flag_is_one_message_per_rank_not_a_traceback(argv, fragment):
     out = failed_output(2, argv, timeout=60)

@@ -47,7 +47,8 @@ def test_precedence_flag_env_recipe_default_recipe_builtin(monkeypatch):
     monkeypatch.delenv("NNABLA_TORUS_EPOCHS")
     assert "  epochs            = 12.0                     (default recipe digits-cpu)\n" in \
         parse_config([]).describe()
-    cfg = parse_config(["-C", "sony-224s", "--epochs", "2", "--warmup-epochs", "1", "--overlap", "0"])
+    cfg = parse_config(["-C", "sony-224s", "--epochs", "2", "--warmup-epochs", "1",
+                        "--overlap", "0"])
     assert (cfg.epochs, cfg.overlap) == (2.0, False)
 
 
@@ -92,7 +93,8 @@ def test_bad_values_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="epochs = 'ten' must be a float"):
         parse_config(["-C", str(path)])
     path.write_text("local_batch: 0\n")               # a recipe value skips argparse's check
-    with pytest.raises(ValueError, match=r"local_batch must be an integer >= 1, got 0 \(set --local"):
+    with pytest.raises(ValueError,
+                       match=r"local_batch must be an integer >= 1, got 0 \(set --local"):
         parse_config(["-C", str(path)])
     with pytest.raises(ValueError, match="warmup_epochs = 1.0 must be below epochs = 1.0"):
         parse_config(["--epochs", "1"])
@@ -103,7 +105,8 @@ def test_bad_values_are_clear_errors(tmp_path):
 def batch_and_lr(cfg, world_size, epoch):
     controller, lr_schedule = build_schedules(cfg, types.SimpleNamespace(size=world_size))
     plan = controller.plan(epoch)
-    return plan.global_batch, plan.local_batch, plan.accum_steps, lr_schedule.lr(epoch) * plan.lr_factor
+    return (plan.global_batch, plan.local_batch, plan.accum_steps,
+            lr_schedule.lr(epoch) * plan.lr_factor)
 
 
 def test_sony_recipe_batch_and_lr_per_epoch():

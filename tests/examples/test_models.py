@@ -64,7 +64,8 @@ def test_small_stem_is_picked_below_64_pixels():
     assert nn.get_parameters()["net/conv1/conv/W"].shape == (16, 3, 3, 3)
 
 
-@pytest.mark.parametrize("arch, last, blocks", [("resnet18", "conv2", 8), ("resnet50", "conv3", 16)])
+@pytest.mark.parametrize("arch, last, blocks",
+                         [("resnet18", "conv2", 8), ("resnet50", "conv3", 16)])
 def test_last_bn_gamma_of_every_block_starts_at_zero(arch, last, blocks):
     build(arch, 10, 32, width=0.25)
     gammas = {k: v.d for k, v in nn.get_parameters().items() if k.endswith("/gamma")}

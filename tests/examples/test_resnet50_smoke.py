@@ -1,4 +1,5 @@
-"""One full ResNet-50 training step (1,000 classes, 64 px, batch 2) on CPU: builds, learns, is fast."""
+"""One full ResNet-50 training step (1,000 classes, 64 px, batch 2) on CPU: builds, learns,
+is fast."""
 import os
 import re
 import sys

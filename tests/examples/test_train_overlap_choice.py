@@ -5,7 +5,8 @@ import pytest
 from tests.mpirun import run_mpi
 
 PROG = "tests/examples/progs/train_check.py"
-SMALL = ["--train-images", "64", "--image-size", "16", "--local-batch", "16", "--epochs", "1", "--warmup-epochs", "0",
+SMALL = ["--train-images", "64", "--image-size", "16", "--local-batch", "16", "--epochs", "1",
+         "--warmup-epochs", "0",
          "--progress", "0", "--seed", "5", "--overlap", "1"]
 
 

@@ -174,13 +174,16 @@ def test_launched_world_planned_with_its_real_hosts():
     bp = batch_plan(64, 4, cfg.local_batch)
     # 4 ranks as 2 hosts x 2 ranks on cpu-2core (2 cores a host): no core sharing, unlike
     # the profile's 8 ranks a host, where the 4 ranks share one host's 2 cores.
-    two_hosts = TrainingPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=2)
-    one_host = TrainingPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=4)
+    two_hosts = TrainingPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True,
+                                            ranks_per_host=2)
+    one_host = TrainingPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True,
+                                           ranks_per_host=4)
     assert two_hosts.here.network.gpus_per_host == 2 and two_hosts.prof.network.gpus_per_host == 8
     assert two_hosts.best_here(bp).step_time_s < 0.75 * one_host.best_here(bp).step_time_s
     assert "hierarchical" in one_host.algorithms
     # Unequal hosts: the communicator refuses hierarchical, so the planner must never pick it.
-    uneven = TrainingPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True, ranks_per_host=0)
+    uneven = TrainingPlanner.from_config(cfg, DIGITS_PARAMS, 4, 1437, applies=True,
+                                         ranks_per_host=0)
     assert "hierarchical" not in uneven.algorithms
     assert uneven.here.network.gpus_per_host == 8
     assert uneven.best_here(bp).algorithm != "hierarchical"

@@ -58,8 +58,8 @@ needs_emulation = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAIL
 
 
 def emucluster(args, timeout):
-    """Run ``python -m tools.emucluster ARGS`` under a hard timeout (``scaled(timeout)`` s); return (exit code,
-    output)."""
+    """Run ``python -m tools.emucluster ARGS`` under a hard timeout (``scaled(timeout)`` s);
+    return (exit code, output)."""
     env = dict(os.environ, NNABLA_TORUS_EMU_TEST_TAG=TAG, NNABLA_TORUS_EMU_PREFIX=PREFIX,
                NNABLA_TORUS_EMU_SUBNET=SUBNET)
     proc = subprocess.Popen([sys.executable, "-m", "tools.emucluster"] + args, cwd=REPO, env=env,
@@ -71,7 +71,8 @@ def emucluster(args, timeout):
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         subprocess.run([sys.executable, "-m", "tools.emucluster", "down"], cwd=REPO, env=env)
-        raise AssertionError(f"emucluster {' '.join(args)} hung for {scaled(timeout):.0f} s:\n{out}")
+        raise AssertionError(f"emucluster {' '.join(args)} hung for {scaled(timeout):.0f} s:"
+                             f"\n{out}")
     return proc.returncode, out
 
 
@@ -122,7 +123,8 @@ def test_layout_names_and_addresses():
 
 
 def test_link_spec_rates_and_burst():
-    assert parse_rate("1gbit") == 1e9 and parse_rate("100mbit") == 1e8 and parse_rate("none") is None
+    assert (parse_rate("1gbit") == 1e9 and parse_rate("100mbit") == 1e8
+            and parse_rate("none") is None)
     assert parse_bytes("64k") == 65536 and parse_bytes("1500") == 1500
     assert LinkSpec("1gbit").burst_bytes == 250000      # 2 ms of line rate
     assert LinkSpec("100mbit").burst_bytes == 65536     # at least one GSO packet
@@ -277,8 +279,8 @@ def test_a_killed_host_is_left_out_and_the_run_finishes_on_the_other(tmp_path):
     env = dict(os.environ, NNABLA_TORUS_EMU_TEST_TAG=TAG, NNABLA_TORUS_EMU_PREFIX=PREFIX,
                NNABLA_TORUS_EMU_SUBNET=SUBNET)
     proc = subprocess.Popen([sys.executable, "-m", "tools.emucluster", "exec", "--hosts", "2",
-                             "--ranks-per-host", "2", "--timeout", f"{scaled(150):.0f}", "--launcher",
-                             "nnabla-torus-run", "--", sys.executable,
+                             "--ranks-per-host", "2", "--timeout", f"{scaled(150):.0f}",
+                             "--launcher", "nnabla-torus-run", "--", sys.executable,
                              "tests/mpi/progs/failing_fake.py", str(tmp_path), "--steps", "60",
                              "--every", "4"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -1,4 +1,5 @@
-"""Noise-scale estimator fed by the all-reduce: within 15 % of the true B_simple at 2 and 4 ranks."""
+"""Noise-scale estimator fed by the all-reduce: within 15 % of the true B_simple at 2 and 4
+ranks."""
 import pytest
 
 from tests.mpirun import expect_passed, run_mpi

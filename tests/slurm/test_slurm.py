@@ -1,9 +1,10 @@
 """Under a real Slurm (single node, started by tools/slurm_up.sh; skipped with its reason where
 that is impossible: not root, no apt-get): ``srun --mpi=pmix`` at 2 and 4 ranks (ranks, local
 ranks and sums; an nnabla-examples-style script equal to one process; no PMIx help-file
-noise), ``srun --mpi=pmi2`` of the MPICH venv, ``srun`` without PMIx stopping every task with one line within seconds, the shipped
-examples/imagenet/train.sbatch (srun and mpirun inside) to a finished run with ``sbatch --wait``, and nnabla-torus-run
-taking its hosts and slots from an ``salloc`` allocation. Every job has a hard timeout (the
+noise), ``srun --mpi=pmi2`` of the MPICH venv, ``srun`` without PMIx stopping every task with
+one line within seconds, the shipped examples/imagenet/train.sbatch (srun and mpirun inside)
+to a finished run with ``sbatch --wait``, and nnabla-torus-run taking its hosts and slots from
+an ``salloc`` allocation. Every job has a hard timeout (the
 test's, which kills srun/salloc or cancels the batch job, and Slurm's ``--time``)."""
 import json
 import os

@@ -111,7 +111,8 @@ PLAN = [
     ("--gpus 0", "argument --gpus: must be an integer >= 1 (GPU counts, e.g. 1,4,8), got '0'"),
     ("--gpus 4,x", "argument --gpus: must be an integer >= 1 (GPU counts, e.g. 1,4,8), got 'x'"),
     ("--gpus 8,5000", "5000 GPUs is more than the 4352 GPUs of profile 'abci'"),
-    ("--allow-beyond-profile maybe", "argument --allow-beyond-profile: expected one of 1/0, true/false, yes/no, on/off, got 'maybe'"),
+    ("--allow-beyond-profile maybe", "argument --allow-beyond-profile: expected one of 1/0, "
+                                     "true/false, yes/no, on/off, got 'maybe'"),
     ("--batch 0", "argument --batch: must be an integer >= 1, got '0'"),
     ("--batch -5", "argument --batch: must be an integer >= 1, got '-5'"),
     ("--local-batch 0", "argument --local-batch: must be an integer >= 1, got '0'"),
@@ -186,7 +187,8 @@ PLAN = [
     ("--json /nonexistent/plan.json", "argument --json: cannot write '/nonexistent/plan.json': "
                                       "give a file path in an existing writable folder"),
     ("--plot /tmp", "argument --plot: cannot write '/tmp'"),
-    ("--explain perhaps", "argument --explain: expected one of 1/0, true/false, yes/no, on/off, got 'perhaps'"),
+    ("--explain perhaps", "argument --explain: expected one of 1/0, true/false, yes/no, on/off, "
+                          "got 'perhaps'"),
     ("--recipe nope", "recipe 'nope' not found"),
     ("--fit-recipe sony-224s", "--fit-recipe needs --recipe"),
     ("--recipe sony-122s --fit-recipe digits-cpu", "--fit-recipe digits-cpu states no published "
@@ -350,8 +352,8 @@ def test_planner_runs_leave_nothing_in_the_temporary_or_shared_memory_folders(tm
     env = dict(os.environ, PYTHONPATH=REPO, TMPDIR=str(tmp_path),
                OMPI_MCA_btl_sm_backing_directory=str(tmp_path))
     for _ in range(5):
-        done = subprocess.run([sys.executable, "-m", "nnabla_torus.cli.plan", *argv], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=scaled(120))
+        done = subprocess.run([sys.executable, "-m", "nnabla_torus.cli.plan", *argv], cwd=REPO,
+                              env=env, capture_output=True, text=True, timeout=scaled(120))
         assert done.returncode == 0, done.stderr
     assert list(tmp_path.iterdir()) == []
 

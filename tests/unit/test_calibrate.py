@@ -17,7 +17,8 @@ def synthetic_allreduce(net, rng, noise=0.03):
     for ranks, grids in ((2, ["2x1"]), (4, ["2x2"]), (8, ["2x4", "4x2"])):
         for nbytes in (4096, 65536, 1 << 20, 1 << 24, 1 << 27):
             runs = [("torus2d", g) for g in grids] + [("ring", f"{ranks}x1"),
-                                                       ("hierarchical", f"{ranks}x1"), ("native", "-")]
+                                                       ("hierarchical", f"{ranks}x1"),
+                                                       ("native", "-")]
             for algorithm, grid in runs:
                 r = {"algorithm": algorithm, "grid": grid, "ranks": ranks, "bytes": nbytes,
                      "correct": True}
@@ -90,7 +91,8 @@ def test_auto_tables_from_benchmark_records_round_trip_through_a_profile(tmp_pat
     ({"ranks": 4, "bounds": [], "algorithms": ["native"]}, "ranks_per_host"),
 ])
 def test_a_bad_auto_table_is_named(entry, text):
-    from nnabla_torus.planning.machine_profile import load_profile, profile_from_dict, profile_to_dict
+    from nnabla_torus.planning.machine_profile import (load_profile, profile_from_dict,
+                                                       profile_to_dict)
     raw = dict(profile_to_dict(load_profile("cpu-2core")), auto_tables=[entry])
     with pytest.raises(ValueError, match="auto_tables\\[0\\]") as err:
         profile_from_dict(raw)

@@ -72,7 +72,8 @@ def test_a_bigger_cluster_plans_more_gpus_and_the_plan_says_how_it_was_shaped(ca
     plan_cli.main(["--profile", "dgx-a100", "--hosts", "16", "--model", "resnet50",
                    "--json", str(tmp_path / "p.json")])
     out = capsys.readouterr().out
-    assert "# profile dgx-a100 (named by --profile / NNABLA_TORUS_PROFILE): 16 hosts x 8 GPUs" in out
+    assert ("# profile dgx-a100 (named by --profile / NNABLA_TORUS_PROFILE): 16 hosts x 8 GPUs"
+            in out)
     assert "# reshaped: hosts: 16 (--hosts; profile: 32)" in out
     report = json.loads((tmp_path / "p.json").read_text())
     assert report["recommendation"]["gpus"] <= 128 and report["reshaped"]

@@ -281,7 +281,8 @@ def test_call_waits_per_extra_rank_on_several_hosts_only():
 
 
 def test_profiles_name_the_native_they_model():
-    from nnabla_torus.planning.machine_profile import load_profile, profile_from_dict, profile_to_dict
+    from nnabla_torus.planning.machine_profile import (load_profile, profile_from_dict,
+                                                       profile_to_dict)
     abci, cpu = load_profile("abci"), load_profile("cpu-2core")
     assert not abci.network.native_hierarchical          # NCCL: one flat algorithm
     assert abci.network.oversubscribed_hosts_wait_s == 0

@@ -61,8 +61,8 @@ def extension(tmp_path):
 def run(extension, code):
     env = {k: v for k, v in os.environ.items() if k not in ("OMPI_HOME", "LD_LIBRARY_PATH")}
     env["PYTHONPATH"] = os.pathsep.join([REPO, extension])
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=scaled(120),
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          timeout=scaled(120), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

@@ -151,8 +151,8 @@ def test_the_readme_knobs_table_states_the_code_defaults():
     assert not wrong, "\n".join(wrong)
 
 
-MODULE_PATH = re.compile(r"(?<![\w/.])(?:nnabla_torus/)?((?:comm|planning|launching|sim|cli|testing)"
-                         r"/[\w/]+\.py)\b")
+MODULE_PATH = re.compile(r"(?<![\w/.])(?:nnabla_torus/)?"
+                         r"((?:comm|planning|launching|sim|cli|testing)/[\w/]+\.py)\b")
 SOURCES = PAGES + [p for folder in ("nnabla_torus", "examples", "tools")
                    for p in glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True)]
 

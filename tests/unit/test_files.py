@@ -17,7 +17,8 @@ def test_a_write_replaces_the_file_whole(tmp_path):
 
 
 def test_the_temporary_keeps_the_extension_for_writers_that_read_it(tmp_path):
-    assert temporary_path(str(tmp_path / "model.h5")) == str(tmp_path / f"model.tmp{os.getpid()}.h5")
+    assert temporary_path(str(tmp_path / "model.h5")) == \
+        str(tmp_path / f"model.tmp{os.getpid()}.h5")
     with atomic_path(str(tmp_path / "model.h5")) as temporary:
         assert temporary.endswith(".h5")
         with open(temporary, "wb") as f:

@@ -20,7 +20,8 @@ def test_callback_sync_is_grad_arrays_one_byte_all_reduces_and_nothing_on_one_ra
     prof = load_profile("abci")
     comp, net = prof.models["resnet50"], prof.network
     # inside a host (4 V100s: 2 doubling steps) the host's MPI latency, not NVLink's NCCL step
-    assert float(framework.callback_sync_s(net, comp, 4)) == pytest.approx(161 * 2 * 0.46e-6, rel=1e-3)
+    assert float(framework.callback_sync_s(net, comp, 4)) == pytest.approx(
+        161 * 2 * 0.46e-6, rel=1e-3)
     # across hosts: 2 steps inside, 1 across (the inter link's latency)
     assert float(framework.callback_sync_s(net, comp, 8)) == pytest.approx(
         161 * (2 * 0.46e-6 + net.inter.latency_s), rel=1e-3)

@@ -101,16 +101,19 @@ def test_threshold_is_exact_at_the_pessimistic_end_of_phi():
     phi, rse, err = 150.0, 0.4, 0.06
     up = goodput.prediction_error(256, 64, phi, rse, err)
     low = phi * (1 - rse)
-    assert 1 + up == pytest.approx((1 + err) * (phi + 64) / (phi + 256) / ((low + 64) / (low + 256)))
+    assert 1 + up == pytest.approx(
+        (1 + err) * (phi + 64) / (phi + 256) / ((low + 64) / (low + 256)))
     high = phi * (1 + rse)
     down = goodput.prediction_error(64, 256, phi, rse, err)
-    assert 1 + down == pytest.approx((1 + err) * (phi + 256) / (phi + 64) / ((high + 256) / (high + 64)))
+    assert 1 + down == pytest.approx(
+        (1 + err) * (phi + 256) / (phi + 64) / ((high + 256) / (high + 64)))
     # small rse: the first-order term |d ln(E(B)/E(B_now)) / d ln phi| x rse
     linear = err + (phi / (phi + 64) - phi / (phi + 256)) * 0.01
     assert goodput.prediction_error(256, 64, phi, 0.01, err) == pytest.approx(linear, rel=1e-2)
     # large rse: beyond the linear term, and a move that pays only at phi itself is held
     assert up > err + (phi / (phi + 64) - phi / (phi + 256)) * rse
-    speed = [148.0, 1.22 * 148.0 * (phi + 256) / (phi + 64)]   # +22 %: linear error 19 %, exact 26 %
+    # +22 %: linear error 19 %, exact 26 %
+    speed = [148.0, 1.22 * 148.0 * (phi + 256) / (phi + 64)]
     d = goodput.decide([64, 256], speed, phi, rse, 64, current=0, model_error=err)
     assert d.best == 1 and d.gain == pytest.approx(1.22) and not d.change
     assert goodput.decide([64, 256], speed, phi, 0.05, 64, current=0, model_error=err).change

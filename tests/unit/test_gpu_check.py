@@ -18,8 +18,9 @@ def test_without_gpus_the_check_is_dry_and_passes(tmp_path):
     if gpu_check.gpu_count()[0]:
         pytest.skip("this machine has GPUs: run make gpu-check itself")
     out = tmp_path / "gpu_check.json"
+    # PYTHONPATH: this tree, not the installed one
     done = subprocess.run([sys.executable, "tools/gpu_check.py", "--json", str(out)], cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=REPO),   # this tree, not the installed one
+                          env=dict(os.environ, PYTHONPATH=REPO),
                           capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()

@@ -39,7 +39,8 @@ def test_other_models_say_no_statistical_limit_is_known(tmp_path, capsys):
 
 def test_the_table_uses_full_column_names(tmp_path, capsys):
     plan(tmp_path, "--profile", "abci", "--max-gpus", "8")
-    header = [line for line in capsys.readouterr().out.splitlines() if "GPUs" in line and "grid" in line][0]
+    header = [line for line in capsys.readouterr().out.splitlines()
+              if "GPUs" in line and "grid" in line][0]
     for title in ("per-GPU batch", "accumulation", "global batch", "scaling efficiency",
                   "statistical efficiency", "time to train (s)"):
         assert title in header

@@ -82,8 +82,9 @@ def test_a_cache_folder_another_user_can_write_is_refused(tmp_path, mode, owner,
     os.chown(folder, os.getuid() + owner, -1)
     # before: used as it was, so its other writer could re-point lib/libmpi.so
     with pytest.raises(UnsafeFolder, match=rf"refusing {folder}: it is {why}, so another user "
-                                           r"could change what it holds\. Fix: set NNABLA_TORUS_CACHE_DIR "
-                                           r"to a folder only you can write"):
+                                           r"could change what it holds\. Fix: set "
+                                           r"NNABLA_TORUS_CACHE_DIR to a folder only you "
+                                           r"can write"):
         cuda_env.prepare_ompi_home({}, cache_dir=str(folder))
     assert os.listdir(folder) == []
 

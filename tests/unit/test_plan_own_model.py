@@ -87,7 +87,8 @@ def test_an_nnp_file_is_planned_with_its_own_arrays_bytes_and_flops(digits, caps
     assert ("# model digits.nnp: counted from its graph: 6 parameter arrays, 1,626 parameters "
             "(0.00325 MB of FP16 gradients)") in text
     prof = load_profile("dgx-h100")
-    b_ms = prof.models["resnet50"].b_s * 1e3 * MACS * 6e-9 / prof.extra["gflops_per_image"]["resnet50"]
+    b_ms = (prof.models["resnet50"].b_s * 1e3 * MACS * 6e-9
+            / prof.extra["gflops_per_image"]["resnet50"])
     assert f"b = {b_ms:.4g} ms per image" in text
     # nothing of ImageNet's run: no start-up, validation or loader, each said; its own dataset
     for line in ("# start-up left out: --startup-s", "# validation left out: --val-images",

@@ -260,7 +260,8 @@ def test_a_resumed_controller_continues_its_decisions():
             np.full(np.shape(f), 2000.0), np.full(np.shape(f), 0.2)), None)
         return BatchSizeController(4, 64, noise_scale=est, base_batch=32, min_batch=32,
                                    max_batch=1024, min_samples=3, max_rse=10.0, prior=fake,
-                                   throughput=lambda local, accum: 4 * local / (0.05 + 0.01 * local),
+                                   throughput=lambda local, accum: (
+                                       4 * local / (0.05 + 0.01 * local)),
                                    epochs=10, epoch_images=10000)
     est = NoiseScaleEstimator(smoothing=0.5)
     first = controller(est)

@@ -159,7 +159,8 @@ def test_measured_no_gain_keeps_the_batch_the_profile_said_would_help():
         est = NoiseScaleEstimator(smoothing=0.9)  # refit never ready keeps B0: the first
         ctrl = BatchSizeController(4, 64, noise_scale=est, base_batch=64, min_batch=64,
                                    max_batch=1024, throughput=profile, model_error=0.145,
-                                   min_samples=20, refit=steps and StepTimeRefit(4, min_steps=steps))
+                                   min_samples=20,
+                                   refit=steps and StepTimeRefit(4, min_steps=steps))
         outcomes[steps] = set(run_controller(ctrl, est, machine, 60))   # decision waits for it)
     assert outcomes[5] == {64}
     assert max(outcomes[None]) > 64

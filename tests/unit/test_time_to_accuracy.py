@@ -14,7 +14,8 @@ from tools.emucluster.profile import emulated_profile
 
 LOG = """resnet18 x0.125: 176,402 parameters, 1438 training / 359 validation images, 10 classes; 4
 epoch 1.00 step 23: train loss 2.2873, val top-1 0.2535 top-5 0.7103, 322 images/s
-16:30:23 epoch 2.00 step 46: train loss 2.1 (epoch mean), val top-1 0.91 top-5 0.99, 466 images/s, epoch 19 s, ETA 21 s
+16:30:23 epoch 2.00 step 46: train loss 2.1 (epoch mean), val top-1 0.91 top-5 0.99, \
+466 images/s, epoch 19 s, ETA 21 s
 epoch 3.00 step 69: train loss 2.0, val top-1 0.95 top-5 0.99, 466 images/s
 {"val_top1": 0.95, "steps": 69, "batch_schedule": "0:64"}
 """.splitlines(keepends=True)
@@ -121,7 +122,8 @@ def test_a_seed_that_never_reaches_the_target_counts_as_never_not_as_missing(tmp
     stats, verdict = rep.summarise(fixed + adaptive, 0.90)
     assert stats[rep.ADAPTIVE]["time_s"] == (37.3, 35.0, float("inf"))
     assert stats[rep.ADAPTIVE]["reached"] == 3
-    assert verdict[0].startswith("time to 90%: adaptive (goodput) median 37.3 s") and "FAIL" in verdict[0]
+    assert (verdict[0].startswith("time to 90%: adaptive (goodput) median 37.3 s")
+            and "FAIL" in verdict[0])
     assert "37.3 [35.0-never]" in rep.table(stats, 0.90, "0,1,2,3,4")
     # a policy that never reaches the target is never the best other policy
     stats, verdict = rep.summarise([record("fixed 512", 9, 99.0, top1=0.85)] + fixed + adaptive,
@@ -178,8 +180,9 @@ def test_report_pools_measurements_and_names_a_folder_without_one(tmp_path, caps
             run = folder / f"{policy.replace(' ', '-')}-1"
             run.mkdir(parents=True)
             (run / "global_batch.series.txt").write_text("1 256\n")
-            lines = [(1.0, LOG[0]), (t, LOG[2]), (t + 1, '{"val_top1": 0.91, "steps": 2, "batch_schedule": '
-                                          '"0:256", "images_per_sec": 400, "ranks": 4}\n')]
+            lines = [(1.0, LOG[0]), (t, LOG[2]),
+                     (t + 1, '{"val_top1": 0.91, "steps": 2, "batch_schedule": '
+                             '"0:256", "images_per_sec": 400, "ranks": 4}\n')]
             records.append(rep.record_of(policy, 1, str(run), lines, 0.90))
         (folder / "measured.json").write_text(json.dumps({"where": "here", "target": 0.90,
                                                           "records": records}))
@@ -265,10 +268,11 @@ def test_the_efficiency_model_is_checked_on_the_fixed_batches(tmp_path):
                [record("fixed 256", 256, s, 9) for s in range(3)] +
                [record(rep.ADAPTIVE, 64, s, 7, "1 150\n2 250\n3 9999\n") for s in range(2)])
     line = rep.efficiency_lines(records, 0.90)[0]
+    # 200 [200-200]: step 3's 9999 comes after 90 %
     assert line == ("efficiency model: fixed 64 and fixed 256 reached 90% after 5.5 and 8.5 "
                     "epochs (means, half a validation interval before the validation that saw "
                     "it), as E(B) predicts at phi = 288; the adaptive runs measured B_simple "
-                    "200 [200-200] (each run's median up to the target)")     # step 3's 9999: after 90 %
+                    "200 [200-200] (each run's median up to the target)")
     assert line in rep.summarise(records, 0.90)[1]
     # the larger batch saved no steps (phi 0), or cost no images (inf)
     assert rep.implied_phi(64, 256, 0.25) == 0.0 and rep.implied_phi(64, 256, 1.0) == float("inf")

@@ -39,7 +39,8 @@ def state_dir(prefix):
 
 def add_name_knobs(parser):
     add_knob(parser, "--prefix", env="NNABLA_TORUS_EMU_PREFIX", default="nntorus",
-             help="name prefix of the namespaces: hosts PREFIX-hI (also their hostnames), switch PREFIX-sw")
+             help="name prefix of the namespaces: hosts PREFIX-hI (also their hostnames), "
+                  "switch PREFIX-sw")
 
 
 def add_cluster_knobs(parser):

@@ -8,7 +8,8 @@ hosts use TCP restricted to the cluster's subnet. Only Open MPI 5 is supported: 
 below are PRRTE's and Open MPI's (``--prtemca``, ``--mca``), and another library's mpirun is
 refused with a ClusterError naming it (``mpirun_path``). Example::
 
-    argv = mpirun_argv(lay, state_dir, ranks_per_host=4, mapping="by-host", command=["python", "p.py"])
+    argv = mpirun_argv(lay, state_dir, ranks_per_host=4, mapping="by-host",
+                       command=["python", "p.py"])
 """
 import os
 import shlex

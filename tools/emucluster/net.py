@@ -29,7 +29,8 @@ def run(argv, check=True):
 
 
 def check_privileges():
-    """Refuse early, with the fix, when not root or when `ip netns` / `tc` / `unshare` is missing."""
+    """Refuse early, with the fix, when not root or when `ip netns` / `tc` / `unshare` is
+    missing."""
     if os.geteuid() != 0:
         raise ClusterError("emucluster needs root (network namespaces, veth, tc): "
                            "run it with sudo, e.g. `sudo .venv/bin/python -m tools.emucluster ...`")

@@ -52,7 +52,8 @@ class LinkSpec:
             raise ValueError(f"queue_ms={queue_ms} must be > 0 (e.g. 50)")
         self.queue_ms = queue_ms
         if delay_ms < 0 or not 0 <= loss_pct < 100:
-            raise ValueError(f"delay_ms={delay_ms} must be >= 0 and loss_pct={loss_pct} in [0, 100)")
+            raise ValueError(f"delay_ms={delay_ms} must be >= 0 and loss_pct={loss_pct} "
+                             "in [0, 100)")
         self.delay_ms, self.loss_pct = delay_ms, loss_pct
 
     def _burst(self, burst):
@@ -91,7 +92,8 @@ def shape(layout, spec):
     """Apply ``spec`` to both ends of every host link of ``layout``."""
     if spec.needs_netem and not netem_available(layout.switch, layout.switch_port(0)):
         raise ClusterError("delay/loss need the kernel's netem qdisc (sch_netem), which this "
-                           "kernel lacks: drop --delay/--loss or use a kernel with CONFIG_NET_SCH_NETEM")
+                           "kernel lacks: drop --delay/--loss or use a kernel with "
+                           "CONFIG_NET_SCH_NETEM")
     for index in range(layout.hosts):
         _shape_device(["tc", "-n", layout.switch], layout.switch_port(index), spec)
         _shape_device(["tc", "-n", layout.host_name(index)], "eth0", spec)

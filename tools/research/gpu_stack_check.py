@@ -82,13 +82,15 @@ print(f"rank {MPI.COMM_WORLD.rank}: registered {registered}; init() stopped at: 
 # needs only the (stub) driver on the path.
 STAGES = [
     ("import nnabla_ext.cuda",
-     "from mpi4py import MPI\nimport nnabla_ext.cuda\nprint('imported', nnabla_ext.cuda.__version__)",
+     "from mpi4py import MPI\nimport nnabla_ext.cuda\n"
+     "print('imported', nnabla_ext.cuda.__version__)",
      r"^imported 1\.39\.0", True, 1),
     # With another libmpi.so on the default library path (a system Open MPI) nnabla finds
     # that one instead, beside mpi4py's, and the process crashes: either ending shows that
     # without OMPI_HOME nnabla does not get mpi4py's library.
     ("communicator registered without OMPI_HOME (finding 2)",
-     "import os\nos.environ.pop('OMPI_HOME', None)\nfrom mpi4py import MPI\nimport nnabla_ext.cuda\n"
+     "import os\nos.environ.pop('OMPI_HOME', None)\n"
+     "from mpi4py import MPI\nimport nnabla_ext.cuda\n"
      "import nnabla.communicators as C\nC.MultiProcessDataParallelCommunicator(CTX)",
      r"could not be found in \[\]|End of error message", True, 1),
     ("communicator registered with nnabla_torus's OMPI_HOME",

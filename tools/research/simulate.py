@@ -40,8 +40,9 @@ MEASURED_100MIB = {
              ("hierarchical", None, 2.42)],
     (8, 2): [("ring", None, 2.32), ("torus2d", "2x8", 2.44), ("torus2d", "8x2", 2.59),
              ("hierarchical", None, 3.12)],
-    # One rank per emulated host (2026-11-30, medians of 6 calls; docs/simulation.md, "Validation"): the
-    # CPU binds less (2 hosts: one rank per core), so the network model should fit best here.
+    # One rank per emulated host (2026-11-30, medians of 6 calls; docs/simulation.md,
+    # "Validation"): the CPU binds less (2 hosts: one rank per core), so the network model
+    # should fit best here.
     (2, 1): [("ring", None, 0.892), ("torus2d", "1x2", 0.894)],
     (4, 1): [("ring", None, 1.421), ("torus2d", "2x2", 1.803)],
 }

@@ -82,8 +82,10 @@ def prepare_ompi_home(environ=os.environ, cache_dir=None):
         wanted = os.path.join(home, "lib", "libmpi.so")
         if _is_elf(wanted) and _same_file(wanted, loaded):
             return home
+        found = ("not the library mpi4py loaded" if _is_elf(wanted)
+                 else "missing or not a shared library (a linker script?)")
         raise RuntimeError(f"OMPI_HOME={home}: nnabla-ext-cuda would dlopen {wanted}, which is "
-                           f"{'not the library mpi4py loaded' if _is_elf(wanted) else 'missing or not a shared library (a linker script?)'}"
+                           f"{found}"
                            f" ({loaded}); two MPIs in one process fail. Fix: unset OMPI_HOME "
                            f"(nnabla_torus then points it at {loaded}) or set it to that "
                            f"library's installation")

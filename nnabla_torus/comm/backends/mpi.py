@@ -4,7 +4,8 @@ Buffers are 1-D contiguous numpy arrays (zero-copy views of CPU NdArrays); a gro
 splits one into m chunks (``chunk_bounds``), so any length works without padding. Each ring
 primitive is also a generator of waits (``*_steps``) that ``run_steps`` runs alone, and
 ``run_lanes`` (:mod:`.lanes`) advances several at once: that is how ``collectives.torus2d``
-overlaps the row phases of one piece with the column phase of another. Inside one host a group may share memory instead
+overlaps the row phases of one piece with the column phase of another. Inside one host a group
+may share memory instead
 (:class:`.mpi_shared.SharedMemoryPath`); the buffer methods: :class:`.mpi_buffers.HostBuffers`.
 The ring's steps, the float16 error bound and the shared path's byte counts:
 docs/communicator.md#the-mpi-backend.

@@ -3,7 +3,8 @@ MPI-3 shared window (``MPI.Win.Allocate_shared`` on ``Split_type(COMM_TYPE_SHARE
 instead of messages, each byte moved the fewest times; small buffers take one arrival.
 A checked call's first arrival carries the hash of its arguments (``Group.check_value``), so
 on one host the cross-rank argument check costs no synchronisation of its own.
-How the bytes move and why these sizes: docs/communicator.md#shared-memory-inside-a-host-mpi-backend.
+How the bytes move and why these sizes:
+docs/communicator.md#shared-memory-inside-a-host-mpi-backend.
 """
 import numpy as np
 from mpi4py import MPI

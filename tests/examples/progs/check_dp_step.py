@@ -19,7 +19,8 @@ import nnabla.parametric_functions as PF
 from mpi4py import MPI
 from nnabla.ext_utils import get_extension_context
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "imagenet"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples",
+                                "imagenet"))
 import nnabla_torus as C  # noqa: E402
 from nnabla_torus.planning.controller import BatchPlan  # noqa: E402
 from nnabla_torus.loss_scaling import DynamicLossScaling  # noqa: E402
@@ -49,7 +50,8 @@ class SliceStream:
         step, micro = divmod(self.calls, self.accum)
         self.calls += 1
         start = (self.rank * self.accum + micro) * batch_size
-        return self.images[step][start:start + batch_size], self.labels[step][start:start + batch_size]
+        return (self.images[step][start:start + batch_size],
+                self.labels[step][start:start + batch_size])
 
 
 def run_reference(cfg, images, labels):

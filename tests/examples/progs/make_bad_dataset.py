@@ -10,7 +10,8 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "imagenet"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples",
+                                "imagenet"))
 import image_lists  # noqa: E402
 import digits  # noqa: E402
 

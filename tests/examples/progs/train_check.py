@@ -14,7 +14,8 @@ import numpy as np
 import nnabla as nn
 from mpi4py import MPI
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "imagenet"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples",
+                                "imagenet"))
 import data  # noqa: E402
 import train  # noqa: E402
 from config import parse_config  # noqa: E402

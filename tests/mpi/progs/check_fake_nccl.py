@@ -1,6 +1,6 @@
 """The fake NCCL communicator behaves as nnabla-ext-cuda's (argument forms, groups, results).
 
-    mpirun -np 4 python tests/mpi/progs/check_fake_nccl.py     # prints "PASSED fake-nccl api rank r" per rank
+    mpirun -np 4 python tests/mpi/progs/check_fake_nccl.py  # "PASSED fake-nccl api rank r" per rank
 
 Needs 4 ranks. Values are small integers, so sums are exact in float32 and float16; averages
 over 4 ranks are exact, and over 3 ranks equal NCCL's ncclAvg (inputs times T(1/3), summed in
@@ -65,7 +65,8 @@ def check_all_reduce(comm):
             synchronize()
             for k, (x, s) in enumerate(zip(xs, shapes)):
                 want = sum(data(s, r, k) for r in range(P)) / (P if division else 1)
-                assert x.dtype == np.float32 and np.array_equal(x.data, want), (division, inplace, k)
+                assert x.dtype == np.float32 and np.array_equal(x.data, want), \
+                    (division, inplace, k)
     x = nd(data((5,), RANK))
     comm.all_reduce(x)  # a single NdArray, not a list
     assert np.array_equal(x.data, data((5,), RANK)), "enqueued: no result before synchronize()"
@@ -181,7 +182,8 @@ def run_or_abort(body, label):
 
 def main():
     comm = FakeMultiProcessDataParallelCommunicator(get_extension_context("cpu"))
-    half = FakeMultiProcessDataParallelCommunicator(get_extension_context("cpu", type_config="half"))
+    half = FakeMultiProcessDataParallelCommunicator(
+        get_extension_context("cpu", type_config="half"))
     check_setup(comm)
     half.init()
     check_all_reduce(comm)

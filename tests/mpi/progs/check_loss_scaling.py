@@ -12,7 +12,8 @@ so only its gradients are inf/NaN: that step, and only that one, must be skipped
 Every rank must skip the same steps, halve the scale at the same time and grow it after N good
 steps, exactly as the updater does; the parameters must be bitwise equal across ranks, "plain"
 bitwise equal to the updater, "overlap" within RTOL (bucketing may change the order in which
-the all-reduce adds). Prints the scales and the largest differences, and "PASSED check_loss_scaling", on rank 0.
+the all-reduce adds). Prints the scales and the largest differences, and
+"PASSED check_loss_scaling", on rank 0.
 """
 import hashlib
 

@@ -63,7 +63,8 @@ def check_buffer_ops(be):
     for n in (0, 1, 17, 100003):
         for dtype in (np.float32, np.float16):
             unit = P * 16 // np.dtype(dtype).itemsize   # P chunks of a multiple of 16 bytes
-            assert be.padded_length(n, dtype) % unit == 0 and n <= be.padded_length(n, dtype) < n + unit
+            assert (be.padded_length(n, dtype) % unit == 0
+                    and n <= be.padded_length(n, dtype) < n + unit)
 
 
 def check_primitives(be, grid, big=100003):

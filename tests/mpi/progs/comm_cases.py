@@ -1,6 +1,6 @@
 """Communicator checks under mpirun: one launch runs a list of cases and prints one line per case.
 
-    mpirun -np 4 python tests/mpi/progs/comm_cases.py correctness    # "OK <case>" lines, "PASSED comm_cases ..."
+    mpirun -np 4 python tests/mpi/progs/comm_cases.py correctness    # "OK <case>" lines, "PASSED"
     mpirun -np 4 python tests/mpi/progs/comm_cases.py bad-input      # "rank r: <case>: <error>"
     NNABLA_TORUS_TIMEOUT=3 mpirun -np 4 python tests/mpi/progs/comm_cases.py missing-rank
 
@@ -717,7 +717,8 @@ def correctness_cases():
                           on(config, case_sqnorms, np.float16)))
     first = configs_[0]
     cases += [(f"{config_name(first)}: {fn.__name__[5:]}", on(first, fn)) for fn in (
-        case_lazily_zeroed, case_same_list_changed, case_storage_replaced, case_bcast, case_all_gather, case_reduce_scatter, case_allreduce_numpy,
+        case_lazily_zeroed, case_same_list_changed, case_storage_replaced, case_bcast,
+        case_all_gather, case_reduce_scatter, case_allreduce_numpy,
         case_loss_scaling, case_groups)]
     if BACKEND == "mpi":
         cases.append(("auto: same choice on every rank", on(first, case_auto_same_choice)))
@@ -855,13 +856,15 @@ def bad_input(comm):
         comm.all_reduce(ndarrays([(17,)], RANK), group="nosuch")
 
     def backends_differ():         # NNABLA_TORUS_BACKEND set on one host only
-        C.MultiProcessDataParallelCommunicator(backend="fake-nccl" if RANK == last else "mpi").init()
+        C.MultiProcessDataParallelCommunicator(
+            backend="fake-nccl" if RANK == last else "mpi").init()
 
     for r in range(P):
         comm.new_group((f"only{r}", [r]))
     automatic = make_comm(Config("auto", None, None, False), auto_profile="cpu-2core")
     row = make_comm(Config("torus2d", f"{P}x1", None, False))
-    cases = [shape_changes_after_agreement, cached_list_reshaped_on_one_rank, auto_routes_differ, shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
+    cases = [shape_changes_after_agreement, cached_list_reshaped_on_one_rank, auto_routes_differ,
+             shapes_differ, dtypes_differ, list_lengths_differ, flags_differ, operations_differ,
              algorithms_differ, wire_formats_differ, pieces_differ, negative_pieces,
              shared_row_first_call_differs, shared_row_small_vs_large, shared_row_shapes_differ,
              shared_row_empty_vs_data,

@@ -2,7 +2,8 @@
 
 Run across emulated hosts (see tools/emucluster)::
 
-    python -m tools.emucluster exec --hosts 2 -- python tests/mpi/progs/emu_allreduce.py --sizes 16K,25M
+    python -m tools.emucluster exec --hosts 2 -- \\
+        python tests/mpi/progs/emu_allreduce.py --sizes 16K,25M
 
 Prints ``HOSTS <rank>:<hostname> ...`` then ``SIZE <bytes> time_ms <median> busbw_MBps <x>``
 and ``PASSED emu_allreduce`` when every sum was exact.
@@ -49,7 +50,8 @@ def main():
         seconds = comm.allreduce(seconds, op=MPI.MAX)
         busbw = 4 * count / seconds * 2 * (size - 1) / size / 1e6
         if rank == 0:
-            print(f"SIZE {4 * count} time_ms {seconds * 1e3:.2f} busbw_MBps {busbw:.1f}", flush=True)
+            print(f"SIZE {4 * count} time_ms {seconds * 1e3:.2f} busbw_MBps {busbw:.1f}",
+                  flush=True)
     ok = comm.allreduce(ok, op=MPI.LAND)
     if rank == 0:
         print(passed_line("emu_allreduce") if ok else "WRONG SUM", flush=True)

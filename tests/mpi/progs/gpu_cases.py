@@ -101,7 +101,8 @@ def reduced_grads(comm, ctx, bucket_mib=None, grad_bytes=4, dtype=np.float32):
             reducer.backward(loss)
             reducer.close()
     got = {k: v.grad.data for k, v in params.items()}
-    assert {g.dtype for g in got.values()} == {np.dtype(dtype)}, {k: g.dtype for k, g in got.items()}
+    assert {g.dtype for g in got.values()} == {np.dtype(dtype)}, \
+        {k: g.dtype for k, g in got.items()}
     return {k: g.astype(np.float64) for k, g in got.items()}
 
 

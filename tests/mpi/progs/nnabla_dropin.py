@@ -1,6 +1,6 @@
 """nnabla's communicator API, as nnabla v1.39.0 documents it, on a TorusCommunicator under mpirun.
 
-    mpirun -np 4 python tests/mpi/progs/nnabla_dropin.py        # "OK <case>" lines, "PASSED nnabla_dropin on 4 ranks"
+    mpirun -np 4 python tests/mpi/progs/nnabla_dropin.py   # "OK <case>" lines, "PASSED ..."
 
 Written here from nnabla's docstrings and sources (python/src/nnabla/communicator.pyx,
 nnabla-ext-cuda src/nbla/cuda/communicator/multi_process_data_parallel_communicator.cu), not

@@ -4,7 +4,8 @@ Loss 0.5 (x.w - y)^2 with x ~ N(0, I_d), y = x.w* + e, e ~ N(0, s^2), evaluated 
 with d = w - w*. Per-sample gradient g = x (x.d - e): G = d, tr(S) = (d+1)|d|^2 + d s^2
 (Gaussian fourth moments), so B_simple = (dim + 1) + dim s^2 / |d|^2. Each rank draws its own
 batch; the estimator gets |G_b|^2 (mean over ranks) and |G_B|^2 from the communicator's
-sqnorm feed. Prints "B_SIMPLE estimate truth" on rank 0 and "PASSED noise_scale_linreg" when within --tolerance.
+sqnorm feed. Prints "B_SIMPLE estimate truth" on rank 0 and "PASSED noise_scale_linreg" when
+within --tolerance.
 
     mpirun -np 4 python tests/mpi/progs/noise_scale_linreg.py --steps 1000
 """
