@@ -109,8 +109,9 @@ def _recovered(number, failed, started, expected, notes):
             notes.unreadable("no 'resumed from PATH: step N' line after a resume")
             lost = "steps lost unknown"
         elif reached is None:
-            lost = ("steps lost unknown (the failed run printed no step line: --log-every "
-                    "sets how often it does)")
+            lost = ("steps lost unknown (the failed run printed no progress line holding "
+                    "'step N' before it failed: print them more often, as train.py's "
+                    "--log-every does)")
         elif reached < resumed_at:
             lost = (f"steps lost unknown (the failed run's step lines stop at step {reached}, "
                     f"before step {resumed_at})")

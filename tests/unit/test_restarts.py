@@ -381,6 +381,18 @@ def test_the_same_failure_reported_by_another_rank_is_the_same(capsys):
             "[1], exit status 1, at step 9)") in out, out
 
 
+def test_steps_lost_unknown_names_no_flag_of_train_py_as_the_scripts(capsys):
+    """Before: "(the failed run printed no step line: --log-every sets how often it does)", a
+    flag of examples/imagenet/train.py, not of the user's script."""
+    announced = CHECKPOINT_PREFIX + '{"step": 5, "path": "out/ckpt", "seconds": 0.2}'
+    run_once, launches = fake_jobs((137, [announced] + KILLED), (0, progress(5, 10)))
+    relaunch_loop.relaunch(flags(), ["train.py"], 2, lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert ("training again from step 5: steps lost unknown (the failed run printed no "
+            "progress line holding 'step N' before it failed: print them more often, as "
+            "train.py's --log-every does)") in out, out
+
+
 def test_steps_lost_are_never_negative(capsys):
     """Before: "restart 1: training again from step 30: -30 step(s) lost (the failed run
     reached step 0)": the failed run (started on --resume 1) died before its resume line."""
