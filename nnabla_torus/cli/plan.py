@@ -22,6 +22,7 @@ train.py.
 """
 import argparse
 import json
+import math
 import sys
 
 import numpy as np
@@ -71,6 +72,12 @@ def run_schedule(args, prof, common, report, out):
 def run_table(args, prof, common, report, out):
     """The best plan of each GPU count and the recommendation: print them, return the report.
     """
+    # a global batch above the dataset repeats images within one step: never recommended
+    # unless asked for (--batch)
+    dataset_caps = args.batch is None and args.dataset_size < (common["max_global_batch"]
+                                                               or math.inf)
+    if dataset_caps:
+        common = dict(common, max_global_batch=args.dataset_size)
     batch = dict(max_gpus=args.max_gpus, counts=args.gpus,
                  local_batches=None if args.local_batch is None else [args.local_batch], **common)
     try:
@@ -100,9 +107,14 @@ def run_table(args, prof, common, report, out):
                                 args.dataset_size, args.epochs)
     if result.kept:
         lines.insert(0, f"# simplest within the model's error: {result.kept}")
+    above = int((result.candidates["global_batch"] > args.dataset_size).sum()) * dataset_caps
+    if above:
+        lines.insert(0, f"# {above:,} candidates not considered: their global batch is above the "
+                        f"{args.dataset_size:,} images of --dataset-size (one step would see an "
+                        f"image twice)")
     lines[:0] = [line for line in [native_line(prof, args.model, result)] if line]
     print("\n".join(lines), file=out)
-    report.update(entries, kept=result.kept)
+    report.update(entries, kept=result.kept, above_dataset_left_out=above)
     if args.explain:
         print("\n".join(explain(prof, args.model, best, args.dataset_size, args.epochs)),
               file=out)

@@ -99,6 +99,23 @@ def test_an_nnp_file_is_planned_with_its_own_arrays_bytes_and_flops(digits, caps
         assert "its 6 one-byte MPI all-reduces" in text
 
 
+def test_no_global_batch_above_the_dataset_is_recommended(digits, capsys, tmp_path):
+    """Before: "recommendation: 16 GPUs ... global batch 8,192" for 1,500 images, no word."""
+    text, report = plan(capsys, tmp_path, "--profile", "dgx-h100", "--hosts", "2", "--nnp",
+                        digits[0], "--dataset-size", "1500")
+    assert report["recommendation"]["global_batch"] <= 1500, text
+    assert all(p["global_batch"] <= 1500 for p in report["per_gpus"]), text
+    notes = [line for line in text.splitlines() if "above the 1,500 images" in line]
+    assert len(notes) == 1 and notes[0].startswith("# ") and notes[0].endswith(
+        "candidates not considered: their global batch is above the 1,500 images of --dataset-size "
+        "(one step would see an image twice)"), text
+    assert report["above_dataset_left_out"] > 0
+    # a batch asked for is planned as asked
+    text, report = plan(capsys, tmp_path, "--profile", "dgx-h100", "--hosts", "2", "--nnp",
+                        digits[0], "--dataset-size", "1500", "--batch", "2048")
+    assert report["recommendation"]["global_batch"] == 2048 and "above the" not in text
+
+
 def test_a_model_function_counts_as_its_nnp(digits, capsys, tmp_path, monkeypatch):
     _, by_file = plan(capsys, tmp_path, "--profile", "dgx-h100", "--model-fn",
                       f"{digits[1]}:build", "--dataset-size", "1797")
