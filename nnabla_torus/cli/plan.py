@@ -30,11 +30,12 @@ import numpy as np
 from ..files import atomic_open
 from ..planning import large_batch, model_cost, planner
 from ..planning.fixed_costs import run_costs, with_own_data
+from ..planning.candidates import gpus_text
 from ..planning.machine_profile import load_profile, resolve_profile, shape_of
 from ..planning.model_source import own_model_cost
 from .plan_knobs import add_plan_knobs, refuse_ignored
 from .plan_output import (HEADER, explain, format_row, native_line, plot, provenance, shown,
-                          simulated)
+                          simulated, topology_text)
 from .plan_recipe import run_recipe
 
 
@@ -97,7 +98,7 @@ def run_table(args, prof, common, report, out):
     for plan in shown(result.per_gpus, best, args.rows):
         print(format_row(plan) + ("  <- recommended" if plan.gpus == best.gpus else ""),
               file=out)
-    print(f"recommendation: {best.gpus} GPUs, {best.algorithm} on grid {best.grid}, "
+    print(f"recommendation: {gpus_text(best.gpus)}, {topology_text(best)}, "
           f"{best.local_batch} per GPU x {best.accum_steps} accumulation = global batch "
           f"{best.global_batch:,}; {best.images_per_s:,.0f} images/s, scaling efficiency "
           f"{best.scaling_efficiency:.1%}, predicted time to train {best.time_to_train_s:,.1f} s "
