@@ -22,6 +22,7 @@ train.py.
 """
 import argparse
 import json
+import math
 import sys
 
 import numpy as np
@@ -29,11 +30,12 @@ import numpy as np
 from ..files import atomic_open
 from ..planning import large_batch, model_cost, planner
 from ..planning.fixed_costs import run_costs, with_own_data
+from ..planning.candidates import gpus_text
 from ..planning.machine_profile import load_profile, resolve_profile, shape_of
 from ..planning.model_source import own_model_cost
 from .plan_knobs import add_plan_knobs, refuse_ignored
 from .plan_output import (HEADER, explain, format_row, native_line, plot, provenance, shown,
-                          simulated)
+                          simulated, topology_text)
 from .plan_recipe import run_recipe
 
 
@@ -71,6 +73,12 @@ def run_schedule(args, prof, common, report, out):
 def run_table(args, prof, common, report, out):
     """The best plan of each GPU count and the recommendation: print them, return the report.
     """
+    # a global batch above the dataset repeats images within one step: never recommended
+    # unless asked for (--batch)
+    dataset_caps = args.batch is None and args.dataset_size < (common["max_global_batch"]
+                                                               or math.inf)
+    if dataset_caps:
+        common = dict(common, max_global_batch=args.dataset_size)
     batch = dict(max_gpus=args.max_gpus, counts=args.gpus,
                  local_batches=None if args.local_batch is None else [args.local_batch], **common)
     try:
@@ -90,7 +98,7 @@ def run_table(args, prof, common, report, out):
     for plan in shown(result.per_gpus, best, args.rows):
         print(format_row(plan) + ("  <- recommended" if plan.gpus == best.gpus else ""),
               file=out)
-    print(f"recommendation: {best.gpus} GPUs, {best.algorithm} on grid {best.grid}, "
+    print(f"recommendation: {gpus_text(best.gpus)}, {topology_text(best)}, "
           f"{best.local_batch} per GPU x {best.accum_steps} accumulation = global batch "
           f"{best.global_batch:,}; {best.images_per_s:,.0f} images/s, scaling efficiency "
           f"{best.scaling_efficiency:.1%}, predicted time to train {best.time_to_train_s:,.1f} s "
@@ -100,9 +108,14 @@ def run_table(args, prof, common, report, out):
                                 args.dataset_size, args.epochs)
     if result.kept:
         lines.insert(0, f"# simplest within the model's error: {result.kept}")
+    above = int((result.candidates["global_batch"] > args.dataset_size).sum()) * dataset_caps
+    if above:
+        lines.insert(0, f"# {above:,} candidates not considered: their global batch is above the "
+                        f"{args.dataset_size:,} images of --dataset-size (one step would see an "
+                        f"image twice)")
     lines[:0] = [line for line in [native_line(prof, args.model, result)] if line]
     print("\n".join(lines), file=out)
-    report.update(entries, kept=result.kept)
+    report.update(entries, kept=result.kept, above_dataset_left_out=above)
     if args.explain:
         print("\n".join(explain(prof, args.model, best, args.dataset_size, args.epochs)),
               file=out)

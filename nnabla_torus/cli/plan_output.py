@@ -7,6 +7,7 @@ from ..files import atomic_path
 from ..planning import costmodel, goodput, planner
 from ..planning.costmodel import ALGORITHMS
 from ..planning.fixed_costs import run_costs
+from ..planning.candidates import gpus_text
 from ..planning.machine_profile import model_of
 
 # (Plan field, column title, value format, scale); every title is the full name, no legend
@@ -99,8 +100,15 @@ def native_line(prof, model, result):
             f"{comp.grad_arrays} one-byte MPI all-reduces cost {sync:.1f} ms a step")
 
 
+def topology_text(plan):
+    """``"ring on grid 4x2"``; on one GPU there is no all-reduce to name."""
+    return "no all-reduce" if plan.gpus == 1 else f"{plan.algorithm} on grid {plan.grid}"
+
+
 def format_row(plan):
     values = plan._asdict()
+    if plan.gpus == 1:                   # scored as a ring of one: nothing is all-reduced
+        values.update(algorithm="none", grid="-")
     return "  ".join(fmt.format(values[name] * scale).rjust(w)     # a text's scale is 1
                      for (name, _, fmt, scale), w in zip(COLUMNS, WIDTHS))
 
@@ -128,7 +136,7 @@ def step_lines(prof, model, plan):
     phases = keys[1:keys.index("allreduce")]   # step_terms: compute, phases, allreduce, ...
     added = [k for k in keys if k not in ["compute", "allreduce", "total"] + phases]
     t_c, t_n = terms["compute"], terms["allreduce"]
-    lines = [f"step time of {plan.gpus} GPUs, {plan.algorithm} on {plan.grid}, {b} x {s} per "
+    lines = [f"step time of {gpus_text(plan.gpus)}, {topology_text(plan)}, {b} x {s} per "
              f"GPU, {comp.grad_bytes / 1e6:.3g} MB of gradients in {comp.grad_arrays or '?'} "
              f"arrays (the terms sum to it):",
              _term(f"compute, {s} x {b} images", s * t_c),

@@ -260,8 +260,12 @@ def load_launcher_profile(args):
     gpu = local_gpu_name()
     name, why = resolve_profile(args.profile, gpus=bool(gpu), gpu_name=gpu)
     prof = load_profile(name, shape_of(args))
-    log(f"profile {prof.name} ({why}): {prof.hosts} hosts x {prof.network.gpus_per_host} "
-        f"GPUs" + "".join(f"; reshaped: {n}" for n in prof.extra["shape"]))
+    slots = ("the host list's" if args.hosts else "--slots" if args.slots
+             else "this machine's CPU cores")
+    log(f"profile {prof.name} ({why}) for the cost model: {prof.hosts} host(s) x "
+        f"{prof.network.gpus_per_host} GPUs" + "".join(f"; reshaped: {n}"
+                                                        for n in prof.extra["shape"])
+        + f"; the launches use at most {args.total_slots} slot(s) ({slots})")
     args.job_env = {PROFILE_ENV: name}
     args.job_env.update({env: str(getattr(args, "shape_" + field))
                          for field, env in SHAPE_ENVS.items()

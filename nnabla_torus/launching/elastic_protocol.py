@@ -33,6 +33,9 @@ ENV_COST = "NNABLA_TORUS_RESTART_COST"
 # The launcher's identity (host, pid, start): a job's run-folder lock names it, so that the
 # next job of the same launcher takes the lock over (nnabla_torus/training/run_lock.py).
 ENV_LAUNCH = "NNABLA_TORUS_LAUNCH_ID"
+# The words of run_lock.RunFolderBusy ("runs/x is in use by a live run: pid N on host H
+# (since ...); ..."): the launcher stops on them at once, as a relaunch would meet them again.
+FOLDER_IN_USE = "in use by a live run"
 
 
 def parse_request(line):

@@ -3,10 +3,10 @@
 :func:`classify` reads the job's exit status and its last lines (the ranks', the
 communicator's and mpirun's or srun's, as the launcher saw them) and gives a :class:`Failure`:
 
-- one that **repeats** stops the launcher at once: a full disk (a "No space left on device"
-  line), the script's own error line (``train.py: error: ...``: bad input, a configuration or
-  checkpoint error), a usage error (status 2) or divergence (status 3, train.py's
-  ``EXIT_DIVERGED``);
+- one that **repeats** stops the launcher at once: an output folder another live run holds
+  (``run_lock.RunFolderBusy``'s line), a full disk (a "No space left on device" line), the
+  script's own error line (``train.py: error: ...``: bad input, a configuration or checkpoint
+  error), a usage error (status 2) or divergence (status 3, train.py's ``EXIT_DIVERGED``);
 - any other may not repeat and is restarted from the newest checkpoint: a rank killed by a
   signal (mpirun's or srun's report), a lost host (mpirun lost its daemon there, Slurm's node
   failure), a rank the communicator lost, a collective or watchdog timeout (a stopped or hung
@@ -23,9 +23,12 @@ rank, a signal before the survivors' reports of the death it caused. Example::
 import re
 from collections import namedtuple
 
+from .elastic_protocol import FOLDER_IN_USE
+
 # A failure: ``repeats`` (stop, do not restart), ``cause`` (one line), ``host`` (where it
-# happened, None when no line names it), ``ranks`` (the ranks it names).
-Failure = namedtuple("Failure", ["repeats", "cause", "host", "ranks"])
+# happened, None when no line names it), ``ranks`` (the ranks it names), ``kind`` (the cause
+# without its ranks: the same failure when another rank happens to report it first).
+Failure = namedtuple("Failure", ["repeats", "cause", "host", "ranks", "kind"])
 
 # Exit statuses of failures that repeat whatever host runs them (examples/imagenet:
 # argparse's usage error 2 and divergence.EXIT_DIVERGED 3).
@@ -39,7 +42,16 @@ def _ranks(text):
 
 # (pattern over the joined last lines, repeats, cause from the match's groups). A rule's ranks
 # are its ``ranks`` or ``rank`` group, else the first "rank(s) [...]" of the matched text.
+_HOLDER = rf"(?P<line>\S+ is {FOLDER_IN_USE}: pid \S+ on host \S+(?: \(since [^)\n]*\))?)"
 RULES = [
+    # another live run holds the output folder (run_lock.RunFolderBusy): every relaunch meets
+    # it while that run lives, and takes the folder over once it ends. The line naming the
+    # reporting rank's host first (failfast's), then the error's own (a traceback's, the
+    # script's), then the other ranks' ("rank 0 found runs/x in use by a live run ...").
+    (r"[^\n]*?rank (?P<rank>\d+) on host (?P<host>\S+): [^\n]*?" + _HOLDER, True, "{line}"),
+    (_HOLDER, True, "{line}"),
+    (rf"(?P<line>[^\n]*?rank (?P<rank>\d+) on host (?P<host>\S+): [^\n]*{FOLDER_IN_USE}"
+     r"[^\n]*)", True, "{line}"),
     # a full disk (files.WriteError's "cannot write PATH: No space left on device; N MB free",
     # an OSError's "[Errno 28] No space left on device"): every restart writes there again.
     # The line naming the rank's host first (failfast's, after Python's traceback).
@@ -106,14 +118,19 @@ def classify(status, lines, placement=None):
         host = named.get("host")
         if host is None and placement and ranks and ranks[0] < len(placement):
             host = placement[ranks[0]]
-        return Failure(repeats or status in REPEATING_STATUSES,
-                       cause.format(**groups).replace(" (?)", "").replace("[?]", "[]"),
-                       host, ranks)
+        unranked = {**groups, **{k: "*" for k in ("rank", "ranks") if k in groups}}
+        return Failure(repeats or status in REPEATING_STATUSES, _said(cause, groups), host,
+                       ranks, _said(cause, unranked))
     if status == 0:
         return None
     if status in REPEATING_STATUSES:
-        return Failure(True, REPEATING_STATUSES[status], None, [])
-    return Failure(False, f"exit status {status} (no line of the job says why)", None, [])
+        return Failure(True, REPEATING_STATUSES[status], None, [], REPEATING_STATUSES[status])
+    cause = f"exit status {status} (no line of the job says why)"
+    return Failure(False, cause, None, [], cause)
+
+
+def _said(cause, groups):
+    return cause.format(**groups).replace(" (?)", "").replace("[?]", "[]")
 
 
 def placement_of(hosts, ranks):

@@ -24,7 +24,8 @@ Another library's ``mpirun`` gets no flags. The venv chooses the library (``pip 
 
 ``nnabla-torus-mpirun`` (also ``python -m nnabla_torus.launching.mpirun_cmd``) is for one
 machine (a workstation, a container, CI): as root and with more ranks than cores it adds what
-the library needs; on a cluster use the scheduler's launcher (docs/clusters.md).
+the library needs, and ``FAULT_ARGS`` only when the ranks may span hosts (:func:`may_span_hosts`);
+on a cluster use the scheduler's launcher (docs/clusters.md).
 """
 import argparse
 import functools
@@ -33,6 +34,8 @@ import re
 import shutil
 import subprocess
 import sys
+
+from .hostlists import allocation
 
 # Library ids (mpi_library) and how to say them.
 LIBRARY_NAMES = {"openmpi": "Open MPI", "mpich": "MPICH", "impi": "Intel MPI"}
@@ -91,6 +94,20 @@ def library_of_version(text):
 # Open MPI 5 then reports a dead peer to the survivors as an error naming it (RankLost) instead
 # of aborting them with "socket closed"; the job still ends at once. Measured: no slower.
 FAULT_ARGS = ("--mca", "mpi_ft_enable", "1")
+# Open MPI 5's (PRRTE's) and 4's default hostfile settings: mpirun places ranks on its hosts.
+HOSTFILE_ENVS = ("PRTE_MCA_prte_default_hostfile", "OMPI_MCA_orte_default_hostfile")
+
+
+def may_span_hosts(environ=None):
+    """Whether mpirun, given no host flag, may place ranks on other hosts: inside a Slurm or
+    PBS allocation of more than one host (one it cannot read counts), or with a default
+    hostfile in the environment (``HOSTFILE_ENVS``)."""
+    environ = os.environ if environ is None else environ
+    try:
+        job = allocation(environ)
+    except (ValueError, OSError):
+        return True
+    return bool(job and len(job[1]) > 1) or any(environ.get(n) for n in HOSTFILE_ENVS)
 
 
 def launch_args(library, fault=True, environ=None, root=None):
@@ -180,12 +197,16 @@ def main(argv=None):
     parser.add_argument("-np", type=int, default=int(np_env),
                         help="ranks on this machine; env NP (default: 4)")
     parser.add_argument("--no-fault-args", action="store_true",
-                        help="leave out Open MPI's --mca mpi_ft_enable 1 (default: keep it)")
+                        help="leave out Open MPI's --mca mpi_ft_enable 1 (default: added only "
+                             "when the ranks may span hosts: inside a Slurm or PBS allocation "
+                             "of several hosts, or with a default hostfile set; on one host "
+                             "mpirun names a dead rank itself, and the flag adds a warning)")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="python program and its args")
     args = parser.parse_args(argv)
     if not args.program:
         parser.error("give the python program to run, e.g. examples/imagenet/train.py")
-    cmd = mpirun_command(args.np, args.program, fault=not args.no_fault_args)
+    cmd = mpirun_command(args.np, args.program,
+                         fault=not args.no_fault_args and may_span_hosts())
     print(" ".join(cmd), flush=True)
     return subprocess.call(cmd)
 

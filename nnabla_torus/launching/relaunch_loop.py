@@ -7,8 +7,8 @@ watch loop.
 ``EXIT_STOPPED`` or a signal to the launcher stops it, a resize request (``EXIT_RESIZE``)
 relaunches on the requested rank count (capped at the slots) with ``--resume 1``
 (:func:`resumed`). Any other end is a failure (:func:`.failures.classify`): one that repeats
-stops the launcher with its line, and so does the same failure twice in a row (cause, exit
-status and step: a run that prints no step line is never taken as one), and an exit 75
+stops the launcher with its line, and so does the same failure twice in a row (cause, whichever
+rank reports it, exit status and step: a run that prints no step line is never taken as one), and an exit 75
 without a valid request line; any other relaunches from the newest checkpoint (from the start
 when the job announced none) on the hosts left (:class:`.membership.HostPool` leaves the
 failed host out for its cool-down), within the restart budget (:class:`RestartBudget`).
@@ -109,8 +109,9 @@ def _recovered(number, failed, started, expected, notes):
             notes.unreadable("no 'resumed from PATH: step N' line after a resume")
             lost = "steps lost unknown"
         elif reached is None:
-            lost = ("steps lost unknown (the failed run printed no step line: --log-every "
-                    "sets how often it does)")
+            lost = ("steps lost unknown (the failed run printed no progress line holding "
+                    "'step N' before it failed: print them more often, as train.py's "
+                    "--log-every does)")
         elif reached < resumed_at:
             lost = (f"steps lost unknown (the failed run's step lines stop at step {reached}, "
                     f"before step {resumed_at})")
@@ -193,7 +194,7 @@ def relaunch(args, argv, ranks, job_args, env, run_once, pool=None):
             log(f"the training command failed again: {failure.cause} ({where}, exit status "
                 f"{status}); stopping: {why}. Last lines:\n" + _tail(lines))
             return status or 1
-        same = (status, failure.cause, watch.step)
+        same = (status, failure.kind, watch.step)   # whichever rank reported it
         if same == previous and watch.step is not None:
             log(f"the training command failed the same way twice in a row: {failure.cause} "
                 f"({where}, exit status {status}, at step {watch.step}); stopping: a restart "

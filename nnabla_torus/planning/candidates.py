@@ -13,6 +13,11 @@ from ..comm.collectives import registry_entry
 from .costmodel import ALGORITHMS
 
 
+def gpus_text(count):
+    """``"1 GPU"``, ``"4 GPUs"``: a GPU count as the plans print it."""
+    return f"{count} GPU" + ("" if count == 1 else "s")
+
+
 def gpu_counts(max_gpus, gpus_per_host):
     """Candidate GPU counts: 1..g (one host), then every whole number of hosts up to max."""
     one_host = np.arange(1, min(gpus_per_host, max_gpus) + 1)

@@ -8,6 +8,8 @@ taken only when its predicted goodput beats every simpler plan's by more than th
 makes on the published runs it was fitted to (:func:`.fidelity.model_error`). Example::
 
     >>> import numpy as np
+
+from .candidates import gpus_text
     >>> cols = {"gpus": np.array([8, 8]), "algorithm": np.array([3, 1]),   # one 8-GPU host
     ...         "grid_x": np.array([8, 2]), "goodput": np.array([100.0, 100.15])}
     >>> names = ("ring", "torus2d", "hierarchical", "native")    # costmodel.ALGORITHMS
@@ -18,6 +20,8 @@ makes on the published runs it was fitted to (:func:`.fidelity.model_error`). Ex
     'torus2d on 2x4 would be 0.15% faster by the model, within its error (4.0%): native kept'
 """
 import numpy as np
+
+from .candidates import gpus_text
 
 
 def _crosses_hosts(cols, gpus_per_host):
@@ -40,8 +44,9 @@ def choose(cols, error, gpus_per_host, algorithms, mask=None):
 
 
 def why(cols, chosen, best, error, gpus_per_host, algorithms):
-    """One line when the simplest plan is kept over a predicted-faster one ('' otherwise)."""
-    if chosen == best:
+    """One line when the simplest plan is kept over a predicted-faster one ('' otherwise, and
+    between algorithms on one GPU, where nothing is all-reduced)."""
+    if chosen == best or cols["gpus"][chosen] == cols["gpus"][best] == 1:
         return ""
     gain = cols["goodput"][best] / cols["goodput"][chosen] - 1.0
 
@@ -50,11 +55,11 @@ def why(cols, chosen, best, error, gpus_per_host, algorithms):
         return f"{algorithms[int(cols['algorithm'][i])]} on {grid}"
     kept = [algorithms[int(cols["algorithm"][chosen])]]
     if cols["gpus"][chosen] < cols["gpus"][best]:
-        kept.append(f"{int(cols['gpus'][chosen])} GPUs")
+        kept.append(gpus_text(int(cols['gpus'][chosen])))
     if _crosses_hosts(cols, gpus_per_host)[best] and not _crosses_hosts(cols, gpus_per_host)[
             chosen]:
         kept.append("rows inside hosts")
-    more = (f" with {int(cols['gpus'][best])} GPUs" if cols["gpus"][best] != cols["gpus"][chosen]
+    more = (f" with {gpus_text(int(cols['gpus'][best]))}" if cols["gpus"][best] != cols["gpus"][chosen]
             else "")
     return (f"{name(best)}{more} would be {gain:.2%} faster by the model, within its error "
             f"({error:.1%}): {', '.join(kept)} kept")

@@ -24,7 +24,7 @@ import socket
 import time
 
 from nnabla_torus.files import atomic_open
-from nnabla_torus.launching.elastic_protocol import ENV_LAUNCH
+from nnabla_torus.launching.elastic_protocol import ENV_LAUNCH, FOLDER_IN_USE
 
 LOCK_NAME = "run.lock"
 STALE_AFTER_S = 3600.0    # another host's lock not refreshed for this long is stale
@@ -74,7 +74,7 @@ class RunLock:
                 why = stale_reason(holder, age, record)
                 if why is None:
                     raise RunFolderBusy(
-                        f"{directory} is in use by a live run: pid {holder.get('pid')} on host "
+                        f"{directory} is {FOLDER_IN_USE}: pid {holder.get('pid')} on host "
                         f"{holder.get('host')} (since {holder.get('started')}); wait for it "
                         f"to end, or use another output folder")
                 if holder.get("pid") == record["pid"] and holder.get("host") == record["host"]:

@@ -130,6 +130,27 @@ def test_a_full_disk_stops_at_once_and_says_so(tmp_path):
                                 "on a restart") in stops[0], out
 
 
+@pytest.mark.slow
+def test_a_folder_another_live_run_holds_stops_at_once(tmp_path):
+    """State's RunFolderBusy on every rank: before, "rank 0 crashed (RunFolderBusy)" (or rank
+    1) was relaunched 4 times, and a relaunch took the folder over once the live run ended."""
+    live = subprocess.Popen(["sleep", "120"])
+    try:
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "run.lock").write_text(json.dumps(
+            {"pid": live.pid, "host": socket.gethostname(), "started": "t", "job": "other"}))
+        status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
+                          str(tmp_path), "--fail", "busy")
+    finally:
+        live.kill()
+        live.wait()
+    assert status == 1 and out.count("launch: ") == 1, out
+    stops = [line for line in out.splitlines() if "stopping" in line]
+    assert len(stops) == 1 and (f"stopping: {tmp_path}/run is in use by a live run: pid "
+                                f"{live.pid} on host {socket.gethostname()} (since t)") \
+        in stops[0], out
+
+
 def test_the_scripts_error_stops_at_once(tmp_path):
     status, out = run("--slots", "2", "--ranks-schedule", "0:2", "--", "python", FAILING,
                       str(tmp_path), "--fail", "error")

@@ -86,6 +86,15 @@ def test_dry_run_sony_on_abci_hostfile(tmp_path, capsys):
     assert "launch at epoch 5" not in out and "the restart does not pay" in out, out
 
 
+def test_the_header_states_the_slots_the_launches_use(capsys):
+    """Before: "profile cpu-2core (...): 1 hosts x 8 GPUs" under --slots 2, read as 8 ranks."""
+    elastic.main(["--slots", "2", "--schedule", "0:32", "--profile", "cpu-2core", "--dry-run"])
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.endswith("profile cpu-2core (named by --profile / NNABLA_TORUS_PROFILE) for "
+                           "the cost model: 1 host(s) x 8 GPUs; the launches use at most 2 "
+                           "slot(s) (--slots)"), header
+
+
 def test_bad_launcher_input_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no training command"):
         elastic.main(["--slots", "2", "--ranks-schedule", "0:1"])

@@ -128,3 +128,28 @@ def test_a_bad_np_environment_value_is_one_line(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         mpirun_cmd.main(["prog.py"])
     assert "environment variable NP='x': must be an integer >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("environ, fault", [
+    ({}, False),
+    ({"SLURM_JOB_NODELIST": "n1", "SLURM_TASKS_PER_NODE": "4"}, False),
+    ({"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}, True),
+    ({"PRTE_MCA_prte_default_hostfile": "/etc/mpi.hosts"}, True),
+])
+def test_the_wrapper_adds_the_fault_flag_only_where_ranks_may_span_hosts(monkeypatch, capsys,
+                                                                          environ, fault):
+    """Before: always added; on one host Open MPI then warned "The selected 'osc' module 'sm'
+    is not tested for post-failure operation" at every run."""
+    for name in os.environ:
+        if name.startswith(("SLURM_", "PBS_")) or name in mpirun_cmd.HOSTFILE_ENVS:
+            monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(mpirun_cmd, "mpi_library", lambda mpirun: "openmpi")
+    ran = []
+    monkeypatch.setattr(mpirun_cmd.subprocess, "call", lambda cmd: ran.append(cmd) or 0)
+    assert mpirun_cmd.main(["-np", "2", "prog.py"]) == 0
+    assert ("mpi_ft_enable" in ran[0]) == fault and ("mpi_ft_enable" in capsys.readouterr().out
+                                                      ) == fault, ran
+    assert mpirun_cmd.main(["--no-fault-args", "-np", "2", "prog.py"]) == 0
+    assert "mpi_ft_enable" not in ran[1]

@@ -4,6 +4,7 @@ validation and the input pipeline from the user's data or left out, never ImageN
 term of the table is in --explain and the two agree to the last printed digit."""
 import json
 import math
+import os
 import re
 
 import nnabla as nn
@@ -14,6 +15,7 @@ import pytest
 from nnabla_torus.cli import plan as plan_cli
 from nnabla_torus.planning.costmodel.framework import BACKWARD_SHARE
 from nnabla_torus.planning.machine_profile import load_profile
+from tests.mpirun import REPO
 
 # The small CNN for 8x8 digits of every test here, per image: conv 1->4 (3x3, pad 1) on 8x8,
 # conv 4->8 (3x3, stride 2, pad 1) to 4x4, affine 128 -> 10.
@@ -98,6 +100,54 @@ def test_an_nnp_file_is_planned_with_its_own_arrays_bytes_and_flops(digits, caps
     assert "90 epochs of 1,797 images" in text
     if report["recommendation"]["algorithm"] == "native":   # its own 6 arrays, not ResNet-50's
         assert "its 6 one-byte MPI all-reduces" in text
+
+
+def test_no_global_batch_above_the_dataset_is_recommended(digits, capsys, tmp_path):
+    """Before: "recommendation: 16 GPUs ... global batch 8,192" for 1,500 images, no word."""
+    text, report = plan(capsys, tmp_path, "--profile", "dgx-h100", "--hosts", "2", "--nnp",
+                        digits[0], "--dataset-size", "1500")
+    assert report["recommendation"]["global_batch"] <= 1500, text
+    assert all(p["global_batch"] <= 1500 for p in report["per_gpus"]), text
+    notes = [line for line in text.splitlines() if "above the 1,500 images" in line]
+    assert len(notes) == 1 and notes[0].startswith("# ") and notes[0].endswith(
+        "candidates not considered: their global batch is above the 1,500 images of --dataset-size "
+        "(one step would see an image twice)"), text
+    assert report["above_dataset_left_out"] > 0
+    # a batch asked for is planned as asked
+    text, report = plan(capsys, tmp_path, "--profile", "dgx-h100", "--hosts", "2", "--nnp",
+                        digits[0], "--dataset-size", "1500", "--batch", "2048")
+    assert report["recommendation"]["global_batch"] == 2048 and "above the" not in text
+
+
+def test_the_pages_nnp_example_saves_a_file_the_planner_reads(capsys, tmp_path, monkeypatch):
+    """docs/planner.md's snippet, run as written: its .nnp is planned from its own graph."""
+    page = open(os.path.join(REPO, "docs", "planner.md")).read()
+    blocks = [b for b in re.findall(r"^```python\n(.*?)^```$", page, re.M | re.S)
+              if "nnabla.utils.save" in b]
+    assert len(blocks) == 1, blocks
+    monkeypatch.chdir(tmp_path)
+    nn.clear_parameters()
+    try:
+        exec(compile(blocks[0], "docs/planner.md", "exec"), {})
+    finally:
+        nn.clear_parameters()
+    text, report = plan(capsys, tmp_path, "--profile", "dgx-h100", "--nnp", "digits_cnn.nnp",
+                        "--dataset-size", "1797")
+    assert report["model_cost"]["param_shapes"] == [[4, 1, 3, 3], [4], [256, 10], [10]], text
+    assert report["model_cost"]["gflops_per_image"] == pytest.approx(
+        6e-9 * (4 * 8 * 8 * 9 + 256 * 10))
+
+
+def test_one_gpu_is_said_as_one_gpu_without_an_all_reduce(digits, capsys, tmp_path):
+    """Before: "recommendation: 1 GPUs, ring on grid 1x1", a table row "1x1 ring", and "# simplest
+    within the model's error: ring on 1x1 would be 0.00% faster ...: native kept"."""
+    text, report = plan(capsys, tmp_path, "--profile", "dgx-h100", "--nnp", digits[0],
+                        "--dataset-size", "1797", "--gpus", "1", "--explain")
+    assert "recommendation: 1 GPU, no all-reduce, " in text, text
+    assert "step time of 1 GPU, no all-reduce, " in text, text
+    row = next(line for line in text.splitlines() if line.endswith("<- recommended"))
+    assert row.split()[:3] == ["1", "-", "none"], row
+    assert "1 GPUs" not in text and "1x1" not in text and "simplest within" not in text, text
 
 
 def test_a_model_function_counts_as_its_nnp(digits, capsys, tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """nnabla-torus-run after a failure, without mpirun: the failure classes, the restart budget,
 the host pool (cool-down, growth, Slurm's down nodes) and the watch loop driven by a fake job."""
+import socket
 import subprocess
 import types
 
@@ -54,6 +55,52 @@ KILLED = ["prterun noticed that process rank 3 with PID 812 on node h1 exited on
 def test_failures_that_repeat_stop_and_others_restart(status, lines, repeats, cause, host):
     failure = classify(status, lines, placement_of([("h0", 2), ("h1", 2)], 4))
     assert (failure.repeats, failure.cause, failure.host) == (repeats, cause, host)
+
+
+# What a job prints when another live run holds its folder (State.start on every rank, failfast)
+BUSY = ["Traceback (most recent call last):",
+        "nnabla_torus.training.run_lock.RunFolderBusy: rank 1: rank 0 found runs/x in use by a "
+        "live run (its line names it)",
+        "nnabla_torus: rank 1 on host h0: unhandled RunFolderBusy: rank 1: rank 0 found runs/x "
+        "in use by a live run (its line names it); aborting the job",
+        "nnabla_torus.training.run_lock.RunFolderBusy: runs/x is in use by a live run: pid 812 "
+        "on host a01 (since 2026-12-06 05:00:00); wait for it to end, or use another output "
+        "folder",
+        "nnabla_torus: rank 0 on host h0: unhandled RunFolderBusy: runs/x is in use by a live "
+        "run: pid 812 on host a01 (since 2026-12-06 05:00:00); wait for it to end, or use "
+        "another output folder; aborting the job"]
+HOLDER = "runs/x is in use by a live run: pid 812 on host a01 (since 2026-12-06 05:00:00)"
+
+
+@pytest.mark.parametrize("lines, cause, host", [
+    (BUSY, HOLDER, "h0"),
+    (BUSY[3:4], HOLDER, None),                                    # a traceback's line only
+    (["train.py: error: " + HOLDER + "; wait for it to end"], HOLDER, None),   # caught
+    (BUSY[2:3], BUSY[2], "h0"),                                   # another rank's line only
+])
+def test_a_folder_another_live_run_holds_stops_at_once(lines, cause, host):
+    """Before: "rank 0 crashed (RunFolderBusy)" (or rank 1), restarted until the first run
+    ended and a relaunch took its folder over."""
+    failure = classify(1, lines)
+    assert (failure.repeats, failure.cause, failure.host) == (True, cause, host)
+
+
+def test_the_folder_words_are_the_run_locks(tmp_path):
+    from nnabla_torus.training.run_lock import RunFolderBusy, RunLock
+    holder = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "run.lock").write_text(
+            f'{{"pid": {holder.pid}, "host": "{socket.gethostname()}", "started": "t"}}')
+        with pytest.raises(RunFolderBusy) as error:
+            RunLock.acquire(str(tmp_path))
+    finally:
+        holder.kill()
+        holder.wait()
+    failure = classify(1, [f"nnabla_torus: rank 0 on host h0: unhandled RunFolderBusy: "
+                           f"{error.value}; aborting the job"])
+    assert failure.repeats and failure.cause == (
+        f"{tmp_path} is in use by a live run: pid {holder.pid} on host {socket.gethostname()} "
+        f"(since t)"), failure
 
 
 def test_the_script_error_decides_over_the_deaths_it_caused():
@@ -309,6 +356,41 @@ def test_the_same_failure_twice_in_a_row_stops(capsys):
     assert ("the training command failed the same way twice in a row: rank 0 crashed "
             "(KeyError) (host h0, rank(s) [0], exit status 1, at step 9); stopping: a restart "
             "would repeat it") in out, out
+
+
+def test_a_busy_folder_stops_the_launcher_at_its_first_launch(capsys):
+    """Before: relaunched 4 times "from the start: no checkpoint was written yet"."""
+    run_once, launches = fake_jobs(*[(1, BUSY)] * 5)
+    status = relaunch_loop.relaunch(flags(), ["train.py"], 2, lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert status == 1 and len(launches) == 1, out
+    assert f"stopping: {HOLDER} (host h0, rank(s) [0]) would repeat on a restart" in out, out
+    assert "relaunching" not in out, out
+
+
+def test_the_same_failure_reported_by_another_rank_is_the_same(capsys):
+    """Before: the rank that reported first made the causes differ ("rank 0 crashed",
+    "rank 1 crashed"): restarted until --restarts-per-hour was spent."""
+    crash = "nnabla_torus: rank {} on host h0: unhandled KeyError: 'fc'; aborting the job"
+    run_once, launches = fake_jobs(*[(1, progress(0, 9, checkpoint=5) + [crash.format(0)])] + [
+        (1, progress(5, 9) + [crash.format(r % 2)]) for r in range(1, 5)])
+    status = relaunch_loop.relaunch(flags(), ["train.py"], 2, lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert status == 1 and len(launches) == 2, out
+    assert ("failed the same way twice in a row: rank 1 crashed (KeyError) (host h0, rank(s) "
+            "[1], exit status 1, at step 9)") in out, out
+
+
+def test_steps_lost_unknown_names_no_flag_of_train_py_as_the_scripts(capsys):
+    """Before: "(the failed run printed no step line: --log-every sets how often it does)", a
+    flag of examples/imagenet/train.py, not of the user's script."""
+    announced = CHECKPOINT_PREFIX + '{"step": 5, "path": "out/ckpt", "seconds": 0.2}'
+    run_once, launches = fake_jobs((137, [announced] + KILLED), (0, progress(5, 10)))
+    relaunch_loop.relaunch(flags(), ["train.py"], 2, lambda hosts: [], {}, run_once)
+    out = capsys.readouterr().out
+    assert ("training again from step 5: steps lost unknown (the failed run printed no "
+            "progress line holding 'step N' before it failed: print them more often, as "
+            "train.py's --log-every does)") in out, out
 
 
 def test_steps_lost_are_never_negative(capsys):

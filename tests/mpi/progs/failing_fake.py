@@ -1,6 +1,6 @@
 """A stand-in training script that fails on purpose, for nnabla-torus-run's restart tests.
 
-    failing_fake.py DIR --fail kill|stop|error|disk|none [--at 6] [--steps 10] [--every 4]
+    failing_fake.py DIR --fail kill|stop|error|disk|busy|none [--at 6] [--steps 10] [--every 4]
                     [--fail-launches 1] [--api mpi4py|communicator] [--resume 1]
 
 Each step is an all-reduce; rank 0 prints ``step N: ...`` and, every ``--every`` steps, writes
@@ -10,7 +10,8 @@ At step ``--at`` of the first ``--fail-launches`` launches (counted in DIR/launc
 rank fails: ``kill`` SIGKILLs itself, ``stop`` SIGSTOPs itself (``--api communicator``: the
 communicator's timeout ends the job), ``error`` prints train.py's error line and aborts,
 ``disk`` raises the OSError of a full disk (ENOSPC) writing DIR/model.nnp (failfast names it
-and ends the job, as in train.py). The end:
+and ends the job, as in train.py); ``busy`` starts a ``State`` in DIR/run, whose lock the test
+gave a live process, and leaves RunFolderBusy unhandled, as a user's script may. The end:
 ``FINISHED <size> <steps>`` on rank 0.
 """
 import argparse
@@ -32,7 +33,8 @@ from nnabla_torus.launching.elastic_protocol import CHECKPOINT_PREFIX
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("dir")
-    parser.add_argument("--fail", choices=("kill", "stop", "error", "disk", "none"), default="none")
+    parser.add_argument("--fail", choices=("kill", "stop", "error", "disk", "busy", "none"),
+                        default="none")
     parser.add_argument("--at", type=int, default=6)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--every", type=int, default=4)
@@ -42,6 +44,12 @@ def main():
     args = parser.parse_args()
     if args.fail == "disk":
         failfast.install()
+    if args.fail == "busy":
+        import nnabla_torus
+        from nnabla_torus.training import State
+        comm = nnabla_torus.MultiProcessDataParallelCommunicator()
+        comm.init()
+        State(comm, os.path.join(args.dir, "run"), {}).start(resume=False)
     allreduce, rank, size = make_allreduce(args.api)
     counter, ckpt = os.path.join(args.dir, "launches"), os.path.join(args.dir, "ckpt")
     launch = int(open(counter).read()) if os.path.exists(counter) else 0
