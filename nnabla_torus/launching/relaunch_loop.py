@@ -8,7 +8,8 @@ watch loop.
 relaunches on the requested rank count (capped at the slots) with ``--resume 1``
 (:func:`resumed`). Any other end is a failure (:func:`.failures.classify`): one that repeats
 stops the launcher with its line, and so does the same failure twice in a row (cause, whichever
-rank reports it, exit status and step: a run that prints no step line is never taken as one), and an exit 75
+rank reports it, exit status and step: a run that prints no step line is never taken as one),
+and an exit 75
 without a valid request line; any other relaunches from the newest checkpoint (from the start
 when the job announced none) on the hosts left (:class:`.membership.HostPool` leaves the
 failed host out for its cool-down), within the restart budget (:class:`RestartBudget`).

@@ -59,7 +59,7 @@ def why(cols, chosen, best, error, gpus_per_host, algorithms):
     if _crosses_hosts(cols, gpus_per_host)[best] and not _crosses_hosts(cols, gpus_per_host)[
             chosen]:
         kept.append("rows inside hosts")
-    more = (f" with {gpus_text(int(cols['gpus'][best]))}" if cols["gpus"][best] != cols["gpus"][chosen]
-            else "")
+    more = (f" with {gpus_text(int(cols['gpus'][best]))}"
+            if cols["gpus"][best] != cols["gpus"][chosen] else "")
     return (f"{name(best)}{more} would be {gain:.2%} faster by the model, within its error "
             f"({error:.1%}): {', '.join(kept)} kept")
