@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from nnabla_torus.launching.elastic_protocol import CHECKPOINT_PREFIX, ENV_ELASTIC
+from nnabla_torus.launching.elastic_protocol import CHECKPOINT_PREFIX, ENV_ELASTIC, FOLDER_IN_USE
 from nnabla_torus.planning.splits import split_batch
 from nnabla_torus.training.checkpoint_file import (
     CheckpointError, checkpoint_path, checkpoint_step, load_latest_checkpoint, read_checkpoint,
@@ -89,8 +89,8 @@ class State:
             except RunFolderBusy as e:
                 busy = e
         if self.broadcast_int(busy is not None):
-            raise busy or RunFolderBusy(f"rank {self.rank}: rank 0 found {self.directory} in "
-                                        f"use by a live run (its line names it)")
+            raise busy or RunFolderBusy(f"rank {self.rank}: rank 0 found {self.directory} "
+                                        f"{FOLDER_IN_USE} (its line names it)")
         if self.announce:        # the launcher's Ctrl-C or SIGTERM: stop_requested() says so
             signal.signal(signal.SIGUSR1, lambda signum, frame: self.stop_signals.append(signum))
         if self.rank == 0:
