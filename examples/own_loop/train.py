@@ -126,8 +126,7 @@ def main(argv=None):
                       f"epoch {state.epoch:.3f}: {time.perf_counter() - clock:.2f} s")
         if epoch_end or state.step % args.checkpoint_every == 0:
             state.progress(f"loss {float(loss.d) * accum:.4f}")
-            state.extras = dict(position=[epoch, offset], batch={       # lists: JSON
-                k: np.asarray(v).tolist() for k, v in batch.state_dict().items()})
+            state.extras = dict(position=[epoch, offset], batch=batch.state_dict())
             state.save()
     reducer.close()
     if comm.rank == 0:
