@@ -22,8 +22,8 @@ TIMEOUT_S = 600          # each launcher run on the reference machine, killed be
 
 
 def launch(output_dir, *flags):
-    """nnabla-torus-run --slots 4 of the example (seed 3, 2 epochs, ``flags``) into
-    ``output_dir``."""
+    """nnabla-torus-run --slots 4 of the example (seed 3, 2 epochs; ``flags`` come last and
+    override) into ``output_dir``."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMPI_MCA_rmaps_base_oversubscribe="1")
     proc = subprocess.Popen(
@@ -123,11 +123,12 @@ def test_an_adaptive_run_killed_after_the_first_checkpoint_resumes_its_batch(tmp
     guarantees is its checkpoint's state: the same global batch and the noise scale,
     decisions and step times measured until then (AdaptiveBatch.state_dict in State.extras).
     """
-    proc, timer = launch(tmp_path / "whole", "--adaptive-batch", "1")
+    flags = ("--adaptive-batch", "1", "--epochs", "4")    # room for the first change under load
+    proc, timer = launch(tmp_path / "whole", *flags)
     whole_out, _ = proc.communicate()
     timer.cancel()
     assert proc.returncode == 0, whole_out
-    code, out = killed_run(tmp_path / "killed", "--adaptive-batch", "1")
+    code, out = killed_run(tmp_path / "killed", *flags)
     assert code == 0, out
     assert "restart 1 after a failure: rank 3 killed by signal 9" in out, out
     for run in (whole_out, out):
