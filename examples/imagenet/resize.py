@@ -15,7 +15,7 @@ import numpy as np
 
 from nnabla_torus.launching import elastic
 from nnabla_torus.planning import planner
-from nnabla_torus.planning.controller import resplit  # noqa: F401  (run_checkpoint, tests)
+from nnabla_torus.planning.controller import resplit  # noqa: F401  (tests)
 from nnabla_torus.knobs import env_value
 from nnabla_torus.planning.schedules import BatchSchedule
 from nnabla_torus.comm.topology import parse_grid

@@ -2,20 +2,17 @@
 (nnabla_torus/training/state.py: the file, its atomic write, which one every rank restores).
 
 Besides what the State keeps (parameters with BN statistics, solver states, step, epoch,
-images seen, run id), a checkpoint of train.py holds the data position, the batch-size
-controller's plan and its decisions so far, the noise-scale estimator, the step-time refit
+images seen, run id), a checkpoint of train.py holds the data position, the batch control
+(``AdaptiveBatch.state_dict()``: its plan, decisions, noise scale and measured step times)
 and the run's record; a checkpoint of another world size is resplit and resharded
 (resize.py). Example::
 
     save(run)                                  # every rank: BN averaged, rank 0 writes
     meta = restore_checkpoint(run)             # every rank, --resume
 """
-import numpy as np
-
 import resize
 from epoch_end import average_running_stats
 from nnabla_torus.planning import priors
-from nnabla_torus.planning.controller import BatchPlan
 from report import ranks
 
 MODEL_FLAGS = {"arch": "--arch", "width": "--width", "classes": "the training list's labels",
@@ -62,38 +59,28 @@ def restore_checkpoint(run):
     """
     state, comm, log = run.state, run.parallel.comm, run.settings.log
     batch = run.planning.batch
-    ctrl, noise = batch.controller, batch.noise
 
     def check(meta, path, arrays):
+        if "batch" not in meta:
+            raise ValueError(f"--resume: {path} is of an earlier train.py (its batch control "
+                             f"is not an AdaptiveBatch state); start a new run in another "
+                             f"--output-dir")
         note = check_model(meta, path, run.net.model_meta,
                            {f"param/{k}": v.shape for k, v in state.params.items()}, arrays)
         if note:
             log(note)
     meta = state.start(resume=True, check=check)
-    if meta["plan"] and state.saved_ranks != comm.size:
-        old = BatchPlan(*meta["plan"])
-        ctrl.current, message = resize.resplit(meta["plan"], comm.size, ctrl.max_local_batch,
-                                               ctrl.lr_factor)
+    lines = batch.load_state_dict(meta["batch"])    # another world size: the batch resplit
+    saved = meta["batch"]
+    if "global_batch" in saved and state.saved_ranks != comm.size:
         meta["loader"] = resize.resized_loader_state(
-            meta["loader"], state.saved_ranks, old.local_batch * old.accum_steps,
-            ctrl.current)
+            meta["loader"], state.saved_ranks, saved["local_batch"] * saved["accum_steps"],
+            batch.controller.current)
         meta["comm"] = None          # the planner's grid was for the old size: plan anew
         log(f"checkpoint {state.checkpoint} was written by {ranks(state.saved_ranks)}, this "
-            f"run has {comm.size}: " + message)
-    elif meta["plan"]:
-        ctrl.current = BatchPlan(*meta["plan"])
-    if noise and meta["noise"] and len(meta["noise"]["_sums"]) != len(noise._sums):
-        log("resume: the checkpoint's noise-scale state is of an older format (no error "
-            "estimate): the noise scale is measured anew")
-    elif noise and meta["noise"]:
-        for key, value in meta["noise"].items():
-            setattr(noise, key, np.array(value) if key == "_sums" else value)
-    if batch.refit is not None and meta.get("refit"):
-        note = batch.refit.load_state(meta["refit"])
-        if note:
-            log(f"resume: {note}")
-    if noise and meta.get("decisions") is not None:
-        log(f"resume: {ctrl.load_state(meta['decisions'])}")
+            f"run has {comm.size}: " + lines.pop(0))
+    for line in lines:
+        log(f"resume: {line}")
     return meta
 
 
@@ -103,7 +90,6 @@ def save(run):
     divergence."""
     scaler, comm, state = run.parallel.scaler, run.parallel.comm, run.state
     progress, batch = run.progress, run.planning.batch
-    ctrl, noise = batch.controller, batch.noise
     if progress.nonfinite_steps:
         run.settings.log(f"step {progress.step}: no checkpoint: the gradients have not been "
                          f"finite since step {progress.first_nonfinite}")
@@ -111,17 +97,14 @@ def save(run):
     average_running_stats(comm)
     state.step, state.epoch = progress.step, run.data.stream.epoch()
     state.images_seen = progress.images_seen
-    state.global_batch = ctrl.current.global_batch if ctrl.current else None
+    plan = batch.controller.current
+    state.global_batch = plan.global_batch if plan else None
     state.extras = dict(
         train_time=progress.train_time, history=progress.history,
         seed=run.settings.cfg.seed, loss_scale=scaler and scaler.scale,
         comm=[comm.algorithm, str(comm.grid)], model=run.net.model_meta,
         noise_series=priors.trusted_points(progress.noise_series),
-        loader=run.data.stream.state(), plan=list(ctrl.current) if ctrl.current else None,
-        noise={k: (v.tolist() if isinstance(v, np.ndarray) else v)
-               for k, v in vars(noise).items()} if noise else None,
-        refit=batch.refit.state() if batch.refit is not None else None,
-        decisions=ctrl.state() if noise else None,
+        loader=run.data.stream.state(), batch=batch.state_dict(),
         **{name: None if value is None else float(value) for name, value in (
             ("top1", progress.top1), ("top5", progress.top5),
             ("best_top1", progress.best_top1))})

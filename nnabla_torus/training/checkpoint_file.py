@@ -42,16 +42,25 @@ def checkpoint_path(directory, step):
     return os.path.join(directory, f"ckpt-{step:09d}.npz.chk")
 
 
+def numpy_as_json(value):
+    """A numpy array or number as a list or Python number (``json.dumps``'s ``default``)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def save_checkpoint(directory, step, arrays, meta, keep=3):
-    """Write arrays (name -> ndarray) and meta (JSON-able dict) atomically; keep the newest ``keep``
-    (never deleting the file just written). Returns the path written.
+    """Write arrays (name -> ndarray) and meta (JSON-able dict; numpy arrays and numbers in it
+    are written as lists and numbers) atomically; keep the newest ``keep`` (never deleting the
+    file just written). Returns the path written.
 
     CheckpointError names the file, the error and the free space when the write fails
     (ENOSPC, quota, permissions...).
     """
     os.makedirs(directory, exist_ok=True)
     buffer = io.BytesIO()
-    np.savez(buffer, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+    text = json.dumps(meta, default=numpy_as_json)
+    np.savez(buffer, __meta__=np.frombuffer(text.encode(), dtype=np.uint8), **arrays)
     payload = buffer.getvalue()
     path = checkpoint_path(directory, step)
     try:

@@ -3,7 +3,7 @@
 A ``State`` holds what a restart needs: the parameters (an nnabla parameter dict, batch
 statistics included), the solvers' states, the counters (``step``, ``epoch``,
 ``images_seen``, ``global_batch``), a numpy Generator's state and the user's ``extras``
-(JSON-able). ``start(resume)`` begins a run in ``directory`` or continues the newest intact
+(JSON-able; numpy arrays come back as lists, e.g. ``AdaptiveBatch.state_dict()``). ``start(resume)`` begins a run in ``directory`` or continues the newest intact
 checkpoint there, on any rank count, holding the folder's lock for the run's life (a second
 live run there is refused: run_lock.py); ``save()`` writes a checkpoint atomically on rank 0
 (checkpoint_file.py), keeping the ``keep`` newest. On rank 0 the State prints the lines the

@@ -58,6 +58,27 @@ def test_resume_continues_exactly(tmp_path):
 
 
 @pytest.mark.slow
+def test_resume_refuses_a_checkpoint_of_an_earlier_version_in_one_line(tmp_path):
+    """A checkpoint from before the batch control was kept as AdaptiveBatch.state_dict() (its
+    own plan/noise/refit/decisions fields) is refused on every rank, no traceback."""
+    from nnabla_torus.training.checkpoint_file import load_latest_checkpoint, save_checkpoint
+    common = SMALL + ["--train-images", "128", "--checkpoint-every", "3", "--max-steps", "3",
+                      "--output-dir", str(tmp_path)]
+    run_mpi(2, [PROG] + common, timeout=180)
+    arrays, meta, path = load_latest_checkpoint(str(tmp_path))
+    batch = meta.pop("batch")
+    meta.update(plan=[batch["global_batch"], batch["local_batch"], batch["accum_steps"],
+                      batch["lr_factor"], False, "restored"], noise=None, refit=None,
+                decisions=None)
+    save_checkpoint(str(tmp_path), meta["step"], arrays, meta)
+    out = run_mpi(2, ["examples/imagenet/train.py"] + common + ["--resume", "1"], timeout=180,
+                  check=False)
+    line = (f"train.py: error: --resume: {path} is of an earlier train.py (its batch control "
+            f"is not an AdaptiveBatch state); start a new run in another --output-dir")
+    assert line in out and "Traceback" not in out, out
+
+
+@pytest.mark.slow
 def test_data_parallel_step_equals_single_process_big_batch():
     out = run_mpi(2, ["tests/examples/progs/check_dp_step.py"], timeout=180)
     expect_passed(out, "check_dp_step")

@@ -1,4 +1,5 @@
-"""Every Python block of docs/own-script.md runs as written (one process, in a fresh folder)."""
+"""Every Python block of docs/own-script.md runs as written (one process, in a fresh folder),
+and the adaptive step's diff turns the restartable script into the adaptive one."""
 import os
 import re
 import subprocess
@@ -9,11 +10,25 @@ import pytest
 from tests.mpirun import REPO
 
 PAGE = os.path.join(REPO, "docs", "own-script.md")
-BLOCKS = re.findall(r"^```python\n(.*?)^```$", open(PAGE).read(), re.M | re.S)
+TEXT = open(PAGE).read()
+BLOCKS = re.findall(r"^```python\n(.*?)^```$", TEXT, re.M | re.S)
 
 
-def test_the_page_has_its_two_scripts():
-    assert len(BLOCKS) == 2
+def test_the_page_has_its_three_scripts():
+    assert len(BLOCKS) == 3
+
+
+def test_the_adaptive_diff_goes_from_the_restartable_script_to_the_adaptive_one():
+    section = TEXT[TEXT.index("## 4. Adaptive"):]
+    diff = re.search(r"^```diff\n(.*?)^```$", section, re.M | re.S).group(1)
+    restartable, adaptive = (set(block.splitlines()) for block in BLOCKS[1:])
+    for line in diff.splitlines():
+        if line.startswith("-"):
+            assert line[1:] in restartable and line[1:] not in adaptive, line
+        elif line.startswith("+"):
+            assert line[1:] in adaptive, line
+        elif line != " ...":
+            assert line[1:] in restartable and line[1:] in adaptive, line
 
 
 @pytest.mark.slow
