@@ -2,13 +2,16 @@
 
 A ``State`` holds what a restart needs: the parameters (an nnabla parameter dict, batch
 statistics included), the solvers' states, the counters (``step``, ``epoch``,
-``images_seen``, ``global_batch``), a numpy Generator's state and the user's ``extras``
-(JSON-able; numpy arrays come back as lists, e.g. ``AdaptiveBatch.state_dict()``). ``start(resume)`` begins a run in ``directory`` or continues the newest intact
-checkpoint there, on any rank count, holding the folder's lock for the run's life (a second
-live run there is refused: run_lock.py); ``save()`` writes a checkpoint atomically on rank 0
-(checkpoint_file.py), keeping the ``keep`` newest. On rank 0 the State prints the lines the
-launcher reads (elastic_protocol.py): each checkpoint (``CHECKPOINT_PREFIX`` JSON under the
-launcher), ``resumed from PATH: step N`` and ``progress``'s ``step N`` lines. Example (one
+``images_seen``, ``global_batch``; the loop advances them), a numpy Generator's state
+(``rng=``) and the user's ``extras`` (JSON-able; numpy arrays come back as lists, e.g.
+``AdaptiveBatch.state_dict()``). ``start(resume)`` begins a run in ``directory`` or continues
+the newest intact checkpoint there, on any rank count, holding the folder's lock for the run's
+life (a second live run there is refused: run_lock.py); ``save()`` writes a checkpoint
+atomically on rank 0 (checkpoint_file.py), keeping the ``keep`` newest. On rank 0 the State
+prints the lines the launcher reads (elastic_protocol.py): each checkpoint
+(``CHECKPOINT_PREFIX`` JSON under the launcher), ``resumed from PATH: step N`` and
+``progress``'s ``step N`` lines; ``stop_requested()`` tells every rank when the launcher asks
+the job to stop (save, then exit ``EXIT_STOPPED``). Example (one
 process; under MPI pass the nnabla-torus communicator)::
 
     import nnabla as nn, nnabla.parametric_functions as PF, nnabla.solvers as S, numpy as np
