@@ -2,7 +2,7 @@
 
 A small CNN learns scikit-learn's 8x8 digits. Added to a one-process script (docs/own-script.md):
 the communicator, ``BucketedAllReduce``, a ``State`` and an ``AdaptiveBatch``. Run it as
-``nnabla-torus-mpirun -np 4 python examples/own_loop/train.py --adaptive-batch 1``.
+``nnabla-torus-mpirun -np 4 examples/own_loop/train.py --adaptive-batch 1``.
 """
 import argparse
 import sys
@@ -23,9 +23,8 @@ from nnabla_torus.files import atomic_path
 from nnabla_torus.knobs import add_knob
 from nnabla_torus.overlap import BucketedAllReduce
 from nnabla_torus.planning.schedules import BatchSchedule
-from nnabla_torus.training import AdaptiveBatch, State
-from nnabla_torus.training.checkpoint_file import CheckpointError
-from nnabla_torus.training.run_lock import RunFolderBusy
+from nnabla_torus.training import (EXIT_STOPPED, AdaptiveBatch, CheckpointError, RunFolderBusy,
+                                   State)
 
 GLOBAL_BATCH = 64        # images per optimizer step, on any rank count (and the lr's batch)
 MIN_BATCH, MAX_BATCH = 16, 512    # the adaptive global batch's bounds; it starts at MIN_BATCH
@@ -83,8 +82,8 @@ def main(argv=None):
     for line in batch.load_state_dict(state.extras["batch"]) if args.resume else []:
         state.log(line)                # another rank count: the global batch split anew
     epoch, offset = state.extras.get("position", (0, 0))   # offset: images of epoch used
-    clock, reached, reducer = time.perf_counter(), False, None   # clock: this job's seconds
-    while True:
+    clock, reached, reducer, stopping = time.perf_counter(), False, None, False   # this job's s
+    while not stopping:
         plan = batch.plan(epoch + offset / len(train_x), [solver])     # alike on every rank
         local, accum, state.global_batch = plan.local_batch, plan.accum_steps, plan.global_batch
         if offset + state.global_batch > len(train_x):      # the epoch's tail is left out
@@ -124,15 +123,17 @@ def main(argv=None):
             reached = True
             state.log(f"target accuracy {args.target_accuracy} reached at step {state.step}, "
                       f"epoch {state.epoch:.3f}: {time.perf_counter() - clock:.2f} s")
-        if epoch_end or state.step % args.checkpoint_every == 0:
+        stopping = state.stop_requested()      # the launcher's Ctrl-C or SIGTERM, any rank
+        if epoch_end or stopping or state.step % args.checkpoint_every == 0:
             state.progress(f"loss {float(loss.d) * accum:.4f}")
             state.extras = dict(position=[epoch, offset], batch=batch.state_dict())
             state.save()
     reducer.close()
-    if comm.rank == 0:
+    if comm.rank == 0 and not stopping:
         with atomic_path(f"{args.output_dir}/params.h5") as temporary:
             nn.save_parameters(temporary, params)
     state.close()
+    return EXIT_STOPPED if stopping else 0    # 76: stopped with a checkpoint, not failed
 
 
 def accuracy(images, labels):
@@ -144,6 +145,6 @@ def accuracy(images, labels):
 
 if __name__ == "__main__":
     try:
-        main()
+        sys.exit(main())
     except (RunFolderBusy, CheckpointError, FileNotFoundError, ValueError) as error:
         sys.exit(f"train.py: error: {error}")          # raised alike on every rank

@@ -4,5 +4,7 @@
 size from the state of learning) are what examples/imagenet/train.py uses too.
 """
 from .adaptive import AdaptiveBatch  # noqa: F401
+from .checkpoint_file import CheckpointError  # noqa: F401
+from .run_lock import RunFolderBusy  # noqa: F401
 from .state import State  # noqa: F401
 from ..launching.elastic_protocol import EXIT_STOPPED  # noqa: F401  (State.stop_requested)

@@ -147,3 +147,29 @@ def test_an_adaptive_run_killed_after_the_first_checkpoint_resumes_its_batch(tmp
     same = all(np.array_equal(whole[k], killed[k]) for k in whole)
     print(f"own loop, adaptive: batches unfailed {batches(whole_out)}, killed {batches(out)}; "
           f"final parameters bitwise equal: {same}")
+
+
+@pytest.mark.slow
+def test_the_launchers_ctrl_c_stops_the_own_loop_with_a_checkpoint_it_resumes(tmp_path):
+    """Before State.stop_requested, the ranks of a user's loop died of the forwarded SIGUSR1
+    and lost the steps since their last checkpoint; now they agree, save and exit 76."""
+    proc, timer = launch(tmp_path / "run", "--checkpoint-every", "1000", "--epochs", "50")
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith(CHECKPOINT_PREFIX):            # the first epoch's end
+            proc.send_signal(signal.SIGINT)          # the user's Ctrl-C on the launcher
+            break
+    out, _ = proc.communicate()
+    timer.cancel()
+    out = "".join(lines) + out
+    assert proc.returncode == 130, out
+    assert "stopped on a signal; the checkpoint is resumable" in out, out
+    stopped_at = max(int(m) for m in re.findall(r'"step": (\d+)', out))
+    first = int(re.search(r'"step": (\d+)', "".join(lines)).group(1))
+    assert stopped_at > first, out                   # a checkpoint written at the stop
+    proc, timer = launch(tmp_path / "run", "--checkpoint-every", "1000", "--epochs", "2",
+                         "--resume", "1")
+    out, _ = proc.communicate()
+    timer.cancel()
+    assert f"resumed from {tmp_path / 'run'}/ckpt-{stopped_at:09d}.npz.chk" in out, out
