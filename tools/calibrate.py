@@ -34,6 +34,7 @@ import tempfile
 import numpy as np
 
 import _example  # noqa: F401  (examples/imagenet on sys.path, for the model's gradient size)
+from nnabla_torus.comm.collectives import ALGORITHMS, AUTO
 from nnabla_torus.files import atomic_open
 from nnabla_torus.knobs import add_knob, short_repr
 from nnabla_torus.launching.mpirun_cmd import mpirun_command
@@ -72,7 +73,7 @@ def measure_allreduce(ranks_list, sizes, iters, rounds, log=print):
     records = []
     for ranks in ranks_list:
         args = ["--sizes", sizes, "--iters", str(iters), "--rounds", str(rounds), "--warmup", "1",
-                "--algorithms", "torus2d,ring,hierarchical,native,auto"]   # auto: its table
+                "--algorithms", ",".join([*ALGORITHMS, AUTO])]   # auto: its table
         if grids_for(ranks):
             args += ["--grids", ",".join(grids_for(ranks))]
         log(f"calibrate: all-reduce benchmark at {ranks} ranks ...")

@@ -5,6 +5,7 @@ half whose end marker was put back (only a full decode shows it: the PIL fallbac
 """
 import io
 import os
+import re
 import sys
 
 import numpy as np
@@ -160,3 +161,20 @@ def test_class_folders_alone_are_a_data_dir_and_validation_labels_follow_the_nam
     assert val.outside == (1, str(tmp_path / "val" / "fox" / "a.jpg"))
     (tmp_path / "val.txt").write_text("dog/a.jpg 1\n")        # a list wins over the folders
     assert split_source(str(tmp_path), "val")[1] == str(tmp_path / "val.txt")
+
+
+def test_every_layout_is_documented(tmp_path, monkeypatch):
+    """The list files split_source names when it finds no layout (train.txt, ...) are in
+    docs/imagenet.md and in train.py's --data-dir error (docs/contributing.md)."""
+    from config import parse_config
+    from image_lists import split_source
+    with pytest.raises(ValueError) as none_found:
+        split_source(str(tmp_path), "train")
+    listed = set(re.findall(r"\btrain\.\w+", str(none_found.value)))
+    monkeypatch.delenv("NNABLA_TORUS_RECIPE", raising=False)
+    with pytest.raises(ValueError) as not_a_folder:
+        parse_config(["--data-dir", str(tmp_path / "absent")])
+    docs = open(os.path.join(ROOT, "docs", "imagenet.md")).read()
+    missing = [name for name in listed
+               if f"`{name}`" not in docs or name not in str(not_a_folder.value)]
+    assert listed and not missing, missing

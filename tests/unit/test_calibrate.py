@@ -97,3 +97,16 @@ def test_a_bad_auto_table_is_named(entry, text):
     with pytest.raises(ValueError, match="auto_tables\\[0\\]") as err:
         profile_from_dict(raw)
     assert text in str(err.value)
+
+
+def test_the_benchmark_measures_every_registered_algorithm(monkeypatch):
+    """Each algorithm's software term is fitted from its own records; before, a hand list left
+    a new algorithm with the fit's start value."""
+    from nnabla_torus.comm.collectives import REGISTRY
+    from tools import calibrate as calibrate_tool
+    asked = []
+    monkeypatch.setattr(calibrate_tool, "run_json_tool",
+                        lambda ranks, tool, args: asked.append(args) or [])
+    calibrate_tool.measure_allreduce([4], "4K", 1, 1, log=lambda line: None)
+    [args] = asked
+    assert set(args[args.index("--algorithms") + 1].split(",")) == {*REGISTRY, "auto"}

@@ -8,6 +8,7 @@ from nnabla_torus.launching import elastic
 from nnabla_torus.planning import machine_profile
 from nnabla_torus.planning.machine_profile import (PROFILE_ENV, default_profile, profile_rule,
                                                    resolve_profile)
+from nnabla_torus.planning.profile_files import GPU_PROFILES, list_profiles
 from tools.research import simulate
 
 
@@ -49,6 +50,13 @@ def test_the_rule(gpus, gpu_name, want):
         said = ("V100 class" if "V100" in gpu_name else
                 "an unknown GPU" if gpu_name else "no GPU seen on this host")
         assert said in why
+
+
+@pytest.mark.parametrize("model", GPU_PROFILES)
+def test_each_gpu_model_picks_its_shipped_profile(model):
+    """A GPU_PROFILES entry names a profile file that ships (docs/contributing.md)."""
+    assert GPU_PROFILES[model] in list_profiles(), GPU_PROFILES[model]
+    assert profile_rule(True, f"NVIDIA {model.upper()}")[0] == GPU_PROFILES[model]
 
 
 def test_every_tool_prints_the_profile_and_why(monkeypatch, capsys):

@@ -114,18 +114,25 @@ def code_knobs():
     return {knob.env: knob.default for knob in KNOBS.values()}
 
 
-def readme_knobs():
-    """{variable: default cell} of the README's knobs table."""
-    lines = list(prose_lines(os.path.join(ROOT, "README.md")))
-    start = lines.index("### Knobs")
-    rows = {}
+def table_after(path, heading):
+    """The cells of each row of the first table after the first line of ``path`` that starts
+    with ``heading``."""
+    lines = list(prose_lines(path))
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    rows = []
     for line in lines[start:]:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and cells[0].startswith("`NNABLA_TORUS_"):
-            rows[cells[0].strip("`")] = cells[-1].strip("`")
-        elif rows and not line.startswith("|"):
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif rows:
             break
     return rows
+
+
+def readme_knobs():
+    """{variable: default cell} of the README's knobs table."""
+    return {cells[0].strip("`"): cells[-1].strip("`")
+            for cells in table_after(os.path.join(ROOT, "README.md"), "### Knobs")
+            if cells[0].startswith("`NNABLA_TORUS_")}
 
 
 def test_the_readme_knobs_table_has_exactly_the_knobs_the_code_reads():
@@ -182,3 +189,31 @@ def test_the_gpu_to_profile_lists_are_the_code_table():
     assert f"`--gpu-model {'|'.join(GPU_PROFILES)}`".replace("|", "\\|") in planner
     guide = " ".join(prose_lines(os.path.join(DOCS, "contributing.md")))
     assert "`GPU_PROFILES` (`nnabla_torus/planning/profile_files.py`)" in " ".join(guide.split())
+
+
+def test_every_algorithm_is_documented():
+    """Each registered algorithm (comm/collectives.py REGISTRY) has a row in the README's
+    algorithms table, its name in the NNABLA_TORUS_ALGORITHM row and its formula in
+    docs/costmodel.md: step 5 of docs/contributing.md#add-an-all-reduce-algorithm."""
+    from nnabla_torus.comm.collectives import REGISTRY
+    readme = os.path.join(ROOT, "README.md")
+    rows = {re.match(r"`(\w+)`", cells[0]).group(1)
+            for cells in table_after(readme, "### Algorithms")[2:]}
+    knob = " ".join(cells[1] for cells in table_after(readme, "### Knobs")
+                    if cells[0] == "`NNABLA_TORUS_ALGORITHM`")
+    formulas = set(re.findall(r"^- `(\w+)`:", open(os.path.join(DOCS, "costmodel.md")).read(),
+                              re.M))
+    missing = [f"{name}: {where}" for name in REGISTRY for where, named in (
+        ("README algorithms table", name in rows), ("README NNABLA_TORUS_ALGORITHM row",
+                                                    f"`{name}`" in knob),
+        ("docs/costmodel.md formulas", name in formulas)) if not named]
+    assert not missing, missing
+
+
+def test_every_shipped_profile_is_in_the_planner_table():
+    """docs/planner.md lists each file of nnabla_torus/planning/profiles/ (step 4 of
+    docs/contributing.md#add-a-machine-profile)."""
+    from nnabla_torus.planning.profile_files import list_profiles
+    rows = {cells[0].strip("`") for cells in
+            table_after(os.path.join(DOCS, "planner.md"), "**Shipped profiles**")[2:]}
+    assert set(list_profiles()) <= rows, sorted(set(list_profiles()) - rows)

@@ -21,15 +21,25 @@ def exact(p, algorithm, grid, per_host, n, dtype=np.float32, pipeline_bytes=8 <<
     return all(np.array_equal(b.astype(np.int64), expect) for b in bufs)
 
 
-@pytest.mark.parametrize("p,algorithm,grid,per_host,n", [
+SMALL_GRIDS = [
     (8, "torus2d", "4x2", 4, 37), (8, "torus2d", "2x4", 2, 5), (6, "torus2d", "3x2", 3, 1),
     (15, "torus2d", "5x3", 5, 101), (7, "torus2d", None, 1, 13),     # prime: a ring
     (12, "ring", None, 4, 29), (5, "ring", None, 1, 3), (1, "ring", None, 1, 4),
     (12, "hierarchical", None, 4, 31), (12, "hierarchical", None, 3, 0),
     (9, "hierarchical", None, 3, 17), (8, "native", None, 4, 11),
-])
+]
+
+
+@pytest.mark.parametrize("p,algorithm,grid,per_host,n", SMALL_GRIDS)
 def test_small_grids_exact(p, algorithm, grid, per_host, n):
     assert exact(p, algorithm, grid, per_host, n)
+
+
+def test_every_algorithm_has_a_small_grid_case():
+    """A new algorithm (docs/contributing.md#add-an-all-reduce-algorithm) needs its cases."""
+    from nnabla_torus.comm.collectives import REGISTRY
+    missing = set(REGISTRY) - {case[1] for case in SMALL_GRIDS}
+    assert not missing, f"no SMALL_GRIDS case for {sorted(missing)}"
 
 
 @pytest.mark.parametrize("p,grid,per_host,n,pipe", [
