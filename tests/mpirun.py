@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 
 from nnabla_torus.launching.mpirun_cmd import (mpirun_command, mpirun_path, open_mpi_version,
-                                               version_text)
+                                               private_session_base, version_text)
 from tests.slowdown import scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,16 +70,18 @@ def run_mpi(np_, argv, timeout=120, env=None, check=True, mpirun_args=(), python
         # unbuffered print's text and its newline are two writes, and another rank's line can
         # land between them (under Open MPI 5 the suite's lines arrive whole).
         full_env.pop("PYTHONUNBUFFERED", None)
-    # auto's table cache (comm/auto/cache.py): a fresh folder per job, so a job measures as
-    # before (tests skew auto's clock) and never reads or writes the user's ~/.cache
-    cache = tempfile.TemporaryDirectory(prefix="nnabla_torus_cache_")
-    full_env["NNABLA_TORUS_CACHE_DIR"] = cache.name
-    full_env.update(env or {})
     cmd = mpirun_command(np_, argv, mpirun_args, python=python)
-    status, out = run_killable(cmd, full_env, timeout)
+    # auto's table cache (comm/auto/cache.py): a fresh folder per job, so a job measures as
+    # before (tests skew auto's clock) and never reads or writes the user's ~/.cache. Open
+    # MPI's session folder too: a killed job's is left behind, named after its mpirun's pid,
+    # and stops the later job that gets the same pid (private_session_base).
+    with tempfile.TemporaryDirectory(prefix="nnabla_torus_cache_") as cache:
+        full_env["NNABLA_TORUS_CACHE_DIR"] = cache
+        full_env.update(env or {})
+        with private_session_base(full_env, mpirun_args) as job_env:
+            status, out = run_killable(cmd, job_env, timeout)
     if check and status != 0:
         raise AssertionError(f"exit {status}: {' '.join(cmd)}\n{out}")
-    cache.cleanup()
     return out
 
 

@@ -30,7 +30,8 @@ import time
 
 from ..knobs import add_knob, number
 from .hostlists import allocation, read_hostfile
-from .mpirun_cmd import env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path
+from .mpirun_cmd import (env_args, hostfile_args, mpi_library, mpirun_command, mpirun_path,
+                         private_session_base)
 from ..planning.machine_profile import (PROFILE_ENV, RUN_KEYS, SHAPE_ENVS, add_profile_knob,
                                         add_shape_knobs, load_profile, local_gpu_name,
                                         resolve_profile, shape_of)
@@ -70,6 +71,13 @@ def run_once(argv, ranks, mpirun_args, env, watch=None):
     """
     cmd = mpirun_command(ranks, argv, mpirun_args)
     log(f"launch: {' '.join(cmd)}")
+    with private_session_base(env, mpirun_args) as job_env:
+        return run_job(cmd, job_env, watch)
+
+
+def run_job(cmd, env, watch):
+    """``run_once``'s job: run ``cmd``, pass its lines on; (status, request, tail,
+    interrupted)."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace",
                             start_new_session=True,   # Ctrl-C reaches us only

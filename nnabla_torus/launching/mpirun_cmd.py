@@ -28,12 +28,14 @@ the library needs, and ``FAULT_ARGS`` only when the ranks may span hosts (:func:
 on a cluster use the scheduler's launcher (docs/clusters.md).
 """
 import argparse
+import contextlib
 import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from .hostlists import allocation
 
@@ -96,6 +98,36 @@ def library_of_version(text):
 FAULT_ARGS = ("--mca", "mpi_ft_enable", "1")
 # Open MPI 5's (PRRTE's) and 4's default hostfile settings: mpirun places ranks on its hosts.
 HOSTFILE_ENVS = ("PRTE_MCA_prte_default_hostfile", "OMPI_MCA_orte_default_hostfile")
+# Open MPI 5's (PRRTE's) and 4's base folder of the job's session folder (default: TMPDIR or
+# /tmp). The session folder is named after mpirun's pid ("ompi.<pid>"); a SIGKILLed mpirun
+# leaves it behind, and a later mpirun given the same pid stops at start ("The PMIx server's
+# listener thread failed to start", exit 213).
+SESSION_BASE_ENVS = ("PRTE_MCA_prte_tmpdir_base", "OMPI_MCA_orte_tmpdir_base")
+# mpirun flags that name hosts (Open MPI's and hydra's).
+HOST_FLAGS = ("--host", "-host", "-H", "--hostfile", "-hostfile", "--machinefile",
+              "-machinefile", "-f", "--default-hostfile")
+
+
+@contextlib.contextmanager
+def private_session_base(env, mpirun_args=()):
+    """A copy of ``env`` that gives Open MPI a fresh private base folder for one job's session
+    folder, removed after the block::
+
+        with private_session_base(env, mpirun_args) as job_env:
+            subprocess.call(cmd, env=job_env)
+
+    Only for a job that stays on this host (no host flag in ``mpirun_args``,
+    ``may_span_hosts(env)`` false): other hosts would each be left an empty folder of that
+    name. A base the user set (``SESSION_BASE_ENVS``) is kept. Other libraries ignore it."""
+    if (any(env.get(name) for name in SESSION_BASE_ENVS) or may_span_hosts(env)
+            or any(word in HOST_FLAGS for word in mpirun_args)):
+        yield dict(env)
+        return
+    base = tempfile.mkdtemp(prefix="nnabla_torus_mpi_")
+    try:
+        yield {**env, **{name: base for name in SESSION_BASE_ENVS}}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def may_span_hosts(environ=None):
@@ -208,7 +240,8 @@ def main(argv=None):
     cmd = mpirun_command(args.np, args.program,
                          fault=not args.no_fault_args and may_span_hosts())
     print(" ".join(cmd), flush=True)
-    return subprocess.call(cmd)
+    with private_session_base(os.environ) as env:
+        return subprocess.call(cmd, env=env)
 
 
 if __name__ == "__main__":

@@ -162,6 +162,24 @@ def test_job_output_that_is_not_utf8_is_shown_replaced(monkeypatch, capsys):
     assert status == 0 and request is None and tail == ["loss \ufffd\ufffd ok"]
 
 
+def test_each_launch_gets_a_private_open_mpi_session_base_removed_after(monkeypatch):
+    """A SIGKILLed mpirun's session folder, named after its pid, stops a later mpirun that gets
+    the same pid (tests/mpi/test_session_folder.py); each launch gets a base of its own."""
+    fake_job(monkeypatch, "import os; base = os.environ['PRTE_MCA_prte_tmpdir_base']; "
+                          "print(base, os.path.isdir(base), os.listdir(base))")
+    env = dict(os.environ)
+    for name in [n for n in env if n.startswith(("SLURM_", "PBS_", "PRTE_MCA", "OMPI_MCA"))]:
+        del env[name]
+    bases = []
+    for _ in range(2):
+        status, _, tail, _ = elastic.run_once([], 1, [], env)
+        base, isdir, entries = tail[-1].split(" ", 2)
+        assert (status, isdir, entries) == (0, "True", "[]")
+        assert not os.path.exists(base) and base not in bases
+        bases.append(base)
+    assert "PRTE_MCA_prte_tmpdir_base" not in env
+
+
 def test_a_malformed_request_line_is_reported_not_fatal(monkeypatch, capsys):
     fake_job(monkeypatch, f"print({elastic.REQUEST_PREFIX!r} + '{{ranks: 2'); exit(75)")
     status, request, _, _ = elastic.run_once([], 1, [], dict(os.environ))

@@ -146,10 +146,33 @@ def test_the_wrapper_adds_the_fault_flag_only_where_ranks_may_span_hosts(monkeyp
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(mpirun_cmd, "mpi_library", lambda mpirun: "openmpi")
-    ran = []
-    monkeypatch.setattr(mpirun_cmd.subprocess, "call", lambda cmd: ran.append(cmd) or 0)
+    ran, bases = [], []
+    monkeypatch.setattr(mpirun_cmd.subprocess, "call", lambda cmd, env: ran.append(cmd) or
+                        bases.append(env.get("PRTE_MCA_prte_tmpdir_base")) or 0)
     assert mpirun_cmd.main(["-np", "2", "prog.py"]) == 0
+    assert (bases[0] is None) == fault          # a private session base on one host only
     assert ("mpi_ft_enable" in ran[0]) == fault and ("mpi_ft_enable" in capsys.readouterr().out
                                                       ) == fault, ran
     assert mpirun_cmd.main(["--no-fault-args", "-np", "2", "prog.py"]) == 0
     assert "mpi_ft_enable" not in ran[1]
+
+
+# -- Open MPI's session folder ------------------------------------------------------------------
+def test_a_job_on_this_host_gets_a_private_session_base_removed_after():
+    env = {"PATH": os.environ["PATH"]}
+    with mpirun_cmd.private_session_base(env) as job_env:
+        base = job_env["PRTE_MCA_prte_tmpdir_base"]
+        assert job_env["OMPI_MCA_orte_tmpdir_base"] == base
+        assert stat.S_IMODE(os.stat(base).st_mode) == 0o700 and os.listdir(base) == []
+    assert not os.path.exists(base)
+    assert env == {"PATH": os.environ["PATH"]}          # the caller's dict is left as it was
+
+
+@pytest.mark.parametrize("env, args", [
+    ({"PRTE_MCA_prte_tmpdir_base": "/scratch/me"}, []),             # the user's own base
+    ({}, ["--hostfile", "hosts"]),                                 # other hosts
+    ({"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}, []),  # 2 hosts
+], ids=["user-base", "hostfile", "slurm-2-hosts"])
+def test_the_session_base_is_left_alone_for_a_user_base_or_other_hosts(env, args):
+    with mpirun_cmd.private_session_base(env, args) as job_env:
+        assert job_env == env
