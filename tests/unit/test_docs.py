@@ -1,6 +1,7 @@
 """The docs cannot rot: every relative link and anchor of README.md and docs/ resolves, every
-page is listed in docs/index.md, every repository path they name exists, every page of
-docs/measurements/ starts with its dates and commits, and the README's knobs table has exactly
+page is listed in docs/index.md, every repository path they name exists, users' pages keep
+their sentences under 35 words, every page of docs/measurements/ starts with its dates and
+commits, and the README's knobs table has exactly
 the knobs of the communicator's settings object (nnabla_torus/comm/settings.py) with their
 defaults. Offline and under a second.
 
@@ -77,6 +78,33 @@ def test_every_docs_page_is_listed_in_the_index():
     listed = {os.path.normpath(os.path.join(DOCS, t.partition("#")[0])) for t in links(index)}
     pages = {p for p in PAGES if p.startswith(DOCS) and p != index}
     assert not pages - listed, f"pages missing from docs/index.md: {sorted(pages - listed)}"
+
+
+# Users' pages say one thing a sentence (measurement pages may hold longer records).
+MAX_WORDS = 35
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[:;])\s+(?=[A-Z(`*-])")
+LIST_ITEM = re.compile(r"^\s*(?:[-*]|\d+\.)\s")
+
+
+def paragraphs(path):
+    """The prose paragraphs of a markdown file, list items apart; tables, headings and
+    indented blocks left out, inline code as one word, links as their text."""
+    lines = []
+    for line in list(prose_lines(path)) + [""]:
+        other = line.startswith(("#", "    ")) or line.lstrip().startswith("|")
+        if (not line.strip() or other or LIST_ITEM.match(line)) and lines:
+            yield re.sub(r"\]\([^)]*\)", "]", INLINE_CODE.sub("CODE", " ".join(lines)))
+            lines = []
+        if line.strip() and not other:
+            lines.append(line.strip())
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p not in MEASUREMENTS], ids=page_id)
+def test_sentences_of_users_pages_are_short(page):
+    long = [s for text in paragraphs(page) for s in SENTENCE_END.split(text)
+            if len(s.split()) >= MAX_WORDS]
+    assert not long, (f"{page_id(page)}: {len(long)} sentence(s) of {MAX_WORDS} words or more; "
+                      f"split them:\n" + "\n".join(long))
 
 
 # The line under a measurement page's title: when it was measured and which commits recorded it.

@@ -99,8 +99,8 @@ def sony_report():
                      + ", ".join(f"{k} {v:.1f} s" for k, v in run.fixed.items())
                      + f"; time without start-up {run.timed_s:.1f} s against v1's 224 s")
     v2_run = run_forecast.predict_run(fitted, fidelity.MODEL, v2)
-    lines.append(f"v2 (v1's schedule and GPUs kept, *assumed*), calibrated: {v2_run.timed_s:.1f} s "
-                 f"against 122 s ({v2_run.timed_s / 122 - 1:+.1%})")
+    lines.append(f"\nv2 (v1's schedule and GPUs kept, *assumed*), calibrated: "
+                 f"{v2_run.timed_s:.1f} s against 122 s ({v2_run.timed_s / 122 - 1:+.1%})")
     return "\n".join(lines)
 
 
