@@ -235,7 +235,7 @@ def calibrated_profile(args, base, allreduce, network_fit, steps, grad_bytes):
     comp, comp_report = fit_compute(steps, net, start, args.algorithm, cores)
     model = f"{args.arch}-w{args.width:g}-{args.image_size}px"
     report = dict(net_report, **comp_report)
-    probe = Profile(args.name, "", 1, net, {model: comp}, {})
+    probe = Profile(args.name, "", 1, net, {model: comp}, {"backend": "mpi"})
     report["plan_versus_sweep"] = plan_versus_sweep(probe, model, steps, args.algorithm)
     report["pinned"] = pinned_report(base, ranks_per_host)
     report["model"] = model
@@ -244,5 +244,6 @@ def calibrated_profile(args, base, allreduce, network_fit, steps, grad_bytes):
                           "train_algorithm": args.algorithm}
     prof = Profile(args.name, f"this machine ({cores} CPU cores), calibrated by "
                    f"tools/calibrate.py on {time.strftime('%Y-%m-%d')}", 1, net,
-                   {model: comp}, {"calibration": report, "auto_tables": auto_tables(allreduce)})
+                   {model: comp}, {"calibration": report, "auto_tables": auto_tables(allreduce),
+                                   "backend": "mpi"})
     return prof, report

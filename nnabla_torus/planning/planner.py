@@ -26,7 +26,8 @@ from .candidates import batch_columns, gpu_counts, topology_columns
 from .candidates import UnsplittableBatch, grids  # noqa: F401  (used as planner.X)
 from .costmodel import ALGORITHMS
 from .fixed_costs import fixed_seconds, input_wait_s, run_costs
-from .machine_profile import CPU_PROFILE, model_of
+from .machine_profile import model_of
+from .profile_schema import backend_of
 
 Plan = namedtuple("Plan", [
     "gpus", "grid", "algorithm", "local_batch", "accum_steps", "global_batch",
@@ -159,8 +160,8 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
     GPU counts within the profile (:func:`gpu_limit`; the CLI's default).
     ``max_global_batch``: leave out larger global batches (statistical efficiency 0 beyond
     the largest batch known to train, :mod:`nnabla_torus.planning.large_batch`). ``gpus``: the
-    ranks are GPUs (the NCCL backend: no MPI-only algorithm); None: every profile but the CPU
-    one (cpu-2core). Raises ValueError
+    ranks are GPUs (the NCCL backend: no MPI-only algorithm); None: as the profile's
+    ``backend`` says (``profile_schema.backend_of``). Raises ValueError
     when no candidate meets ``min_efficiency``, and UnsplittableBatch (a ValueError naming
     the nearest feasible batches) when no candidate gives ``target_batch`` exactly.
     """
@@ -175,7 +176,7 @@ def plan(prof, model, max_gpus=None, counts=None, algorithms=ALGORITHMS, target_
         accum_steps = (1,) if target_batch is None and b_noise is None else (1, 2, 4, 8)
     if local_batches is None:
         local_batches = 2 ** np.arange(int(math.log2(comp.max_local_batch)) + 1)
-    gpus = prof.name != CPU_PROFILE if gpus is None else gpus
+    gpus = backend_of(prof) == "nccl" if gpus is None else gpus
     p, algo, x = topology_columns(counts, algorithms, net.gpus_per_host, gpus)
     i, b, s = batch_columns(p, target_batch, np.asarray(local_batches),
                              np.asarray(accum_steps), comp.max_local_batch)

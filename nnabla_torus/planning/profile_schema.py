@@ -18,7 +18,11 @@ _TOP_KEYS = {"name", "description", "hosts", "gpus_per_host", "slots_per_host", 
              "reduce_ns_per_byte", "native_switch_bytes", "software", "models",
              "oversubscribed_wait_us", "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
              "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "calibration", "racks", "run",
-             "auto_tables", "host_mpi_latency_us"}
+             "auto_tables", "host_mpi_latency_us", "backend"}
+# backend: the communicator backend the profile's ranks run ("nccl": GPUs, the default; "mpi":
+# CPU ranks, as tools/calibrate.py measures). The planner leaves out the algorithms that run on
+# MPI only (collectives.Algorithm.mpi_only) for an "nccl" profile.
+BACKENDS = ("nccl", "mpi")
 _LINK_KEYS = {"latency_us", "bandwidth_GBps"}
 _SOFTWARE_KEYS = {"step_us", "ns_per_byte"}
 _MODEL_KEYS = {"a_ms", "b_ms", "gamma", "max_local_batch", "grad_bytes", "slots_per_host",
@@ -149,8 +153,12 @@ def profile_from_dict(raw):
     required = _TOP_KEYS - {"description", "calibration", "software", "oversubscribed_wait_us",
                             "cache_MiB", "cache_bandwidth_GBps", "native_hierarchical",
                             "oversubscribed_hosts_wait_us", "torus_pipeline_MiB", "racks", "run",
-                            "auto_tables", "host_mpi_latency_us"}
+                            "auto_tables", "host_mpi_latency_us", "backend"}
     _check_keys("top level", raw, _TOP_KEYS, required)
+    backend = raw.get("backend", BACKENDS[0])
+    if backend not in BACKENDS:
+        raise ValueError(f"profile top level: backend {backend!r}: must be one of "
+                         f"{', '.join(BACKENDS)} (nccl: GPU ranks; mpi: CPU ranks)")
     _check_keys("links", raw["links"], {"intra", "inter"}, {"intra", "inter"})
     software = raw.get("software") or {}
     _check_keys("software", software, ALGORITHMS)
@@ -189,7 +197,7 @@ def profile_from_dict(raw):
                    network, models,
                    {"calibration": raw.get("calibration"), "run": _run(raw.get("run")),
                     "auto_tables": _auto_tables(raw.get("auto_tables")),
-                    "gflops_per_image": gflops, "params": params})
+                    "gflops_per_image": gflops, "params": params, "backend": backend})
 
 
 def profile_to_dict(prof):
@@ -200,6 +208,7 @@ def profile_to_dict(prof):
         return {"latency_us": float(hop.latency_s * 1e6),
                 "bandwidth_GBps": float(hop.bandwidth_Bps * 1e-9)}
     out = {"name": prof.name, "description": prof.description, "hosts": prof.hosts,
+           "backend": backend_of(prof),
            "gpus_per_host": net.gpus_per_host, "slots_per_host": net.slots_per_host,
            "links": {"intra": link(net.intra), "inter": link(net.inter)},
            "reduce_ns_per_byte": float(net.reduce_s_per_byte * 1e9),
@@ -240,6 +249,11 @@ def profile_to_dict(prof):
     if (prof.extra or {}).get("calibration") is not None:
         out["calibration"] = prof.extra["calibration"]
     return out
+
+
+def backend_of(prof):
+    """The communicator backend ``prof``'s ranks run: "nccl" (GPUs) or "mpi" (CPU ranks)."""
+    return (prof.extra or {}).get("backend", BACKENDS[0])
 
 
 def model_of(prof, model):

@@ -76,3 +76,26 @@ def test_an_mpi_only_algorithm_is_never_planned_for_a_gpu_profile(registered):
         result = planner.plan(prof, model, counts=[8, 16], algorithms=registered, gpus=gpus)
         picked = {registered[a] for a in result.candidates["algorithm"]}
         assert NAME not in picked and "ring" in picked, picked
+
+
+def test_a_cpu_profile_of_any_name_plans_mpi_only_algorithms(registered, tmp_path):
+    """The profile's ``backend`` says whether its ranks are GPUs (before: every profile but the
+    one named cpu-2core was taken for GPUs, so a calibrated CPU cluster lost these)."""
+    from nnabla_torus.planning.machine_profile import profile_to_dict, save_profile
+    raw = profile_to_dict(load_profile("cpu-2core"))
+    assert raw["backend"] == "mpi"
+    for backend, planned in (("mpi", True), ("nccl", False)):
+        path = tmp_path / f"my-{backend}-cluster.yaml"
+        save_profile(load_profile("cpu-2core")._replace(
+            name=path.stem, extra={**load_profile("cpu-2core").extra, "backend": backend}),
+            str(path))
+        result = planner.plan(load_profile(str(path)), "resnet18-w0.125-16px", counts=[8],
+                              algorithms=registered)
+        assert (NAME in {registered[a] for a in result.candidates["algorithm"]}) == planned
+
+
+def test_a_profile_backend_other_than_nccl_or_mpi_is_refused_by_name():
+    from nnabla_torus.planning.profile_schema import profile_from_dict, profile_to_dict
+    raw = dict(profile_to_dict(load_profile("dgx-a100")), backend="cuda")
+    with pytest.raises(ValueError, match="backend 'cuda': must be one of nccl, mpi"):
+        profile_from_dict(raw)
