@@ -1,4 +1,5 @@
-"""Every .py of the project parses and imports on Python 3.8, the oldest setup.cfg promises.
+"""Every .py of the project parses and imports on Python 3.8, the oldest setup.cfg promises,
+and the unit suite passes on 3.8 and 3.9 (CI's own venv is 3.10).
 
 ``ast.parse(feature_version=(3, 8))`` refuses 3.9+ syntax (``match``, ``except*``); the walk
 below refuses what parses on 3.8 but fails when it runs there: ``dataclass(slots=...)`` and
@@ -7,9 +8,16 @@ without ``from __future__ import annotations``, isinstance's types), str.removep
 zip(strict=...), functools.cache and the like.
 """
 import ast
+import configparser
+import glob
+import os
 import pathlib
+import shutil
+import subprocess
 
 import pytest
+
+from tests.slowdown import scaled
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FOLDERS = ("nnabla_torus", "examples", "tools", "tests")
@@ -110,3 +118,42 @@ def test_each_newer_construct_is_named(code, what):
 def test_lazy_annotations_may_use_newer_forms():
     code = "from __future__ import annotations\ndef f(x: int | None) -> list[int]: pass\n"
     assert newer_than_oldest(ast.parse(code, feature_version=OLDEST)) == []
+
+
+def older_python(version):
+    """An interpreter of ``version`` ("3.8"): pythonX.Y on PATH, else pyenv's; None."""
+    root = subprocess.run(["pyenv", "root"], capture_output=True, text=True).stdout.strip() \
+        if shutil.which("pyenv") else ""
+    found = [shutil.which(f"python{version}")] + sorted(
+        glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}"))
+        if root else [])
+    return next((p for p in found if p), None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["3.8", "3.9"])
+def test_the_unit_suite_passes_on_an_older_python(version):
+    """A venv of that Python (tools/setup_venv.sh, in .venv-py3.8) with the examples' packages
+    but DALI, whose 3.8/3.9 wheels come from NVIDIA's index, not the registry CI reaches; then
+    ``pytest tests/unit -m "not slow"`` there. Skipped, saying so, without that Python."""
+    python = older_python(version)
+    if python is None:
+        pytest.skip(f"no Python {version} (python{version} on PATH or pyenv's)")
+    venv = ROOT / f".venv-py{version}"
+    setup = subprocess.run(["bash", "tools/setup_venv.sh", str(venv)], cwd=ROOT,
+                           env={**os.environ, "PYTHON": python, "EXTRAS": "plot,test,simulate"},
+                           capture_output=True, text=True, timeout=scaled(900))
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    extras = configparser.ConfigParser()
+    extras.read(ROOT / "setup.cfg")
+    wanted = [r for r in extras["options.extras_require"]["examples"].split()
+              if not r.startswith("nvidia-dali")]
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *wanted],
+                         capture_output=True, text=True, timeout=scaled(900))
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "tests/unit", "-q",
+                           "-m", "not slow", "-p", "no:cacheprovider"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=scaled(900))
+    tail = "\n".join(done.stdout.strip().splitlines()[-30:])
+    assert done.returncode == 0, f"Python {version} ({python}):\n{tail}"
+    print(f"Python {version}: {tail.splitlines()[-1]}")
