@@ -3,9 +3,11 @@ that is impossible: not root, no apt-get): ``srun --mpi=pmix`` at 2 and 4 ranks 
 ranks and sums; an nnabla-examples-style script equal to one process; no PMIx help-file
 noise), ``srun --mpi=pmi2`` of the MPICH venv, ``srun`` without PMIx stopping every task with
 one line within seconds, the shipped examples/imagenet/train.sbatch (srun and mpirun inside)
-to a finished run with ``sbatch --wait``, and nnabla-torus-run taking its hosts and slots from
-an ``salloc`` allocation. Every job has a hard timeout (the
-test's, which kills srun/salloc or cancels the batch job, and Slurm's ``--time``)."""
+to a finished run with ``sbatch --wait``, nnabla-torus-run taking its hosts and slots from
+an ``salloc`` allocation, and a user's own loop on the public API (examples/own_loop) under
+``srun --mpi=pmix`` as under mpirun, resumed on another task count. Every job has a hard
+timeout (the test's, which kills srun/salloc or cancels the batch job, and Slurm's
+``--time``)."""
 import json
 import os
 import re
@@ -18,7 +20,8 @@ import numpy as np
 import pytest
 
 from tests.examples.train_output import summary_of
-from tests.mpirun import REPO, expect_passed_on_every_rank, library_python, run_killable
+from tests.mpirun import (REPO, expect_passed_on_every_rank, library_python, run_killable,
+                          run_mpi)
 from tests.slowdown import scaled
 
 SLURM_UP = os.path.join(REPO, "tools", "slurm_up.sh")
@@ -255,3 +258,33 @@ def test_the_sbatch_script_restarts_after_a_killed_task(slurm, tmp_path):
     print(f"sbatch, rank 3 killed at step 12: exit 0 after {time.monotonic() - started:.1f} s, "
           f"{back - killed:.1f} s from the kill to training again; "
           + [line for line in text.splitlines() if "training again" in line][0])
+
+
+@pytest.mark.slow
+def test_srun_pmix_runs_the_own_loop_example_as_mpirun_does_and_resumes_on_2(slurm, tmp_path):
+    """examples/own_loop/train.py, a user's loop on the public API (nnabla_torus.training):
+    under ``srun --mpi=pmix -n 4`` its params.h5 equals, bitwise, that of ``mpirun -np 4``
+    (same seed); then ``srun -n 2 --resume 1`` continues the checkpoint on 2 ranks."""
+    import nnabla as nn
+
+    script = ["examples/own_loop/train.py", "--seed", "5", "--epochs", "1"]
+    status, srun_out, _ = run(["srun", "--mpi=pmix", "-n", "4", "--time=4", sys.executable,
+                               *script, "--output-dir", str(tmp_path / "srun")],
+                              slurm, timeout=240)
+    assert status == 0 and "global batch 64" in srun_out, srun_out
+    assert NOISE not in srun_out, srun_out
+    out = run_mpi(4, [*script, "--output-dir", str(tmp_path / "mpirun")], timeout=240)
+    params = []
+    for folder in ("srun", "mpirun"):
+        nn.clear_parameters()
+        nn.load_parameters(str(tmp_path / folder / "params.h5"))
+        params.append({k: v.d.copy() for k, v in nn.get_parameters(grad_only=False).items()})
+    nn.clear_parameters()
+    assert params[0].keys() == params[1].keys() and all(
+        np.array_equal(params[0][k], params[1][k]) for k in params[0]), out
+
+    status, out, _ = run(["srun", "--mpi=pmix", "-n", "2", "--time=4", sys.executable,
+                          "examples/own_loop/train.py", "--seed", "5", "--epochs", "2",
+                          "--resume", "1", "--output-dir", str(tmp_path / "srun")],
+                         slurm, timeout=240)
+    assert status == 0 and "resumed from " in out and "global batch 64" in out, out
