@@ -6,6 +6,8 @@ import json
 import os
 import re
 
+import pytest
+
 from tests.mpirun import run_mpi
 
 PROG = "tests/mpi/progs/auto_cache_case.py"
@@ -19,6 +21,7 @@ def tables(out, ranks):
     return found[0][1], found[0][2]
 
 
+@pytest.mark.slow
 def test_the_table_is_measured_once_then_read_from_the_cache(tmp_path):
     env = {"NNABLA_TORUS_CACHE_DIR": str(tmp_path)}
     first = run_mpi(4, [PROG], timeout=180, env=env)
@@ -43,6 +46,7 @@ def test_the_table_is_measured_once_then_read_from_the_cache(tmp_path):
     assert MEASURING in corrupt and tables(corrupt, 4)[1] == "'measured at init'"
 
 
+@pytest.mark.slow
 def test_a_damaged_cached_table_warns_and_measures(tmp_path):
     """Before: an unknown algorithm, fewer algorithms than ranges or string bounds in the
     cached file ended every later job at its first all_reduce, until deleted by hand."""

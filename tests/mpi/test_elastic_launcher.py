@@ -158,6 +158,7 @@ def test_the_scripts_error_stops_at_once(tmp_path):
     assert "stopping: train.py: error: image 7 of the list cannot be decoded" in out, out
 
 
+@pytest.mark.slow
 def test_a_stopped_rank_is_ended_by_the_timeout_and_the_run_restarts(tmp_path):
     """SIGSTOP on rank 1: the communicator's timeout (5 s) ends the job, the launcher
     restarts it from the checkpoint."""

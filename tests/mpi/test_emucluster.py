@@ -173,6 +173,7 @@ def test_allreduce_across_hosts(mapping, rate, hosts_of_ranks):
     expect_passed(out, "emu_allreduce")
 
 
+@pytest.mark.slow
 @needs_emulation
 def test_pipelined_torus_across_hosts(tmp_path):
     """torus2d 2x2 on 2 hosts x 2: rows inside a host, columns across, so buffers go in pieces
@@ -239,6 +240,7 @@ def test_interrupt_tears_everything_down():
     assert_nothing_left()
 
 
+@pytest.mark.slow
 @needs_emulation
 def test_time_to_accuracy_on_the_emulated_cluster(tmp_path):
     """tools/time_to_accuracy.py --cluster emu:2x1, 2 epochs of fixed 64, fixed 256 and
